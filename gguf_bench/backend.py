@@ -259,3 +259,43 @@ def quantize(src: Path, dst: Path, quant: str, n_threads: int | None = None) -> 
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
         raise ModelError(f"llama.cpp could not quantize {src.name} to {quant}: {_last_error()}")
+
+
+VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
+def read_metadata(path: Path) -> dict:
+    """Metadata and vocabulary as llama.cpp sees them, loading the vocabulary only (fast)."""
+    llama_cpp = _llama()
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.vocab_only = True
+    _log_tail.clear()
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+    if not model:
+        raise ModelError(f"llama.cpp could not read {path}: {_last_error()}")
+    try:
+        buf = ctypes.create_string_buffer(512)
+
+        def meta(key: str) -> str | None:
+            n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+            return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+        vocab = llama_cpp.llama_model_get_vocab(model)
+        n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+        arch = meta("general.architecture") or "unknown"
+        return {
+            "architecture": arch,
+            "name": meta("general.name") or Path(path).name,
+            "n_layers": int(meta(f"{arch}.block_count") or 0),
+            "context_length": int(meta(f"{arch}.context_length") or 0) or None,
+            "file_type": meta("general.file_type"),
+            "n_vocab": n_vocab,
+            "vocab_type": VOCAB_TYPES.get(llama_cpp.llama_vocab_type(vocab), "unknown"),
+            "bos_id": llama_cpp.llama_vocab_bos(vocab),
+            "eos_id": llama_cpp.llama_vocab_eos(vocab),
+            "add_bos": bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
+            "add_eos": bool(llama_cpp.llama_vocab_get_add_eos(vocab)),
+            "tokens": tuple(llama_cpp.llama_vocab_get_text(vocab, i) for i in range(n_vocab)),
+        }
+    finally:
+        llama_cpp.llama_model_free(model)

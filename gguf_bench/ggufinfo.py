@@ -1,0 +1,98 @@
+"""Read GGUF metadata without loading the model, and check a pair's vocabularies.
+
+Tokens are bytes as stored in the file. The compatibility rules are llama.cpp's (common/speculative.cpp): same vocabulary type,
+same BOS/EOS ids and add-BOS/add-EOS flags, sizes within 128, identical token text from id 5 up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf_bench.errors import ModelError
+
+VOCAB_MAX_SIZE_DIFFERENCE = 128
+VOCAB_CHECK_START_TOKEN_ID = 5
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    path: Path
+    architecture: str
+    name: str
+    n_layers: int  # what -ngl counts (llama.cpp offloads the output layer as one more)
+    n_vocab: int
+    vocab_type: str
+    quant: str
+    file_size: int
+    bos_id: int | None
+    eos_id: int | None
+    add_bos: bool
+    add_eos: bool
+    context_length: int | None
+    tokens: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    ok: bool
+    detail: str
+
+
+def read_info(path: Path) -> GGUFInfo:
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path} does not exist")
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise ModelError(f"{path} is not a GGUF file (no GGUF magic at its start)")
+    from gguf_bench.backend import read_metadata
+
+    meta = read_metadata(path)
+    file_type = meta.pop("file_type")
+    return GGUFInfo(path=path, quant=_quant_name(file_type), file_size=_total_size(path), **meta)
+
+
+def _quant_name(ftype) -> str:
+    import gguf
+
+    if ftype is None:
+        return "unknown"
+    try:
+        return gguf.LlamaFileType(int(ftype)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except ValueError:
+        return f"type {ftype}"
+
+
+def _total_size(path: Path) -> int:
+    """File size; for split files (...-00001-of-0000N.gguf) the size of all parts found."""
+    from gguf_bench.download import split_parts
+
+    parts = [path.with_name(n) for n in split_parts(path.name)]
+    return sum(p.stat().st_size for p in parts if p.is_file())
+
+
+def compatibility(target: GGUFInfo, draft: GGUFInfo) -> list[Rule]:
+    """llama.cpp's rules for using `draft` to speculate for `target`, each with its verdict."""
+    diff = abs(target.n_vocab - draft.n_vocab)
+    n = min(target.n_vocab, draft.n_vocab)
+    first_bad = next((i for i in range(VOCAB_CHECK_START_TOKEN_ID, n) if target.tokens[i] != draft.tokens[i]), None)
+    return [
+        Rule("vocab type", target.vocab_type == draft.vocab_type, f"{target.vocab_type} / {draft.vocab_type}"),
+        Rule("add BOS flag", target.add_bos == draft.add_bos, f"{target.add_bos} / {draft.add_bos}"),
+        Rule("add EOS flag", target.add_eos == draft.add_eos, f"{target.add_eos} / {draft.add_eos}"),
+        Rule("BOS id", target.bos_id == draft.bos_id, f"{target.bos_id} / {draft.bos_id}"),
+        Rule("EOS id", target.eos_id == draft.eos_id, f"{target.eos_id} / {draft.eos_id}"),
+        Rule("vocab size", diff <= VOCAB_MAX_SIZE_DIFFERENCE,
+             f"{target.n_vocab} / {draft.n_vocab} (difference {diff}, at most {VOCAB_MAX_SIZE_DIFFERENCE})"),
+        Rule(f"token text from id {VOCAB_CHECK_START_TOKEN_ID}", first_bad is None,
+             "identical" if first_bad is None else
+             f"token {first_bad} differs: {target.tokens[first_bad]!r} / {draft.tokens[first_bad]!r}"),
+    ]
+
+
+def incompatibility(target: GGUFInfo, draft: GGUFInfo) -> str | None:
+    """One line naming the failed rules, or None when the pair is compatible."""
+    failed = [f"{r.name} ({r.detail})" for r in compatibility(target, draft) if not r.ok]
+    return "; ".join(failed) if failed else None
