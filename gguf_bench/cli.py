@@ -209,6 +209,222 @@ def make_test_pair(out_dir: Annotated[Path, typer.Argument(help="folder to write
     console.print(f"target: {target}\ndraft:  {draft}")
 
 
+# --- run, sweep, report -------------------------------------------------------------------------
+
+PairArg = Annotated[Optional[str], typer.Argument(help="pair name from the registry (default: its default pair)")]
+TargetOpt = Annotated[Optional[Path], typer.Option("--target", help="target GGUF file (instead of a pair name)")]
+DraftOpt = Annotated[Optional[Path], typer.Option("--draft", help="draft GGUF file (with --target)")]
+NPredictOpt = Annotated[int, typer.Option("--n-predict", "-n", help="tokens to generate")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", help="CPU threads (default: all cores)")]
+CtxOpt = Annotated[int, typer.Option("--ctx-size", "-c", help="context size of each model")]
+RepsOpt = Annotated[int, typer.Option("--repetitions", "-r", help="measured repetitions after one warm-up run")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="sampling seed (repetition i uses seed + i)")]
+TopKOpt = Annotated[int, typer.Option("--top-k", help="top-k filter, 0 = off")]
+TopPOpt = Annotated[float, typer.Option("--top-p", help="top-p (nucleus) filter, 1 = off")]
+
+
+def _pair_files(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None):
+    from gguf_bench.bench import PairFiles
+
+    if target or draft:
+        if not (target and draft):
+            raise BenchError("--target and --draft go together: give both files, or a pair name instead")
+        if pair:
+            raise BenchError("give either a pair name or --target/--draft, not both")
+        for path in (target, draft):
+            if not path.is_file():
+                raise BenchError(f"model file {path} does not exist")
+        return PairFiles(target, draft, f"{target.name}+{draft.name}")
+    from gguf_bench.registry import load_registry
+
+    name = pair or load_registry(registry).default
+    paths, _ = _resolve_items([name], registry, fetch_missing=True)
+    return PairFiles(paths[0], paths[1], name)
+
+
+def _warn_offload(ngl: str, ngld: str) -> None:
+    from gguf_bench.backend import gpu_offload_supported
+
+    if (str(ngl) != "0" or str(ngld) != "0") and not gpu_offload_supported():
+        err.print("Warning: this llama-cpp-python build cannot offload to a GPU, so -ngl/-ngld are ignored; "
+                  "reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)", markup=False)
+
+
+def _prompt(prompt: str | None, prompt_file: Path | None, chat: bool):
+    from gguf_bench.prompts import DEFAULT_PROMPT, Prompt
+
+    if prompt and prompt_file:
+        raise BenchError("give --prompt or --prompt-file, not both")
+    if prompt_file:
+        if not prompt_file.is_file():
+            raise BenchError(f"prompt file {prompt_file} not found")
+        prompt = prompt_file.read_text(encoding="utf-8")
+    if prompt is not None and not prompt.strip():
+        raise BenchError("the prompt is empty")
+    return Prompt("custom", prompt, chat) if prompt else Prompt(DEFAULT_PROMPT.id, DEFAULT_PROMPT.text, chat)
+
+
+@_command
+def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
+        ngl: Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target layers on the GPU: a number or 'all'")] = "0",
+        ngld: Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft layers on the GPU")] = "0",
+        k: Annotated[int, typer.Option("--draft-max", "-K", help="draft length K")] = 4,
+        temp: Annotated[float, typer.Option("--temp", help="temperature, 0 = greedy")] = 0.0,
+        top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0, n_predict: NPredictOpt = 64,
+        prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="prompt text")] = None,
+        prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", "-f", help="read the prompt from a file")] = None,
+        chat: Annotated[bool, typer.Option("--chat", help="wrap the prompt in the model's chat template")] = False,
+        threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
+        show_text: Annotated[bool, typer.Option("--show-text", help="print the generated texts")] = False,
+        json_out: Annotated[bool, typer.Option("--json", help="print the run records as JSON")] = False,
+        registry: RegistryOpt = None) -> None:
+    """Target alone, draft alone and speculative on one prompt, measured in one process."""
+    import json
+
+    from gguf_bench.report import rich_table, summarize, to_frame
+    from gguf_bench.sweep import iter_records, single_run_grid
+
+    grid = single_run_grid(k, ngl, ngld, temp, _prompt(prompt, prompt_file, chat), repetitions=repetitions,
+                           n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads)
+    files = _pair_files(pair, target, draft, registry)
+    _warn_offload(ngl, ngld)
+    with console.status(f"running {files.name} ..."):
+        records = list(iter_records("run", files, grid))
+    failed = [r for r in records if r["error"]]
+    if len(failed) == len(records):
+        raise BenchError(failed[0]["error"])
+    if json_out:
+        console.print_json(json.dumps(records, default=str))
+        return
+    console.print(rich_table(summarize(to_frame(records)), title=""))
+    if show_text:
+        for r in records:
+            if r["metrics"] and r["config"]["repetition"] == 0:
+                console.rule(f"{r['mode']}" + (f" K={k}" if r["mode"] == "speculative" else ""))
+                console.print(r["metrics"]["text"], markup=False)
+
+
+@_command
+def sweep(pairs: Annotated[Optional[list[str]], typer.Argument(help="pair names (default: the registry's default)")] = None,
+          target: TargetOpt = None, draft: DraftOpt = None,
+          ks: Annotated[str, typer.Option("--draft-max", "-K", help="draft lengths: 1,2,4,8 or 1-8 or 1-8+2")] = "1,2,4,8",
+          ngls: Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target GPU layers: list/range/'all'")] = "0",
+          nglds: Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft GPU layers")] = "0",
+          temps: Annotated[str, typer.Option("--temp", help="temperatures, e.g. 0,0.7")] = "0",
+          prompt_ids: Annotated[Optional[str], typer.Option("--prompt-ids", help="built-in prompts to use "
+                                "(code-short, chat-short, code-long, chat-long; default all)")] = None,
+          prompts_file: Annotated[Optional[Path], typer.Option("--prompts", help="JSONL prompts: {\"id\", \"prompt\", \"chat\"}")] = None,
+          top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0, n_predict: NPredictOpt = 64,
+          threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
+          draft_alone: Annotated[bool, typer.Option("--draft-alone/--no-draft-alone", help="also time the draft alone")] = True,
+          name: Annotated[Optional[str], typer.Option("--name", help="sweep name: results go to results/NAME.jsonl")] = None,
+          resume: Annotated[bool, typer.Option("--resume", help="continue NAME, skipping the cells already done")] = False,
+          registry: RegistryOpt = None) -> None:
+    """Sweep draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
+    from gguf_bench import prompts as builtin_prompts
+    from gguf_bench.report import rich_table, summarize, to_frame
+    from gguf_bench.results import now_iso, read_records, results_dir
+    from gguf_bench.sweep import Grid, parse_float_list, parse_int_list, run_sweep
+
+    if prompts_file and prompt_ids:
+        raise BenchError("give --prompts FILE or --prompt-ids, not both")
+    chosen = (builtin_prompts.load_jsonl(prompts_file) if prompts_file
+              else builtin_prompts.builtin(prompt_ids.split(",") if prompt_ids else None))
+    grid = Grid(ks=parse_int_list(ks, "draft length"), ngls=parse_int_list(ngls, "-ngl", True),
+                nglds=parse_int_list(nglds, "-ngld", True), temperatures=parse_float_list(temps, "temperature"),
+                prompts=chosen, repetitions=repetitions, n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed,
+                n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone)
+    if resume and not name:
+        raise BenchError("--resume needs --name NAME of the sweep to continue")
+    name = name or "sweep-" + now_iso().replace(":", "").replace("-", "").replace("+0000", "")
+    if not all(c.isalnum() or c in "-_." for c in name):
+        raise BenchError(f"--name '{name}' may hold only letters, digits, '-', '_' and '.'")
+    out = results_dir() / f"{name}.jsonl"
+    pair_files = ([_pair_files(None, target, draft, registry)] if (target or draft)
+                  else [_pair_files(p, None, None, registry) for p in (pairs or [None])])
+    _warn_offload(ngls, nglds)
+    try:
+        for i, files in enumerate(pair_files):
+            with _SweepProgress(files.name) as events:
+                run_sweep(name, files, grid, out, resume=resume or i > 0, events=events)
+    except KeyboardInterrupt:
+        err.print(f"Interrupted: every finished run is saved in {out}; continue with "
+                  f"`gguf-bench sweep ... --name {name} --resume`", markup=False)
+        raise typer.Exit(130) from None
+    console.print(rich_table(summarize(to_frame(read_records(out))), title=f"sweep {name} ({out})"))
+
+
+class _SweepProgress:
+    """Progress bar with ETA and a line per finished cell."""
+
+    def __init__(self, label: str):
+        from rich.progress import MofNCompleteColumn, TimeElapsedColumn
+
+        from gguf_bench.sweep import SweepEvents
+
+        self.progress = Progress(TextColumn(f"{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("ETA"), TimeRemainingColumn(), console=console)
+        self.task = self.progress.add_task("cells", total=None)
+        self.events = SweepEvents(start=self.start, cell=self.cell, loading=self.loading)
+
+    def start(self, total: int, skipped: int) -> None:
+        self.progress.update(self.task, total=total)
+        if skipped:
+            self.progress.console.print(f"resuming: {skipped} cells already done, {total} to go")
+
+    def loading(self, load) -> None:
+        from gguf_bench.bench import load_config_dict
+
+        d = load_config_dict(load)
+        self.progress.console.print(f"loading models with -ngl {d['ngl']} -ngld {d['ngld']}")
+
+    def cell(self, r: dict) -> None:
+        c, m = r["config"], r["metrics"]
+        what = f"{r['mode']:<11} K={c['k']:<2} T={c['temperature']:g} {c['prompt_id']} rep {c['repetition']}"
+        if r["error"]:
+            self.progress.console.print(f"  [red]failed[/red] {what}: {r['error']}")
+        else:
+            acc = f", acceptance {m['acceptance']:.0%}" if m["acceptance"] is not None else ""
+            self.progress.console.print(f"  {what}: {m['tokens_per_s']:.2f} tokens/s{acc}")
+        self.progress.advance(self.task)
+
+    def __enter__(self):
+        self.progress.start()
+        return self.events
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+
+@_command
+def report(paths: Annotated[Optional[list[Path]], typer.Argument(help="results .jsonl files or folders (default: results/)")] = None,
+           fmt: Annotated[Optional[str], typer.Option("--format", help="md | csv | json | jsonl (default: a table)")] = None,
+           output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the --format output here")] = None,
+           plot: Annotated[Optional[Path], typer.Option("--plot", help="write a PNG of tokens/s against draft length")] = None,
+           plot_metric: Annotated[str, typer.Option("--plot-metric", help="tokens_per_s or gain_pct")] = "tokens_per_s",
+           by_prompt: Annotated[bool, typer.Option("--by-prompt", help="one row per prompt instead of their mean")] = False) -> None:
+    """Summarize stored runs: mean ± std, gain % over the target alone, best draft length."""
+    from gguf_bench import report as rep
+    from gguf_bench.results import load_records, results_dir
+
+    if fmt is not None and fmt not in rep.FORMATS:
+        raise BenchError(f"unknown --format '{fmt}'; choose from {', '.join(rep.FORMATS)}")
+    if output and not fmt:
+        raise BenchError("--output needs --format (md, csv, json or jsonl)")
+    summary = rep.summarize(rep.to_frame(load_records(paths or [results_dir()])), by_prompt=by_prompt)
+    if fmt:
+        text = rep.render(summary, fmt)
+        if output:
+            output.write_text(text, encoding="utf-8")
+            console.print(f"wrote {output}")
+        else:
+            sys.stdout.write(text)
+    else:
+        console.print(rep.rich_table(summary))
+    if plot:
+        console.print(f"wrote {rep.plot(summary, plot, plot_metric)}")
+
+
 def main() -> None:
     app(prog_name="gguf-bench")
 

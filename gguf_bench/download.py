@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -132,6 +131,17 @@ def verify(path: Path, expected: str, progress: Progress = _no_progress) -> None
             "delete the file and download again, or fix sha256 in the registry"
         )
     _remember_verified(path, expected)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, computed once per (path, size, mtime) and remembered."""
+    key = _file_key(path)
+    known = _read_json(_verified_db()).get(key)
+    if known:
+        return known
+    sha = sha256_file(path)
+    _remember_verified(path, sha)
+    return sha
 
 
 def _read_json(path: Path) -> dict:
@@ -329,9 +339,3 @@ def _fetch_derived(base: Path, src: DerivedSource, progress: Progress) -> tuple[
     os.replace(partial, out)
     _write_json(_stamp_path(out), stamp)
     return out, True
-
-
-def remove_partial(path: Path) -> None:
-    """Remove a leftover partial file (used by tests and `download --force`)."""
-    if path.exists():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()

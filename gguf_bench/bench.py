@@ -1,0 +1,132 @@
+"""Load a target/draft pair once and measure target alone, draft alone and speculative runs.
+
+Shared by `run`, `sweep`, `eval` and `compare`; holds no printing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gguf_bench.backend import ALL_LAYERS, Model, gpu_offload_supported
+from gguf_bench.errors import ConfigError, IncompatiblePairError
+from gguf_bench.ggufinfo import incompatibility, read_info
+from gguf_bench.sampling import SamplingConfig
+from gguf_bench.speculative import GenerationResult, OnRound, generate_regular, generate_speculative
+
+MODES = ("target", "draft", "speculative")
+
+
+@dataclass(frozen=True)
+class PairFiles:
+    target: Path
+    draft: Path
+    name: str  # registry pair name, or "<target file> + <draft file>"
+
+    def check_compatible(self) -> None:
+        why = incompatibility(read_info(self.target), read_info(self.draft))
+        if why:
+            raise IncompatiblePairError(f"{self.draft.name} cannot draft for {self.target.name}: {why}; "
+                                        "pick a draft from the same model family (same tokenizer)")
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    ngl: int = 0  # target GPU layers (backend.ALL_LAYERS = all)
+    ngld: int = 0  # draft GPU layers
+    n_ctx: int = 2048
+    threads: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n_ctx < 16:
+            raise ConfigError(f"--ctx-size must be >= 16, got {self.n_ctx}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+
+
+class LoadedPair:
+    """Both models loaded with their own offload; reused across draft lengths and prompts."""
+
+    def __init__(self, files: PairFiles, load: LoadConfig):
+        self.files = files
+        self.load = load
+        self.target = Model(files.target, load.ngl, load.n_ctx, load.threads, load.seed)
+        try:
+            self.draft = Model(files.draft, load.ngld, load.n_ctx, load.threads, load.seed)
+        except Exception:
+            self.target.close()
+            raise
+        self.gpu = gpu_offload_supported()
+
+    def offload_label(self, role: str) -> str:
+        """'N/total' as llama.cpp counts it (the output layer is one more layer)."""
+        model = self.target if role == "target" else self.draft
+        wanted = self.load.ngl if role == "target" else self.load.ngld
+        total = model.n_layers + 1
+        return f"{min(wanted, total) if self.gpu else 0}/{total}"
+
+    def prompt_tokens(self, text: str, chat: bool = False) -> list[int]:
+        if chat:
+            text = self.target.chat_prompt(text)
+        return self.target.tokenize(text)
+
+    def check_fits(self, n_prompt: int, n_predict: int, k: int) -> None:
+        need = n_prompt + n_predict + k + 1
+        if need > self.load.n_ctx:
+            raise ConfigError(f"prompt ({n_prompt} tokens) + n_predict ({n_predict}) + draft ({k + 1}) = {need} "
+                              f"tokens do not fit in --ctx-size {self.load.n_ctx}; raise --ctx-size or shorten them")
+
+    def generate(self, mode: str, prompt: list[int], n_predict: int, k: int, cfg: SamplingConfig,
+                 on_round: OnRound | None = None) -> GenerationResult:
+        if mode == "target":
+            return generate_regular(self.target, prompt, n_predict, cfg, on_round)
+        if mode == "draft":
+            return generate_regular(self.draft, prompt, n_predict, cfg, on_round)
+        return generate_speculative(self.target, self.draft, prompt, n_predict, k, cfg, on_round)
+
+    def close(self) -> None:
+        self.target.close()
+        self.draft.close()
+
+    def __enter__(self) -> "LoadedPair":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def metrics(res: GenerationResult) -> dict:
+    """The measurements stored for one run."""
+    return {
+        "prompt_tokens": res.prompt_tokens,
+        "prompt_s": res.prompt_s,
+        "n_tokens": res.n_tokens,
+        "decode_s": res.decode_s,
+        "tokens_per_s": res.tokens_per_s,
+        "ms_per_token": res.ms_per_token,
+        "end_to_end_s": res.prompt_s + res.decode_s,
+        "target_s": res.target_s,
+        "draft_s": res.draft_s,
+        "python_s": res.python_s,
+        "stopped_by_eog": res.stopped_by_eog,
+        "rounds": res.rounds,
+        "drafted": res.drafted,
+        "accepted": res.accepted,
+        "acceptance": res.acceptance if res.drafted else None,
+        "tokens_per_round": res.tokens_per_round if res.rounds else None,
+        "accepted_at": res.accepted_at,
+        "reached_at": res.reached_at,
+    }
+
+
+def gain_pct(tokens_per_s: float, baseline_tokens_per_s: float) -> float:
+    """Speed-up over the baseline in percent (+28 means 1.28x)."""
+    return 100.0 * (tokens_per_s / baseline_tokens_per_s - 1.0)
+
+
+def load_config_dict(load: LoadConfig) -> dict:
+    d = asdict(load)
+    d["ngl"] = "all" if load.ngl == ALL_LAYERS else load.ngl
+    d["ngld"] = "all" if load.ngld == ALL_LAYERS else load.ngld
+    return d

@@ -1,0 +1,223 @@
+"""Expand a grid (draft length x -ngl x -ngld x temperature x prompt x repetition) into cells,
+run them with each offload setting loaded once, and append one record per cell as it finishes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from gguf_bench.backend import ALL_LAYERS, parse_layers
+from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles, load_config_dict, metrics
+from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.prompts import Prompt
+from gguf_bench.results import append_record, environment, model_record, now_iso, read_records
+from gguf_bench.sampling import SamplingConfig
+
+_RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
+
+
+def parse_int_list(spec: str, what: str, allow_all: bool = False) -> list[int]:
+    """llama-bench style: '1,2,4', '1-8', '1-8+2' (step), '1-16*2' (factor); 'all' where allowed."""
+    values: list[int] = []
+    for part in str(spec).replace(" ", "").split(","):
+        if allow_all and part.lower() == "all":
+            values.append(ALL_LAYERS)
+        elif part.isdigit():
+            values.append(int(part))
+        elif m := _RANGE.match(part):
+            lo, hi, op, step = int(m[1]), int(m[2]), m[3] or "+", int(m[4] or 1)
+            if lo > hi or (op == "+" and step < 1) or (op == "*" and step < 2) or (op == "*" and lo < 1):
+                raise ConfigError(f"bad {what} range '{part}': need low <= high and a step >= 1 (factor >= 2)")
+            v = lo
+            while v <= hi:
+                values.append(v)
+                v = v + step if op == "+" else v * step
+        else:
+            all_hint = ", 'all'" if allow_all else ""
+            raise ConfigError(f"bad {what} value '{part}': use numbers, ranges like 1-8 or 1-8+2 or 1-16*2{all_hint}, "
+                              "separated by commas")
+    return list(dict.fromkeys(values))
+
+
+def parse_float_list(spec: str, what: str) -> list[float]:
+    try:
+        values = [float(x) for x in str(spec).replace(" ", "").split(",")]
+    except ValueError:
+        raise ConfigError(f"bad {what} list '{spec}': use numbers separated by commas, like 0,0.7") from None
+    return list(dict.fromkeys(values))
+
+
+@dataclass(frozen=True)
+class Grid:
+    ks: list[int]
+    ngls: list[int]
+    nglds: list[int]
+    temperatures: list[float]
+    prompts: list[Prompt]
+    repetitions: int = 1
+    n_predict: int = 64
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    n_ctx: int = 2048
+    threads: int | None = None
+    with_draft_alone: bool = True
+
+    def __post_init__(self) -> None:
+        if any(k < 1 for k in self.ks):
+            raise ConfigError("draft lengths (-K) must be >= 1")
+        if self.repetitions < 1:
+            raise ConfigError(f"--repetitions must be >= 1, got {self.repetitions}")
+        if self.n_predict < 1:
+            raise ConfigError(f"--n-predict must be >= 1, got {self.n_predict}")
+        for t in self.temperatures:
+            SamplingConfig(temperature=t, top_k=self.top_k, top_p=self.top_p)  # validates
+
+    def settings(self) -> list[LoadConfig]:
+        return [LoadConfig(ngl, ngld, self.n_ctx, self.threads, self.seed) for ngl in self.ngls for ngld in self.nglds]
+
+
+@dataclass(frozen=True)
+class Cell:
+    mode: str  # target | draft | speculative
+    k: int
+    temperature: float
+    prompt: Prompt
+    repetition: int
+
+    def config(self, grid: Grid, load: LoadConfig) -> dict:
+        return {**load_config_dict(load), "k": self.k, "temperature": self.temperature, "top_k": grid.top_k,
+                "top_p": grid.top_p, "n_predict": grid.n_predict, "prompt_id": self.prompt.id,
+                "chat": self.prompt.chat, "repetition": self.repetition}
+
+
+def cells_for(grid: Grid) -> list[Cell]:
+    """Cells of one offload setting, in run order: per repetition, baseline then each K."""
+    cells = []
+    for temp in grid.temperatures:
+        for prompt in grid.prompts:
+            for rep in range(grid.repetitions):
+                cells.append(Cell("target", 0, temp, prompt, rep))
+                if grid.with_draft_alone:
+                    cells.append(Cell("draft", 0, temp, prompt, rep))
+                cells += [Cell("speculative", k, temp, prompt, rep) for k in grid.ks]
+    return cells
+
+
+def cell_key(pair: str, files: PairFiles, config: dict, mode: str) -> str:
+    ident = {"pair": pair, "target": files.target.name, "draft": files.draft.name, "mode": mode, **config}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def done_keys(path: Path) -> set[str]:
+    return {r["cell"] for r in read_records(path) if "cell" in r} if path.is_file() else set()
+
+
+@dataclass
+class SweepEvents:
+    """Callbacks the CLI uses to show progress (the sweep itself prints nothing)."""
+
+    start: Callable[[int, int], None] = lambda total, skipped: None
+    cell: Callable[[dict], None] = lambda record: None
+    loading: Callable[[LoadConfig], None] = lambda load: None
+
+
+def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
+              events: SweepEvents = SweepEvents()) -> Path:
+    """Run every cell not already in `out`; append each record as soon as it is measured."""
+    if out.exists() and not resume:
+        raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
+    for record in iter_records(name, files, grid, done_keys(out), events):
+        append_record(out, record)
+        events.cell(record)
+    return out
+
+
+def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = frozenset(),
+                 events: SweepEvents = SweepEvents()) -> Iterator[dict]:
+    """Measure each cell whose key is not in `skip`, loading each offload setting once."""
+    files.check_compatible()
+    _check_memory(files, grid)
+    plan = [(load, cell) for load in grid.settings() for cell in cells_for(grid)]
+    todo = [(load, cell) for load, cell in plan
+            if cell_key(files.name, files, cell.config(grid, load), cell.mode) not in skip]
+    events.start(len(todo), len(plan) - len(todo))
+    static = {"sweep": name, "pair": files.name, "env": environment(),
+              "models": {"target": model_record(files.target), "draft": model_record(files.draft)}}
+    for load in grid.settings():
+        cells = [c for lo, c in todo if lo == load]
+        if cells:
+            events.loading(load)
+            yield from _run_setting(files, grid, load, cells, static)
+
+
+def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cell], static: dict) -> Iterator[dict]:
+    try:
+        pair = LoadedPair(files, load)
+    except (BenchError, MemoryError, OSError) as exc:
+        for cell in cells:
+            yield _record(static, files, grid, load, cell, None, None, f"model load failed: {exc}")
+        return
+    with pair:
+        tokens = {p.id: pair.prompt_tokens(p.text, p.chat) for p in grid.prompts}
+        for p in grid.prompts:
+            pair.check_fits(len(tokens[p.id]), grid.n_predict, max(grid.ks))
+        _warm_up(pair, tokens[grid.prompts[0].id], grid)
+        offload = {"target": pair.offload_label("target"), "draft": pair.offload_label("draft")}
+        for cell in cells:
+            cfg = SamplingConfig(cell.temperature, grid.top_k, grid.top_p, grid.seed + cell.repetition)
+            try:
+                res = pair.generate(cell.mode, tokens[cell.prompt.id], grid.n_predict, cell.k, cfg)
+                measured = metrics(res) | {"text": pair.target.detokenize(res.tokens)}
+                yield _record(static, files, grid, load, cell, measured, offload, None)
+            except (BenchError, MemoryError) as exc:
+                yield _record(static, files, grid, load, cell, None, offload, str(exc))
+
+
+def _warm_up(pair: LoadedPair, prompt: list[int], grid: Grid) -> None:
+    """One short run through both models, so the first measured cell pays no start-up costs."""
+    cfg = SamplingConfig(grid.temperatures[0], grid.top_k, grid.top_p, grid.seed)
+    pair.generate("speculative", prompt, min(16, grid.n_predict), max(grid.ks), cfg)
+
+
+def _record(static: dict, files: PairFiles, grid: Grid, load: LoadConfig, cell: Cell, measured: dict | None,
+            offload: dict | None, error: str | None) -> dict:
+    config = {**cell.config(grid, load), "seed": grid.seed}
+    return {"cell": cell_key(files.name, files, cell.config(grid, load), cell.mode), "time": now_iso(),
+            **static, "mode": cell.mode, "config": config, "metrics": measured, "offload": offload, "error": error}
+
+
+def _check_memory(files: PairFiles, grid: Grid) -> None:
+    """On a CPU-only setting both files must fit in available memory; say so before starting."""
+    if any(load.ngl or load.ngld for load in grid.settings()):
+        return  # with offload, part of the weights go to the GPU: let llama.cpp decide
+    need = files.target.stat().st_size + files.draft.stat().st_size
+    avail = _available_memory()
+    if avail is not None and need > avail:
+        raise BenchError(f"the pair needs about {need / 1e9:.1f} GB of memory but {avail / 1e9:.1f} GB is available; "
+                         "free memory, offload layers to a GPU (-ngl/-ngld), or choose smaller quants")
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def single_run_grid(k: int, ngl: str, ngld: str, temperature: float, prompt: Prompt, **kw) -> Grid:
+    """The grid of `gguf-bench run`: one setting, one K, one prompt."""
+    return Grid(ks=[k], ngls=[parse_layers(ngl)], nglds=[parse_layers(ngld)], temperatures=[temperature],
+                prompts=[prompt], **kw)
