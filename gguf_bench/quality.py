@@ -1,0 +1,192 @@
+"""Evidence that speculative generation keeps the target's output quality.
+
+- The multiplication benchmark (as in llama-ssp): success rates of regular and speculative
+  generation with 95% Wald intervals, a two-proportion z-test, and at temperature 0 the share of
+  prompts whose speculative output is identical to the regular one.
+- A distribution check: sample the next m tokens many times both ways and compare the token
+  distributions position by position with a two-sample chi-square test.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy.stats import chi2_contingency, norm
+
+from gguf_bench.bench import LoadedPair
+from gguf_bench.errors import ConfigError
+from gguf_bench.sampling import SamplingConfig
+
+Z95 = 1.959963984540054
+
+
+# --- multiplication benchmark ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MulPrompt:
+    a: int
+    b: int
+
+    @property
+    def answer(self) -> int:
+        return self.a * self.b
+
+    @property
+    def text(self) -> str:
+        return f"Question: What is {self.a} times {self.b}? Answer with the number only.\nAnswer:"
+
+
+def mul_prompts(n: int, seed: int = 0) -> list[MulPrompt]:
+    """n prompts with factors drawn uniformly from 1..99, the same for the same seed."""
+    if n < 1:
+        raise ConfigError(f"--nb-prompts must be >= 1, got {n}")
+    rng = random.Random(seed)
+    return [MulPrompt(rng.randint(1, 99), rng.randint(1, 99)) for _ in range(n)]
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*")
+
+
+def parse_answer(text: str) -> int | None:
+    """The first integer in a reply: '1081', ' = 1,081.', 'The answer is 1081' -> 1081."""
+    m = _NUMBER.search(text.replace("\u202f", "").replace("\u00a0", ""))
+    if not m:
+        return None
+    digits = m.group().rstrip(",")
+    if "," in digits and not re.fullmatch(r"-?\d{1,3}(,\d{3})+", digits):
+        digits = digits.split(",")[0]  # '12,3' is a list, not a thousands separator
+    return int(digits.replace(",", ""))
+
+
+def wald_interval(successes: int, n: int) -> tuple[float, float, float]:
+    """(p, low, high): p +- 1.96 sqrt(p (1 - p) / n), clipped to [0, 1]."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    p = successes / n
+    half = Z95 * math.sqrt(p * (1 - p) / n)
+    return p, max(0.0, p - half), min(1.0, p + half)
+
+
+def two_proportion_p_value(s1: int, n1: int, s2: int, n2: int) -> float:
+    """Two-sided p-value of the z-test that two success rates are equal (1.0 when undefined)."""
+    pooled = (s1 + s2) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return 1.0
+    return float(2 * norm.sf(abs(s1 / n1 - s2 / n2) / se))
+
+
+@dataclass
+class EvalResult:
+    n: int
+    regular_ok: int
+    speculative_ok: int
+    identical: int  # prompts whose two outputs are token-for-token equal
+    temperature: float
+    acceptance: float
+    rows: list[dict]
+
+    def interval(self, mode: str) -> tuple[float, float, float]:
+        return wald_interval(self.regular_ok if mode == "regular" else self.speculative_ok, self.n)
+
+    @property
+    def p_value(self) -> float:
+        return two_proportion_p_value(self.regular_ok, self.n, self.speculative_ok, self.n)
+
+    @property
+    def differ(self) -> bool:
+        return self.p_value < 0.05
+
+
+def run_eval(pair: LoadedPair, prompts: list[MulPrompt], k: int, cfg: SamplingConfig, n_predict: int = 12,
+             progress: Callable[[int], None] = lambda i: None) -> EvalResult:
+    rows = []
+    drafted = accepted = 0
+    for i, prompt in enumerate(prompts):
+        tokens = pair.prompt_tokens(prompt.text)
+        seeded = SamplingConfig(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed + i)
+        reg = pair.generate("target", tokens, n_predict, k, seeded)
+        spec = pair.generate("speculative", tokens, n_predict, k, seeded)
+        drafted, accepted = drafted + spec.drafted, accepted + spec.accepted
+        reg_text, spec_text = pair.target.detokenize(reg.tokens), pair.target.detokenize(spec.tokens)
+        rows.append({"a": prompt.a, "b": prompt.b, "answer": prompt.answer, "regular": reg_text,
+                     "speculative": spec_text, "regular_ok": parse_answer(reg_text) == prompt.answer,
+                     "speculative_ok": parse_answer(spec_text) == prompt.answer,
+                     "identical": reg.tokens == spec.tokens})
+        progress(i + 1)
+    return EvalResult(n=len(rows), regular_ok=sum(r["regular_ok"] for r in rows),
+                      speculative_ok=sum(r["speculative_ok"] for r in rows), identical=sum(r["identical"] for r in rows),
+                      temperature=cfg.temperature, acceptance=accepted / drafted if drafted else float("nan"), rows=rows)
+
+
+# --- distribution check ------------------------------------------------------------------------
+
+
+@dataclass
+class DistributionCheck:
+    m: int
+    samples: int
+    p_values: list[float]  # per position 1..m
+    tv_distance: list[float]  # total-variation distance of the two empirical distributions, per position
+
+    @property
+    def p_value(self) -> float:
+        """Bonferroni-combined over positions."""
+        return min(1.0, min(self.p_values) * self.m)
+
+    @property
+    def same(self) -> bool:
+        return self.p_value >= 0.01
+
+    def verdict(self) -> str:
+        if self.same:
+            return (f"no evidence of a difference (p = {self.p_value:.3g} over {self.m} positions, "
+                    f"{self.samples} samples each): speculative sampling matches the target's distribution")
+        return (f"the distributions differ (p = {self.p_value:.2g}): speculative sampling does NOT reproduce "
+                "the target's distribution, which points to a bug in the sampler")
+
+
+def sample_positions(generate: Callable[[int], list[int]], m: int, samples: int) -> list[list[int]]:
+    """Tokens at positions 1..m over `samples` generations (generate(seed) -> tokens)."""
+    columns: list[list[int]] = [[] for _ in range(m)]
+    for seed in range(samples):
+        tokens = generate(seed)
+        for j in range(m):
+            columns[j].append(tokens[j] if j < len(tokens) else -1)  # -1: generation ended earlier
+    return columns
+
+
+def compare_samples(a: list[list[int]], b: list[list[int]]) -> DistributionCheck:
+    """Two-sample chi-square per position; tokens seen fewer than 5 times in all are pooled."""
+    p_values, tvs = [], []
+    for col_a, col_b in zip(a, b):
+        cats, inv = np.unique(np.array(col_a + col_b), return_inverse=True)
+        ca = np.bincount(inv[: len(col_a)], minlength=len(cats))
+        cb = np.bincount(inv[len(col_a):], minlength=len(cats))
+        tvs.append(0.5 * float(np.abs(ca / len(col_a) - cb / len(col_b)).sum()))
+        common = (ca + cb) >= 5
+        table = np.array([np.append(ca[common], ca[~common].sum()), np.append(cb[common], cb[~common].sum())])
+        table = table[:, table.sum(axis=0) > 0]
+        p_values.append(1.0 if table.shape[1] < 2 else float(chi2_contingency(table)[1]))
+    return DistributionCheck(m=len(a), samples=len(a[0]), p_values=p_values, tv_distance=tvs)
+
+
+def distribution_check(pair: LoadedPair, prompt: list[int], m: int, samples: int, k: int,
+                       cfg: SamplingConfig) -> DistributionCheck:
+    """Regular vs speculative next-m-token distributions at cfg's temperature (must be > 0)."""
+    if cfg.greedy:
+        raise ConfigError("the distribution check needs --temp > 0 (at 0 both are deterministic)")
+    if m < 1 or samples < 10:
+        raise ConfigError("the distribution check needs m >= 1 and at least 10 samples")
+
+    def run(mode: str) -> Callable[[int], list[int]]:
+        return lambda seed: pair.generate(mode, prompt, m, k, SamplingConfig(
+            cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed * 1_000_003 + seed + (0 if mode == "target" else 500_009))).tokens
+
+    return compare_samples(sample_positions(run("target"), m, samples), sample_positions(run("speculative"), m, samples))
