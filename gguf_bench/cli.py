@@ -425,6 +425,133 @@ def report(paths: Annotated[Optional[list[Path]], typer.Argument(help="results .
         console.print(f"wrote {rep.plot(summary, plot, plot_metric)}")
 
 
+# --- quality: eval, check-dist, compare ----------------------------------------------------------
+
+KOpt = Annotated[int, typer.Option("--draft-max", "-K", help="draft length K")]
+NglOpt = Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target layers on the GPU: a number or 'all'")]
+NgldOpt = Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft layers on the GPU")]
+TempOpt = Annotated[float, typer.Option("--temp", help="temperature, 0 = greedy")]
+
+
+def _load(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed):
+    from gguf_bench.backend import parse_layers
+    from gguf_bench.bench import LoadConfig, LoadedPair
+
+    load = LoadConfig(parse_layers(ngl), parse_layers(ngld), ctx_size, threads, seed)
+    files = _pair_files(pair, target, draft, registry)
+    files.check_compatible()
+    _warn_offload(ngl, ngld)
+    return files, LoadedPair(files, load)
+
+
+@_command
+def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
+         nb_prompts: Annotated[int, typer.Option("--nb-prompts", help="number of multiplication prompts")] = 100,
+         seed: Annotated[int, typer.Option("--seed", help="seed for the prompts and for sampling")] = 0,
+         temp: TempOpt = 0.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, k: KOpt = 4, ngl: NglOpt = "0",
+         ngld: NgldOpt = "0", n_predict: NPredictOpt = 12, threads: ThreadsOpt = None, ctx_size: CtxOpt = 512,
+         name: Annotated[Optional[str], typer.Option("--name", help="store in results/NAME.jsonl")] = None,
+         json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+         registry: RegistryOpt = None) -> None:
+    """Multiplication benchmark: regular vs speculative success rates with 95% Wald intervals."""
+    import json
+
+    from rich.progress import MofNCompleteColumn
+
+    from gguf_bench.quality import mul_prompts, run_eval
+    from gguf_bench.results import append_record, environment, model_record, now_iso, results_dir
+    from gguf_bench.sampling import SamplingConfig
+
+    prompts = mul_prompts(nb_prompts, seed)
+    cfg = SamplingConfig(temp, top_k, top_p, seed)
+    if k < 1 or n_predict < 1:
+        raise BenchError("--draft-max and --n-predict must be >= 1")
+    files, loaded = _load(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
+    with loaded, Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                          console=err, transient=True) as bar:
+        task = bar.add_task("eval", total=len(prompts))
+        res = run_eval(loaded, prompts, k, cfg, n_predict, progress=lambda i: bar.update(task, completed=i))
+    record = {"kind": "eval", "time": now_iso(), "pair": files.name, "env": environment(),
+              "models": {"target": model_record(files.target), "draft": model_record(files.draft)},
+              "config": {"nb_prompts": nb_prompts, "seed": seed, "temperature": temp, "top_k": top_k, "top_p": top_p,
+                         "k": k, "ngl": ngl, "ngld": ngld, "n_predict": n_predict},
+              "metrics": {"n": res.n, "regular_ok": res.regular_ok, "speculative_ok": res.speculative_ok,
+                          "identical": res.identical, "p_value": res.p_value, "acceptance": res.acceptance},
+              "rows": res.rows}
+    out = results_dir() / f"{name or 'eval-' + now_iso().replace(':', '').replace('-', '').replace('+0000', '')}.jsonl"
+    append_record(out, record)
+    if json_out:
+        sys.stdout.write(json.dumps(record, default=str) + "\n")
+        return
+    table = Table(title=f"multiplication benchmark: {files.name}, {res.n} prompts, T={temp:g}, K={k}")
+    for col in ("generation", "correct", "success rate", "95% Wald interval"):
+        table.add_column(col, justify="left" if col == "generation" else "right")
+    for mode, ok in (("regular (target alone)", res.regular_ok), ("speculative", res.speculative_ok)):
+        p, lo, hi = res.interval("regular" if mode.startswith("regular") else "speculative")
+        table.add_row(mode, f"{ok}/{res.n}", f"{p:.1%}", f"[{lo:.1%}, {hi:.1%}]")
+    console.print(table)
+    verdict = "differ significantly" if res.differ else "do not differ significantly"
+    console.print(f"success rates {verdict} (two-proportion z-test p = {res.p_value:.3g}); "
+                  f"draft acceptance {res.acceptance:.1%}")
+    if temp == 0:
+        console.print(f"identical outputs (greedy): {res.identical}/{res.n} ({res.identical / res.n:.0%})"
+                      + ("" if res.identical == res.n else "  [bold red]expected 100%: the loop is wrong[/bold red]"))
+    console.print(f"stored in {out}")
+
+
+@_command
+def check_dist(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
+               prompt: Annotated[str, typer.Option("--prompt", "-p", help="prompt text")] = "Once upon a time",
+               m: Annotated[int, typer.Option("-m", help="tokens to sample after the prompt")] = 3,
+               samples: Annotated[int, typer.Option("--samples", help="generations per side")] = 200,
+               temp: TempOpt = 1.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, k: KOpt = 4, seed: SeedOpt = 0,
+               ngl: NglOpt = "0", ngld: NgldOpt = "0", threads: ThreadsOpt = None, ctx_size: CtxOpt = 512,
+               registry: RegistryOpt = None) -> None:
+    """Sample the next m tokens many times both ways and test that the distributions agree."""
+    from gguf_bench.quality import distribution_check
+    from gguf_bench.sampling import SamplingConfig
+
+    cfg = SamplingConfig(temp, top_k, top_p, seed)
+    files, loaded = _load(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
+    with loaded, console.status(f"sampling {samples} x {m} tokens each way ..."):
+        check = distribution_check(loaded, loaded.prompt_tokens(prompt), m, samples, k, cfg)
+    table = Table(title=f"{files.name}: next {m} tokens, {samples} samples each, T={temp:g}, K={k}")
+    for col in ("position", "chi-square p", "total variation"):
+        table.add_column(col, justify="right")
+    for j, (p, tv) in enumerate(zip(check.p_values, check.tv_distance), 1):
+        table.add_row(str(j), f"{p:.3g}", f"{tv:.3f}")
+    console.print(table)
+    console.print(check.verdict())
+    if not check.same:
+        raise typer.Exit(2)
+
+
+@_command
+def compare(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
+            prompt: Annotated[str, typer.Option("--prompt", "-p", help="prompt text")] = "def fibonacci(n):",
+            chat: Annotated[bool, typer.Option("--chat", help="wrap the prompt in the model's chat template")] = False,
+            n_predict: NPredictOpt = 96, k: KOpt = 4, temp: TempOpt = 0.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0,
+            seed: SeedOpt = 0, ngl: NglOpt = "0", ngld: NgldOpt = "0", threads: ThreadsOpt = None,
+            ctx_size: CtxOpt = 2048, registry: RegistryOpt = None) -> None:
+    """Regular and speculative generation of one prompt, live and side by side."""
+    from gguf_bench.live import SideBySide
+    from gguf_bench.sampling import SamplingConfig
+
+    cfg = SamplingConfig(temp, top_k, top_p, seed)
+    files, loaded = _load(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
+    with loaded:
+        tokens = loaded.prompt_tokens(prompt, chat)
+        loaded.check_fits(len(tokens), n_predict, k)
+        loaded.generate("speculative", tokens, min(16, n_predict), k, cfg)  # warm-up: both models' first decodes are slow
+        view = SideBySide(loaded.target.detokenize, f"regular: {files.target.name}",
+                          f"speculative K={k}: + {files.draft.name}")
+        with view.live(console):
+            regular = loaded.generate("target", tokens, n_predict, k, cfg, view.on_round("regular"))
+            spec = loaded.generate("speculative", tokens, n_predict, k, cfg, view.on_round("speculative"))
+    console.print()
+    console.print(view.summary(regular, spec))
+
+
 def main() -> None:
     app(prog_name="gguf-bench")
 
