@@ -202,6 +202,9 @@ class Model:
             out += buf.raw[:max(n, 0)]
         return out.decode("utf-8", "replace")
 
+    def has_chat_template(self) -> bool:
+        return bool(self._lib.llama_model_chat_template(self._model, None))
+
     def chat_prompt(self, user_text: str) -> str:
         """`user_text` wrapped in the model's own chat template (as one user turn)."""
         tmpl = self._lib.llama_model_chat_template(self._model, None)

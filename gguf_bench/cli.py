@@ -174,7 +174,8 @@ def _resolve_items(items: list[str], registry: Path | None, fetch_missing: bool)
     from gguf_bench.download import fetch, locate
     from gguf_bench.registry import load_registry
 
-    if len(items) == 1 and not Path(items[0]).exists():
+    looks_like_path = any(i.endswith(".gguf") or "/" in i for i in items)
+    if len(items) == 1 and not looks_like_path:
         reg = load_registry(registry)
         pair = reg.pair(items[0])
         paths = []
@@ -190,7 +191,8 @@ def _resolve_items(items: list[str], registry: Path | None, fetch_missing: bool)
         return paths, [f"target: {pair.target.name}", f"draft: {pair.draft.name}"]
     missing = [i for i in items if not Path(i).is_file()]
     if missing:
-        raise BenchError(f"{missing[0]} is neither a file nor a pair name; `gguf-bench models` lists pairs")
+        raise BenchError(f"model file {missing[0]} does not exist (to name a pair, give its name alone; "
+                         "`gguf-bench models` lists them)")
     labels = ["target", "draft"] if len(items) == 2 else [Path(i).name for i in items]
     return [Path(i) for i in items], labels
 

@@ -165,7 +165,9 @@ def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cel
             yield _record(static, files, grid, load, cell, None, None, f"model load failed: {exc}")
         return
     with pair:
-        tokens = {p.id: pair.prompt_tokens(p.text, p.chat) for p in grid.prompts}
+        # chat prompts go through the target's template; a model without one gets the plain text
+        chat_ok = pair.target.has_chat_template()
+        tokens = {p.id: pair.prompt_tokens(p.text, p.chat and chat_ok) for p in grid.prompts}
         for p in grid.prompts:
             pair.check_fits(len(tokens[p.id]), grid.n_predict, max(grid.ks))
         _warm_up(pair, tokens[grid.prompts[0].id], grid)

@@ -1,0 +1,147 @@
+"""The real CLI on tiny pairs: info, run, compare, eval, check-dist, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from gguf_bench.cli import app
+from gguf_bench.tinymodels import TinySpec, make_pair
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def pair_args(files) -> list[str]:
+    return ["--target", str(files[0]), "--draft", str(files[1])]
+
+
+def assert_user_error(result, *needles: str) -> None:
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def incompatible(tmp_path_factory):
+    return make_pair(tmp_path_factory.mktemp("incompat"), seed=0, draft_spec=TinySpec(extra_tokens=200))
+
+
+def test_info_compatible_pair(tiny_pairs):
+    result = invoke("info", *map(str, tiny_pairs["middle"]))
+    assert result.exit_code == 0, result.output
+    assert "llama-cpp-python 0.3" in result.output and "GPU offload:" in result.output
+    assert "llama" in result.output and "266 (bpe)" in result.output
+    assert "compatible: yes" in result.output
+
+
+def test_info_incompatible_pair_names_the_rule(incompatible):
+    result = invoke("info", *map(str, incompatible))
+    assert result.exit_code == 0
+    assert "compatible: NO" in result.output and "vocab size" in result.output and "BOS id" in result.output
+
+
+def test_info_not_gguf_and_missing(tmp_path):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all")
+    assert_user_error(invoke("info", str(junk)), "is not a GGUF file")
+    assert_user_error(invoke("info", str(tmp_path / "ghost.gguf")), "ghost.gguf does not exist")
+
+
+def test_models_lists_pairs_and_default():
+    result = invoke("models")
+    assert result.exit_code == 0
+    assert "gemma-270m-f32+q4km (default)" in result.output and "llama3-70b+8b" in result.output
+    assert "unverified" in result.output
+
+
+def test_run_prints_the_three_rows(tiny_pairs):
+    result = invoke("run", *pair_args(tiny_pairs["middle"]), "-n", "40", "-K", "3", "-r", "2", "--show-text")
+    assert result.exit_code == 0, result.output
+    for needle in ("(target alone)", "(draft alone)", "speculative, K=3", "0/5", "gain %"):
+        assert needle in result.output, result.output
+    assert result.output.count("± ") >= 3  # mean ± std over 2 repetitions
+
+
+def test_run_json_records(tiny_pairs):
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "20", "--json")
+    records = json.loads(result.stdout)
+    assert [r["mode"] for r in records] == ["target", "draft", "speculative"]
+    spec = records[2]["metrics"]
+    assert spec["acceptance"] == 1.0 and spec["n_tokens"] == 20
+    assert records[0]["metrics"]["text"] == spec["text"]
+    assert records[0]["env"]["llama_cpp_python"].startswith("0.3")
+
+
+def test_run_warns_about_offload_on_a_cpu_build(tiny_pairs):
+    from gguf_bench.backend import gpu_offload_supported
+
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "5", "-ngl", "all", "-ngld", "3")
+    assert result.exit_code == 0
+    assert ("cannot offload" in result.stderr) != gpu_offload_supported()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["-K", "0"], "draft lengths (-K) must be >= 1"),
+    (["-n", "0"], "--n-predict must be >= 1"),
+    (["--temp", "-1"], "--temp must be >= 0"),
+    (["-ngl", "lots"], "GPU layers must be a number or 'all'"),
+    (["--ctx-size", "64", "-p", "word " * 80], "do not fit in --ctx-size 64"),
+])
+def test_run_bad_input(tiny_pairs, args, needle):
+    assert_user_error(invoke("run", *pair_args(tiny_pairs["high"]), *args), needle)
+
+
+def test_run_incompatible_pair(incompatible):
+    assert_user_error(invoke("run", *pair_args(incompatible)), "cannot draft for", "vocab size")
+
+
+def test_run_model_that_fails_to_load(tmp_path, tiny_pairs):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(tiny_pairs["high"][0].read_bytes()[:5000])  # GGUF magic, truncated body
+    assert_user_error(invoke("run", "--target", str(broken), "--draft", str(tiny_pairs["high"][1])))
+
+
+def test_run_unknown_pair_and_bad_registry(tmp_path):
+    assert_user_error(invoke("run", "gemma-270m-f32+q4kn"), "Did you mean: gemma-270m-f32+q4km")
+    bad = tmp_path / "models.yaml"
+    bad.write_text("models: {a: {path: x.gguf}}\npairs: {p: {target: a, draft: zz}}\ndefault: p\n")
+    assert_user_error(invoke("run", "p", "--registry", str(bad)), str(bad), "pairs.p.draft")
+
+
+def test_compare_shows_both_and_a_summary(tiny_pairs):
+    result = invoke("compare", *pair_args(tiny_pairs["middle"]), "-n", "30", "-K", "3")
+    assert result.exit_code == 0, result.output
+    assert "regular: tiny-target.gguf" in result.output and "speculative K=3" in result.output
+    assert "acceptance" in result.output and "gain" in result.output and "identical output" in result.output
+
+
+def test_eval_on_tiny_pair_stores_a_record(tiny_pairs, isolated):
+    result = invoke("eval", *pair_args(tiny_pairs["low"]), "--nb-prompts", "6", "-n", "6", "--name", "ev")
+    assert result.exit_code == 0, result.output
+    assert "identical outputs (greedy): 6/6 (100%)" in result.output
+    record = json.loads((isolated / "results" / "ev.jsonl").read_text())
+    assert record["kind"] == "eval" and len(record["rows"]) == 6
+
+
+def test_check_dist_passes_on_a_correct_loop(tiny_pairs):
+    result = invoke("check-dist", *pair_args(tiny_pairs["middle"]), "--samples", "150", "-m", "2")
+    assert result.exit_code == 0, result.output
+    assert "no evidence of a difference" in result.output
+
+
+def test_console_script_reports_errors_without_traceback(tmp_path):
+    env = {**os.environ, "GGUF_BENCH_CACHE": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "gguf_bench.cli", "run", "--target", "nope.gguf", "--draft", "x"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and proc.stderr.strip() == "Error: model file nope.gguf does not exist"

@@ -1,0 +1,230 @@
+"""Grids, stored results that survive a kill, and report arithmetic."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from gguf_bench.backend import ALL_LAYERS
+from gguf_bench.cli import app
+from gguf_bench.errors import ConfigError
+from gguf_bench.report import render, summarize, to_frame
+from gguf_bench.results import read_records
+from gguf_bench.sweep import parse_float_list, parse_int_list
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("1,2,4,8", [1, 2, 4, 8]), ("1-4", [1, 2, 3, 4]), ("1-8+2", [1, 3, 5, 7]), ("1-16*2", [1, 2, 4, 8, 16]),
+    ("3", [3]), ("2,1-3", [2, 1, 3]), (" 1, 2 ", [1, 2]),
+])
+def test_int_grid_specs(spec, want):
+    assert parse_int_list(spec, "K") == want
+
+
+def test_layer_specs_accept_all():
+    assert parse_int_list("0,16,all", "-ngl", allow_all=True) == [0, 16, ALL_LAYERS]
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("a", "bad K value 'a'"), ("4-1", "bad K range '4-1'"), ("1-8+0", "step >= 1"), ("1-8*1", "factor >= 2"),
+    ("all", "bad K value 'all'"), ("1,,2", "bad K value ''"),
+])
+def test_bad_int_grid_specs(spec, needle):
+    with pytest.raises(ConfigError, match=None) as exc:
+        parse_int_list(spec, "K")
+    assert needle in str(exc.value)
+
+
+def test_float_specs():
+    assert parse_float_list("0,0.7,1", "temperature") == [0.0, 0.7, 1.0]
+    with pytest.raises(ConfigError, match="bad temperature list"):
+        parse_float_list("0,hot", "temperature")
+
+
+# --- report arithmetic on hand-written records ---------------------------------------------
+
+
+def rec(mode, tps, k=0, rep=0, ngl=0, temp=0.0, acc=None, error=None, prompt="p1"):
+    return {"pair": "P", "mode": mode, "error": error,
+            "config": {"k": k, "ngl": ngl, "ngld": 0, "temperature": temp, "n_predict": 64, "prompt_id": prompt,
+                       "repetition": rep},
+            "metrics": None if error else {"tokens_per_s": tps, "ms_per_token": 1000 / tps, "acceptance": acc,
+                                           "tokens_per_round": None},
+            "offload": {"target": f"{ngl}/29", "draft": "0/29"},
+            "models": {"target": {"file": "t.gguf"}, "draft": {"file": "d.gguf"}}}
+
+
+def test_report_means_std_gain_and_best_k():
+    records = [rec("target", 10, rep=0), rec("target", 12, rep=1),
+               rec("speculative", 14, k=2, acc=0.9), rec("speculative", 16, k=2, rep=1, acc=0.8),
+               rec("speculative", 12, k=4, acc=0.7), rec("speculative", 13, k=4, rep=1, acc=0.6),
+               rec("speculative", 0, k=8, error="out of memory")]
+    s = summarize(to_frame(records)).set_index(["mode", "k"])
+    assert s.loc[("target", 0), "tokens_per_s"] == pytest.approx(11)
+    assert s.loc[("target", 0), "tokens_per_s_std"] == pytest.approx(pd.Series([10, 12]).std())
+    assert s.loc[("speculative", 2), "gain_pct"] == pytest.approx(100 * (15 / 11 - 1))
+    assert s.loc[("speculative", 4), "gain_pct"] == pytest.approx(100 * (12.5 / 11 - 1))
+    assert s.loc[("speculative", 2), "acceptance"] == pytest.approx(0.85)
+    assert bool(s.loc[("speculative", 2), "best_k"]) and not bool(s.loc[("speculative", 4), "best_k"])
+    assert s.loc[("speculative", 8), "failed"] == 1 and s.loc[("speculative", 8), "runs"] == 0
+
+
+def test_report_baseline_matches_offload_and_temperature():
+    records = [rec("target", 10, ngl=0), rec("target", 20, ngl=99), rec("speculative", 15, k=2, ngl=0),
+               rec("speculative", 30, k=2, ngl=99), rec("speculative", 5, k=2, temp=0.7)]
+    s = summarize(to_frame(records))
+    spec = s[s["mode"] == "speculative"].set_index(["ngl", "temperature"])
+    assert spec.loc[("0", 0.0), "gain_pct"] == pytest.approx(50)
+    assert spec.loc[("99", 0.0), "gain_pct"] == pytest.approx(50)
+    assert pd.isna(spec.loc[("0", 0.7), "gain_pct"])  # no baseline at that temperature: no gain claimed
+
+
+def test_report_by_prompt_keeps_prompts_apart():
+    records = [rec("target", 10, prompt="a"), rec("target", 20, prompt="b"),
+               rec("speculative", 15, k=2, prompt="a"), rec("speculative", 20, k=2, prompt="b")]
+    by = summarize(to_frame(records), by_prompt=True).set_index(["prompt_id", "mode"])
+    assert by.loc[("a", "speculative"), "gain_pct"] == pytest.approx(50)
+    assert by.loc[("b", "speculative"), "gain_pct"] == pytest.approx(0)
+    pooled = summarize(to_frame(records)).set_index("mode")
+    assert pooled.loc["speculative", "gain_pct"] == pytest.approx(100 * (17.5 / 15 - 1))
+
+
+def test_markdown_has_the_notebook_shape():
+    md = render(summarize(to_frame([rec("target", 10), rec("speculative", 13, k=3, acc=0.7)])), "md")
+    lines = md.splitlines()
+    assert lines[0].startswith("| model | GPU layers offload | tokens/s | gain % |")
+    assert "| t (target alone) | 0/29 | 10.00 |" in md
+    assert "| t + d, K=3 | 0/29 + 0/29 | 13.00 | +30.0% | 70.0% |" in md
+
+
+# --- sweeps on a tiny pair through the CLI ---------------------------------------------------
+
+
+def sweep_args(files, name, *extra):
+    return ["sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", name, "-n", "24",
+            "--prompt-ids", "code-short,chat-short", *extra]
+
+
+def test_sweep_stores_every_cell_and_resume_does_nothing_twice(tiny_pairs, isolated):
+    args = sweep_args(tiny_pairs["middle"], "s1", "-K", "1-3", "--temp", "0,0.8", "-r", "2")
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    out = isolated / "results" / "s1.jsonl"
+    records = read_records(out)
+    # 2 temps x 2 prompts x 2 reps x (target + draft + 3 K)
+    assert len(records) == 2 * 2 * 2 * 5 and len({r["cell"] for r in records}) == len(records)
+    assert all(r["env"]["llama_cpp_python"] and r["models"]["target"]["sha256"] for r in records)
+    assert "speculative, K=" in first.output and "★ best" in first.output
+    again = runner.invoke(app, args + ["--resume"])
+    assert again.exit_code == 0 and "40 cells already done, 0 to go" in again.output
+    assert len(read_records(out)) == 40
+    clash = runner.invoke(app, args)
+    assert clash.exit_code == 1 and "already exists" in clash.stderr
+
+
+def test_sweep_killed_then_resumed_runs_every_cell_once(tiny_pairs, isolated):
+    args = sweep_args(tiny_pairs["low"], "killed", "-K", "1-6", "-r", "3", "-n", "400", "--ctx-size", "1024")
+    cmd = [sys.executable, "-m", "gguf_bench.cli", *args]
+    out = isolated / "results" / "killed.jsonl"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    deadline = time.time() + 60
+    while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 5):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(read_records(out))
+    total = 2 * 3 * (2 + 6)
+    assert 5 <= done_before < total, done_before
+    resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, env=os.environ.copy())
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming: {done_before} cells already done" in resumed.stdout
+    counts = Counter(r["cell"] for r in read_records(out))
+    assert len(counts) == total and set(counts.values()) == {1}
+
+
+def test_sweep_records_a_failed_setting_and_goes_on(tmp_path, tiny_pairs, isolated):
+    """The target file is truncated when the second offload setting starts loading (as when a
+    file goes bad mid-sweep): that setting's cells are recorded with the error, the rest run."""
+    from gguf_bench.bench import PairFiles
+    from gguf_bench.prompts import builtin
+    from gguf_bench.sweep import Grid, SweepEvents, run_sweep
+
+    target = tmp_path / "target.gguf"
+    target.write_bytes(tiny_pairs["high"][0].read_bytes())
+    loads = []
+
+    def loading(load):
+        loads.append(load)
+        if len(loads) == 2:
+            target.write_bytes(target.read_bytes()[:5000])
+
+    grid = Grid(ks=[2], ngls=[0, 1], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), n_predict=8)
+    out = isolated / "results" / "bad.jsonl"
+    run_sweep("bad", PairFiles(target, tiny_pairs["high"][1], "p"), grid, out, False, SweepEvents(loading=loading))
+    records = read_records(out)
+    assert len(records) == 6
+    ok, failed = records[:3], records[3:]
+    assert all(r["error"] is None and r["config"]["ngl"] == 0 for r in ok)
+    assert all(r["error"].startswith("model load failed") and r["config"]["ngl"] == 1 for r in failed)
+    summary = summarize(to_frame(records))
+    assert summary["failed"].sum() == 3
+
+
+def test_sweep_refuses_a_model_that_does_not_load_before_starting(tmp_path, tiny_pairs):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(tiny_pairs["high"][0].read_bytes()[:5000])
+    result = runner.invoke(app, ["sweep", "--target", str(broken), "--draft", str(tiny_pairs["high"][1]),
+                                 "--name", "bad", "-K", "2", "--prompt-ids", "code-short", "-n", "8"])
+    assert result.exit_code == 1 and "could not read" in result.stderr
+
+
+def test_report_formats_and_plot(tiny_pairs, isolated, tmp_path):
+    assert runner.invoke(app, sweep_args(tiny_pairs["middle"], "r", "-K", "1,2,4")).exit_code == 0
+    results = str(isolated / "results")
+    table = runner.invoke(app, ["report", results])
+    assert table.exit_code == 0 and "gain %" in table.output
+    md = runner.invoke(app, ["report", results, "--format", "md"])
+    assert md.stdout.startswith("| model | GPU layers offload | tokens/s | gain % |")
+    csv_path = tmp_path / "r.csv"
+    assert runner.invoke(app, ["report", results, "--format", "csv", "-o", str(csv_path)]).exit_code == 0
+    frame = pd.read_csv(csv_path)
+    assert set(frame["mode"]) == {"target", "draft", "speculative"} and frame["best_k"].sum() == 1
+    as_json = json.loads(runner.invoke(app, ["report", results, "--format", "json"]).stdout)
+    assert len(as_json) == len(frame)
+    lines = runner.invoke(app, ["report", results, "--format", "jsonl"]).stdout.splitlines()
+    assert len(lines) == len(frame) and json.loads(lines[0])["pair"]
+    png = tmp_path / "plot.png"
+    plotted = runner.invoke(app, ["report", results, "--plot", str(png)])
+    assert plotted.exit_code == 0, plotted.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    assert matplotlib.image.imread(png).shape[0] > 100
+
+
+def test_report_bad_input(tmp_path):
+    assert runner.invoke(app, ["report", str(tmp_path / "none.jsonl")]).exit_code == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = runner.invoke(app, ["report", str(empty)])
+    assert result.exit_code == 1 and "no .jsonl results" in result.stderr
+    bad_fmt = runner.invoke(app, ["report", str(empty), "--format", "xml"])
+    assert bad_fmt.exit_code == 1 and "unknown --format" in bad_fmt.stderr
+
+
+def test_sweep_bad_specs(tiny_pairs):
+    result = runner.invoke(app, sweep_args(tiny_pairs["high"], "x", "-K", "0-2"))
+    assert result.exit_code == 1 and "draft lengths (-K) must be >= 1" in result.stderr
+    result = runner.invoke(app, sweep_args(tiny_pairs["high"], "x", "-ngl", "many"))
+    assert result.exit_code == 1 and "bad -ngl value 'many'" in result.stderr
