@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -130,6 +131,7 @@ class Model:
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self.n_past = 0  # tokens whose KV entries are in the cache
         self.seed = seed
+        self.llama_decode_s = 0.0  # total time inside llama_decode (benchmarks subtract it from wall time)
 
     # --- what the generation loop drives (see speculative.LanguageModel) ---
 
@@ -162,7 +164,9 @@ class Model:
             b.seq_id[i][0] = 0
             b.logits[i] = i >= first_logit
         b.n_tokens = len(chunk)
+        t = time.perf_counter()
         rc = self._lib.llama_decode(self._ctx, b)
+        self.llama_decode_s += time.perf_counter() - t
         if rc != 0:
             raise ModelError(f"llama_decode failed with code {rc} in {self.path.name}: {_last_error()}")
         self.n_past += len(chunk)
@@ -230,7 +234,7 @@ class Model:
             self._lib.llama_model_free(self._model)
             self._ctx = None
 
-    def __enter__(self) -> "Model":
+    def __enter__(self) -> Model:
         return self
 
     def __exit__(self, *exc) -> None:

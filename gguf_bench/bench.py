@@ -89,7 +89,7 @@ class LoadedPair:
         self.target.close()
         self.draft.close()
 
-    def __enter__(self) -> "LoadedPair":
+    def __enter__(self) -> LoadedPair:
         return self
 
     def __exit__(self, *exc) -> None:

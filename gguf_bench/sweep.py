@@ -8,9 +8,9 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from gguf_bench.backend import ALL_LAYERS, parse_layers
 from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles, load_config_dict, metrics

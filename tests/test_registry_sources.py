@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
 from gguf_bench.download import fetch, locate
 from gguf_bench.errors import DownloadError, RegistryError
 from gguf_bench.ggufinfo import read_info
 from gguf_bench.registry import DerivedSource, HubSource, PypiSource, load_registry
+
+from conftest import REPO_ROOT
 
 
 def test_every_shipped_pair_parses():
