@@ -504,7 +504,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
 @_command
 def check_dist(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                prompt: Annotated[str, typer.Option("--prompt", "-p", help="prompt text")] = "Once upon a time",
-               m: Annotated[int, typer.Option("-m", help="tokens to sample after the prompt")] = 3,
+               m: Annotated[int, typer.Option("-m", help="tokens to sample after the prompt (>= 3)")] = 4,
                samples: Annotated[int, typer.Option("--samples", help="generations per side")] = 200,
                temp: TempOpt = 1.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, k: KOpt = 4, seed: SeedOpt = 0,
                ngl: NglOpt = "0", ngld: NgldOpt = "0", threads: ThreadsOpt = None, ctx_size: CtxOpt = 512,

@@ -182,8 +182,11 @@ def distribution_check(pair: LoadedPair, prompt: list[int], m: int, samples: int
     """Regular vs speculative next-m-token distributions at cfg's temperature (must be > 0)."""
     if cfg.greedy:
         raise ConfigError("the distribution check needs --temp > 0 (at 0 both are deterministic)")
-    if m < 1 or samples < 10:
-        raise ConfigError("the distribution check needs m >= 1 and at least 10 samples")
+    if m < 3 or samples < 10:
+        # token 1 comes from the prompt's logits and a round never drafts past n_predict - 1,
+        # so the draft takes part from m = 3 on
+        raise ConfigError("the distribution check needs -m >= 3 (the draft only takes part from the second token) "
+                          "and at least 10 samples")
 
     def run(mode: str) -> Callable[[int], list[int]]:
         return lambda seed: pair.generate(mode, prompt, m, k, SamplingConfig(

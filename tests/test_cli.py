@@ -135,7 +135,7 @@ def test_eval_on_tiny_pair_stores_a_record(tiny_pairs, isolated):
 
 
 def test_check_dist_passes_on_a_correct_loop(tiny_pairs):
-    result = invoke("check-dist", *pair_args(tiny_pairs["middle"]), "--samples", "150", "-m", "2")
+    result = invoke("check-dist", *pair_args(tiny_pairs["middle"]), "--samples", "150", "-m", "4")
     assert result.exit_code == 0, result.output
     assert "no evidence of a difference" in result.output
 

@@ -83,10 +83,10 @@ def test_end_of_sequence_inside_a_draft(tmp_path, tiny_pairs):
 
 
 def test_sampled_generation_matches_target_distribution(loaded):
-    """End to end at temperature 1: token distributions at positions 1..3 agree."""
+    """End to end at temperature 1: token distributions at positions 1..5 agree."""
     pair = loaded["middle"]
     prompt = pair.prompt_tokens("Hi")
-    check = distribution_check(pair, prompt, m=3, samples=600, k=3, cfg=SamplingConfig(1.0, seed=7))
+    check = distribution_check(pair, prompt, m=5, samples=600, k=3, cfg=SamplingConfig(1.0, seed=7))
     assert check.same, (check.p_values, check.tv_distance)
 
 
@@ -99,7 +99,7 @@ def test_distribution_check_catches_a_broken_sampler(loaded):
     def run(model):
         return lambda seed: generate_regular(model, prompt, 3, SamplingConfig(1.0, seed=seed)).tokens
 
-    broken = compare_samples(sample_positions(run(pair.target), 3, 600), sample_positions(run(pair.draft), 3, 600))
+    broken = compare_samples(sample_positions(run(pair.target), 4, 600), sample_positions(run(pair.draft), 4, 600))
     assert not broken.same, broken.p_values
     assert cfg.temperature == 1.0
 

@@ -1,0 +1,100 @@
+"""Quality evidence: Wald intervals, eval prompts and answers, the distribution check."""
+
+from __future__ import annotations
+
+import pytest
+
+import gguf_bench.speculative as speculative
+from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.errors import ConfigError
+from gguf_bench.quality import (
+    distribution_check,
+    mul_prompts,
+    parse_answer,
+    two_proportion_p_value,
+    wald_interval,
+)
+from gguf_bench.sampling import SamplingConfig, draw
+
+
+def test_wald_interval_against_hand_computed_values():
+    # p = 0.8, n = 100: 1.96 * sqrt(0.8 * 0.2 / 100) = 0.0784
+    p, lo, hi = wald_interval(80, 100)
+    assert p == 0.8 and lo == pytest.approx(0.8 - 0.078399, abs=1e-5) and hi == pytest.approx(0.878399, abs=1e-5)
+    # p = 0.5, n = 25: 1.96 * 0.1 = 0.196
+    assert wald_interval(12.5, 25)[1:] == pytest.approx((0.304, 0.696), abs=1e-3)
+    assert wald_interval(0, 10) == (0.0, 0.0, 0.0)  # Wald's known degenerate case at the edges
+    assert wald_interval(10, 10) == (1.0, 1.0, 1.0)
+    assert wald_interval(1, 10)[1] == 0.0  # clipped at 0: 0.1 - 0.186 < 0
+
+
+def test_two_proportion_test():
+    assert two_proportion_p_value(50, 100, 50, 100) == pytest.approx(1.0)
+    # 60/100 vs 40/100: z = 0.2 / sqrt(0.5 * 0.5 * 0.02) = 2.828 -> p = 0.00468
+    assert two_proportion_p_value(60, 100, 40, 100) == pytest.approx(0.004678, abs=1e-5)
+    assert two_proportion_p_value(0, 10, 0, 10) == 1.0
+
+
+def test_eval_prompts_are_deterministic_for_a_seed():
+    a, b, c = mul_prompts(50, seed=1), mul_prompts(50, seed=1), mul_prompts(50, seed=2)
+    assert a == b and a != c
+    assert all(1 <= p.a <= 99 and 1 <= p.b <= 99 for p in a)
+    assert f"What is {a[0].a} times {a[0].b}?" in a[0].text
+    with pytest.raises(ConfigError):
+        mul_prompts(0)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1081", 1081), (" 1081", 1081), (" = 1,081.", 1081), ("The answer is 1081.", 1081),
+    ("**1081**", 1081), ("1081\nExplanation: 23 * 47", 1081), ("12,3 and more", 12), ("-5", -5),
+])
+def test_answer_parser_reads_usual_forms(text, value):
+    assert parse_answer(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "I don't know", "one thousand"])
+def test_answer_parser_rejects_non_answers(text):
+    assert parse_answer(text) is None
+
+
+def test_answer_parser_does_not_accept_wrong_numbers():
+    assert parse_answer("108") != 1081 and parse_answer("10810") != 1081
+
+
+def replacement_from_target(q, p, drafted, rng):
+    """The classic bug: on rejection, sample the replacement from q instead of max(0, q - p)."""
+    for i, d in enumerate(drafted):
+        if rng.random() * p[i][d] >= q[i, d]:
+            return i, draw(q[i], rng)
+    return len(drafted), draw(q[len(drafted)], rng)
+
+
+@pytest.fixture(scope="module")
+def low_pair(tiny_pairs):
+    with LoadedPair(PairFiles(*tiny_pairs["low"], "low"), LoadConfig(n_ctx=256, threads=1)) as pair:
+        yield pair
+
+
+# top-k 5 keeps the categories few enough for 2000 samples to see the bug's effect; m = 4 with K = 3
+# lets the draft propose tokens 2 and 3 in the first round (token 1 always comes from the target).
+CHECK = {"m": 4, "samples": 2000, "k": 3, "cfg": SamplingConfig(1.0, top_k=5, seed=3)}
+
+
+def test_distribution_check_passes_on_the_correct_loop(low_pair):
+    check = distribution_check(low_pair, low_pair.prompt_tokens("Hi"), **CHECK)
+    assert check.same, check.p_values
+    assert "no evidence of a difference" in check.verdict()
+
+
+def test_distribution_check_fails_on_a_broken_sampler(low_pair, monkeypatch):
+    monkeypatch.setattr(speculative, "accept_sampled", replacement_from_target)
+    check = distribution_check(low_pair, low_pair.prompt_tokens("Hi"), **CHECK)
+    assert not check.same, check.p_values
+    assert "does NOT reproduce" in check.verdict()
+
+
+def test_distribution_check_needs_sampling(low_pair):
+    with pytest.raises(ConfigError, match="--temp > 0"):
+        distribution_check(low_pair, [1, 2], 4, 100, 3, SamplingConfig(0.0))
+    with pytest.raises(ConfigError, match="-m >= 3"):
+        distribution_check(low_pair, [1, 2], 2, 100, 3, SamplingConfig(1.0))
