@@ -170,10 +170,53 @@ def split_parts(filename: str) -> list[str]:
     return [f"{m['stem']}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
 
 
+def pick_file(src: HubSource, names: list[str]) -> str:
+    """The one GGUF file (first part, if split) among `names` that matches src.pattern."""
+    matches = sorted(n for n in names if fnmatch.fnmatch(n.lower(), src.pattern.lower()))
+    firsts = [n for n in matches if not (m := SPLIT_RE.match(n)) or int(m["i"]) == 1]
+    if len(firsts) != 1:
+        found = ", ".join(firsts[:6]) if firsts else "no file"
+        raise DownloadError(f"pattern '{src.pattern}' matches {found} in {src.repo}; "
+                            "make the pattern match exactly one .gguf file, or give 'file' instead")
+    return firsts[0]
+
+
+def _cached_names(src: HubSource) -> list[str]:
+    """File names in the local snapshot of src.repo at its revision (no network)."""
+    from huggingface_hub import constants
+
+    folder = Path(constants.HF_HUB_CACHE) / f"models--{src.repo.replace('/', '--')}"
+    ref = folder / "refs" / (src.revision or "main")
+    commit = ref.read_text().strip() if ref.is_file() else (src.revision or "")
+    snapshot = folder / "snapshots" / commit
+    return [p.name for p in snapshot.glob("*.gguf")] if commit and snapshot.is_dir() else []
+
+
+def _hub_filename(src: HubSource, online: bool) -> str | None:
+    if src.file:
+        return src.file
+    if online:
+        from huggingface_hub import HfApi
+
+        try:
+            return pick_file(src, list(HfApi().list_repo_files(src.repo, revision=src.revision)))
+        except DownloadError:
+            raise
+        except Exception as exc:
+            cached = _cached_names(src)
+            if not cached:
+                raise DownloadError(_hub_error_message(src, src.pattern, exc)) from None
+    cached = _cached_names(src)
+    return pick_file(src, cached) if cached else None
+
+
 def _hub_cached(src: HubSource) -> Path | None:
     from huggingface_hub import try_to_load_from_cache
 
-    paths = [try_to_load_from_cache(src.repo, f, revision=src.revision) for f in split_parts(src.file)]
+    name = _hub_filename(src, online=False)
+    if name is None:
+        return None
+    paths = [try_to_load_from_cache(src.repo, f, revision=src.revision) for f in split_parts(name)]
     if not all(isinstance(p, str) for p in paths):
         return None
     first = Path(paths[0])
@@ -191,7 +234,7 @@ def _fetch_hub(src: HubSource, progress: Progress) -> tuple[Path, bool]:
 
     hf_logging.set_verbosity_error()  # its retry warnings would bury our one-line errors
     paths = []
-    for name in split_parts(src.file):
+    for name in split_parts(_hub_filename(src, online=True)):
         try:
             paths.append(Path(hf_hub_download(src.repo, name, revision=src.revision,
                                               tqdm_class=_tqdm_for(progress))))

@@ -35,7 +35,8 @@ DERIVE_TYPES = {
 @dataclass(frozen=True)
 class HubSource:
     repo: str
-    file: str
+    file: str | None  # exact file name; or None and a `pattern` to match against the repo's files
+    pattern: str | None = None  # glob such as "*q4_k_m*.gguf" (case-insensitive)
     revision: str | None = None
     sha256: str | None = None
     verified: bool = False  # True once the repo/file name was checked against the hub
@@ -201,12 +202,17 @@ def _sha(where: _Where, key: str, raw: dict, required: bool) -> str | None:
 
 
 def _hub(where: _Where, key: str, raw: Any) -> HubSource:
-    _expect(isinstance(raw, dict), where(key), "must be a mapping with 'repo' and 'file'")
+    _expect(isinstance(raw, dict), where(key), "must be a mapping with 'repo' and 'file' (or 'pattern')")
     repo = _str_field(where, key, raw, "repo")
     _expect(repo.count("/") == 1, where(f"{key}.repo"), "must look like 'owner/name'")
-    file = _str_field(where, key, raw, "file")
-    _expect(file.endswith(".gguf"), where(f"{key}.file"), "must name a .gguf file (or the first part of a split file)")
-    return HubSource(repo=repo, file=file, revision=_str_field(where, key, raw, "revision", False),
+    _expect(("file" in raw) != ("pattern" in raw), where(key), "needs exactly one of 'file' and 'pattern'")
+    file = _str_field(where, key, raw, "file", required=False)
+    pattern = _str_field(where, key, raw, "pattern", required=False)
+    if file is not None:
+        _expect(file.endswith(".gguf"), where(f"{key}.file"), "must name a .gguf file (or the first part of a split file)")
+    else:
+        _expect(pattern.lower().endswith(".gguf"), where(f"{key}.pattern"), "must end in .gguf, like '*q4_k_m*.gguf'")
+    return HubSource(repo=repo, file=file, pattern=pattern, revision=_str_field(where, key, raw, "revision", False),
                      sha256=_sha(where, key, raw, False), verified=bool(raw.get("verified", False)))
 
 

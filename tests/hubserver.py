@@ -7,6 +7,7 @@ Range, and can refuse (401), break a transfer half way once, or serve the wrong 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _PATH = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
+_TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/?]+)")
 
 
 @dataclass
@@ -44,6 +46,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, body: bool) -> None:
         st = self.state
         st.requests.append((self.command, self.path, self.headers.get("Range")))
+        if (tree := _TREE.match(self.path)) and tree["repo"] in st.files:
+            return self._tree(st.files[tree["repo"]], body)
         m = _PATH.match(self.path.split("?")[0])
         if not m:
             return self._reply(404, {"X-Error-Code": "RepoNotFound"})
@@ -79,6 +83,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.wfile.write(payload)
+
+    def _tree(self, files: dict[str, bytes], body: bool) -> None:
+        """The repository's file list, as /api/models/{repo}/tree/{revision} gives it."""
+        listing = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                   for name, data in files.items()]
+        payload = json.dumps(listing).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if body:
+            self.wfile.write(payload)
 
     def _reply(self, status: int, headers: dict) -> None:
         self.send_response(status)

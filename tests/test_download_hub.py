@@ -20,12 +20,14 @@ TARGET = "tiny-target.gguf"
 DRAFT = "tiny-draft.gguf"
 
 
-def registry_text(draft_sha: str | None = None, target_file: str = TARGET, repo: str = "acme/tiny-GGUF") -> str:
+def registry_text(draft_sha: str | None = None, target_file: str = TARGET, repo: str = "acme/tiny-GGUF",
+                  target_pattern: str | None = None) -> str:
     sha = f", sha256: '{draft_sha}'" if draft_sha else ""
+    which = f"pattern: '{target_pattern}'" if target_pattern else f"file: {target_file}"
     return f"""
 default: tiny
 models:
-  t: {{hf: {{repo: {repo}, file: {target_file}}}}}
+  t: {{hf: {{repo: {repo}, {which}}}}}
   d: {{hf: {{repo: acme/tiny-GGUF, file: {DRAFT}{sha}}}}}
 pairs:
   tiny: {{target: t, draft: d}}
@@ -149,3 +151,28 @@ def test_split_gguf_fetches_every_part(tmp_path, hub, tiny_pairs):
 def test_unknown_pair_suggests_close_names(tmp_path, hub):
     proc = cli(tmp_path, hub.url, registry_text(), "tinny")
     assert_one_line_error(proc, "unknown pair 'tinny'", "Did you mean: tiny")
+
+
+def test_quant_pattern_picks_the_one_matching_file(tmp_path, hub, tiny_pairs):
+    data = tiny_pairs["middle"][0].read_bytes()
+    hub.state.files["acme/tiny-GGUF"].update({"tiny-Q4_K_M.gguf": data, "tiny-Q8_0.gguf": b"other"})
+    proc = cli(tmp_path, hub.url, registry_text(target_pattern="*q4_k_m*.gguf"), "tiny")
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(tmp_path, "tiny-Q4_K_M.gguf").read_bytes() == data
+    assert not snapshot(tmp_path, "tiny-Q8_0.gguf").exists()
+    offline = cli(tmp_path, hub.url, registry_text(target_pattern="*q4_k_m*.gguf"), "tiny", HF_HUB_OFFLINE="1")
+    assert offline.returncode == 0 and offline.stdout.count("already cached") == 2, offline.stderr
+
+
+def test_quant_pattern_takes_the_first_part_of_a_split_file(tmp_path, hub):
+    parts = {f"big-q4_k_m-0000{i}-of-00002.gguf": bytes([i]) * 100 for i in (1, 2)}
+    hub.state.files["acme/tiny-GGUF"].update(parts)
+    proc = cli(tmp_path, hub.url, registry_text(target_pattern="big-q4_k_m*.gguf"), "tiny")
+    assert proc.returncode == 0, proc.stderr
+    assert all(snapshot(tmp_path, name).read_bytes() == data for name, data in parts.items())
+
+
+def test_quant_pattern_that_matches_several_files(tmp_path, hub):
+    hub.state.files["acme/tiny-GGUF"].update({"a-Q4_K_M.gguf": b"a", "b-Q4_K_M.gguf": b"b"})
+    proc = cli(tmp_path, hub.url, registry_text(target_pattern="*Q4_K_M*.gguf"), "tiny")
+    assert_one_line_error(proc, "matches a-Q4_K_M.gguf, b-Q4_K_M.gguf", "exactly one")

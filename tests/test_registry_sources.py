@@ -48,6 +48,8 @@ pairs:
     (GOOD.replace("default: p", "default: q"), "default", "must name one of the pairs"),
     (GOOD.replace("{path: a.gguf}", "{hf: {repo: noslash, file: a.gguf}}"), "models.a.hf.repo", "owner/name"),
     (GOOD.replace("{path: a.gguf}", "{hf: {repo: x/y, file: a.bin}}"), "models.a.hf.file", ".gguf"),
+    (GOOD.replace("{path: a.gguf}", "{hf: {repo: x/y, file: a.gguf, pattern: '*.gguf'}}"), "models.a.hf",
+     "exactly one of 'file' and 'pattern'"),
     (GOOD.replace("{path: a.gguf}", "{hf: {repo: x/y, file: a.gguf, sha256: abc}}"), "models.a.hf.sha256", "64 hex"),
     ("pairs: [oops", "line", "not valid YAML"),
 ])
