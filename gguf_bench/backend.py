@@ -178,10 +178,6 @@ class Model:
                 raise ModelError(f"{self.path.name}: this model's KV cache cannot be rewound to {n_past}")
         self.n_past = n_past
 
-    def reset(self) -> None:
-        self._lib.llama_memory_clear(self._mem, True)
-        self.n_past = 0
-
     def is_eog(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
 

@@ -14,8 +14,6 @@ from gguf_bench.ggufinfo import incompatibility, read_info
 from gguf_bench.sampling import SamplingConfig
 from gguf_bench.speculative import GenerationResult, OnRound, generate_regular, generate_speculative
 
-MODES = ("target", "draft", "speculative")
-
 
 @dataclass(frozen=True)
 class PairFiles:
