@@ -87,15 +87,15 @@ def models(registry: RegistryOpt = None) -> None:
 
     reg = load_registry(registry)
     table = Table(title=f"Pairs in {reg.path}")
-    for col in ("pair", "role", "model", "quant", "size", "source", "cached at"):
+    for col in ("pair", "role", "model and source", "quant", "size", "cached at"):
         table.add_column(col, overflow="fold")
     for pair in reg.pairs.values():
         label = pair.name + (" (default)" if pair.name == reg.default else "")
         for role, ref in (("target", pair.target), ("draft", pair.draft)):
             path = locate(ref, reg)
             size = path.stat().st_size if path else ref.size
-            table.add_row(label if role == "target" else "", role, ref.name, ref.quant or "?", _size(size),
-                          _source_label(ref), str(path) if path else "[dim]not cached[/dim]")
+            table.add_row(label if role == "target" else "", role, f"{ref.name}\n[dim]{_source_label(ref)}[/dim]",
+                          ref.quant or "?", _size(size), str(path) if path else "[dim]not cached[/dim]")
         table.add_section()
     console.print(table)
 
