@@ -452,6 +452,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          seed: Annotated[int, typer.Option("--seed", help="seed for the prompts and for sampling")] = 0,
          temp: TempOpt = 0.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, k: KOpt = 4, ngl: NglOpt = "0",
          ngld: NgldOpt = "0", n_predict: NPredictOpt = 12, threads: ThreadsOpt = None, ctx_size: CtxOpt = 512,
+         chat: Annotated[bool, typer.Option("--chat", help="ask through the model's chat template (instruct models)")] = False,
          name: Annotated[str | None, typer.Option("--name", help="store in results/NAME.jsonl")] = None,
          json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
          registry: RegistryOpt = None) -> None:
@@ -460,7 +461,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
 
     from rich.progress import MofNCompleteColumn
 
-    from gguf_bench.quality import mul_prompts, run_eval
+    from gguf_bench.quality import NEAR_TIE, mul_prompts, run_eval
     from gguf_bench.results import append_record, environment, model_record, now_iso, results_dir
     from gguf_bench.sampling import SamplingConfig
 
@@ -472,13 +473,14 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     with loaded, Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                           console=err, transient=True) as bar:
         task = bar.add_task("eval", total=len(prompts))
-        res = run_eval(loaded, prompts, k, cfg, n_predict, progress=lambda i: bar.update(task, completed=i))
+        res = run_eval(loaded, prompts, k, cfg, n_predict, progress=lambda i: bar.update(task, completed=i), chat=chat)
     record = {"kind": "eval", "time": now_iso(), "pair": files.name, "env": environment(),
               "models": {"target": model_record(files.target), "draft": model_record(files.draft)},
               "config": {"nb_prompts": nb_prompts, "seed": seed, "temperature": temp, "top_k": top_k, "top_p": top_p,
-                         "k": k, "ngl": ngl, "ngld": ngld, "n_predict": n_predict},
+                         "k": k, "ngl": ngl, "ngld": ngld, "n_predict": n_predict, "chat": chat},
               "metrics": {"n": res.n, "regular_ok": res.regular_ok, "speculative_ok": res.speculative_ok,
-                          "identical": res.identical, "p_value": res.p_value, "acceptance": res.acceptance},
+                          "identical": res.identical, "near_ties": res.near_ties, "p_value": res.p_value,
+                          "acceptance": res.acceptance},
               "rows": res.rows}
     out = results_dir() / f"{name or 'eval-' + now_iso().replace(':', '').replace('-', '').replace('+0000', '')}.jsonl"
     append_record(out, record)
@@ -496,8 +498,14 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     console.print(f"success rates {verdict} (two-proportion z-test p = {res.p_value:.3g}); "
                   f"draft acceptance {res.acceptance:.1%}")
     if temp == 0:
-        console.print(f"identical outputs (greedy): {res.identical}/{res.n} ({res.identical / res.n:.0%})"
-                      + ("" if res.identical == res.n else "  [bold red]expected 100%: the loop is wrong[/bold red]"))
+        console.print(f"identical outputs (greedy): {res.identical}/{res.n} ({res.identical / res.n:.0%})")
+        if res.near_ties:
+            margins = ", ".join(f"{abs(r['divergence']['margin']):.4f}" for r in res.rows if r.get("divergence", {}).get("near_tie"))
+            console.print(f"  {res.near_ties} differ at a near tie (target logit margin {margins} < {NEAR_TIE}) where llama.cpp's "
+                          "batched and one-token decodes round differently: a floating-point effect, not a loop error")
+        unexplained = res.n - res.identical - res.near_ties
+        if unexplained:
+            console.print(f"  [bold red]{unexplained} differ without a near tie: the speculative loop is wrong[/bold red]")
     console.print(f"stored in {out}")
 
 

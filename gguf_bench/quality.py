@@ -82,12 +82,40 @@ def two_proportion_p_value(s1: int, n1: int, s2: int, n2: int) -> float:
     return float(2 * norm.sf(abs(s1 / n1 - s2 / n2) / se))
 
 
+NEAR_TIE = 0.01  # logit margin under which batched and one-token decodes may pick different tokens
+
+
+def explain_divergence(pair: LoadedPair, prompt: list[int], regular: list[int], speculative: list[int]) -> dict:
+    """Where two greedy outputs part, and why.
+
+    llama.cpp's logits for a token differ in the last bits between a one-token decode (regular
+    generation) and a batched decode (speculative verification). When the target's two best
+    tokens are that close, the argmax can flip: a floating-point effect, not a loop error. This
+    recomputes the logits at the parting position both ways to tell the cases apart.
+    """
+    j = next(i for i, (a, b) in enumerate(zip(regular, speculative)) if a != b)
+    pair_tokens = [regular[j], speculative[j]]
+    target = pair.target
+    target.rewind(0)
+    logits = target.eval(prompt, 1)
+    for tok in regular[:j]:  # the regular path: one token at a time
+        logits = target.eval([tok], 1)
+    single = logits[0][pair_tokens].astype(float)
+    target.rewind(0)
+    target.eval(prompt, 1)
+    batched = target.eval(regular[:j], j)[-1][pair_tokens].astype(float)  # the same tokens in one batch
+    margin = float(single[0] - single[1])
+    flips = bool(batched[1] >= batched[0])
+    return {"position": j, "margin": margin, "batched_flips": flips, "near_tie": abs(margin) < NEAR_TIE and flips}
+
+
 @dataclass
 class EvalResult:
     n: int
     regular_ok: int
     speculative_ok: int
     identical: int  # prompts whose two outputs are token-for-token equal
+    near_ties: int  # greedy differences explained by a near tie (see explain_divergence)
     temperature: float
     acceptance: float
     rows: list[dict]
@@ -105,23 +133,26 @@ class EvalResult:
 
 
 def run_eval(pair: LoadedPair, prompts: list[MulPrompt], k: int, cfg: SamplingConfig, n_predict: int = 12,
-             progress: Callable[[int], None] = lambda i: None) -> EvalResult:
+             progress: Callable[[int], None] = lambda i: None, chat: bool = False) -> EvalResult:
     rows = []
     drafted = accepted = 0
     for i, prompt in enumerate(prompts):
-        tokens = pair.prompt_tokens(prompt.text)
+        tokens = pair.prompt_tokens(prompt.text, chat)
         seeded = SamplingConfig(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed + i)
         reg = pair.generate("target", tokens, n_predict, k, seeded)
         spec = pair.generate("speculative", tokens, n_predict, k, seeded)
         drafted, accepted = drafted + spec.drafted, accepted + spec.accepted
         reg_text, spec_text = pair.target.detokenize(reg.tokens), pair.target.detokenize(spec.tokens)
-        rows.append({"a": prompt.a, "b": prompt.b, "answer": prompt.answer, "regular": reg_text,
-                     "speculative": spec_text, "regular_ok": parse_answer(reg_text) == prompt.answer,
-                     "speculative_ok": parse_answer(spec_text) == prompt.answer,
-                     "identical": reg.tokens == spec.tokens})
+        row = {"a": prompt.a, "b": prompt.b, "answer": prompt.answer, "regular": reg_text,
+               "speculative": spec_text, "regular_ok": parse_answer(reg_text) == prompt.answer,
+               "speculative_ok": parse_answer(spec_text) == prompt.answer, "identical": reg.tokens == spec.tokens}
+        if cfg.greedy and not row["identical"]:
+            row["divergence"] = explain_divergence(pair, tokens, reg.tokens, spec.tokens)
+        rows.append(row)
         progress(i + 1)
     return EvalResult(n=len(rows), regular_ok=sum(r["regular_ok"] for r in rows),
                       speculative_ok=sum(r["speculative_ok"] for r in rows), identical=sum(r["identical"] for r in rows),
+                      near_ties=sum(r.get("divergence", {}).get("near_tie", False) for r in rows),
                       temperature=cfg.temperature, acceptance=accepted / drafted if drafted else float("nan"), rows=rows)
 
 

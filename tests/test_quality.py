@@ -98,3 +98,20 @@ def test_distribution_check_needs_sampling(low_pair):
         distribution_check(low_pair, [1, 2], 4, 100, 3, SamplingConfig(0.0))
     with pytest.raises(ConfigError, match="-m >= 3"):
         distribution_check(low_pair, [1, 2], 2, 100, 3, SamplingConfig(1.0))
+
+
+@pytest.mark.slow
+def test_greedy_difference_on_the_default_pair_is_a_near_tie(gemma_pair):
+    """Prompt 70 x 58 parts the greedy outputs of the default pair on the machines this was written
+    on (a logit margin of 0.0026 flips between batched and one-token decodes). Wherever outputs
+    differ, the difference must be such a near tie; anything else is a loop error."""
+    from gguf_bench.quality import MulPrompt, explain_divergence
+
+    with LoadedPair(PairFiles(*gemma_pair, "gemma"), LoadConfig(n_ctx=512)) as pair:
+        prompt = pair.prompt_tokens(MulPrompt(70, 58).text)
+        regular = pair.generate("target", prompt, 12, 4, SamplingConfig()).tokens
+        spec = pair.generate("speculative", prompt, 12, 4, SamplingConfig()).tokens
+        if regular != spec:
+            why = explain_divergence(pair, prompt, regular, spec)
+            assert why["near_tie"], why
+            assert abs(why["margin"]) < 0.01 and why["batched_flips"]
