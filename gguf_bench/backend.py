@@ -176,7 +176,7 @@ class Model:
         if n_past < self.n_past:
             if not self._lib.llama_memory_seq_rm(self._mem, 0, n_past, -1):
                 raise ModelError(f"{self.path.name}: this model's KV cache cannot be rewound to {n_past}")
-        self.n_past = n_past
+            self.n_past = n_past  # never forward: positions not decoded stay undecoded
 
     def is_eog(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self._vocab, token))

@@ -133,3 +133,12 @@ def test_default_pair_greedy_identity(gemma_pair):
         prompt = pair.prompt_tokens("def fibonacci(n):")
         assert (pair.generate("speculative", prompt, 48, 4, GREEDY).tokens
                 == pair.generate("target", prompt, 48, 4, GREEDY).tokens)
+
+
+def test_round_without_draft_leaves_the_draft_cache_alone(loaded):
+    """With one token left a round drafts nothing; the draft's cache must still hold just what it decoded."""
+    pair = loaded["low"]
+    prompt = pair.prompt_tokens("ab")
+    spec = pair.generate("speculative", prompt, 2, 4, GREEDY)
+    assert spec.drafted == 0 and spec.n_tokens == 2
+    assert pair.draft.n_past == len(prompt)
