@@ -44,14 +44,10 @@ def _on_log(level: int, text: bytes, user_data) -> None:
         print(line, flush=True)
 
 
-def _make_log_callback():
-    import llama_cpp
-
-    return llama_cpp.llama_log_callback(_on_log)
-
-
 try:
-    _log_callback = _make_log_callback()
+    import llama_cpp as _llama_cpp
+
+    _log_callback = _llama_cpp.llama_log_callback(_on_log)  # kept referenced: llama.cpp holds the pointer
 except ImportError:  # llama_cpp missing: the error surfaces when a model is loaded
     _log_callback = None
 
@@ -93,7 +89,7 @@ class Model:
     """A GGUF model with one context and one sequence, driven token batch by token batch."""
 
     def __init__(self, path: Path, n_gpu_layers: int = 0, n_ctx: int = 2048, n_threads: int | None = None,
-                 seed: int = 0, n_batch: int = 512):
+                 n_batch: int = 512):
         llama_cpp = _llama()
         self._lib = llama_cpp
         self.path = Path(path)
@@ -130,7 +126,6 @@ class Model:
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self.n_past = 0  # tokens whose KV entries are in the cache
-        self.seed = seed
         self.llama_decode_s = 0.0  # total time inside llama_decode (benchmarks subtract it from wall time)
 
     # --- what the generation loop drives (see speculative.LanguageModel) ---

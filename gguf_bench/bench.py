@@ -49,9 +49,9 @@ class LoadedPair:
     def __init__(self, files: PairFiles, load: LoadConfig):
         self.files = files
         self.load = load
-        self.target = Model(files.target, load.ngl, load.n_ctx, load.threads, load.seed)
+        self.target = Model(files.target, load.ngl, load.n_ctx, load.threads)
         try:
-            self.draft = Model(files.draft, load.ngld, load.n_ctx, load.threads, load.seed)
+            self.draft = Model(files.draft, load.ngld, load.n_ctx, load.threads)
         except Exception:
             self.target.close()
             raise

@@ -325,7 +325,7 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
     """Sweep draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
     from gguf_bench import prompts as builtin_prompts
     from gguf_bench.report import rich_table, summarize, to_frame
-    from gguf_bench.results import now_iso, read_records, results_dir
+    from gguf_bench.results import default_name, read_records, results_dir
     from gguf_bench.sweep import Grid, parse_float_list, parse_int_list, run_sweep
 
     if prompts_file and prompt_ids:
@@ -338,7 +338,7 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
                 n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone)
     if resume and not name:
         raise BenchError("--resume needs --name NAME of the sweep to continue")
-    name = name or "sweep-" + now_iso().replace(":", "").replace("-", "").replace("+0000", "")
+    name = name or default_name("sweep")
     if not all(c.isalnum() or c in "-_." for c in name):
         raise BenchError(f"--name '{name}' may hold only letters, digits, '-', '_' and '.'")
     out = results_dir() / f"{name}.jsonl"
@@ -462,7 +462,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     from rich.progress import MofNCompleteColumn
 
     from gguf_bench.quality import NEAR_TIE, mul_prompts, run_eval
-    from gguf_bench.results import append_record, environment, model_record, now_iso, results_dir
+    from gguf_bench.results import append_record, default_name, environment, models_record, now_iso, results_dir
     from gguf_bench.sampling import SamplingConfig
 
     prompts = mul_prompts(nb_prompts, seed)
@@ -475,14 +475,14 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         task = bar.add_task("eval", total=len(prompts))
         res = run_eval(loaded, prompts, k, cfg, n_predict, progress=lambda i: bar.update(task, completed=i), chat=chat)
     record = {"kind": "eval", "time": now_iso(), "pair": files.name, "env": environment(),
-              "models": {"target": model_record(files.target), "draft": model_record(files.draft)},
+              "models": models_record(files.target, files.draft),
               "config": {"nb_prompts": nb_prompts, "seed": seed, "temperature": temp, "top_k": top_k, "top_p": top_p,
                          "k": k, "ngl": ngl, "ngld": ngld, "n_predict": n_predict, "chat": chat},
               "metrics": {"n": res.n, "regular_ok": res.regular_ok, "speculative_ok": res.speculative_ok,
                           "identical": res.identical, "near_ties": res.near_ties, "p_value": res.p_value,
                           "acceptance": res.acceptance},
               "rows": res.rows}
-    out = results_dir() / f"{name or 'eval-' + now_iso().replace(':', '').replace('-', '').replace('+0000', '')}.jsonl"
+    out = results_dir() / f"{name or default_name('eval')}.jsonl"
     append_record(out, record)
     if json_out:
         sys.stdout.write(json.dumps(record, default=str) + "\n")

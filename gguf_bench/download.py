@@ -193,21 +193,19 @@ def _cached_names(src: HubSource) -> list[str]:
 
 
 def _hub_filename(src: HubSource, online: bool) -> str | None:
+    """The file to fetch: `file`, or the one that `pattern` picks from the repo (online) or the cache."""
     if src.file:
         return src.file
-    if online:
-        from huggingface_hub import HfApi
+    if not online:
+        cached = _cached_names(src)
+        return pick_file(src, cached) if cached else None
+    from huggingface_hub import HfApi
 
-        try:
-            return pick_file(src, list(HfApi().list_repo_files(src.repo, revision=src.revision)))
-        except DownloadError:
-            raise
-        except Exception as exc:
-            cached = _cached_names(src)
-            if not cached:
-                raise DownloadError(_hub_error_message(src, src.pattern, exc)) from None
-    cached = _cached_names(src)
-    return pick_file(src, cached) if cached else None
+    try:
+        names = list(HfApi().list_repo_files(src.repo, revision=src.revision))
+    except Exception as exc:  # translated like a download error (unreachable, gated, missing, offline)
+        raise DownloadError(_hub_error_message(src, src.pattern, exc)) from None
+    return pick_file(src, names)
 
 
 def _hub_cached(src: HubSource) -> Path | None:
@@ -251,7 +249,8 @@ def _hub_error_message(src: HubSource, name: str, exc: Exception) -> str:
     where = f"{src.repo}/{name}" + (f"@{src.revision}" if src.revision else "")
     status = getattr(getattr(exc, "response", None), "status_code", None)
     # LocalEntryNotFoundError subclasses EntryNotFoundError: test it first
-    if isinstance(exc, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled)):
+    unreachable = any(w in type(exc).__name__ for w in ("Connect", "Timeout"))  # httpx's, from API calls
+    if unreachable or isinstance(exc, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled)):
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
         why = "HF_HUB_OFFLINE is set" if offline else "the hub could not be reached"
         return (f"cannot download {where}: {why} and the file is not in the cache ({_hf_cache()}); "

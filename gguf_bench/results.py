@@ -27,6 +27,11 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def default_name(prefix: str) -> str:
+    """A results name from the time: 'sweep-20261122T023941'."""
+    return f"{prefix}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+
+
 def append_record(path: Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode("utf-8")
@@ -99,6 +104,10 @@ def _gpu() -> dict:
         return {"gpu": None}
     name, _, mem = out[0].partition(",")
     return {"gpu": name.strip(), "gpu_memory": mem.strip(), "gpu_count": len(out)}
+
+
+def models_record(target: Path, draft: Path) -> dict:
+    return {"target": model_record(target), "draft": model_record(draft)}
 
 
 def model_record(path: Path) -> dict:

@@ -148,15 +148,8 @@ def generate_speculative(target: LanguageModel, draft: LanguageModel, prompt: Se
     t1 = time.perf_counter()
     res.prompt_s = t1 - t0
     pending: list[int] = []  # tokens the draft has not seen yet, besides x0
-    done = target.is_eog(x0)
-    if done:
-        res.stopped_by_eog = True
-    else:
-        res.tokens.append(x0)
-        res.from_draft.append(False)
-        if on_round:
-            on_round([x0], [False])
-    while not done and len(res.tokens) < n_predict:
+    done = _append(res, [x0], [False], target, n_predict, on_round)
+    while not done:
         base = target.n_past  # position of x0
         # A round yields at most k_round + 1 tokens: draft no more than are still wanted.
         k_round = min(k, n_predict - len(res.tokens) - 1)

@@ -16,7 +16,7 @@ from gguf_bench.backend import ALL_LAYERS, parse_layers
 from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles, load_config_dict, metrics
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.prompts import Prompt
-from gguf_bench.results import append_record, environment, model_record, now_iso, read_records
+from gguf_bench.results import append_record, environment, models_record, now_iso, read_records
 from gguf_bench.sampling import SamplingConfig
 
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
@@ -149,7 +149,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
             if cell_key(files.name, files, cell.config(grid, load), cell.mode) not in skip]
     events.start(len(todo), len(plan) - len(todo))
     static = {"sweep": name, "pair": files.name, "env": environment(),
-              "models": {"target": model_record(files.target), "draft": model_record(files.draft)}}
+              "models": models_record(files.target, files.draft)}
     for load in grid.settings():
         cells = [c for lo, c in todo if lo == load]
         if cells:

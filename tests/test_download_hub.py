@@ -176,3 +176,8 @@ def test_quant_pattern_that_matches_several_files(tmp_path, hub):
     hub.state.files["acme/tiny-GGUF"].update({"a-Q4_K_M.gguf": b"a", "b-Q4_K_M.gguf": b"b"})
     proc = cli(tmp_path, hub.url, registry_text(target_pattern="*Q4_K_M*.gguf"), "tiny")
     assert_one_line_error(proc, "matches a-Q4_K_M.gguf, b-Q4_K_M.gguf", "exactly one")
+
+
+def test_quant_pattern_with_the_hub_unreachable(tmp_path, hub):
+    proc = cli(tmp_path, "http://127.0.0.1:9", registry_text(target_pattern="*q4_k_m*.gguf"), "tiny")
+    assert_one_line_error(proc, "could not be reached")

@@ -94,14 +94,12 @@ def test_distribution_check_catches_a_broken_sampler(loaded):
     """The check must tell a sampler that draws from the draft (a typical bug's effect) from the target."""
     pair = loaded["middle"]
     prompt = pair.prompt_tokens("Hi")
-    cfg = SamplingConfig(1.0, seed=7)
 
     def run(model):
         return lambda seed: generate_regular(model, prompt, 3, SamplingConfig(1.0, seed=seed)).tokens
 
     broken = compare_samples(sample_positions(run(pair.target), 4, 600), sample_positions(run(pair.draft), 4, 600))
     assert not broken.same, broken.p_values
-    assert cfg.temperature == 1.0
 
 
 def test_context_overflow_is_a_clear_error(loaded):
