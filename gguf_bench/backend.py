@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -20,7 +21,8 @@ from gguf_bench.errors import ConfigError, ModelError
 
 ALL_LAYERS = 2**31 - 1  # llama.cpp clamps n_gpu_layers to the model's layer count
 
-_log_tail: deque[str] = deque(maxlen=20)
+_log_tail: deque[tuple[int, str]] = deque(maxlen=64)  # (ggml log level, line), cleared before each load
+_LOG_ERROR, _LOG_CONT = 4, 5  # ggml_log_level values
 _initialized = False
 
 
@@ -39,7 +41,9 @@ def _llama():
 def _on_log(level: int, text: bytes, user_data) -> None:
     line = text.decode("utf-8", "replace").strip()
     if line:
-        _log_tail.append(line)
+        if level == _LOG_CONT and _log_tail:  # a continued line keeps the level of the line it continues
+            level = _log_tail[-1][0]
+        _log_tail.append((level, line))
     if os.environ.get("GGUF_BENCH_LLAMA_LOG"):
         print(line, flush=True)
 
@@ -238,11 +242,40 @@ class Model:
             pass
 
 
+# llama.cpp ends every failed load with these; the line that says why comes before them
+_GENERIC = re.compile(r"failed to load model( from .*)?$|^failed to read (key-value pairs|tensor info|header)$")
+_FUNC_PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*: )+")  # 'llama_model_load: ', 'gguf_init_from_file_impl: '
+_HINTS = (("file bounds", "the file is cut short, as after an interrupted download or copy: fetch it again"),
+          ("invalid magic", "this is not a GGUF file, or its first bytes are damaged"),
+          ("unknown model architecture", "this llama-cpp-python build does not support that architecture: upgrade it"),
+          ("key not found", "the file lacks metadata this llama.cpp needs: convert or download it again"),
+          ("exceeds remaining file size", "the GGUF header is cut short or damaged: fetch the file again"),
+          ("failed to read", "the GGUF header is cut short or damaged: fetch the file again"))
+
+
 def _last_error() -> str:
-    for line in reversed(_log_tail):
-        if any(w in line.lower() for w in ("error", "failed", "invalid", "unknown", "not")):
-            return line
-    return _log_tail[-1] if _log_tail else "no details from llama.cpp"
+    """What llama.cpp logged about its last failure: its error lines minus the generic
+    'failed to load model' ones, without function-name prefixes, plus a hint for common causes."""
+    errors = list(dict.fromkeys(_cause(line) for level, line in _log_tail if level == _LOG_ERROR))
+    causes = [c for c in errors if not _GENERIC.search(c)][-3:] or errors[:1]
+    if not causes:
+        words = ("error", "failed", "invalid", "unknown", "not ")  # a build that logs without levels
+        causes = [_cause(line) for _, line in _log_tail if any(w in line.lower() for w in words)][-1:]
+    if not causes:
+        return _cause(_log_tail[-1][1]) if _log_tail else "no details from llama.cpp"
+    text = "; ".join(causes)
+    hint = next((h for needle, h in _HINTS if needle in text), None)
+    return f"{text}; {hint}" if hint else text
+
+
+def _cause(line: str) -> str:
+    """'llama_model_load: error loading model: error loading model hyperparameters: key not found in model: X'
+    -> 'key not found in model: X'."""
+    line = _FUNC_PREFIX.sub("", line)
+    while line.startswith(("error loading model: ", "error loading model hyperparameters: ",
+                           "error loading model vocabulary: ", "error loading model architecture: ")):
+        line = line.split(": ", 1)[1]
+    return line
 
 
 def quantize(src: Path, dst: Path, quant: str, n_threads: int | None = None) -> None:

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -231,6 +232,7 @@ def _fetch_hub(src: HubSource, progress: Progress) -> tuple[Path, bool]:
     from huggingface_hub.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # its retry warnings would bury our one-line errors
+    drop_orphaned_partials(src.repo)
     paths = []
     for name in split_parts(_hub_filename(src, online=True)):
         try:
@@ -238,9 +240,42 @@ def _fetch_hub(src: HubSource, progress: Progress) -> tuple[Path, bool]:
                                               tqdm_class=_tqdm_for(progress))))
         except Exception as exc:  # huggingface_hub raises many types; translate the ones users meet
             raise DownloadError(_hub_error_message(src, name, exc)) from None
+    drop_orphaned_partials(src.repo)  # again: one too fresh to judge before a long transfer is old enough now
     if src.sha256:
         verify(paths[0], src.sha256, progress)
     return paths[0], True
+
+
+# A partial download not written to for this long, whose lock is free, is an orphan (the age guards
+# filesystems where locks silently do nothing: there a live download writes every few seconds).
+ORPHAN_AGE_S = 60
+
+
+def drop_orphaned_partials(repo: str) -> int:
+    """Delete the partial downloads a killed earlier process left in `repo`'s hub cache; return the bytes freed.
+
+    huggingface_hub 2.x downloads each file into `blobs/<etag>.<random>.incomplete`, a name no later
+    process looks for: a transfer cut off by SIGKILL, a crash or a power cut restarts from zero and
+    its partial file stays on disk for good. One is an orphan when nobody holds the blob's download
+    lock and it has not grown for ORPHAN_AGE_S. Called before and after each hub download.
+    """
+    from filelock import FileLock, Timeout
+    from huggingface_hub import constants
+
+    folder = f"models--{repo.replace('/', '--')}"
+    freed = 0
+    for partial in (Path(constants.HF_HUB_CACHE) / folder / "blobs").glob("*.*.incomplete"):
+        etag = partial.name.split(".", 1)[0]
+        lock = FileLock(Path(constants.HF_HUB_CACHE) / ".locks" / folder / f"{etag}.lock", timeout=0)
+        try:
+            with lock:
+                st = partial.stat()
+                if time.time() - st.st_mtime > ORPHAN_AGE_S:
+                    partial.unlink()
+                    freed += st.st_size
+        except (Timeout, OSError, NotImplementedError):
+            continue  # being downloaded right now, already gone, or no file locks here to tell
+    return freed
 
 
 def _hub_error_message(src: HubSource, name: str, exc: Exception) -> str:

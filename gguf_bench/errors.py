@@ -23,3 +23,7 @@ class IncompatiblePairError(BenchError):
 
 class ConfigError(BenchError):
     """A run or sweep setting is out of range."""
+
+
+class ResultsError(BenchError):
+    """The results folder cannot be made or written, or appending a record failed."""

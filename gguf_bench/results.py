@@ -1,21 +1,25 @@
 """Append-only JSONL run records with the environment they were measured in.
 
-Each record is written with one `write` to a file opened with O_APPEND and then fsynced, so a
-crash leaves whole lines only; `load_records` skips a torn last line should one ever appear.
+Each record is written to a file opened with O_APPEND and then fsynced. A write that fails part way
+(disk full, file-size limit) is cut back off, so the file keeps whole lines only and the records
+before it stay; `load_records` skips a torn line should a crash ever leave one, and the next append
+starts on a new line.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
 import platform
 import shutil
 import subprocess
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gguf_bench.errors import BenchError
+from gguf_bench.errors import BenchError, ResultsError
 
 
 def results_dir() -> Path:
@@ -32,15 +36,109 @@ def default_name(prefix: str) -> str:
     return f"{prefix}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
 
 
-def append_record(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def ensure_results_dir(folder: Path | None = None) -> Path:
+    """Create the results folder (default `results_dir()`) and prove a file can be written in it.
+
+    Called before any model is loaded, so a folder that cannot hold results costs no work.
+    """
+    folder = Path(folder) if folder is not None else results_dir()
     try:
-        os.write(fd, line)
-        os.fsync(fd)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
+        try:
+            _write_all(fd, b"gguf-bench write test\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        why = "it is a file, not a folder" if folder.exists() and not folder.is_dir() else _os_reason(exc, folder)
+        raise ResultsError(f"cannot store results in {folder} ({_whence(folder)}): {why}; "
+                           "set $GGUF_BENCH_RESULTS to a folder you can write") from None
+    return folder
+
+
+def _whence(folder: Path) -> str:
+    if folder != results_dir():
+        return "given folder"
+    return "from $GGUF_BENCH_RESULTS" if os.environ.get("GGUF_BENCH_RESULTS") else "the default; $GGUF_BENCH_RESULTS moves it"
+
+
+# Files this process has appended to. If one vanishes mid-run (its folder removed), appending says so
+# instead of silently starting a new file that would look like a complete one.
+_appended: set[Path] = set()
+
+
+def append_record(path: Path, record: dict) -> None:
+    """Append `record` as one JSON line; on failure leave the file as it was and raise ResultsError."""
+    path = Path(path)
+    line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode("utf-8")
+    known = path.absolute() in _appended
+    try:
+        if not known:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | (0 if known else os.O_CREAT), 0o644)
+    except OSError as exc:
+        gone = known and exc.errno == errno.ENOENT
+        why = "it (or its folder) was removed during the run" if gone else _os_reason(exc, path)
+        raise ResultsError(f"could not append a record to {path}: {why}") from None
+    try:
+        _append_line(fd, line, path)
     finally:
         os.close(fd)
+    _appended.add(path.absolute())
+
+
+def try_append_record(path: Path, record: dict) -> ResultsError | None:
+    """`append_record`, returning its error instead of raising it: for commands that print a
+    result they computed even when it cannot be stored, then fail."""
+    try:
+        append_record(path, record)
+    except ResultsError as exc:
+        return ResultsError(f"{exc}; the result printed above was not stored")
+    return None
+
+
+def _append_line(fd: int, line: bytes, path: Path) -> None:
+    start = os.fstat(fd).st_size
+    if start and os.pread(fd, 1, start - 1) != b"\n":
+        line = b"\n" + line  # an earlier crash left a torn line: keep ours whole
+    try:
+        _write_all(fd, line)
+        os.fsync(fd)
+    except OSError as exc:
+        _cut_back(fd, start, len(line))
+        raise ResultsError(f"could not append a record to {path}: {_os_reason(exc, path)}; "
+                           "the records already in it are kept") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is out: a write that reaches a file-size limit or a full disk
+    first returns short, and only the next one raises (EFBIG, ENOSPC)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.EIO, "write returned 0 bytes")
+        view = view[n:]
+
+
+def _cut_back(fd: int, start: int, n_ours: int) -> None:
+    """Drop the part of our line that did get written, unless another writer appended after it."""
+    try:
+        if start < os.fstat(fd).st_size <= start + n_ours:
+            os.ftruncate(fd, start)
+    except OSError:
+        pass  # the next append starts on a new line anyway
+
+
+def _os_reason(exc: OSError, path: Path) -> str:
+    """'File too large (EFBIG)', naming the path the OS complained about when it is not `path`."""
+    code = errno.errorcode.get(exc.errno or 0)
+    text = (exc.strerror or str(exc)) + (f" ({code})" if code else "")
+    if exc.filename and Path(exc.filename) != Path(path):
+        text += f" at {exc.filename}"
+    return text
 
 
 def read_records(path: Path) -> list[dict]:
