@@ -321,7 +321,13 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
           draft_alone: Annotated[bool, typer.Option("--draft-alone/--no-draft-alone", help="also time the draft alone")] = True,
           name: Annotated[str | None, typer.Option("--name", help="sweep name: results go to results/NAME.jsonl")] = None,
           resume: Annotated[bool, typer.Option("--resume", help="continue NAME, skipping the cells already done")] = False,
-          registry: RegistryOpt = None) -> None:
+          registry: RegistryOpt = None,
+          ray_address: Annotated[str | None, typer.Option("--ray", help="run the units (pair x offload setting) as Ray tasks "
+                                 "on a cluster: auto (the one this machine joined), local, or HEAD:6379")] = None,
+          ray_gpus_per_task: Annotated[float | None, typer.Option("--ray-gpus-per-task", help="GPUs each unit asks Ray "
+                                       "for (default: 1 when -ngl/-ngld offload anything, else 0)")] = None,
+          ray_resources: Annotated[str | None, typer.Option("--ray-resources", help="node resources each unit needs: "
+                                   "KEY:N,... or accelerator_type:A100")] = None) -> None:
     """Sweep draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
     from gguf_bench import prompts as builtin_prompts
     from gguf_bench.report import rich_table, summarize, to_frame
@@ -342,6 +348,9 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
     if not all(c.isalnum() or c in "-_." for c in name):
         raise BenchError(f"--name '{name}' may hold only letters, digits, '-', '_' and '.'")
     out = results_dir() / f"{name}.jsonl"
+    if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
+        return _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task,
+                             ray_resources)
     pair_files = ([_pair_files(None, target, draft, registry)] if (target or draft)
                   else [_pair_files(p, None, None, registry) for p in (pairs or [None])])
     _warn_offload(ngls, nglds)
@@ -354,6 +363,32 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
                   f"`gguf-bench sweep ... --name {name} --resume`", markup=False)
         raise typer.Exit(130) from None
     console.print(rich_table(summarize(to_frame(read_records(out))), title=f"sweep {name} ({out})"))
+
+
+def _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, address, gpus, resources) -> None:
+    from gguf_bench.distributed import failure_message, host_of, sweep_on_ray
+    from gguf_bench.report import rich_table, summarize, to_frame
+    from gguf_bench.results import read_records
+
+    try:
+        with _SweepProgress(f"Ray {address}") as events:
+            summary = sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, address, gpus, resources, events)
+    except KeyboardInterrupt:
+        err.print(f"Interrupted: every finished run is saved in {out}; continue with "
+                  f"`gguf-bench sweep ... --name {name} --resume --ray {address}`", markup=False)
+        raise typer.Exit(130) from None
+    for line in summary.failures:
+        err.print(f"unit failed: {line}", markup=False)
+    if summary.no_offload:
+        err.print(f"Warning: llama-cpp-python on {', '.join(sorted(summary.no_offload))} cannot offload to a GPU, so "
+                  "-ngl/-ngld were ignored there; reinstall it there with CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)", markup=False)
+    if out.is_file():
+        records = read_records(out)
+        hosts = sorted({host_of(r) for r in records})
+        title = f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}"
+        console.print(rich_table(summarize(to_frame(records)), title=title))
+    if summary.failures:
+        raise BenchError(failure_message(summary, name))
 
 
 class _SweepProgress:
