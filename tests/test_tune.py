@@ -1,0 +1,274 @@
+"""`gguf-bench tune`: the prediction arithmetic by hand, the greedy round simulation against the real
+loop, the calibration record, and the command (JSON, --check, bad input) on tiny pairs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gguf_bench import tune as tn
+from gguf_bench.backend import ALL_LAYERS
+from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.cli import app
+from gguf_bench.prompts import builtin
+from gguf_bench.results import read_records
+from gguf_bench.sampling import SamplingConfig
+
+runner = CliRunner()
+
+TM = tn.Timings(t_draft=0.01, t_draft2=0.015, t_verify=(0.1, 0.12, 0.14, 0.16, 0.2), round_overhead=0.002)
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def pair_args(files) -> list[str]:
+    return ["--target", str(files[0]), "--draft", str(files[1])]
+
+
+def assert_user_error(result, *needles: str) -> None:
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+# --- the model by hand --------------------------------------------------------------------------------
+
+
+def test_expected_tokens_is_one_plus_the_products():
+    assert tn.expected_tokens([0.5] * 4, 0) == 1.0
+    assert tn.expected_tokens([0.5] * 4, 4) == pytest.approx(1 + 0.5 + 0.25 + 0.125 + 0.0625)
+    assert tn.expected_tokens([1.0, 0.5, 0.0], 3) == pytest.approx(1 + 1 + 0.5 + 0)
+
+
+def test_steady_tokens_per_s_by_hand():
+    # K=2, a = 0.5: E = 1.75; the previous round was full with probability 0.25 -> catch-up 0.25 * 5 ms
+    time_round = 2 * 0.01 + 0.25 * 0.005 + 0.14 + 0.002
+    assert tn.steady_tokens_per_s(TM, [0.5] * 4, 2) == pytest.approx(1.75 / time_round)
+    # a = 0: one token a round, the K drafts are wasted
+    assert tn.steady_tokens_per_s(TM, [0.0] * 4, 1) == pytest.approx(1 / (0.01 + 0.12 + 0.002))
+
+
+def test_timings_components():
+    assert TM.t_target == 0.1
+    assert TM.draft_cost_ratio() == pytest.approx(0.1)
+    assert TM.verify_curve() == pytest.approx([1.0, 1.2, 1.4, 1.6, 2.0])
+    assert TM.round_s(2, catch_up=False) == pytest.approx(0.02 + 0.14 + 0.002)
+    assert TM.round_s(2, catch_up=True) == pytest.approx(0.015 + 0.01 + 0.14 + 0.002)
+    assert TM.round_s(0, catch_up=True) == pytest.approx(0.1 + 0.002)  # nothing drafted: no catch-up either
+    with pytest.raises(tn.ConfigError, match="batch of 6"):
+        TM.verify(6)
+
+
+F, T = False, True
+
+
+def test_simulate_rounds_by_hand():
+    m = [F, T, T, F, T, T, F, T, T, F]  # 10 tokens; m[i]: the draft guesses token i
+    # K=2: accept 1,2 (+3 from the target), 4,5 (+6), 7,8 (+9): three full rounds
+    assert tn.simulate_rounds(m, 2, 10) == [tn.Round(2, 2)] * 3
+    # K=3: 1,2, miss at 3 (the target's 3); 4,5, miss at 6; then only 10 - 7 - 1 = 2 may be drafted: 7,8 (+9)
+    assert tn.simulate_rounds(m, 3, 10) == [tn.Round(3, 2), tn.Round(3, 2), tn.Round(2, 2)]
+    # K=1, 4 tokens: 1 (+2); from token 2, 4 - 3 - 1 = 0 may be drafted: the target adds 3 alone
+    assert tn.simulate_rounds([F, T, F, T], 1, 4) == [tn.Round(1, 1), tn.Round(0, 0)]
+    # end of generation at index 3, which the draft also predicts: it drafts 3 tokens and stops
+    assert tn.simulate_rounds([F, T, T, T], 4, 10, ends_with_eog=True) == [tn.Round(3, 3)]
+    # the draft misses the end: all 4 drafted, 2 accepted, the target's own token ends generation
+    assert tn.simulate_rounds([F, T, T, F], 4, 10, ends_with_eog=True) == [tn.Round(4, 2)]
+
+
+def test_decode_time_counts_the_catch_up_and_the_last_short_rounds():
+    text = tn.Text("p", (F, T, T, F, F, F, F), n_tokens=7, stopped_by_eog=False)
+    seconds, rounds = text.decode_s(TM, 2, 7)
+    assert rounds == [tn.Round(2, 2), tn.Round(2, 0), tn.Round(1, 0), tn.Round(0, 0)]
+    want = ((2 * 0.01 + 0.14 + 0.002) + (0.015 + 0.01 + 0.14 + 0.002)  # second round starts with the 2-token catch-up
+            + (0.01 + 0.12 + 0.002) + (0.1 + 0.002))
+    assert seconds == pytest.approx(want)
+    p = tn.predict(TM, [text], 2, 7)
+    assert p.tokens_per_s == pytest.approx(7 / want)
+    assert p.baseline_tokens_per_s == pytest.approx(7 / (6 * 0.1))  # the first token comes with the prompt
+    assert p.gain_pct == pytest.approx(100 * ((7 / want) / (7 / 0.6) - 1))
+    assert p.tokens_per_round == pytest.approx((2 + 4) / 4)
+    assert p.acceptance == pytest.approx(2 / 5)
+
+
+def test_prediction_is_the_mean_over_prompts_like_a_sweep():
+    good = tn.Text("good", (F,) + (T,) * 9, 10, False)
+    bad = tn.Text("bad", (F,) * 10, 10, False)
+    p = tn.predict(TM, [good, bad], 2, 10)
+    assert p.tokens_per_s == pytest.approx((tn.predict(TM, [good], 2, 10).tokens_per_s
+                                            + tn.predict(TM, [bad], 2, 10).tokens_per_s) / 2)
+
+
+def record_for(tm: tn.Timings, texts, ks, ngl="0", ngld="0", time="2026-01-01T00:00:00+00:00") -> dict:
+    return {"kind": "calibration", "time": time, "pair": "p",
+            "config": {"ngl": ngl, "ngld": ngld, "n_predict": 10, "ks": list(ks), "k_max": max(ks)},
+            "timings": {"t_draft_s": tm.t_draft, "t_draft2_s": tm.t_draft2, "t_verify_s": list(tm.t_verify),
+                        "round_overhead_s": tm.round_overhead},
+            "acceptance": {"a": [0.5] * max(ks), "prompts": [{"prompt_id": t.prompt_id, "matches": [int(x) for x in t.matches],
+                                                              "n_tokens": t.n_tokens, "stopped_by_eog": t.stopped_by_eog}
+                                                             for t in texts]}}
+
+
+def test_best_is_the_argmax_over_settings_and_ks():
+    texts = [tn.Text("a", (F, T, T, T, F, T, T, T, T, F), 10, False)]
+    slow_verify = tn.Timings(0.01, 0.015, (0.1, 0.2, 0.3, 0.4, 0.5), 0.0)
+    cals = [tn.Calibration.from_record(record_for(TM, texts, [1, 2, 3, 4])),
+            tn.Calibration.from_record(record_for(slow_verify, texts, [1, 2, 3, 4], ngl="all"))]
+    every = [(c, p) for c in cals for p in c.predictions()]
+    cal, top = tn.best(cals)
+    assert top.tokens_per_s == max(p.tokens_per_s for _, p in every)
+    rows = tn.prediction_rows(cals)
+    assert len(rows) == 8 and sum(r["best"] for r in rows) == 1
+    marked = next(r for r in rows if r["best"])
+    assert (marked["k"], marked["ngl"]) == (top.k, cal.ngl)
+    assert marked["predicted_tokens_per_s"] == max(r["predicted_tokens_per_s"] for r in rows)
+
+
+def test_predicted_frame_has_report_columns_and_keeps_the_latest_record():
+    texts = [tn.Text("a", (F, T, T, F, T, T, T, T, F, T), 10, False)]
+    old = record_for(tn.Timings(1.0, 1.0, (1.0,) * 5, 0.0), texts, [1, 2, 3], time="2026-01-01T00:00:00+00:00")
+    new = record_for(TM, texts, [1, 2, 3], time="2026-01-02T00:00:00+00:00")
+    df = tn.predicted_frame([new, {"kind": "eval"}, old, {"mode": "target"}])
+    assert list(df.columns) == ["pair", "ngl", "ngld", "temperature", "n_predict", "k", "predicted_tokens_per_s",
+                                "predicted_gain_pct", "predicted_baseline_tokens_per_s", "predicted_best"]
+    assert list(df["k"]) == [1, 2, 3] and set(df["ngl"]) == {"0"}
+    assert list(df["predicted_tokens_per_s"]) == pytest.approx([tn.predict(TM, texts, k, 10).tokens_per_s for k in (1, 2, 3)])
+    assert df["predicted_best"].sum() == 1
+
+
+def test_effective_settings_without_and_with_gpu_offload():
+    settings, warnings = tn.effective_settings([0, 16, ALL_LAYERS], [0, ALL_LAYERS], gpu=False, target_layers=18,
+                                               draft_layers=18)
+    assert settings == [(0, 0)]
+    assert len(warnings) == 1 and "cannot offload" in warnings[0] and "-ngl 16 -ngld 0" in warnings[0]
+    assert tn.effective_settings([0], [0], gpu=False, target_layers=18, draft_layers=18) == ([(0, 0)], [])
+    settings, warnings = tn.effective_settings([0, 16, 30, ALL_LAYERS], [0], gpu=True, target_layers=18, draft_layers=18)
+    assert settings == [(0, 0), (16, 0), (ALL_LAYERS, 0)]
+    assert len(warnings) == 1 and "-ngl all" in warnings[0]
+
+
+def test_check_rows_put_measured_next_to_predicted():
+    texts = [tn.Text("a", (F, T, T, F, T, T, T, T, F, T), 10, False)]
+    cal = tn.Calibration.from_record(record_for(TM, texts, [1, 2, 3]))
+    recs = [{"mode": "target", "config": {"k": 0}, "metrics": {"tokens_per_s": 10.0}, "error": None},
+            {"mode": "speculative", "config": {"k": 2}, "metrics": {"tokens_per_s": 12.0}, "error": None},
+            {"mode": "speculative", "config": {"k": 2}, "metrics": {"tokens_per_s": 14.0}, "error": None},
+            {"mode": "speculative", "config": {"k": 3}, "metrics": None, "error": "boom"}]
+    rows = tn.check_rows(cal, recs)
+    assert [r["k"] for r in rows] == [0, 2]
+    k2 = rows[1]
+    assert k2["measured_tokens_per_s"] == 13.0 and k2["runs"] == 2 and k2["measured_gain_pct"] == pytest.approx(30.0)
+    assert k2["predicted_tokens_per_s"] == pytest.approx(cal.predict(2).tokens_per_s)
+    assert k2["error_pct"] == pytest.approx(100 * (k2["predicted_tokens_per_s"] / 13.0 - 1))
+    assert rows[0]["predicted_tokens_per_s"] == pytest.approx(cal.predict(1).baseline_tokens_per_s)
+    assert tn.check_ks(cal, 3) == [2, 3] and tn.check_ks(cal, 2) == [1, 2, 3]
+
+
+# --- real llama.cpp on tiny pairs ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def middle_calibration(tiny_pairs):
+    files = PairFiles(*tiny_pairs["middle"], "tiny-middle")
+    prompts = builtin(["code-short", "chat-short"])
+    record = tn.calibrate(files, LoadConfig(n_ctx=512, threads=2), prompts, 24, [1, 2, 3, 4], reps=1)
+    return files, prompts, record
+
+
+def test_calibration_record_fields(middle_calibration):
+    _, _, rec = middle_calibration
+    assert rec["kind"] == "calibration" and rec["pair"] == "tiny-middle"
+    cfg = rec["config"]
+    assert (cfg["ngl"], cfg["ngld"], cfg["threads"], cfg["n_predict"], cfg["k_max"]) == (0, 0, 2, 24, 4)
+    assert cfg["prompts"] == ["code-short", "chat-short"] and cfg["ks"] == [1, 2, 3, 4]
+    tm = rec["timings"]
+    assert len(tm["t_verify_s"]) == 5 and all(t > 0 for t in tm["t_verify_s"])
+    assert tm["t_draft_s"] > 0 and tm["t_draft2_s"] > 0 and tm["round_overhead_s"] >= 0
+    assert tm["in_loop"]["rounds"] > 0
+    acc = rec["acceptance"]
+    assert len(acc["a"]) == 4 and all(a is None or 0 <= a <= 1 for a in acc["a"])
+    assert acc["accepted_at"][0] <= acc["reached_at"][0]
+    for p in acc["prompts"]:
+        assert len(p["matches"]) == p["n_tokens"] + int(p["stopped_by_eog"]) and set(p["matches"]) <= {0, 1}
+    assert rec["env"]["llama_cpp_python"] and rec["models"]["target"]["sha256"]
+    json.dumps(rec)  # storable as it is
+    cal = tn.Calibration.from_record(rec)
+    assert [p.k for p in cal.predictions()] == [1, 2, 3, 4]
+
+
+def test_simulated_rounds_equal_the_real_loop_for_every_k(middle_calibration):
+    """One run at K_max gives every K's rounds: simulate each K and run it for real."""
+    files, prompts, rec = middle_calibration
+    cal = tn.Calibration.from_record(rec)
+    with LoadedPair(files, LoadConfig(n_ctx=512, threads=2)) as pair:
+        for prompt, text in zip(prompts, cal.texts):
+            tokens = pair.prompt_tokens(prompt.text, prompt.chat and pair.target.has_chat_template())
+            for k in (1, 2, 3, 4):
+                res = pair.generate("speculative", tokens, 24, k, SamplingConfig())
+                rounds = tn.simulate_rounds(text.matches, k, 24, text.stopped_by_eog)
+                got = (len(rounds), sum(r.drafted for r in rounds), sum(r.accepted for r in rounds))
+                assert got == (res.rounds, res.drafted, res.accepted), (prompt.id, k)
+
+
+def test_tune_json_shape_and_stored_record(tiny_pairs, isolated):
+    result = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-3", "-n", "16", "--prompt-ids", "code-short",
+                    "--threads", "2", "-c", "256", "--reps", "1", "-ngl", "0,8", "--json", "--name", "tj")
+    assert result.exit_code == 0, result.output
+    assert "Warning: this llama-cpp-python build cannot offload" in result.stderr
+    doc = json.loads(result.stdout)
+    assert [r["k"] for r in doc["rows"]] == [1, 2, 3]
+    for row in doc["rows"]:
+        assert {"k", "ngl", "ngld", "predicted_tokens_per_s", "predicted_gain_pct", "best"} <= set(row)
+    assert set(doc["best"]) == {"k", "ngl", "ngld", "predicted_tokens_per_s", "predicted_gain_pct"}
+    assert doc["best"]["predicted_tokens_per_s"] == max(r["predicted_tokens_per_s"] for r in doc["rows"])
+    assert len(doc["settings"][0]["verify_curve"]) == 4 and doc["settings"][0]["verify_curve"][0] == 1.0
+    stored = read_records(isolated / "results" / "tj.jsonl")
+    assert [r["kind"] for r in stored] == ["calibration"]
+
+
+def test_tune_check_prints_measured_next_to_predicted_and_stores_the_runs(tiny_pairs, isolated, tmp_path):
+    plot = tmp_path / "tune.png"
+    result = invoke("tune", *pair_args(tiny_pairs["high"]), "-K", "1-3", "-n", "12", "--prompt-ids", "code-short",
+                    "--threads", "2", "-c", "256", "--reps", "1", "--check", "--name", "tc", "--plot", str(plot))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "recommended: -K " in out and "predicted tokens/s" in out
+    assert "--check: predicted against measured" in out and "measured tokens/s" in out and "target alone" in out
+    assert plot.stat().st_size > 0
+    stored = read_records(isolated / "results" / "tc.jsonl")
+    assert stored[0]["kind"] == "calibration"
+    runs = stored[1:]
+    assert {r["mode"] for r in runs} == {"target", "speculative"} and all(r["sweep"] == "tc" for r in runs)
+    rec_k = int(out.split("recommended: -K ")[1].split()[0])
+    assert rec_k in {r["config"]["k"] for r in runs if r["mode"] == "speculative"}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["-K", "1-400", "-c", "128"], "do not fit in --ctx-size 128"),
+    (["-K", "0-2"], "draft lengths (-K) must be >= 1"),
+    (["-K", "two"], "bad draft length value 'two'"),
+    (["-ngl", "lots"], "bad -ngl value 'lots'"),
+    (["-n", "1"], "--n-predict must be >= 2"),
+    (["--name", "a/b"], "--name 'a/b' may hold only"),
+    (["--prompt-ids", "nope"], "unknown built-in prompt 'nope'"),
+])
+def test_tune_bad_input_is_one_error_line(tiny_pairs, args, needle):
+    result = invoke("tune", *pair_args(tiny_pairs["middle"]), "--prompt-ids", "code-short", "-n", "8", "--reps", "1", *args)
+    assert_user_error(result, needle)
+
+
+def test_tune_pair_that_does_not_load_is_one_error_line(tiny_pairs, tmp_path):
+    target, draft = tiny_pairs["middle"]
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(target.read_bytes()[:700_000])  # header intact, tensor data cut short
+    result = invoke("tune", "--target", str(cut), "--draft", str(draft), "-K", "1-2", "-n", "8", "--prompt-ids", "code-short")
+    assert_user_error(result, "cut.gguf", "fetch it again")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model")
+    assert_user_error(invoke("tune", "--target", str(junk), "--draft", str(draft)), "is not a GGUF file")
