@@ -148,10 +148,24 @@ class PairSource:
                                  "paths must exist on every node that runs a unit (copy the files there, or name a "
                                  "registry pair so each node fetches it)")
             return model
-        from gguf_bench.download import fetch, locate
-
         assert self.registry is not None
-        return locate(model, self.registry) or fetch(model, self.registry).path
+        return _fetch_on_node(model, self.registry)
+
+
+def _fetch_on_node(model: ModelRef, registry: Registry) -> Path:
+    """`locate`, else `fetch` under a lock in this node's cache: units running side by side on one node
+    (one per GPU) would otherwise assemble or quantize the same file into the same partial file at once."""
+    import fcntl
+
+    from gguf_bench.download import cache_dir, fetch, locate
+
+    if found := locate(model, registry):
+        return found
+    lock = cache_dir() / ".fetch.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+        return locate(model, registry) or fetch(model, registry).path
 
 
 def pair_sources(pairs: list[str] | None, target: Path | None, draft: Path | None,
