@@ -69,6 +69,19 @@ def llama_versions() -> dict:
     }
 
 
+def use_extra_buffers() -> bool:
+    """Whether llama.cpp may move CPU weights into its extra buffer types (AMX tiles, repacked layouts).
+
+    Off where the build uses AMX (AMX_INT8 in its system info): llama.cpp's AMX matmul segfaults on
+    K-quant weights on some Sapphire Rapids-class machines, virtual ones especially (llama.cpp issue
+    #20824, seen here with gemma-3-270m Q4_K_M). $GGUF_BENCH_EXTRA_BUFFERS=1 or 0 overrides.
+    """
+    env = os.environ.get("GGUF_BENCH_EXTRA_BUFFERS")
+    if env in ("0", "1"):
+        return env == "1"
+    return "AMX_INT8 = 1" not in llama_versions()["system_info"]
+
+
 def gpu_offload_supported() -> bool:
     return bool(_llama().llama_supports_gpu_offload())
 
@@ -101,6 +114,7 @@ class Model:
             raise ModelError(f"model file {self.path} does not exist")
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        mparams.use_extra_bufts = use_extra_buffers()
         _log_tail.clear()
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:

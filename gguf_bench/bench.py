@@ -12,7 +12,7 @@ from gguf_bench.backend import ALL_LAYERS, Model, gpu_offload_supported
 from gguf_bench.errors import ConfigError, IncompatiblePairError
 from gguf_bench.ggufinfo import incompatibility, read_info
 from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import GenerationResult, OnRound, generate_regular, generate_speculative
+from gguf_bench.speculative import GenerationResult, OnRound, Verify, generate_regular, generate_speculative
 
 
 @dataclass(frozen=True)
@@ -76,12 +76,12 @@ class LoadedPair:
                               f"tokens do not fit in --ctx-size {self.load.n_ctx}; raise --ctx-size or shorten them")
 
     def generate(self, mode: str, prompt: list[int], n_predict: int, k: int, cfg: SamplingConfig,
-                 on_round: OnRound | None = None) -> GenerationResult:
+                 on_round: OnRound | None = None, verify: Verify = Verify.BATCHED) -> GenerationResult:
         if mode == "target":
             return generate_regular(self.target, prompt, n_predict, cfg, on_round)
         if mode == "draft":
             return generate_regular(self.draft, prompt, n_predict, cfg, on_round)
-        return generate_speculative(self.target, self.draft, prompt, n_predict, k, cfg, on_round)
+        return generate_speculative(self.target, self.draft, prompt, n_predict, k, cfg, on_round, verify)
 
     def close(self) -> None:
         self.target.close()
@@ -104,9 +104,13 @@ def metrics(res: GenerationResult) -> dict:
         "tokens_per_s": res.tokens_per_s,
         "ms_per_token": res.ms_per_token,
         "end_to_end_s": res.prompt_s + res.decode_s,
-        "target_s": res.target_s,
-        "draft_s": res.draft_s,
-        "python_s": res.python_s,
+        # where decode time goes: inside llama_decode (target, draft), sampling and acceptance, the rest
+        "target_decode_s": res.target_decode_s,
+        "draft_decode_s": res.draft_decode_s,
+        "sample_s": res.sample_s,
+        "other_s": res.other_s,
+        "overhead_pct": res.overhead_pct,
+        "verify": res.verify or None,
         "stopped_by_eog": res.stopped_by_eog,
         "rounds": res.rounds,
         "drafted": res.drafted,

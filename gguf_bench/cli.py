@@ -17,6 +17,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from gguf_bench.errors import BenchError
+from gguf_bench.speculative import Verify
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Find the draft model, draft length and GPU offload that make a GGUF model fastest, "
@@ -223,6 +224,9 @@ RepsOpt = Annotated[int, typer.Option("--repetitions", "-r", help="measured repe
 SeedOpt = Annotated[int, typer.Option("--seed", help="sampling seed (repetition i uses seed + i)")]
 TopKOpt = Annotated[int, typer.Option("--top-k", help="top-k filter, 0 = off")]
 TopPOpt = Annotated[float, typer.Option("--top-p", help="top-p (nucleus) filter, 1 = off")]
+VerifyOpt = Annotated[Verify, typer.Option("--verify", help="batched: the target verifies K+1 tokens in one decode "
+                      "(fast, what is benchmarked); sequential: one token at a time, so greedy output equals the target "
+                      "alone's bit for bit on any CPU (checks the loop)")]
 
 
 def _pair_files(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None):
@@ -279,15 +283,17 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
         show_text: Annotated[bool, typer.Option("--show-text", help="print the generated texts")] = False,
         json_out: Annotated[bool, typer.Option("--json", help="print the run records as JSON")] = False,
-        registry: RegistryOpt = None) -> None:
+        verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process."""
     import json
 
+    from gguf_bench.divergence import LOOP_ERROR, describe
     from gguf_bench.report import rich_table, summarize, to_frame
     from gguf_bench.sweep import iter_records, single_run_grid
 
     grid = single_run_grid(k, ngl, ngld, temp, _prompt(prompt, prompt_file, chat), repetitions=repetitions,
-                           n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads)
+                           n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
+                           verify=verify)
     files = _pair_files(pair, target, draft, registry)
     _warn_offload(ngl, ngld)
     with console.status(f"running {files.name} ..."):
@@ -299,6 +305,12 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         console.print_json(json.dumps(records, default=str))
         return
     console.print(rich_table(summarize(to_frame(records)), title=""))
+    for r in records:
+        identity = (r["metrics"] or {}).get("identity")
+        if identity and r["config"]["repetition"] == 0:
+            bad = identity.get("cause") == LOOP_ERROR
+            console.print(f"greedy check, K={r['config']['k']}: {describe(identity)}", markup=False,
+                          style="bold red" if bad else None)
     if show_text:
         for r in records:
             if r["metrics"] and r["config"]["repetition"] == 0:
@@ -330,8 +342,9 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
                                    "KEY:N,... or accelerator_type:A100")] = None) -> None:
     """Sweep draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
     from gguf_bench import prompts as builtin_prompts
+    from gguf_bench.errors import ResultsError
     from gguf_bench.report import rich_table, summarize, to_frame
-    from gguf_bench.results import default_name, read_records, results_dir
+    from gguf_bench.results import default_name, ensure_results_dir, read_records
     from gguf_bench.sweep import Grid, parse_float_list, parse_int_list, run_sweep
 
     if prompts_file and prompt_ids:
@@ -347,7 +360,7 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
     name = name or default_name("sweep")
     if not all(c.isalnum() or c in "-_." for c in name):
         raise BenchError(f"--name '{name}' may hold only letters, digits, '-', '_' and '.'")
-    out = results_dir() / f"{name}.jsonl"
+    out = ensure_results_dir() / f"{name}.jsonl"
     if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
         return _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task,
                              ray_resources)
@@ -362,6 +375,8 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
         err.print(f"Interrupted: every finished run is saved in {out}; continue with "
                   f"`gguf-bench sweep ... --name {name} --resume`", markup=False)
         raise typer.Exit(130) from None
+    except ResultsError as exc:
+        raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
     console.print(rich_table(summarize(to_frame(read_records(out))), title=f"sweep {name} ({out})"))
 
 
@@ -490,37 +505,35 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          chat: Annotated[bool, typer.Option("--chat", help="ask through the model's chat template (instruct models)")] = False,
          name: Annotated[str | None, typer.Option("--name", help="store in results/NAME.jsonl")] = None,
          json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-         registry: RegistryOpt = None) -> None:
+         verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None) -> None:
     """Multiplication benchmark: regular vs speculative success rates with 95% Wald intervals."""
     import json
 
     from rich.progress import MofNCompleteColumn
 
-    from gguf_bench.quality import NEAR_TIE, mul_prompts, run_eval
-    from gguf_bench.results import append_record, default_name, environment, models_record, now_iso, results_dir
+    from gguf_bench.quality import eval_record, identity_lines, mul_prompts, run_eval
+    from gguf_bench.results import default_name, ensure_results_dir, try_append_record
     from gguf_bench.sampling import SamplingConfig
 
     prompts = mul_prompts(nb_prompts, seed)
     cfg = SamplingConfig(temp, top_k, top_p, seed)
     if k < 1 or n_predict < 1:
         raise BenchError("--draft-max and --n-predict must be >= 1")
+    out = ensure_results_dir() / f"{name or default_name('eval')}.jsonl"
     files, loaded = _load(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
     with loaded, Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                           console=err, transient=True) as bar:
         task = bar.add_task("eval", total=len(prompts))
-        res = run_eval(loaded, prompts, k, cfg, n_predict, progress=lambda i: bar.update(task, completed=i), chat=chat)
-    record = {"kind": "eval", "time": now_iso(), "pair": files.name, "env": environment(),
-              "models": models_record(files.target, files.draft),
-              "config": {"nb_prompts": nb_prompts, "seed": seed, "temperature": temp, "top_k": top_k, "top_p": top_p,
-                         "k": k, "ngl": ngl, "ngld": ngld, "n_predict": n_predict, "chat": chat},
-              "metrics": {"n": res.n, "regular_ok": res.regular_ok, "speculative_ok": res.speculative_ok,
-                          "identical": res.identical, "near_ties": res.near_ties, "p_value": res.p_value,
-                          "acceptance": res.acceptance},
-              "rows": res.rows}
-    out = results_dir() / f"{name or default_name('eval')}.jsonl"
-    append_record(out, record)
+        res = run_eval(loaded, prompts, k, cfg, n_predict, progress=lambda i: bar.update(task, completed=i), chat=chat,
+                       verify=verify)
+    record = eval_record(res, files, {"nb_prompts": nb_prompts, "seed": seed, "temperature": temp, "top_k": top_k,
+                                      "top_p": top_p, "k": k, "ngl": ngl, "ngld": ngld, "n_predict": n_predict,
+                                      "chat": chat, "verify": str(verify)})
+    unsaved = try_append_record(out, record)  # a failed write still prints the result, then exits 1
     if json_out:
         sys.stdout.write(json.dumps(record, default=str) + "\n")
+        if unsaved:
+            raise unsaved
         return
     table = Table(title=f"multiplication benchmark: {files.name}, {res.n} prompts, T={temp:g}, K={k}")
     for col in ("generation", "correct", "success rate", "95% Wald interval"):
@@ -532,15 +545,10 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     verdict = "differ significantly" if res.differ else "do not differ significantly"
     console.print(f"success rates {verdict} (two-proportion z-test p = {res.p_value:.3g}); "
                   f"draft acceptance {res.acceptance:.1%}")
-    if temp == 0:
-        console.print(f"identical outputs (greedy): {res.identical}/{res.n} ({res.identical / res.n:.0%})")
-        if res.near_ties:
-            margins = ", ".join(f"{abs(r['divergence']['margin']):.4f}" for r in res.rows if r.get("divergence", {}).get("near_tie"))
-            console.print(f"  {res.near_ties} differ at a near tie (target logit margin {margins} < {NEAR_TIE}) where llama.cpp's "
-                          "batched and one-token decodes round differently: a floating-point effect, not a loop error")
-        unexplained = res.n - res.identical - res.near_ties
-        if unexplained:
-            console.print(f"  [bold red]{unexplained} differ without a near tie: the speculative loop is wrong[/bold red]")
+    for line, bad in identity_lines(res):
+        console.print(line, markup=False, style="bold red" if bad else None)
+    if unsaved:
+        raise unsaved
     console.print(f"stored in {out}")
 
 
@@ -577,8 +585,9 @@ def compare(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = No
             chat: Annotated[bool, typer.Option("--chat", help="wrap the prompt in the model's chat template")] = False,
             n_predict: NPredictOpt = 96, k: KOpt = 4, temp: TempOpt = 0.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0,
             seed: SeedOpt = 0, ngl: NglOpt = "0", ngld: NgldOpt = "0", threads: ThreadsOpt = None,
-            ctx_size: CtxOpt = 2048, registry: RegistryOpt = None) -> None:
+            ctx_size: CtxOpt = 2048, verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None) -> None:
     """Regular and speculative generation of one prompt, live and side by side."""
+    from gguf_bench.divergence import compare_greedy, describe
     from gguf_bench.live import SideBySide
     from gguf_bench.sampling import SamplingConfig
 
@@ -592,9 +601,17 @@ def compare(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = No
                           f"speculative K={k}: + {files.draft.name}")
         with view.live(console):
             regular = loaded.generate("target", tokens, n_predict, k, cfg, view.on_round("regular"))
-            spec = loaded.generate("speculative", tokens, n_predict, k, cfg, view.on_round("speculative"))
+            view.finish("regular", regular)
+            spec = loaded.generate("speculative", tokens, n_predict, k, cfg, view.on_round("speculative"), verify)
+            view.finish("speculative", spec)
+        same = describe(compare_greedy(loaded.target, tokens, regular.tokens, spec)) if cfg.greedy else (
+            "identical output" if regular.tokens == spec.tokens else "outputs differ (sampling)")
     console.print()
-    console.print(view.summary(regular, spec))
+    console.print(view.summary(regular, spec, same), markup=False)
+
+
+from gguf_bench.cli_tune import tune as _tune  # noqa: E402, I001  (the `tune` command, issue 12)
+_command(_tune)
 
 
 def main() -> None:

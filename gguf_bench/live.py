@@ -24,6 +24,7 @@ class SideBySide:
         self.texts = {"regular": Text(), "speculative": Text()}
         self.counts = {"regular": 0, "speculative": 0}
         self.started: dict[str, float] = {}
+        self.final: dict[str, float] = {}  # tokens/s of a finished side, as its result reports it
         self._live: Live | None = None
 
     def live(self, console: Console) -> Live:
@@ -42,9 +43,17 @@ class SideBySide:
 
         return update
 
+    def finish(self, side: str, res: GenerationResult) -> None:
+        """End a side on its result's own figure (decode time, the prompt left out), as the summary line does."""
+        self.final[side] = res.tokens_per_s
+        if self._live:
+            self._live.update(self._render())
+
     def _panel(self, side: str) -> Panel:
         elapsed = time.perf_counter() - self.started[side] if side in self.started else 0.0
         rate = f"{self.counts[side] / elapsed:.1f} tokens/s" if elapsed > 0 and self.counts[side] else "waiting"
+        if side in self.final:
+            rate = f"{self.final[side]:.2f} tokens/s"
         return Panel(self.texts[side], title=self.titles[side], subtitle=f"{self.counts[side]} tokens, {rate}")
 
     def _render(self) -> Table:
@@ -55,8 +64,7 @@ class SideBySide:
         return grid
 
     @staticmethod
-    def summary(regular: GenerationResult, spec: GenerationResult) -> str:
-        same = "identical output" if regular.tokens == spec.tokens else "outputs differ (sampling)"
+    def summary(regular: GenerationResult, spec: GenerationResult, same: str) -> str:
         return (f"regular: {regular.n_tokens} tokens in {regular.decode_s:.2f} s ({regular.tokens_per_s:.2f} tokens/s) | "
                 f"speculative: {spec.n_tokens} tokens in {spec.decode_s:.2f} s ({spec.tokens_per_s:.2f} tokens/s), "
                 f"acceptance {spec.acceptance:.1%}, gain {gain_pct(spec.tokens_per_s, regular.tokens_per_s):+.1f}% | {same}")

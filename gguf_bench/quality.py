@@ -19,8 +19,10 @@ import numpy as np
 from scipy.stats import chi2_contingency, norm
 
 from gguf_bench.bench import LoadedPair
+from gguf_bench.divergence import BATCH_NUMERICS, LOOP_ERROR, compare_greedy
 from gguf_bench.errors import ConfigError
 from gguf_bench.sampling import SamplingConfig
+from gguf_bench.speculative import Verify
 
 Z95 = 1.959963984540054
 
@@ -82,40 +84,14 @@ def two_proportion_p_value(s1: int, n1: int, s2: int, n2: int) -> float:
     return float(2 * norm.sf(abs(s1 / n1 - s2 / n2) / se))
 
 
-NEAR_TIE = 0.01  # logit margin under which batched and one-token decodes may pick different tokens
-
-
-def explain_divergence(pair: LoadedPair, prompt: list[int], regular: list[int], speculative: list[int]) -> dict:
-    """Where two greedy outputs part, and why.
-
-    llama.cpp's logits for a token differ in the last bits between a one-token decode (regular
-    generation) and a batched decode (speculative verification). When the target's two best
-    tokens are that close, the argmax can flip: a floating-point effect, not a loop error. This
-    recomputes the logits at the parting position both ways to tell the cases apart.
-    """
-    j = next(i for i, (a, b) in enumerate(zip(regular, speculative)) if a != b)
-    pair_tokens = [regular[j], speculative[j]]
-    target = pair.target
-    target.rewind(0)
-    logits = target.eval(prompt, 1)
-    for tok in regular[:j]:  # the regular path: one token at a time
-        logits = target.eval([tok], 1)
-    single = logits[0][pair_tokens].astype(float)
-    target.rewind(0)
-    target.eval(prompt, 1)
-    batched = target.eval(regular[:j], j)[-1][pair_tokens].astype(float)  # the same tokens in one batch
-    margin = float(single[0] - single[1])
-    flips = bool(batched[1] >= batched[0])
-    return {"position": j, "margin": margin, "batched_flips": flips, "near_tie": abs(margin) < NEAR_TIE and flips}
-
-
 @dataclass
 class EvalResult:
     n: int
     regular_ok: int
     speculative_ok: int
     identical: int  # prompts whose two outputs are token-for-token equal
-    near_ties: int  # greedy differences explained by a near tie (see explain_divergence)
+    batch_numerics: int  # greedy differences the replay shows are batch numerics (see divergence.py)
+    loop_errors: int  # greedy differences the replay does not explain: the loop is wrong
     temperature: float
     acceptance: float
     rows: list[dict]
@@ -133,27 +109,62 @@ class EvalResult:
 
 
 def run_eval(pair: LoadedPair, prompts: list[MulPrompt], k: int, cfg: SamplingConfig, n_predict: int = 12,
-             progress: Callable[[int], None] = lambda i: None, chat: bool = False) -> EvalResult:
+             progress: Callable[[int], None] = lambda i: None, chat: bool = False,
+             verify: Verify = Verify.BATCHED) -> EvalResult:
     rows = []
     drafted = accepted = 0
     for i, prompt in enumerate(prompts):
         tokens = pair.prompt_tokens(prompt.text, chat)
         seeded = SamplingConfig(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed + i)
         reg = pair.generate("target", tokens, n_predict, k, seeded)
-        spec = pair.generate("speculative", tokens, n_predict, k, seeded)
+        spec = pair.generate("speculative", tokens, n_predict, k, seeded, verify=verify)
         drafted, accepted = drafted + spec.drafted, accepted + spec.accepted
         reg_text, spec_text = pair.target.detokenize(reg.tokens), pair.target.detokenize(spec.tokens)
         row = {"a": prompt.a, "b": prompt.b, "answer": prompt.answer, "regular": reg_text,
                "speculative": spec_text, "regular_ok": parse_answer(reg_text) == prompt.answer,
                "speculative_ok": parse_answer(spec_text) == prompt.answer, "identical": reg.tokens == spec.tokens}
         if cfg.greedy and not row["identical"]:
-            row["divergence"] = explain_divergence(pair, tokens, reg.tokens, spec.tokens)
+            row["divergence"] = compare_greedy(pair.target, tokens, reg.tokens, spec)
         rows.append(row)
         progress(i + 1)
     return EvalResult(n=len(rows), regular_ok=sum(r["regular_ok"] for r in rows),
                       speculative_ok=sum(r["speculative_ok"] for r in rows), identical=sum(r["identical"] for r in rows),
-                      near_ties=sum(r.get("divergence", {}).get("near_tie", False) for r in rows),
+                      batch_numerics=_count_cause(rows, BATCH_NUMERICS), loop_errors=_count_cause(rows, LOOP_ERROR),
                       temperature=cfg.temperature, acceptance=accepted / drafted if drafted else float("nan"), rows=rows)
+
+
+def eval_record(res: EvalResult, files, config: dict) -> dict:
+    """The stored record of one evaluation."""
+    from gguf_bench.results import environment, models_record, now_iso
+
+    return {"kind": "eval", "time": now_iso(), "pair": files.name, "env": environment(),
+            "models": models_record(files.target, files.draft), "config": config,
+            "metrics": {"n": res.n, "regular_ok": res.regular_ok, "speculative_ok": res.speculative_ok,
+                        "identical": res.identical, "batch_numerics": res.batch_numerics, "loop_errors": res.loop_errors,
+                        "p_value": res.p_value, "acceptance": res.acceptance},
+            "rows": res.rows}
+
+
+def identity_lines(res: EvalResult) -> list[tuple[str, bool]]:
+    """What greedy identity says, line by line; True marks a line that reports a loop error."""
+    if res.temperature != 0:
+        return []
+    lines = [(f"identical outputs (greedy): {res.identical}/{res.n} ({res.identical / res.n:.0%})", False)]
+    divs = [r["divergence"] for r in res.rows if "divergence" in r]
+    numerics = [d for d in divs if d["cause"] == BATCH_NUMERICS]
+    if numerics:
+        margins = ", ".join(f"{abs(d['margin_one_token']):.4f}" for d in numerics)
+        lines.append((f"  {len(numerics)} differ by batch numerics: replaying the very verify batch gives the speculative "
+                      "token, the one-token decode the regular one (llama.cpp rounds a batch differently; "
+                      f"logit margins {margins})", False))
+    if res.loop_errors:
+        whys = "; ".join(sorted({d["why"] for d in divs if d["cause"] == LOOP_ERROR}))
+        lines.append((f"  {res.loop_errors} differ by a loop error: the replay does not reproduce them ({whys})", True))
+    return lines
+
+
+def _count_cause(rows: list[dict], cause: str) -> int:
+    return sum(r.get("divergence", {}).get("cause") == cause for r in rows)
 
 
 # --- distribution check ------------------------------------------------------------------------

@@ -1,11 +1,17 @@
 """Regular and speculative generation, written against a small Protocol.
 
 Speculative round (draft p, target q, draft length K), starting from x0: the last accepted
-token, whose KV entry is not written yet in either model.
-  1. draft decodes x0, d1, ..., d(K-1) one at a time, drawing d1..dK   (K draft evals)
-  2. target decodes [x0, d1..dK] in one batch -> K+1 logit rows        (1 target eval)
+token, whose KV entry is not written yet in the target.
+  1. the drafter proposes d1..dK (a draft model decodes x0, d1, ..., d(K-1) one at a time)
+  2. target decodes [x0, d1..dK] -> K+1 logit rows                     (1 target eval)
   3. accept a prefix of d1..dK, then one more token from the target
-  4. rewind both KV caches to just after the last accepted token
+  4. rewind the target's KV cache to just after the last accepted token; the drafter follows
+
+Verification comes in two modes. `batched` decodes the K+1 tokens in one llama_decode: what is
+benchmarked. `sequential` decodes them one at a time and copies each row, so every logit the
+loop reads is computed exactly as regular generation computes it (same one-token kernel, same
+cache contents): greedy speculative output then equals greedy regular output bit for bit on any
+CPU and thread count, which makes it the test of the loop's bookkeeping.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 import numpy as np
@@ -26,15 +33,21 @@ class LanguageModel(Protocol):
 
     n_vocab: int
     n_past: int
+    llama_decode_s: float  # seconds spent inside llama_decode so far (fakes may leave it out)
 
     def eval(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
         """Append tokens to the KV cache; return logits [n_logits, V] of the last n_logits."""
 
     def rewind(self, n_past: int) -> None:
-        """Drop KV entries at positions >= n_past."""
+        """Drop KV entries at positions >= n_past (never moves forward)."""
 
     def is_eog(self, token: int) -> bool:
         """Whether token ends generation."""
+
+
+class Verify(StrEnum):
+    BATCHED = "batched"  # [x0, d1..dK] in one decode: the fast path, what is benchmarked
+    SEQUENTIAL = "sequential"  # one decode per token, rows copied: bit-identical to regular generation
 
 
 # on_round(new_tokens, from_draft) is called after each step with the tokens it added
@@ -47,16 +60,19 @@ class GenerationResult:
     from_draft: list[bool] = field(default_factory=list)  # token i was a draft token the target accepted
     prompt_tokens: int = 0
     prompt_s: float = 0.0
-    decode_s: float = 0.0  # first token after the prompt to the last token
-    target_s: float = 0.0  # inside target eval during decode
-    draft_s: float = 0.0  # inside draft eval during decode
+    decode_s: float = 0.0  # wall time from the first token after the prompt to the last token
+    target_decode_s: float = 0.0  # inside the target's llama_decode during decode
+    draft_decode_s: float = 0.0  # inside the draft's llama_decode during decode
+    sample_s: float = 0.0  # sampling and acceptance (argmax, softmax, draws, rejection tests)
     stopped_by_eog: bool = False
     k: int = 0  # draft length; 0 for regular generation
+    verify: str = ""  # Verify mode of a speculative run
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
     reached_at: list[int] = field(default_factory=list)  # rounds that reached draft position i
     accepted_at: list[int] = field(default_factory=list)  # rounds that accepted draft position i
+    verify_log: list[tuple[int, list[int]]] = field(default_factory=list)  # per round: (position of x0, [x0, d1..dk])
 
     @property
     def n_tokens(self) -> int:
@@ -80,9 +96,24 @@ class GenerationResult:
         return (self.accepted + self.rounds) / self.rounds if self.rounds else float("nan")
 
     @property
-    def python_s(self) -> float:
-        """Decode time spent outside the models' eval calls."""
-        return self.decode_s - self.target_s - self.draft_s
+    def llama_s(self) -> float:
+        """Decode time inside llama_decode, target and draft."""
+        return self.target_decode_s + self.draft_decode_s
+
+    @property
+    def overhead_s(self) -> float:
+        """Decode time outside llama_decode: sampling, acceptance, reading logits, the loop itself."""
+        return self.decode_s - self.llama_s
+
+    @property
+    def other_s(self) -> float:
+        """Overhead that is neither sampling nor acceptance: the loop's own work and logit reads."""
+        return self.overhead_s - self.sample_s
+
+    @property
+    def overhead_pct(self) -> float:
+        """Time outside llama_decode as a percentage of the time inside it."""
+        return 100.0 * self.overhead_s / self.llama_s if self.llama_s > 0 else float("nan")
 
 
 def _check(n_predict: int, k: int | None = None) -> None:
@@ -92,17 +123,86 @@ def _check(n_predict: int, k: int | None = None) -> None:
         raise ConfigError(f"--draft-max must be >= 1, got {k}")
 
 
-class _Sampler:
-    """Turns a logits row into a token under one SamplingConfig and one random stream."""
+class Sampler:
+    """Turns logit rows into tokens under one SamplingConfig and one random stream, and keeps
+    the time it spends doing so (sampling and acceptance) apart from the models' time."""
 
     def __init__(self, cfg: SamplingConfig):
         self.cfg = cfg
         self.rng = np.random.default_rng(cfg.seed)
+        self.seconds = 0.0
 
     def token(self, logits: np.ndarray) -> int:
+        """The next token from one row [V]."""
+        t = time.perf_counter()
+        tok = int(np.argmax(logits)) if self.cfg.greedy else draw(probabilities(logits, self.cfg), self.rng)
+        self.seconds += time.perf_counter() - t
+        return tok
+
+    def draft_token(self, logits: np.ndarray):
+        """A draft token and the distribution it was drawn from (None when greedy)."""
+        t = time.perf_counter()
         if self.cfg.greedy:
-            return int(np.argmax(logits))
-        return draw(probabilities(logits, self.cfg), self.rng)
+            tok, p = int(np.argmax(logits)), None
+        else:
+            p = probabilities(logits, self.cfg)
+            tok = draw(p, self.rng)
+        self.seconds += time.perf_counter() - t
+        return tok, p
+
+    def accept(self, q_logits: np.ndarray, p_rows: list, drafted: list[int]) -> tuple[int, int]:
+        """(accepted drafts, next token) from the target's rows q_logits [k+1, V]."""
+        t = time.perf_counter()
+        if self.cfg.greedy:
+            out = accept_greedy(np.argmax(q_logits, axis=1), drafted)
+        else:
+            out = accept_sampled(probabilities(q_logits, self.cfg), p_rows, drafted, self.rng)
+        self.seconds += time.perf_counter() - t
+        return out
+
+
+class ModelDrafter:
+    """Drafts with a small model. Its KV cache follows the accepted history lazily: it holds a
+    prefix of the history, and what it has not seen yet is fed before the next draft."""
+
+    def __init__(self, model: LanguageModel):
+        self.model = model
+
+    def start(self, prompt: Sequence[int]) -> None:
+        self.model.rewind(0)
+        self.model.eval(prompt, 1)
+
+    def propose(self, history: list[int], k: int, sampler: Sampler) -> tuple[list[int], list]:
+        """Up to k tokens continuing `history` (which ends with x0), stopping after an end-of-generation
+        token; with them the draft's distributions p_1..p_k when sampling."""
+        drafted: list[int] = []
+        p_rows: list = []
+        feed = history[self.model.n_past:]  # x0, and after a fully accepted round the last draft too
+        for _ in range(k):
+            tok, p = sampler.draft_token(self.model.eval(feed, 1)[0])
+            drafted.append(tok)
+            if p is not None:
+                p_rows.append(p)
+            if self.model.is_eog(tok):
+                break
+            feed = [tok]
+        return drafted, p_rows
+
+    def sync(self, n_valid: int) -> None:
+        """Positions >= n_valid of the history changed: forget them (a no-op for those not decoded)."""
+        self.model.rewind(n_valid)
+
+
+def _decode_clock(*models: LanguageModel) -> list[float]:
+    return [getattr(m, "llama_decode_s", 0.0) for m in models]
+
+
+def _finish(res: GenerationResult, t1: float, sampler: Sampler, clock0: list[float], *models: LanguageModel) -> None:
+    res.decode_s = time.perf_counter() - t1
+    res.sample_s = sampler.seconds
+    spent = [b - a for a, b in zip(clock0, _decode_clock(*models))]
+    res.target_decode_s = spent[0]
+    res.draft_decode_s = spent[1] if len(spent) > 1 else 0.0
 
 
 def generate_regular(model: LanguageModel, prompt: Sequence[int], n_predict: int, cfg: SamplingConfig,
@@ -110,12 +210,13 @@ def generate_regular(model: LanguageModel, prompt: Sequence[int], n_predict: int
     """Plain autoregressive generation: the baseline (target alone) or the draft alone."""
     _check(n_predict)
     res = GenerationResult(prompt_tokens=len(prompt))
-    sampler = _Sampler(cfg)
+    sampler = Sampler(cfg)
     model.rewind(0)
     t0 = time.perf_counter()
     logits = model.eval(prompt, 1)
     t1 = time.perf_counter()
     res.prompt_s = t1 - t0
+    clock0 = _decode_clock(model)
     while True:
         tok = sampler.token(logits[0])
         if model.is_eog(tok):
@@ -127,82 +228,56 @@ def generate_regular(model: LanguageModel, prompt: Sequence[int], n_predict: int
             on_round([tok], [False])
         if len(res.tokens) >= n_predict:
             break
-        t = time.perf_counter()
         logits = model.eval([tok], 1)
-        res.target_s += time.perf_counter() - t
-    res.decode_s = time.perf_counter() - t1
+    _finish(res, t1, sampler, clock0, model)
     return res
+
+
+def verify_logits(target: LanguageModel, tokens: list[int], verify: Verify) -> np.ndarray:
+    """The target's logit rows [len(tokens), V] for `tokens` appended at its current position."""
+    if verify == Verify.BATCHED:
+        return target.eval(tokens, len(tokens))  # one decode; a view into llama.cpp's buffer
+    rows = np.empty((len(tokens), target.n_vocab), dtype=np.float32)
+    for i, tok in enumerate(tokens):
+        rows[i] = target.eval([tok], 1)[0]  # the very call regular generation makes
+    return rows
 
 
 def generate_speculative(target: LanguageModel, draft: LanguageModel, prompt: Sequence[int], n_predict: int,
-                         k: int, cfg: SamplingConfig, on_round: OnRound | None = None) -> GenerationResult:
+                         k: int, cfg: SamplingConfig, on_round: OnRound | None = None,
+                         verify: Verify = Verify.BATCHED) -> GenerationResult:
     """Speculative generation: same output distribution as `generate_regular(target, ...)`."""
     _check(n_predict, k)
-    res = GenerationResult(prompt_tokens=len(prompt), k=k, reached_at=[0] * k, accepted_at=[0] * k)
-    sampler = _Sampler(cfg)
+    res = GenerationResult(prompt_tokens=len(prompt), k=k, verify=str(verify), reached_at=[0] * k, accepted_at=[0] * k)
+    sampler, drafter = Sampler(cfg), ModelDrafter(draft)
     target.rewind(0)
-    draft.rewind(0)
     t0 = time.perf_counter()
     x0 = sampler.token(target.eval(prompt, 1)[0])
-    draft.eval(prompt, 1)
+    drafter.start(prompt)
     t1 = time.perf_counter()
     res.prompt_s = t1 - t0
-    pending: list[int] = []  # tokens the draft has not seen yet, besides x0
-    done = _append(res, [x0], [False], target, n_predict, on_round)
+    clock0 = _decode_clock(target, draft)
+    history = list(prompt)  # prompt + generated tokens; ends with x0, whose KV entry is not written yet
+    done = _append(res, history, [x0], [False], target, n_predict, on_round)
     while not done:
-        base = target.n_past  # position of x0
+        base = len(history) - 1  # position of x0
         # A round yields at most k_round + 1 tokens: draft no more than are still wanted.
         k_round = min(k, n_predict - len(res.tokens) - 1)
-        drafted, p_rows = _draft(draft, pending + [x0], k_round, sampler, res)
-        t = time.perf_counter()
-        q_logits = target.eval([x0, *drafted], len(drafted) + 1)  # [k+1, V] view
-        if sampler.cfg.greedy:
-            n_acc, nxt = accept_greedy(np.argmax(q_logits, axis=1), drafted)
-        else:
-            n_acc, nxt = accept_sampled(probabilities(q_logits, sampler.cfg), p_rows, drafted, sampler.rng)
-        res.target_s += time.perf_counter() - t
+        drafted, p_rows = drafter.propose(history, k_round, sampler)
+        batch = [x0, *drafted]
+        res.verify_log.append((base, batch))
+        n_acc, nxt = sampler.accept(verify_logits(target, batch, verify), p_rows, drafted)  # rows [k+1, V]
         _count_round(res, len(drafted), n_acc)
-        # KV: keep x0 and the accepted drafts. The draft never decoded its last token d_k:
-        # after a full acceptance it is fed at the start of the next round.
-        target.rewind(base + 1 + n_acc)
-        if n_acc < len(drafted) or not drafted:
-            draft.rewind(base + 1 + n_acc)
-            pending = []
-        else:
-            pending = [drafted[-1]]
-        new = drafted[:n_acc] + [nxt]
-        done = _append(res, new, [True] * n_acc + [False], target, n_predict, on_round)
+        target.rewind(base + 1 + n_acc)  # keep x0 and the accepted drafts
+        drafter.sync(base + 1 + n_acc)
+        done = _append(res, history, drafted[:n_acc] + [nxt], [True] * n_acc + [False], target, n_predict, on_round)
         x0 = nxt
-    res.decode_s = time.perf_counter() - t1
+    _finish(res, t1, sampler, clock0, target, draft)
     return res
 
 
-def _draft(draft: LanguageModel, feed: list[int], k: int, sampler: _Sampler,
-           res: GenerationResult) -> tuple[list[int], list[np.ndarray]]:
-    """Draw up to k tokens from the draft, stopping after an end-of-generation token.
-
-    Returns the tokens and (when sampling) the draft's probability rows p_1..p_k.
-    """
-    drafted: list[int] = []
-    p_rows: list[np.ndarray] = []
-    t = time.perf_counter()
-    for _ in range(k):
-        logits = draft.eval(feed, 1)[0]
-        if sampler.cfg.greedy:
-            tok = int(np.argmax(logits))
-        else:
-            p = probabilities(logits, sampler.cfg)
-            p_rows.append(p)
-            tok = draw(p, sampler.rng)
-        drafted.append(tok)
-        if draft.is_eog(tok):
-            break
-        feed = [tok]
-    res.draft_s += time.perf_counter() - t
-    return drafted, p_rows
-
-
 def _count_round(res: GenerationResult, n_drafted: int, n_acc: int) -> None:
+    """Position i (0-based) is reached when the i drafts before it were accepted."""
     res.rounds += 1
     res.drafted += n_drafted
     res.accepted += n_acc
@@ -212,7 +287,7 @@ def _count_round(res: GenerationResult, n_drafted: int, n_acc: int) -> None:
         res.accepted_at[i] += 1
 
 
-def _append(res: GenerationResult, new: list[int], flags: list[bool], target: LanguageModel,
+def _append(res: GenerationResult, history: list[int], new: list[int], flags: list[bool], target: LanguageModel,
             n_predict: int, on_round: OnRound | None) -> bool:
     """Add a round's tokens, stopping at end of generation or n_predict. True when done."""
     added, added_flags = [], []
@@ -228,6 +303,7 @@ def _append(res: GenerationResult, new: list[int], flags: list[bool], target: La
             break
     res.tokens += added
     res.from_draft += added_flags
+    history += added
     if on_round and added:
         on_round(added, added_flags)
     return done

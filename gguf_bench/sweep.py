@@ -14,10 +14,12 @@ from pathlib import Path
 
 from gguf_bench.backend import ALL_LAYERS, parse_layers
 from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles, load_config_dict, metrics
+from gguf_bench.divergence import compare_greedy
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.prompts import Prompt
 from gguf_bench.results import append_record, environment, models_record, now_iso, read_records
 from gguf_bench.sampling import SamplingConfig
+from gguf_bench.speculative import Verify
 
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
 
@@ -68,6 +70,7 @@ class Grid:
     n_ctx: int = 2048
     threads: int | None = None
     with_draft_alone: bool = True
+    verify: Verify = Verify.BATCHED
 
     def __post_init__(self) -> None:
         if any(k < 1 for k in self.ks):
@@ -94,7 +97,8 @@ class Cell:
     def config(self, grid: Grid, load: LoadConfig) -> dict:
         return {**load_config_dict(load), "k": self.k, "temperature": self.temperature, "top_k": grid.top_k,
                 "top_p": grid.top_p, "n_predict": grid.n_predict, "prompt_id": self.prompt.id,
-                "chat": self.prompt.chat, "repetition": self.repetition}
+                "chat": self.prompt.chat, "repetition": self.repetition,
+                **({"verify": str(grid.verify)} if grid.verify != Verify.BATCHED and self.mode == "speculative" else {})}
 
 
 def cells_for(grid: Grid) -> list[Cell]:
@@ -172,14 +176,26 @@ def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cel
             pair.check_fits(len(tokens[p.id]), grid.n_predict, max(grid.ks))
         _warm_up(pair, tokens[grid.prompts[0].id], grid)
         offload = {"target": pair.offload_label("target"), "draft": pair.offload_label("draft")}
+        greedy_target: dict[str, list[int]] = {}  # prompt id -> the target alone's greedy tokens
         for cell in cells:
             cfg = SamplingConfig(cell.temperature, grid.top_k, grid.top_p, grid.seed + cell.repetition)
             try:
-                res = pair.generate(cell.mode, tokens[cell.prompt.id], grid.n_predict, cell.k, cfg)
+                res = pair.generate(cell.mode, tokens[cell.prompt.id], grid.n_predict, cell.k, cfg, verify=grid.verify)
                 measured = metrics(res) | {"text": pair.target.detokenize(res.tokens)}
+                if cfg.greedy and cell.mode == "target":
+                    greedy_target[cell.prompt.id] = res.tokens
+                if cfg.greedy and cell.mode == "speculative":
+                    measured["identity"] = _identity(pair, tokens[cell.prompt.id], res, grid, greedy_target, cell.prompt.id)
                 yield _record(static, files, grid, load, cell, measured, offload, None)
             except (BenchError, MemoryError) as exc:
                 yield _record(static, files, grid, load, cell, None, offload, str(exc))
+
+
+def _identity(pair: LoadedPair, prompt: list[int], spec, grid: Grid, greedy_target: dict, prompt_id: str) -> dict:
+    """Whether a greedy speculative run gave the target alone's text; if not, where and why (after timing)."""
+    if prompt_id not in greedy_target:  # resumed sweep: the target cell ran in an earlier process
+        greedy_target[prompt_id] = pair.generate("target", prompt, grid.n_predict, 0, SamplingConfig()).tokens
+    return compare_greedy(pair.target, prompt, greedy_target[prompt_id], spec)
 
 
 def _warm_up(pair: LoadedPair, prompt: list[int], grid: Grid) -> None:

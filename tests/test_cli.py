@@ -45,10 +45,24 @@ def test_info_compatible_pair(tiny_pairs):
     assert "compatible: yes" in result.output
 
 
+def rule_row(output: str, rule: str) -> str:
+    rows = [ln for ln in output.splitlines() if ln.strip("│ ").startswith(rule)]
+    assert len(rows) == 1, output
+    return rows[0]
+
+
 def test_info_incompatible_pair_names_the_rule(incompatible):
+    """The draft has 200 extra tokens before BOS/EOS: those rules fail on their own rows, the flags pass."""
     result = invoke("info", *map(str, incompatible))
     assert result.exit_code == 0
-    assert "compatible: NO" in result.output and "vocab size" in result.output and "BOS id" in result.output
+    assert "compatible: NO (BOS id, EOS id, vocab size, token text from id 5 differ)" in result.output
+    failing = {"BOS id": "264 / 464", "EOS id": "265 / 465", "vocab size": "266 / 466 (difference 200, at most 128)",
+               "token text from id 5": "token 264 differs"}
+    for rule, detail in failing.items():
+        row = rule_row(result.output, rule)
+        assert " NO " in row and detail in row, row
+    for rule in ("vocab type", "add BOS flag", "add EOS flag"):
+        assert " yes " in rule_row(result.output, rule)
 
 
 def test_info_not_gguf_and_missing(tmp_path):
@@ -74,13 +88,26 @@ def test_run_prints_the_three_rows(tiny_pairs):
 
 
 def test_run_json_records(tiny_pairs):
-    result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "20", "--json")
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "20", "--json", "--verify", "sequential")
     records = json.loads(result.stdout)
     assert [r["mode"] for r in records] == ["target", "draft", "speculative"]
     spec = records[2]["metrics"]
     assert spec["acceptance"] == 1.0 and spec["n_tokens"] == 20
-    assert records[0]["metrics"]["text"] == spec["text"]
+    assert records[0]["metrics"]["text"] == spec["text"] and spec["identity"] == {"identical": True}
+    assert records[2]["config"]["verify"] == "sequential"
     assert records[0]["env"]["llama_cpp_python"].startswith("0.3")
+    # the time split: inside llama_decode (target, draft), sampling, the rest; the overhead as % of decode
+    assert spec["target_decode_s"] > 0 and spec["draft_decode_s"] > 0 and spec["sample_s"] > 0
+    parts = spec["target_decode_s"] + spec["draft_decode_s"] + spec["sample_s"] + spec["other_s"]
+    assert parts == pytest.approx(spec["decode_s"])
+    assert spec["overhead_pct"] == pytest.approx(100 * (spec["sample_s"] + spec["other_s"])
+                                                 / (spec["target_decode_s"] + spec["draft_decode_s"]))
+
+
+def test_run_footer_says_whether_greedy_output_matches(tiny_pairs):
+    result = invoke("run", *pair_args(tiny_pairs["middle"]), "-n", "30", "-K", "3", "--verify", "sequential")
+    assert result.exit_code == 0, result.output
+    assert "greedy check, K=3: output identical to the target alone's" in result.output
 
 
 def test_run_warns_about_offload_on_a_cpu_build(tiny_pairs):
@@ -120,14 +147,15 @@ def test_run_unknown_pair_and_bad_registry(tmp_path):
 
 
 def test_compare_shows_both_and_a_summary(tiny_pairs):
-    result = invoke("compare", *pair_args(tiny_pairs["middle"]), "-n", "30", "-K", "3")
+    result = invoke("compare", *pair_args(tiny_pairs["middle"]), "-n", "30", "-K", "3", "--verify", "sequential")
     assert result.exit_code == 0, result.output
     assert "regular: tiny-target.gguf" in result.output and "speculative K=3" in result.output
-    assert "acceptance" in result.output and "gain" in result.output and "identical output" in result.output
+    assert "acceptance" in result.output and "gain" in result.output and "output identical to the target alone's" in result.output
 
 
 def test_eval_on_tiny_pair_stores_a_record(tiny_pairs, isolated):
-    result = invoke("eval", *pair_args(tiny_pairs["low"]), "--nb-prompts", "6", "-n", "6", "--name", "ev")
+    result = invoke("eval", *pair_args(tiny_pairs["low"]), "--nb-prompts", "6", "-n", "6", "--name", "ev",
+                    "--verify", "sequential")
     assert result.exit_code == 0, result.output
     assert "identical outputs (greedy): 6/6 (100%)" in result.output
     record = json.loads((isolated / "results" / "ev.jsonl").read_text())

@@ -7,7 +7,7 @@ import pytest
 
 from gguf_bench.errors import ConfigError
 from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import generate_regular, generate_speculative
+from gguf_bench.speculative import Verify, generate_regular, generate_speculative
 
 V = 16
 EOS = 15
@@ -113,3 +113,63 @@ def test_bad_settings():
         generate_speculative(FakeLM(), FakeLM(), PROMPT, 10, 0, GREEDY)
     with pytest.raises(ConfigError, match="n-predict"):
         generate_regular(FakeLM(), PROMPT, 0, GREEDY)
+
+
+def test_per_position_counts_by_hand():
+    """Rounds of K=4 drafting (drafted, accepted): position i is reached when drafts 1..i-1 were accepted."""
+    from gguf_bench.speculative import GenerationResult, _count_round
+
+    res = GenerationResult(k=4, reached_at=[0] * 4, accepted_at=[0] * 4)
+    for n_drafted, n_acc in [(4, 0), (4, 2), (4, 4), (2, 1), (0, 0), (3, 3)]:
+        _count_round(res, n_drafted, n_acc)
+    assert res.reached_at == [5, 4, 3, 1]
+    assert res.accepted_at == [4, 3, 2, 1]
+    assert (res.rounds, res.drafted, res.accepted) == (6, 17, 10)
+
+
+def test_draft_cache_holds_only_accepted_history():
+    """After every round the draft's cache is a prefix of prompt + output: no rejected token stays."""
+    wrong = lambda pos: pos % 4 == 1  # noqa: E731
+    target, draft = FakeLM(), FakeLM(wrong)
+    seen = []
+
+    def check(tokens, flags):
+        seen.extend(tokens)
+        history = PROMPT + seen
+        assert draft.context == history[: len(draft.context)]
+
+    spec = generate_speculative(target, draft, PROMPT, 60, 5, GREEDY, on_round=check)
+    assert 0 < spec.acceptance < 1 and spec.n_tokens == 60
+
+
+def test_timing_split_adds_up():
+    target, draft = FakeLM(), FakeLM(lambda pos: pos % 3 == 0)
+    spec = generate_speculative(target, draft, PROMPT, 30, 4, GREEDY)
+    assert spec.sample_s > 0 and spec.target_decode_s == spec.draft_decode_s == 0  # fakes have no llama_decode
+    assert spec.sample_s + spec.other_s == pytest.approx(spec.decode_s)
+
+
+class BatchDiffersLM(FakeLM):
+    """A fake whose batched evals (several logit rows) choose another token at one position, as a
+    batch kernel that rounds differently would; its one-token evals are those of FakeLM."""
+
+    def __init__(self, position: int):
+        super().__init__()
+        self.position = position
+
+    def eval(self, tokens, n_logits=1):
+        start = len(self.context) + len(tokens) - n_logits
+        rows = super().eval(tokens, n_logits)
+        r = self.position - start
+        if n_logits > 1 and 0 <= r < n_logits:
+            rows[r] = np.roll(rows[r], 1)
+        return rows
+
+
+def test_sequential_verification_reads_only_one_token_decodes():
+    position = len(PROMPT) + 7
+    regular = generate_regular(BatchDiffersLM(position), PROMPT, 30, GREEDY)
+    batched = generate_speculative(BatchDiffersLM(position), FakeLM(), PROMPT, 30, 4, GREEDY)
+    exact = generate_speculative(BatchDiffersLM(position), FakeLM(), PROMPT, 30, 4, GREEDY, verify=Verify.SEQUENTIAL)
+    assert batched.tokens != regular.tokens  # the batch kernel's difference shows in the batched path
+    assert exact.tokens == regular.tokens
