@@ -65,9 +65,10 @@ def strict_records(path: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("folder, why", [("/proc/nope", "No such file or directory"), ("/dev/null/x", "Not a directory")])
-@pytest.mark.parametrize("command", ["sweep", "eval"])
+@pytest.mark.parametrize("command", ["sweep", "eval", "run"])
 def test_results_folder_that_cannot_be_made_stops_before_loading(tiny_pairs, folder, why, command):
-    extra = ["-K", "1", "-n", "4", "--prompt-ids", "code-short"] if command == "sweep" else ["--nb-prompts", "2", "-n", "4"]
+    extra = {"sweep": ["-K", "1", "-n", "4", "--prompt-ids", "code-short"], "eval": ["--nb-prompts", "2", "-n", "4"],
+             "run": ["-n", "4"]}[command]
     proc = cli(command, *pair_args(tiny_pairs["high"]), *extra, GGUF_BENCH_RESULTS=folder, GGUF_BENCH_LLAMA_LOG="1")
     error_line(proc, f"cannot store results in {folder}", why, "$GGUF_BENCH_RESULTS")
     assert "llama_model_load" not in proc.stdout  # no model was loaded (llama.cpp's log goes to stdout here)
@@ -130,6 +131,19 @@ def test_eval_that_cannot_store_prints_its_result_then_fails(tiny_pairs, isolate
         assert "multiplication benchmark" in proc.stdout and "identical outputs (greedy): 6/6" in proc.stdout
         assert "stored in" not in proc.stdout
     assert out.read_text() == ""  # the part that got written was cut back off
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_run_that_cannot_store_prints_its_result_then_fails(tiny_pairs, isolated, as_json):
+    out = isolated / "results" / "r.jsonl"
+    proc = cli("run", *pair_args(tiny_pairs["high"]), "-n", "8", "--name", "r", *(["--json"] if as_json else []),
+               fsize_limit=1500)
+    error_line(proc, str(out), "File too large (EFBIG)", "the result printed above was not stored")
+    if as_json:
+        assert [r["mode"] for r in json.loads(proc.stdout)] == ["target", "draft", "speculative"]
+    else:
+        assert "target alone" in proc.stdout and "tokens/s" in proc.stdout
+    assert strict_records(out) == []  # a run record is larger than the limit: nothing torn is left
 
 
 def test_eval_on_a_full_disk(tiny_pairs, isolated):
