@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gguf_bench.backend import ALL_LAYERS, Model, gpu_offload_supported
+from gguf_bench.drafters import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import ConfigError, IncompatiblePairError
 from gguf_bench.ggufinfo import incompatibility, read_info
 from gguf_bench.sampling import SamplingConfig
@@ -44,14 +45,17 @@ class LoadConfig:
 
 
 class LoadedPair:
-    """Both models loaded with their own offload; reused across draft lengths and prompts."""
+    """Both models loaded with their own offload; reused across draft lengths and prompts.
+    files.draft None: the target alone (for the target-alone baseline and n-gram drafting); self.draft is None."""
 
     def __init__(self, files: PairFiles, load: LoadConfig):
         self.files = files
         self.load = load
         self.target = Model(files.target, load.ngl, load.n_ctx, load.threads)
+        self.draft: Model | None = None
         try:
-            self.draft = Model(files.draft, load.ngld, load.n_ctx, load.threads)
+            if files.draft is not None:
+                self.draft = Model(files.draft, load.ngld, load.n_ctx, load.threads)
         except Exception:
             self.target.close()
             raise
@@ -60,6 +64,8 @@ class LoadedPair:
     def offload_label(self, role: str) -> str:
         """'N/total' as llama.cpp counts it (the output layer is one more layer)."""
         model = self.target if role == "target" else self.draft
+        if model is None:
+            return "-"
         wanted = self.load.ngl if role == "target" else self.load.ngld
         total = model.n_layers + 1
         return f"{min(wanted, total) if self.gpu else 0}/{total}"
@@ -76,16 +82,25 @@ class LoadedPair:
                               f"tokens do not fit in --ctx-size {self.load.n_ctx}; raise --ctx-size or shorten them")
 
     def generate(self, mode: str, prompt: list[int], n_predict: int, k: int, cfg: SamplingConfig,
-                 on_round: OnRound | None = None, verify: Verify = Verify.BATCHED) -> GenerationResult:
+                 on_round: OnRound | None = None, verify: Verify = Verify.BATCHED,
+                 strategy: Strategy = DEFAULT_STRATEGY) -> GenerationResult:
+        """strategy: how a speculative run drafts (drafters.Strategy; the draft model with fixed K by default)."""
         if mode == "target":
             return generate_regular(self.target, prompt, n_predict, cfg, on_round)
         if mode == "draft":
+            if self.draft is None:
+                raise ConfigError("the draft alone needs a draft model (--draft FILE, or a pair)")
             return generate_regular(self.draft, prompt, n_predict, cfg, on_round)
-        return generate_speculative(self.target, self.draft, prompt, n_predict, k, cfg, on_round, verify)
+        strategy.check(k, self.draft is not None)
+        res = generate_speculative(self.target, strategy.drafter(self.draft), prompt, n_predict, strategy.schedule(k), cfg,
+                                   on_round, verify)
+        res.strategy = strategy.label(k)
+        return res
 
     def close(self) -> None:
         self.target.close()
-        self.draft.close()
+        if self.draft is not None:
+            self.draft.close()
 
     def __enter__(self) -> LoadedPair:
         return self

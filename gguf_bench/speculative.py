@@ -2,10 +2,12 @@
 
 Speculative round (draft p, target q, draft length K), starting from x0: the last accepted
 token, whose KV entry is not written yet in the target.
-  1. the drafter proposes d1..dK (a draft model decodes x0, d1, ..., d(K-1) one at a time)
-  2. target decodes [x0, d1..dK] -> K+1 logit rows                     (1 target eval)
-  3. accept a prefix of d1..dK, then one more token from the target
+  1. the drafter proposes up to K tokens d1..dk (a draft model decodes x0, d1, ..., d(k-1) one at a
+     time; an n-gram looks them up in the history; see drafters.py), k = 0 making a plain target step
+  2. target decodes [x0, d1..dk] -> k+1 logit rows                     (1 target eval)
+  3. accept a prefix of d1..dk, then one more token from the target
   4. rewind the target's KV cache to just after the last accepted token; the drafter follows
+  5. the K schedule sees (k, accepted) and sets the next round's K (fixed, or HF's heuristic)
 
 Verification comes in two modes. `batched` decodes the K+1 tokens in one llama_decode: what is
 benchmarked. `sequential` decodes them one at a time and copies each row, so every logit the
@@ -24,8 +26,15 @@ from typing import Protocol
 
 import numpy as np
 
+from gguf_bench.drafters import Drafter, FixedK, HeuristicK, ModelDrafter, accept_point_mass
 from gguf_bench.errors import ConfigError
 from gguf_bench.sampling import SamplingConfig, accept_greedy, accept_sampled, draw, probabilities
+
+__all__ = ["GenerationResult", "LanguageModel", "ModelDrafter", "Sampler", "Verify", "generate_regular",
+           "generate_speculative", "verify_logits"]
+
+# llama.cpp's draft sampler (top-k 10, then a distribution at temperature 1): p-min reads its top token's probability
+CONFIDENCE = SamplingConfig(temperature=1.0, top_k=10)
 
 
 class LanguageModel(Protocol):
@@ -65,13 +74,16 @@ class GenerationResult:
     draft_decode_s: float = 0.0  # inside the draft's llama_decode during decode
     sample_s: float = 0.0  # sampling and acceptance (argmax, softmax, draws, rejection tests)
     stopped_by_eog: bool = False
-    k: int = 0  # draft length; 0 for regular generation
+    k: int = 0  # draft length (the first round's under a schedule); 0 for regular generation
+    strategy: str = ""  # drafters.Strategy.label of a speculative run, when one was given
     verify: str = ""  # Verify mode of a speculative run
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
-    reached_at: list[int] = field(default_factory=list)  # rounds that reached draft position i
+    reached_at: list[int] = field(default_factory=list)  # rounds that reached draft position i (i < the largest K)
     accepted_at: list[int] = field(default_factory=list)  # rounds that accepted draft position i
+    draft_lengths: list[int] = field(default_factory=list)  # draft_lengths[n]: rounds that drafted n tokens
+    draft_sources: dict[str, int] = field(default_factory=dict)  # rounds drafted by each source ("model", "ngram")
     verify_log: list[tuple[int, list[int]]] = field(default_factory=list)  # per round: (position of x0, [x0, d1..dk])
 
     @property
@@ -139,6 +151,21 @@ class Sampler:
         self.seconds += time.perf_counter() - t
         return tok
 
+    def top1(self, logits: np.ndarray) -> int:
+        """The most likely token (a draft that is a point mass)."""
+        t = time.perf_counter()
+        tok = int(np.argmax(logits))
+        self.seconds += time.perf_counter() - t
+        return tok
+
+    def confidence(self, logits: np.ndarray) -> float:
+        """Probability of the most likely token under CONFIDENCE (what p-min compares): a function of the
+        logits alone, never of a draw."""
+        t = time.perf_counter()
+        conf = probabilities(logits, CONFIDENCE)[int(np.argmax(logits))]
+        self.seconds += time.perf_counter() - t
+        return float(conf)
+
     def draft_token(self, logits: np.ndarray):
         """A draft token and the distribution it was drawn from (None when greedy)."""
         t = time.perf_counter()
@@ -150,47 +177,17 @@ class Sampler:
         self.seconds += time.perf_counter() - t
         return tok, p
 
-    def accept(self, q_logits: np.ndarray, p_rows: list, drafted: list[int]) -> tuple[int, int]:
-        """(accepted drafts, next token) from the target's rows q_logits [k+1, V]."""
+    def accept(self, q_logits: np.ndarray, p_rows: list | None, drafted: list[int]) -> tuple[int, int]:
+        """(accepted drafts, next token) from the target's rows q_logits [k+1, V]; p_rows None: point-mass drafts."""
         t = time.perf_counter()
         if self.cfg.greedy:
             out = accept_greedy(np.argmax(q_logits, axis=1), drafted)
+        elif p_rows is None:
+            out = accept_point_mass(lambda i: probabilities(q_logits[i], self.cfg), drafted, self.rng)
         else:
             out = accept_sampled(probabilities(q_logits, self.cfg), p_rows, drafted, self.rng)
         self.seconds += time.perf_counter() - t
         return out
-
-
-class ModelDrafter:
-    """Drafts with a small model. Its KV cache follows the accepted history lazily: it holds a
-    prefix of the history, and what it has not seen yet is fed before the next draft."""
-
-    def __init__(self, model: LanguageModel):
-        self.model = model
-
-    def start(self, prompt: Sequence[int]) -> None:
-        self.model.rewind(0)
-        self.model.eval(prompt, 1)
-
-    def propose(self, history: list[int], k: int, sampler: Sampler) -> tuple[list[int], list]:
-        """Up to k tokens continuing `history` (which ends with x0), stopping after an end-of-generation
-        token; with them the draft's distributions p_1..p_k when sampling."""
-        drafted: list[int] = []
-        p_rows: list = []
-        feed = history[self.model.n_past:]  # x0, and after a fully accepted round the last draft too
-        for _ in range(k):
-            tok, p = sampler.draft_token(self.model.eval(feed, 1)[0])
-            drafted.append(tok)
-            if p is not None:
-                p_rows.append(p)
-            if self.model.is_eog(tok):
-                break
-            feed = [tok]
-        return drafted, p_rows
-
-    def sync(self, n_valid: int) -> None:
-        """Positions >= n_valid of the history changed: forget them (a no-op for those not decoded)."""
-        self.model.rewind(n_valid)
 
 
 def _decode_clock(*models: LanguageModel) -> list[float]:
@@ -202,7 +199,7 @@ def _finish(res: GenerationResult, t1: float, sampler: Sampler, clock0: list[flo
     res.sample_s = sampler.seconds
     spent = [b - a for a, b in zip(clock0, _decode_clock(*models))]
     res.target_decode_s = spent[0]
-    res.draft_decode_s = spent[1] if len(spent) > 1 else 0.0
+    res.draft_decode_s = sum(spent[1:])  # every model the drafter decodes with (none for an n-gram)
 
 
 def generate_regular(model: LanguageModel, prompt: Sequence[int], n_predict: int, cfg: SamplingConfig,
@@ -243,44 +240,56 @@ def verify_logits(target: LanguageModel, tokens: list[int], verify: Verify) -> n
     return rows
 
 
-def generate_speculative(target: LanguageModel, draft: LanguageModel, prompt: Sequence[int], n_predict: int,
-                         k: int, cfg: SamplingConfig, on_round: OnRound | None = None,
+def generate_speculative(target: LanguageModel, draft: LanguageModel | Drafter, prompt: Sequence[int], n_predict: int,
+                         k: int | FixedK | HeuristicK, cfg: SamplingConfig, on_round: OnRound | None = None,
                          verify: Verify = Verify.BATCHED) -> GenerationResult:
-    """Speculative generation: same output distribution as `generate_regular(target, ...)`."""
-    _check(n_predict, k)
-    res = GenerationResult(prompt_tokens=len(prompt), k=k, verify=str(verify), reached_at=[0] * k, accepted_at=[0] * k)
-    sampler, drafter = Sampler(cfg), ModelDrafter(draft)
+    """Speculative generation: same output distribution as `generate_regular(target, ...)`.
+
+    draft: a Drafter (drafters.py), or a draft model (drafted with ModelDrafter). k: the draft length,
+    or a schedule (drafters.FixedK / HeuristicK) that sets it round by round.
+    """
+    drafter = draft if hasattr(draft, "propose") else ModelDrafter(draft)
+    schedule = FixedK(k) if isinstance(k, int) else k
+    _check(n_predict, schedule.k)
+    res = GenerationResult(prompt_tokens=len(prompt), k=schedule.k, verify=str(verify), reached_at=[0] * schedule.max_k,
+                           accepted_at=[0] * schedule.max_k, draft_lengths=[0] * (schedule.max_k + 1))
+    sampler = Sampler(cfg)
     target.rewind(0)
     t0 = time.perf_counter()
     x0 = sampler.token(target.eval(prompt, 1)[0])
     drafter.start(prompt)
     t1 = time.perf_counter()
     res.prompt_s = t1 - t0
-    clock0 = _decode_clock(target, draft)
+    clock0 = _decode_clock(target, *drafter.models)
     history = list(prompt)  # prompt + generated tokens; ends with x0, whose KV entry is not written yet
     done = _append(res, history, [x0], [False], target, n_predict, on_round)
     while not done:
         base = len(history) - 1  # position of x0
         # A round yields at most k_round + 1 tokens: draft no more than are still wanted.
-        k_round = min(k, n_predict - len(res.tokens) - 1)
-        drafted, p_rows = drafter.propose(history, k_round, sampler)
+        k_round = min(schedule.k, n_predict - len(res.tokens) - 1)
+        drafted, p_rows, source = drafter.propose(history, k_round, sampler)
         batch = [x0, *drafted]
         res.verify_log.append((base, batch))
         n_acc, nxt = sampler.accept(verify_logits(target, batch, verify), p_rows, drafted)  # rows [k+1, V]
-        _count_round(res, len(drafted), n_acc)
+        _count_round(res, len(drafted), n_acc, source)
+        schedule.update(len(drafted), n_acc)
         target.rewind(base + 1 + n_acc)  # keep x0 and the accepted drafts
         drafter.sync(base + 1 + n_acc)
         done = _append(res, history, drafted[:n_acc] + [nxt], [True] * n_acc + [False], target, n_predict, on_round)
         x0 = nxt
-    _finish(res, t1, sampler, clock0, target, draft)
+    _finish(res, t1, sampler, clock0, target, *drafter.models)
     return res
 
 
-def _count_round(res: GenerationResult, n_drafted: int, n_acc: int) -> None:
+def _count_round(res: GenerationResult, n_drafted: int, n_acc: int, source: str = "") -> None:
     """Position i (0-based) is reached when the i drafts before it were accepted."""
     res.rounds += 1
     res.drafted += n_drafted
     res.accepted += n_acc
+    if res.draft_lengths:
+        res.draft_lengths[n_drafted] += 1
+    if source:
+        res.draft_sources[source] = res.draft_sources.get(source, 0) + 1
     for i in range(min(n_acc + 1, n_drafted)):
         res.reached_at[i] += 1
     for i in range(n_acc):
