@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from gguf_bench.errors import ConfigError, ModelError
-
-ALL_LAYERS = 2**31 - 1  # llama.cpp clamps n_gpu_layers to the model's layer count
+from gguf_bench.options import ALL_LAYERS  # noqa: F401 (re-exported for older callers)
 
 _log_tail: deque[tuple[int, str]] = deque(maxlen=64)  # (ggml log level, line), cleared before each load
 _LOG_ERROR, _LOG_CONT = 4, 5  # ggml_log_level values
@@ -84,22 +83,6 @@ def use_extra_buffers() -> bool:
 
 def gpu_offload_supported() -> bool:
     return bool(_llama().llama_supports_gpu_offload())
-
-
-def parse_layers(value: str | int) -> int:
-    """`-ngl` value: a non-negative number of layers, or 'all'."""
-    if isinstance(value, int):
-        n = value
-    elif str(value).strip().lower() in ("all", "max", "-1"):
-        return ALL_LAYERS
-    else:
-        try:
-            n = int(value)
-        except ValueError:
-            raise ConfigError(f"GPU layers must be a number or 'all', got '{value}'") from None
-    if n < 0:
-        raise ConfigError(f"GPU layers must be >= 0 or 'all', got {n}")
-    return n
 
 
 class Model:

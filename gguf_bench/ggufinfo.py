@@ -67,7 +67,7 @@ def _quant_name(ftype) -> str:
 
 def _total_size(path: Path) -> int:
     """File size; for split files (...-00001-of-0000N.gguf) the size of all parts found."""
-    from gguf_bench.download import split_parts
+    from gguf_bench.files import split_parts
 
     parts = [path.with_name(n) for n in split_parts(path.name)]
     return sum(p.stat().st_size for p in parts if p.is_file())

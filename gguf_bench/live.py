@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gguf_bench.bench import gain_pct
+from gguf_bench.records import gain_pct
 from gguf_bench.speculative import GenerationResult
 
 ACCEPTED_STYLE = "black on green"  # draft tokens the target accepted

@@ -208,3 +208,23 @@ def load_jsonl(path: Path) -> list[Prompt]:
     if not prompts:
         raise ConfigError(f"{path} holds no prompts")
     return prompts
+
+
+def from_options(text: str | None, path: Path | None, chat: bool) -> Prompt:
+    """`--prompt TEXT` or `--prompt-file PATH` (or the default prompt), wrapped in the chat template if `chat`."""
+    if text and path:
+        raise ConfigError("give --prompt or --prompt-file, not both")
+    if path:
+        if not path.is_file():
+            raise ConfigError(f"prompt file {path} not found")
+        text = path.read_text(encoding="utf-8")
+    if text is not None and not text.strip():
+        raise ConfigError("the prompt is empty")
+    return Prompt("custom", text, chat) if text else Prompt(DEFAULT_PROMPT.id, DEFAULT_PROMPT.text, chat)
+
+
+def choose(ids: str | None, path: Path | None) -> list[Prompt]:
+    """`--prompt-ids a,b` (built-in) or `--prompts FILE.jsonl`; every built-in prompt when neither."""
+    if ids and path:
+        raise ConfigError("give --prompts FILE or --prompt-ids, not both")
+    return load_jsonl(path) if path else builtin(ids.split(",") if ids else None)

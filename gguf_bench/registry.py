@@ -41,6 +41,10 @@ class HubSource:
     sha256: str | None = None
     verified: bool = False  # True once the repo/file name was checked against the hub
 
+    @property
+    def label(self) -> str:
+        return f"hf:{self.repo}" + ("" if self.verified else " (unverified)")
+
 
 @dataclass(frozen=True)
 class PypiSource:
@@ -52,10 +56,18 @@ class PypiSource:
     sha256: str
     size: int | None = None
 
+    @property
+    def label(self) -> str:
+        return "pypi"
+
 
 @dataclass(frozen=True)
 class LocalSource:
     path: Path
+
+    @property
+    def label(self) -> str:
+        return "local"
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,10 @@ class DerivedSource:
 
     base: str  # name of another model in the registry
     quant: str  # a key of DERIVE_TYPES
+
+    @property
+    def label(self) -> str:
+        return f"derived:{self.base}->{self.quant}"
 
 
 Source = HubSource | PypiSource | LocalSource | DerivedSource

@@ -1,45 +1,66 @@
-"""Run records -> pandas summaries -> rich tables, markdown/csv/json/jsonl, and a plot.
+"""Records -> pandas summaries -> rich tables, markdown/csv/json/jsonl, and a plot.
 
 Reads and writes no model. Gain % compares a row's mean tokens/s with the target-alone
-baseline measured in the same sweep under the same offload, temperature and prompt set.
+baseline measured under the same pair, offload, temperature, length and machine.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from rich import box
 from rich.table import Table
 
 from gguf_bench.errors import BenchError
+from gguf_bench.records import EvalRecord, OtherRecord, RunRecord, eval_row, gain_pct, parse, read_file, run_row
 
-SETTING = ["pair", "ngl", "ngld", "temperature", "n_predict"]  # what a baseline must share with its row
+SETTING = ["pair", "host", "ngl", "ngld", "temperature", "n_predict"]  # what a baseline must share with its row
+BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 FORMATS = ("md", "csv", "json", "jsonl")
 
 
-def to_frame(records: list[dict]) -> pd.DataFrame:
-    """One row per run, flat columns."""
-    rows = []
-    for r in records:
-        cfg, m, env = r.get("config", {}), r.get("metrics") or {}, r.get("env", {})
-        rows.append({
-            "sweep": r.get("sweep"), "time": r.get("time"), "pair": r.get("pair"), "mode": r.get("mode"),
-            "k": cfg.get("k") if r.get("mode") == "speculative" else 0,
-            "ngl": str(cfg.get("ngl")), "ngld": str(cfg.get("ngld")),
-            "temperature": cfg.get("temperature"), "n_predict": cfg.get("n_predict"),
-            "prompt_id": cfg.get("prompt_id"), "repetition": cfg.get("repetition"),
-            "tokens_per_s": m.get("tokens_per_s"), "ms_per_token": m.get("ms_per_token"),
-            "acceptance": m.get("acceptance"), "tokens_per_round": m.get("tokens_per_round"),
-            "n_tokens": m.get("n_tokens"), "error": r.get("error"),
-            "target_offload": (r.get("offload") or {}).get("target"),
-            "draft_offload": (r.get("offload") or {}).get("draft"),
-            "target_file": ((r.get("models") or {}).get("target") or {}).get("file"),
-            "draft_file": ((r.get("models") or {}).get("draft") or {}).get("file"),
-            "cpu": env.get("cpu"), "gpu": env.get("gpu"), "threads": cfg.get("threads"),
-        })
-    return pd.DataFrame(rows)
+@dataclass
+class Loaded:
+    runs: list[RunRecord] = field(default_factory=list)
+    evals: list[EvalRecord] = field(default_factory=list)
+    others: list[OtherRecord] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # 'FILE line N' of each line that is not a record
+
+
+def load(paths: list[Path], default_dir: Path) -> Loaded:
+    """Every record of the .jsonl files and folders given, split by kind."""
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files += sorted(p.glob("*.jsonl"))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise BenchError(f"results file {p} not found; `ls {default_dir}` shows stored sweeps")
+    if not files:
+        raise BenchError(f"no .jsonl results in {', '.join(map(str, paths))}; run `gguf-bench sweep` first")
+    out = Loaded()
+    for f in files:
+        dicts, bad = read_file(f)
+        out.unreadable += bad
+        for d in dicts:
+            try:
+                rec = parse(d)
+            except (TypeError, ValueError):
+                out.unreadable.append(f"{f} (a record with unknown fields)")
+                continue
+            {RunRecord: out.runs, EvalRecord: out.evals, OtherRecord: out.others}[type(rec)].append(rec)
+    return out
+
+
+def to_frame(records: list) -> pd.DataFrame:
+    """One row per run (records as RunRecord or stored dicts; other kinds are left out)."""
+    runs = [r if isinstance(r, RunRecord) else parse(r) for r in records]
+    return pd.DataFrame([run_row(r) for r in runs if isinstance(r, RunRecord)])
 
 
 def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
@@ -53,31 +74,45 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     agg = ok.groupby(keys, dropna=False).agg(
         runs=("tokens_per_s", "size"), tokens_per_s=("tokens_per_s", "mean"), tokens_per_s_std=("tokens_per_s", "std"),
         ms_per_token=("ms_per_token", "mean"), acceptance=("acceptance", "mean"),
-        tokens_per_round=("tokens_per_round", "mean"), target_offload=("target_offload", "first"),
-        draft_offload=("draft_offload", "first"), target_file=("target_file", "first"),
-        draft_file=("draft_file", "first"))
+        tokens_per_round=("tokens_per_round", "mean"), overhead_pct=("overhead_pct", "mean"),
+        target_offload=("target_offload", "first"), draft_offload=("draft_offload", "first"),
+        target_file=("target_file", "first"), draft_file=("draft_file", "first"), cpu=("cpu", "first"),
+        gpu=("gpu", "first"))
     agg = agg.join(failed, how="outer").reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
-    base = agg[agg["mode"] == "target"][setting + ["tokens_per_s"]].rename(columns={"tokens_per_s": "baseline_tokens_per_s"})
+    base = agg[agg["mode"] == "target"][setting + ["tokens_per_s", "tokens_per_s_std"]].rename(
+        columns={"tokens_per_s": "baseline_tokens_per_s", "tokens_per_s_std": "baseline_std"})
     agg = agg.merge(base, on=setting, how="left")
-    agg["gain_pct"] = 100.0 * (agg["tokens_per_s"] / agg["baseline_tokens_per_s"] - 1.0)
+    agg["gain_pct"] = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"])
+    agg["best_k"] = False
     spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna()]
     spec = spec[spec.groupby(setting, dropna=False)["k"].transform("size") > 1]  # a choice of K to make
-    best = spec.loc[spec.groupby(setting, dropna=False)["tokens_per_s"].idxmax()].index if not spec.empty else []
-    agg["best_k"] = False
-    agg.loc[best, "best_k"] = True
-    order = {"target": 0, "draft": 1, "speculative": 2}
-    agg["_order"] = agg["mode"].map(order)
+    if not spec.empty:
+        agg.loc[spec.groupby(setting, dropna=False)["tokens_per_s"].idxmax(), "best_k"] = True
+    agg["_order"] = agg["mode"].map({"target": 0, "draft": 1, "speculative": 2})
     return agg.sort_values(setting + ["_order", "k"]).drop(columns="_order").reset_index(drop=True)
 
 
+# --- labels and numbers ---------------------------------------------------------------------
+
+
+def row_label(row: pd.Series) -> str:
+    """Short: 'target alone', 'draft alone', 'K=4' (the files are in the table's caption)."""
+    if row["mode"] == "target":
+        return "target alone"
+    if row["mode"] == "draft":
+        return "draft alone"
+    return f"K={int(row['k'])}"
+
+
 def model_label(row: pd.Series) -> str:
+    """Long, with the files: for the markdown table."""
     if row["mode"] == "target":
         return f"{_stem(row['target_file'])} (target alone)"
     if row["mode"] == "draft":
         return f"{_stem(row['draft_file'])} (draft alone)"
-    return f"speculative, K={int(row['k'])}"
+    return f"{_stem(row['target_file'])} + {_stem(row['draft_file'])}, K={int(row['k'])}"
 
 
 def _stem(name) -> str:
@@ -96,31 +131,106 @@ def _num(x, fmt: str = "{:.2f}") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 
 
+def _speed(x: float) -> str:
+    return f"{x:.1f}" if abs(x) >= 100 else f"{x:.2f}"
+
+
 def _tps(row: pd.Series) -> str:
     if pd.isna(row["tokens_per_s"]):
         return "–"
     std = row["tokens_per_s_std"]
-    return f"{row['tokens_per_s']:.2f}" + ("" if pd.isna(std) else f" ± {std:.2f}")
+    return _speed(row["tokens_per_s"]) + ("" if pd.isna(std) else f" ± {_speed(std)}")
 
 
-def rich_table(summary: pd.DataFrame, title: str = "") -> Table:
-    """Columns that hold one value for every row (pair, temperature, ...) move into the title."""
-    varying = [c for c in ("pair", "temperature", "n_predict", "prompt_id")
-               if c in summary.columns and summary[c].nunique(dropna=False) > 1]
-    fixed = [f"{c}={summary[c].iloc[0]:g}" if c == "temperature" else f"{c}={summary[c].iloc[0]}"
-             for c in ("pair", "temperature", "n_predict") if c not in varying]
-    table = Table(title=", ".join(([title] if title else []) + fixed))
-    for col in varying + ["model", "GPU layers", "tokens/s", "ms/token", "accept", "tok/round", "gain %", "runs"]:
-        table.add_column({"temperature": "T", "n_predict": "n", "prompt_id": "prompt"}.get(col, col),
-                         justify="left" if col in ("pair", "model", "prompt_id") else "right", overflow="fold")
-    for _, row in summary.iterrows():
-        gain = _num(row["gain_pct"], "{:+.1f}") if row["mode"] != "target" else ""
-        cells = [_num(row[c], "{:g}") if c == "temperature" else str(row[c]) for c in varying] + [
-            model_label(row) + (" ★ best" if row["best_k"] else ""), offload_label(row), _tps(row),
-            _num(row["ms_per_token"]), _num(row["acceptance"], "{:.1%}"), _num(row["tokens_per_round"]), gain,
-            f"{row['runs']}" + (f" ({row['failed']} failed)" if row["failed"] else "")]
-        table.add_row(*cells, style="bold" if row["best_k"] else None)
+# --- rich tables ----------------------------------------------------------------------------
+
+_VARYING = {"pair": "pair", "host": "host", "temperature": "T", "n_predict": "n", "prompt_id": "prompt"}
+
+
+def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_host: bool = False) -> Table:
+    """A table that fits `width` columns without wrapping a cell: what is the same for every row (pair,
+    files, offload, temperature, machine) goes into the title and caption; columns that vary (host,
+    prompt, GPU layers) get their own; where it is still too wide, the overhead, tokens-per-round and
+    runs columns go first. A terminal of 120 columns or more always gets GPU layers."""
+    varying = [c for c in _VARYING if c in summary.columns
+               and (summary[c].nunique(dropna=False) > 1 or (c == "host" and show_host))]
+    offloads = summary.apply(offload_label, axis=1)
+    show_offload = width >= 120 or offloads[summary["mode"] == "speculative"].nunique() > 1
+    columns = {_VARYING[c]: [_num(v, "{:g}") if c == "temperature" else str(v) for v in summary[c]] for c in varying}
+    columns["run"] = [row_label(r) + (" ★" if r["best_k"] else "") for _, r in summary.iterrows()]
+    if show_offload:
+        columns["GPU layers"] = list(offloads)
+    columns |= {
+        "tokens/s": [_tps(r) for _, r in summary.iterrows()],
+        "ms/tok": [_num(v) for v in summary["ms_per_token"]],
+        "accept": [_num(v, "{:.1%}") for v in summary["acceptance"]],
+        "tok/rnd": [_num(v) for v in summary["tokens_per_round"]],
+        "gain": ["" if r["mode"] == "target" else _num(r["gain_pct"], "{:+.1f}%") for _, r in summary.iterrows()],
+        "ovh": [_num(v, "{:.1f}%") for v in summary["overhead_pct"]],
+        "runs": [f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else "") for _, r in summary.iterrows()],
+    }
+    for optional in ("ovh", "tok/rnd", "runs"):
+        if _width(columns) <= width:
+            break
+        del columns[optional]
+    table = Table(title=_title(summary, varying, title), caption=_caption(summary, show_offload), box=box.SIMPLE_HEAD,
+                  show_edge=False, padding=(0, 1), pad_edge=False, title_justify="left", caption_justify="left")
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("run", "pair", "host", "prompt") else "right", no_wrap=True)
+    best = list(summary["best_k"])
+    for i, cells in enumerate(zip(*columns.values())):
+        table.add_row(*cells, style="bold" if best[i] else None)
     return table
+
+
+def _width(columns: dict[str, list[str]]) -> int:
+    """Rendered width: each column's widest cell or header, 3 characters between columns (padding, rule, padding)."""
+    return sum(max(len(name), *map(len, cells)) for name, cells in columns.items()) + 3 * (len(columns) - 1)
+
+
+def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
+    fixed = []
+    for c in ("pair", "temperature", "n_predict", "host"):
+        if c not in varying and c in summary.columns:
+            v = summary[c].iloc[0]
+            if c == "host" and v == "local":
+                continue
+            fixed.append(f"T={v:g}" if c == "temperature" else f"n={v}" if c == "n_predict" else str(v))
+    return " · ".join(([title] if title else []) + fixed)
+
+
+def _caption(summary: pd.DataFrame, show_offload: bool) -> str:
+    """Files and offload when they are the same for every row, and what the short columns mean."""
+    lines = []
+    first = summary.iloc[0]
+    if summary["target_file"].nunique() == 1 and summary["draft_file"].nunique() <= 1:
+        target, draft = _stem(first["target_file"]), _stem(first["draft_file"])
+        if not show_offload:
+            target += f" ({first['target_offload']} on GPU)"
+            draft += f" ({first['draft_offload']})"
+        lines += [f"target {target}", f"draft  {draft}"]
+    lines.append("★ best K · gain vs target alone · ovh: time outside llama_decode, % of inside")
+    return "\n".join(lines)
+
+
+def eval_table(evals: list[EvalRecord]) -> Table:
+    """One row per stored evaluation: success rates, the z-test, greedy identity."""
+    table = Table(title="evaluations (multiplication benchmark)", box=box.SIMPLE_HEAD, collapse_padding=True,
+                  pad_edge=False, title_justify="left")
+    for col in ("pair", "T", "K", "regular", "spec.", "p", "identical", "numerics", "loop err."):
+        table.add_column(col, justify="left" if col == "pair" else "right")
+    for ev in evals:
+        r = eval_row(ev)
+        greedy = r["temperature"] == 0
+        table.add_row(str(r["pair"]), _num(r["temperature"], "{:g}"), str(r["k"]), f"{r['regular_ok']}/{r['n']}",
+                      f"{r['speculative_ok']}/{r['n']}", _num(r["p_value"], "{:.3g}"),
+                      f"{r['identical']}/{r['n']}" if greedy else "–", _num(r["batch_numerics"], "{}") if greedy else "–",
+                      _num(r["loop_errors"], "{}") if greedy else "–",
+                      style="bold red" if greedy and r["loop_errors"] else None)
+    return table
+
+
+# --- files ----------------------------------------------------------------------------------
 
 
 def to_markdown(summary: pd.DataFrame) -> str:
@@ -130,9 +240,7 @@ def to_markdown(summary: pd.DataFrame) -> str:
     for _, row in summary.iterrows():
         gain = "" if row["mode"] == "target" else _num(row["gain_pct"], "{:+.1f}%")
         best = " **(best K)**" if row["best_k"] else ""
-        model = model_label(row) if row["mode"] != "speculative" else (
-            f"{_stem(row['target_file'])} + {_stem(row['draft_file'])}, K={int(row['k'])}")
-        lines.append(f"| {model}{best} | {offload_label(row)} | {_tps(row)} | {gain} | "
+        lines.append(f"| {model_label(row)}{best} | {offload_label(row)} | {_tps(row)} | {gain} | "
                      f"{_num(row['acceptance'], '{:.1%}')} | {_num(row['temperature'], '{:g}')} |")
     return "\n".join(lines) + "\n"
 
@@ -149,8 +257,35 @@ def render(summary: pd.DataFrame, fmt: str) -> str:
     raise BenchError(f"unknown format '{fmt}'; choose from {', '.join(FORMATS)}")
 
 
-def plot(summary: pd.DataFrame, path: Path, metric: str = "tokens_per_s") -> Path:
-    """Tokens/s (or gain %) against draft length, one line per pair and offload setting."""
+# --- plot -----------------------------------------------------------------------------------
+
+LINE = ["pair", "host", "ngl", "ngld", "temperature"]  # one line per setting
+
+
+def position_acceptance(df: pd.DataFrame) -> pd.DataFrame:
+    """Acceptance of draft position j given it was reached, per setting, pooled over the runs of the
+    largest K (the per-position counts the loop stores): columns LINE + position, acceptance."""
+    spec = df[(df["mode"] == "speculative") & df["error"].isna() & df["reached_at"].notna()]
+    rows = []
+    for key, grp in spec.groupby(LINE, dropna=False):
+        top = grp[grp["k"] == grp["k"].max()]
+        reached = pd.DataFrame(top["reached_at"].tolist()).sum()
+        accepted = pd.DataFrame(top["accepted_at"].tolist()).sum()
+        for j in reached.index:
+            if reached[j] > 0:
+                rows.append({**dict(zip(LINE, key)), "position": j + 1, "acceptance": accepted[j] / reached[j]})
+    return pd.DataFrame(rows, columns=LINE + ["position", "acceptance"])
+
+
+def plot(summary: pd.DataFrame, path: Path, metric: str = "tokens_per_s", df: pd.DataFrame | None = None) -> Path:
+    """Write `figure(...)` as a PNG."""
+    fig = figure(summary, metric, df)
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
+def _pyplot():
     try:
         import matplotlib
 
@@ -158,28 +293,72 @@ def plot(summary: pd.DataFrame, path: Path, metric: str = "tokens_per_s") -> Pat
         import matplotlib.pyplot as plt
     except ImportError:
         raise BenchError("plotting needs matplotlib: pip install 'gguf-bench[plot]'") from None
+    return plt
+
+
+def figure(summary: pd.DataFrame, metric: str = "tokens_per_s", df: pd.DataFrame | None = None):
+    """Left: tokens/s (or gain %) against K with ± std bars, the target alone as a band. Right:
+    acceptance by draft position (when the raw runs `df` are given). One line per setting."""
+    plt = _pyplot()
     if metric not in ("tokens_per_s", "gain_pct"):
         raise BenchError("--plot-metric must be tokens_per_s or gain_pct")
-    spec = summary[summary["mode"] == "speculative"]
+    spec = summary[(summary["mode"] == "speculative") & summary["tokens_per_s"].notna()]
     if spec.empty:
         raise BenchError("nothing to plot: these results hold no speculative runs")
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for (pair, ngl, ngld, temp), grp in spec.groupby(["pair", "ngl", "ngld", "temperature"]):
-        grp = grp.groupby("k", as_index=False)[metric].mean()
-        line, = ax.plot(grp["k"], grp[metric], marker="o", label=f"{pair} ngl={ngl} ngld={ngld} T={temp:g}")
-        if metric == "tokens_per_s":
-            base = summary[(summary["mode"] == "target") & (summary["pair"] == pair) & (summary["ngl"] == ngl)
-                           & (summary["ngld"] == ngld) & (summary["temperature"] == temp)]["tokens_per_s"].mean()
-            if not math.isnan(base):
-                ax.axhline(base, color=line.get_color(), linestyle="--", linewidth=1)
-    if metric == "gain_pct":
-        ax.axhline(0, color="grey", linestyle="--", linewidth=1)
-    ax.set_xlabel("draft length K")
-    ax.set_ylabel("tokens/s (dashed: target alone)" if metric == "tokens_per_s" else "gain % over target alone")
-    ax.set_title("speculative decoding: draft length vs speed")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+    positions = position_acceptance(df) if df is not None else pd.DataFrame()
+    fig, axes = plt.subplots(1, 2 if not positions.empty else 1, figsize=(12 if not positions.empty else 7, 4.8),
+                             squeeze=False)
+    speed, accept = axes[0][0], axes[0][-1]
+    for key, grp in spec.groupby(LINE, dropna=False):
+        label = _line_label(dict(zip(LINE, key)), spec)
+        color = _draw_speed(speed, summary, grp, key, label, metric)
+        if not positions.empty:
+            pos = positions[(positions[LINE] == pd.Series(key, index=LINE)).all(axis=1)]
+            accept.plot(pos["position"], pos["acceptance"], marker="o", color=color, label=label)
+    speed.set_xlabel("draft length K")
+    speed.set_ylabel("tokens/s (band: target alone, mean ± std)" if metric == "tokens_per_s" else "gain % over target alone")
+    speed.grid(alpha=0.3)
+    speed.legend(fontsize=7)
+    if not positions.empty:
+        accept.set_xlabel("draft position j")
+        accept.set_ylabel("acceptance of position j, given reached")
+        accept.set_ylim(0, 1.05)
+        accept.grid(alpha=0.3)
+    fig.suptitle(_plot_title(spec), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def _draw_speed(ax, summary: pd.DataFrame, grp: pd.DataFrame, key: tuple, label: str, metric: str) -> str:
+    grp = grp.sort_values("k")
+    err = grp["tokens_per_s_std"] if metric == "tokens_per_s" else None
+    line = ax.errorbar(grp["k"], grp[metric], yerr=err, marker="o", capsize=3, label=label)
+    color = line[0].get_color()
+    if metric == "tokens_per_s":
+        base = summary[(summary["mode"] == "target") & (summary[LINE] == pd.Series(key, index=LINE)).all(axis=1)]
+        if not base.empty and not pd.isna(base["tokens_per_s"].iloc[0]):
+            mean, std = base["tokens_per_s"].iloc[0], base["tokens_per_s_std"].fillna(0).iloc[0]
+            ax.axhspan(mean - std, mean + std, color=color, alpha=0.15)
+            ax.axhline(mean, color=color, linestyle="--", linewidth=1)
+    else:
+        ax.axhline(0, color="grey", linestyle="--", linewidth=1)
+    return color
+
+
+def _line_label(values: dict, spec: pd.DataFrame) -> str:
+    """Only what tells the lines apart."""
+    parts = [f"{c}={values[c]:g}" if c == "temperature" else f"{c}={values[c]}" for c in LINE if spec[c].nunique() > 1]
+    return ", ".join(parts) or "speculative"
+
+
+def _plot_title(spec: pd.DataFrame) -> str:
+    first = spec.iloc[0]
+    parts = [f"{c}: {first[c]}" for c in ("pair",) if spec[c].nunique() == 1]
+    if spec["target_offload"].nunique() == 1 and spec["draft_offload"].nunique() == 1:
+        parts.append(f"GPU layers {first['target_offload']} + {first['draft_offload']}")
+    if spec["temperature"].nunique() == 1:
+        parts.append(f"T={first['temperature']:g}")
+    if spec["host"].nunique() == 1:
+        machine = first["gpu"] if isinstance(first.get("gpu"), str) and first["gpu"] else first.get("cpu")
+        parts.append(f"on {machine}" + (f" ({first['host']})" if first["host"] != "local" else ""))
+    return " · ".join(str(p) for p in parts)

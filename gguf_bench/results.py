@@ -99,6 +99,14 @@ def try_append_record(path: Path, record: dict) -> ResultsError | None:
     return None
 
 
+def try_append_records(path: Path, records: list[dict]) -> ResultsError | None:
+    """`try_append_record` for several records: stops at the first that cannot be stored."""
+    for record in records:
+        if unsaved := try_append_record(path, record):
+            return unsaved
+    return None
+
+
 def _append_line(fd: int, line: bytes, path: Path) -> None:
     start = os.fstat(fd).st_size
     if start and os.pread(fd, 1, start - 1) != b"\n":
@@ -209,6 +217,6 @@ def models_record(target: Path, draft: Path) -> dict:
 
 
 def model_record(path: Path) -> dict:
-    from gguf_bench.download import file_sha256
+    from gguf_bench.files import file_sha256
 
     return {"file": path.name, "path": str(path), "size": path.stat().st_size, "sha256": file_sha256(path)}

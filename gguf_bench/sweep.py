@@ -7,52 +7,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.backend import ALL_LAYERS, parse_layers
+from gguf_bench import options
 from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles, load_config_dict, metrics
 from gguf_bench.divergence import compare_greedy
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.prompts import Prompt
-from gguf_bench.results import append_record, environment, models_record, now_iso, read_records
+from gguf_bench.results import append_record, default_name, ensure_results_dir, environment, models_record, now_iso, read_records
 from gguf_bench.sampling import SamplingConfig
 from gguf_bench.speculative import Verify
 
-_RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
-
 
 def parse_int_list(spec: str, what: str, allow_all: bool = False) -> list[int]:
-    """llama-bench style: '1,2,4', '1-8', '1-8+2' (step), '1-16*2' (factor); 'all' where allowed."""
-    values: list[int] = []
-    for part in str(spec).replace(" ", "").split(","):
-        if allow_all and part.lower() == "all":
-            values.append(ALL_LAYERS)
-        elif part.isdigit():
-            values.append(int(part))
-        elif m := _RANGE.match(part):
-            lo, hi, op, step = int(m[1]), int(m[2]), m[3] or "+", int(m[4] or 1)
-            if lo > hi or (op == "+" and step < 1) or (op == "*" and step < 2) or (op == "*" and lo < 1):
-                raise ConfigError(f"bad {what} range '{part}': need low <= high and a step >= 1 (factor >= 2)")
-            v = lo
-            while v <= hi:
-                values.append(v)
-                v = v + step if op == "+" else v * step
-        else:
-            all_hint = ", 'all'" if allow_all else ""
-            raise ConfigError(f"bad {what} value '{part}': use numbers, ranges like 1-8 or 1-8+2 or 1-16*2{all_hint}, "
-                              "separated by commas")
-    return list(dict.fromkeys(values))
+    """Older name of options.int_list / options.layer_list (kept for callers outside the package)."""
+    return options.layer_list(spec, what) if allow_all else options.int_list(spec, what)
 
 
 def parse_float_list(spec: str, what: str) -> list[float]:
-    try:
-        values = [float(x) for x in str(spec).replace(" ", "").split(",")]
-    except ValueError:
-        raise ConfigError(f"bad {what} list '{spec}': use numbers separated by commas, like 0,0.7") from None
-    return list(dict.fromkeys(values))
+    return options.temperatures(spec)
 
 
 @dataclass(frozen=True)
@@ -73,12 +48,10 @@ class Grid:
     verify: Verify = Verify.BATCHED
 
     def __post_init__(self) -> None:
-        if any(k < 1 for k in self.ks):
-            raise ConfigError("draft lengths (-K) must be >= 1")
-        if self.repetitions < 1:
-            raise ConfigError(f"--repetitions must be >= 1, got {self.repetitions}")
-        if self.n_predict < 1:
-            raise ConfigError(f"--n-predict must be >= 1, got {self.n_predict}")
+        for k in self.ks:
+            options.draft_length(k)
+        options.repetitions(self.repetitions)
+        options.n_predict(self.n_predict)
         for t in self.temperatures:
             SamplingConfig(temperature=t, top_k=self.top_k, top_p=self.top_p)  # validates
 
@@ -112,6 +85,19 @@ def cells_for(grid: Grid) -> list[Cell]:
                     cells.append(Cell("draft", 0, temp, prompt, rep))
                 cells += [Cell("speculative", k, temp, prompt, rep) for k in grid.ks]
     return cells
+
+
+def results_path(name: str | None, resume: bool) -> tuple[str, Path]:
+    """The sweep's name (from the time when not given) and its results file, in a folder proven writable."""
+    if resume and not name:
+        raise ConfigError("--resume needs --name NAME of the sweep to continue")
+    name = name or default_name("sweep")
+    if not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"--name '{name}' may hold only letters, digits, '-', '_' and '.'")
+    out = ensure_results_dir() / f"{name}.jsonl"
+    if out.exists() and not resume:
+        raise ConfigError(f"{out} already exists; pass --resume to continue it, or choose another --name")
+    return name, out
 
 
 def cell_key(pair: str, files: PairFiles, config: dict, mode: str) -> str:
@@ -237,5 +223,5 @@ def _available_memory() -> int | None:
 
 def single_run_grid(k: int, ngl: str, ngld: str, temperature: float, prompt: Prompt, **kw) -> Grid:
     """The grid of `gguf-bench run`: one setting, one K, one prompt."""
-    return Grid(ks=[k], ngls=[parse_layers(ngl)], nglds=[parse_layers(ngld)], temperatures=[temperature],
+    return Grid(ks=[k], ngls=[options.layers(ngl)], nglds=[options.layers(ngld)], temperatures=[temperature],
                 prompts=[prompt], **kw)

@@ -82,7 +82,7 @@ def test_models_lists_pairs_and_default():
 def test_run_prints_the_three_rows(tiny_pairs):
     result = invoke("run", *pair_args(tiny_pairs["middle"]), "-n", "40", "-K", "3", "-r", "2", "--show-text")
     assert result.exit_code == 0, result.output
-    for needle in ("(target alone)", "(draft alone)", "speculative, K=3", "0/5", "gain %"):
+    for needle in ("target alone", "draft alone", "K=3", "0/5", "gain", "tiny-target.gguf+tiny-draft.gguf · T=0 · n=40"):
         assert needle in result.output, result.output
     assert result.output.count("± ") >= 3  # mean ± std over 2 repetitions
 
@@ -119,7 +119,7 @@ def test_run_warns_about_offload_on_a_cpu_build(tiny_pairs):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["-K", "0"], "draft lengths (-K) must be >= 1"),
+    (["-K", "0"], "draft length -K/--draft-max must be >= 1, got 0"),
     (["-n", "0"], "--n-predict must be >= 1"),
     (["--temp", "-1"], "--temp must be >= 0"),
     (["-ngl", "lots"], "GPU layers must be a number or 'all'"),
@@ -173,3 +173,15 @@ def test_console_script_reports_errors_without_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gguf_bench.cli", "run", "--target", "nope.gguf", "--draft", "x"],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 1 and proc.stderr.strip() == "Error: model file nope.gguf does not exist"
+
+
+def test_compare_panels_end_on_the_summary_figures(tiny_pairs):
+    import re
+
+    result = invoke("compare", *pair_args(tiny_pairs["middle"]), "-n", "40", "-K", "3")
+    assert result.exit_code == 0, result.output
+    summary = re.search(r"regular: \d+ tokens in [\d.]+ s \(([\d.]+) tokens/s\).*speculative: \d+ tokens in [\d.]+ s "
+                        r"\(([\d.]+) tokens/s\)", result.output.replace("\n", " "))
+    assert summary, result.output
+    for rate in summary.groups():
+        assert f"40 tokens, {rate} tokens/s" in result.output  # each panel's last subtitle

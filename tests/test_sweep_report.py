@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from gguf_bench.backend import ALL_LAYERS
 from gguf_bench.cli import app
 from gguf_bench.errors import ConfigError
+from gguf_bench.options import int_list, layer_list, layers, temperatures
 from gguf_bench.report import render, summarize, to_frame
 from gguf_bench.results import read_records
-from gguf_bench.sweep import parse_float_list, parse_int_list
 
 runner = CliRunner()
 
@@ -29,11 +29,13 @@ runner = CliRunner()
     ("3", [3]), ("2,1-3", [2, 1, 3]), (" 1, 2 ", [1, 2]),
 ])
 def test_int_grid_specs(spec, want):
-    assert parse_int_list(spec, "K") == want
+    assert int_list(spec, "K") == want
 
 
-def test_layer_specs_accept_all():
-    assert parse_int_list("0,16,all", "-ngl", allow_all=True) == [0, 16, ALL_LAYERS]
+def test_layer_specs_accept_all_max_and_minus_one_everywhere():
+    assert layer_list("0,16,all") == [0, 16, ALL_LAYERS]
+    assert layer_list("-1,max,all") == [ALL_LAYERS] and layer_list("0-8+4,-1") == [0, 4, 8, ALL_LAYERS]
+    assert layers("-1") == layers("all") == layers("MAX") == ALL_LAYERS and layers("7") == 7
 
 
 @pytest.mark.parametrize("spec, needle", [
@@ -42,14 +44,16 @@ def test_layer_specs_accept_all():
 ])
 def test_bad_int_grid_specs(spec, needle):
     with pytest.raises(ConfigError, match=None) as exc:
-        parse_int_list(spec, "K")
+        int_list(spec, "K")
     assert needle in str(exc.value)
 
 
 def test_float_specs():
-    assert parse_float_list("0,0.7,1", "temperature") == [0.0, 0.7, 1.0]
+    assert temperatures("0,0.7,1") == [0.0, 0.7, 1.0]
     with pytest.raises(ConfigError, match="bad temperature list"):
-        parse_float_list("0,hot", "temperature")
+        temperatures("0,hot")
+    with pytest.raises(ConfigError, match="--temp must be >= 0, got -1"):
+        temperatures("0,-1")
 
 
 # --- report arithmetic on hand-written records ---------------------------------------------
@@ -125,7 +129,7 @@ def test_sweep_stores_every_cell_and_resume_does_nothing_twice(tiny_pairs, isola
     # 2 temps x 2 prompts x 2 reps x (target + draft + 3 K)
     assert len(records) == 2 * 2 * 2 * 5 and len({r["cell"] for r in records}) == len(records)
     assert all(r["env"]["llama_cpp_python"] and r["models"]["target"]["sha256"] for r in records)
-    assert "speculative, K=" in first.output and "★ best" in first.output
+    assert "K=3" in first.output and "★" in first.output
     again = runner.invoke(app, args + ["--resume"])
     assert again.exit_code == 0 and "40 cells already done, 0 to go" in again.output
     assert len(read_records(out)) == 40
@@ -193,7 +197,7 @@ def test_report_formats_and_plot(tiny_pairs, isolated, tmp_path):
     assert runner.invoke(app, sweep_args(tiny_pairs["middle"], "r", "-K", "1,2,4")).exit_code == 0
     results = str(isolated / "results")
     table = runner.invoke(app, ["report", results])
-    assert table.exit_code == 0 and "gain %" in table.output
+    assert table.exit_code == 0 and "gain" in table.output and "target alone" in table.output
     md = runner.invoke(app, ["report", results, "--format", "md"])
     assert md.stdout.startswith("| model | GPU layers offload | tokens/s | gain % |")
     csv_path = tmp_path / "r.csv"
@@ -225,6 +229,20 @@ def test_report_bad_input(tmp_path):
 
 def test_sweep_bad_specs(tiny_pairs):
     result = runner.invoke(app, sweep_args(tiny_pairs["high"], "x", "-K", "0-2"))
-    assert result.exit_code == 1 and "draft lengths (-K) must be >= 1" in result.stderr
+    assert result.exit_code == 1 and "draft length -K/--draft-max must be >= 1, got 0" in result.stderr
     result = runner.invoke(app, sweep_args(tiny_pairs["high"], "x", "-ngl", "many"))
     assert result.exit_code == 1 and "bad -ngl value 'many'" in result.stderr
+
+
+def test_minus_one_means_all_layers_in_run_and_sweep(tiny_pairs, isolated):
+    """`run -ngl -1` and `sweep -ngl -1,all` parse the same way: one setting, stored as 'all'."""
+    swept = runner.invoke(app, sweep_args(tiny_pairs["high"], "m1", "-K", "2", "-ngl", "-1,all", "-ngld", "max",
+                                          "--prompt-ids", "code-short", "-n", "6", "--no-draft-alone"))
+    assert swept.exit_code == 0, swept.output
+    records = read_records(isolated / "results" / "m1.jsonl")
+    assert len(records) == 2 and {(r["config"]["ngl"], r["config"]["ngld"]) for r in records} == {("all", "all")}
+    ran = runner.invoke(app, ["run", "--target", str(tiny_pairs["high"][0]), "--draft", str(tiny_pairs["high"][1]),
+                              "-ngl", "-1", "-ngld", "all", "-n", "6", "--json", "--name", "r1"])
+    assert ran.exit_code == 0, ran.output
+    assert {(r["config"]["ngl"], r["config"]["ngld"]) for r in json.loads(ran.stdout)} == {("all", "all")}
+    assert len(read_records(isolated / "results" / "r1.jsonl")) == 3  # run stores its records too

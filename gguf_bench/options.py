@@ -1,0 +1,106 @@
+"""One parser and one validator per command-line option, shared by every command and the library.
+
+Lists and ranges follow llama-bench: '1,2,4', '1-8', '1-8+2' (step), '1-16*2' (factor). GPU layers
+take a number or 'all' (also 'max' and '-1', as llama.cpp's own tools accept), in lists too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gguf_bench.errors import ConfigError
+
+ALL_LAYERS = 2**31 - 1  # llama.cpp clamps n_gpu_layers to the model's layer count
+_ALL_WORDS = ("all", "max", "-1")
+_RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
+
+
+def int_list(spec: str | int, what: str, words: dict[str, int] | None = None) -> list[int]:
+    """Numbers and ranges separated by commas, without duplicates, in the order given."""
+    values: list[int] = []
+    for part in str(spec).replace(" ", "").split(","):
+        if words and part.lower() in words:
+            values.append(words[part.lower()])
+        elif part.isdigit():
+            values.append(int(part))
+        elif m := _RANGE.match(part):
+            values += _expand(m, part, what)
+        else:
+            hint = f", {', '.join(repr(w) for w in words)}" if words else ""
+            raise ConfigError(f"bad {what} value '{part}': use numbers, ranges like 1-8 or 1-8+2 or 1-16*2{hint}, "
+                              "separated by commas")
+    return list(dict.fromkeys(values))
+
+
+def _expand(m: re.Match, part: str, what: str) -> list[int]:
+    lo, hi, op, step = int(m[1]), int(m[2]), m[3] or "+", int(m[4] or 1)
+    if lo > hi or (op == "+" and step < 1) or (op == "*" and (step < 2 or lo < 1)):
+        raise ConfigError(f"bad {what} range '{part}': need low <= high and a step >= 1 (factor >= 2)")
+    out, v = [], lo
+    while v <= hi:
+        out.append(v)
+        v = v + step if op == "+" else v * step
+    return out
+
+
+def layers(value: str | int) -> int:
+    """One -ngl/-ngld value: a number of layers >= 0, or all/max/-1 for every layer."""
+    text = str(value).strip().lower()
+    if text in _ALL_WORDS:
+        return ALL_LAYERS
+    try:
+        n = int(text)
+    except ValueError:
+        raise ConfigError(f"GPU layers must be a number or 'all', got '{value}'") from None
+    if n < 0:
+        raise ConfigError(f"GPU layers must be >= 0 or 'all', got {n}")
+    return n
+
+
+def layer_list(spec: str | int, what: str = "-ngl") -> list[int]:
+    return int_list(spec, what, {w: ALL_LAYERS for w in _ALL_WORDS})
+
+
+def layers_label(n: int) -> str | int:
+    """How a layer count is stored and shown: 'all' or the number."""
+    return "all" if n == ALL_LAYERS else n
+
+
+def draft_length(k: int) -> int:
+    if k < 1:
+        raise ConfigError(f"draft length -K/--draft-max must be >= 1, got {k}")
+    return k
+
+
+def draft_lengths(spec: str | int) -> list[int]:
+    return [draft_length(k) for k in int_list(spec, "-K")]
+
+
+def n_predict(n: int) -> int:
+    if n < 1:
+        raise ConfigError(f"--n-predict must be >= 1, got {n}")
+    return n
+
+
+def temperature(t: float) -> float:
+    if t < 0:
+        raise ConfigError(f"--temp must be >= 0, got {t:g}")
+    return t
+
+
+def temperatures(spec: str | float) -> list[float]:
+    try:
+        values = [float(x) for x in str(spec).replace(" ", "").split(",")]
+    except ValueError:
+        raise ConfigError(f"bad temperature list '{spec}': use numbers separated by commas, like 0,0.7") from None
+    return [temperature(t) for t in dict.fromkeys(values)]
+
+
+def repetitions(n: int) -> int:
+    if n < 1:
+        raise ConfigError(f"--repetitions must be >= 1, got {n}")
+    return n
+
+
+def offload_requested(*layer_values: int) -> bool:
+    return any(n != 0 for n in layer_values)

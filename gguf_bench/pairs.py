@@ -1,0 +1,78 @@
+"""Which two GGUF files a command runs: a registry pair (fetched when missing) or --target/--draft."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf_bench.errors import BenchError, IncompatiblePairError
+
+# A context manager giving a download.Progress callback while files are fetched (the CLI's progress bar).
+ProgressFactory = Callable[[], AbstractContextManager]
+
+
+@dataclass(frozen=True)
+class PairFiles:
+    target: Path
+    draft: Path
+    name: str  # registry pair name, or "<target file>+<draft file>"
+
+    def check_compatible(self) -> None:
+        """llama.cpp's rules for drafting with these vocabularies; one line naming each failed rule."""
+        from gguf_bench.ggufinfo import incompatibility, read_info
+
+        why = incompatibility(read_info(self.target), read_info(self.draft))
+        if why:
+            raise IncompatiblePairError(f"{self.draft.name} cannot draft for {self.target.name}: {why}; "
+                                        "pick a draft from the same model family (same tokenizer)")
+
+
+def resolve(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None,
+            progress: ProgressFactory | None = None) -> PairFiles:
+    """A pair name (the registry's default when None), or both files; registry models are fetched if missing."""
+    if target or draft:
+        if not (target and draft):
+            raise BenchError("--target and --draft go together: give both files, or a pair name instead")
+        if pair:
+            raise BenchError("give either a pair name or --target/--draft, not both")
+        for path in (target, draft):
+            if not path.is_file():
+                raise BenchError(f"model file {path} does not exist")
+        return PairFiles(target, draft, f"{target.name}+{draft.name}")
+    from gguf_bench.registry import load_registry
+
+    reg = load_registry(registry)
+    chosen = reg.pair(pair or reg.default)
+    paths = [_local(ref, chosen.name, reg, progress) for ref in (chosen.target, chosen.draft)]
+    return PairFiles(paths[0], paths[1], chosen.name)
+
+
+def _local(ref, pair_name: str, reg, progress: ProgressFactory | None) -> Path:
+    from gguf_bench.download import fetch, locate
+
+    path = locate(ref, reg)
+    if path is not None:
+        return path
+    if progress is None:
+        raise BenchError(f"model '{ref.name}' of pair '{pair_name}' is not downloaded; run `gguf-bench download {pair_name}`")
+    with progress() as callback:
+        return fetch(ref, reg, callback).path
+
+
+def resolve_for_info(items: list[str], registry: Path | None) -> tuple[list[Path], list[str]]:
+    """`info`'s arguments: one pair name (already downloaded), or GGUF files. Returns paths and labels."""
+    looks_like_path = any(i.endswith(".gguf") or "/" in i for i in items)
+    if len(items) == 1 and not looks_like_path:
+        from gguf_bench.registry import load_registry
+
+        chosen = load_registry(registry).pair(items[0])
+        files = resolve(chosen.name, None, None, registry)
+        return [files.target, files.draft], [f"target: {chosen.target.name}", f"draft: {chosen.draft.name}"]
+    missing = [i for i in items if not Path(i).is_file()]
+    if missing:
+        raise BenchError(f"model file {missing[0]} does not exist (to name a pair, give its name alone; "
+                         "`gguf-bench models` lists them)")
+    labels = ["target", "draft"] if len(items) == 2 else [Path(i).name for i in items]
+    return [Path(i) for i in items], labels
