@@ -31,6 +31,7 @@ from typing import Any
 
 from gguf_bench.bench import LoadConfig, PairFiles, load_config_dict
 from gguf_bench.errors import BenchError, ConfigError, ModelError
+from gguf_bench.records import host_of  # noqa: F401 (the CLI finds it here too)
 from gguf_bench.registry import ModelRef, Registry
 from gguf_bench.results import append_record, environment, read_records
 from gguf_bench.sweep import Grid, SweepEvents, cell_key, cells_for, iter_records
@@ -319,13 +320,6 @@ def _assigned_gpu(gpu_ids: list[str]) -> dict:
         return {}
     name, sep, memory = out.partition(",")
     return {"gpu": name.strip(), "gpu_memory": memory.strip()} if sep else {}
-
-
-def host_of(record: dict) -> str:
-    """The machine a record was measured on: $GGUF_BENCH_HOST of its Ray node, else the node's hostname;
-    'local' for records of a sweep that did not run on Ray."""
-    node = record.get("node") or {}
-    return node.get("host") or node.get("hostname") or "local"
 
 
 # --- on the driver ---------------------------------------------------------------------------------------

@@ -106,9 +106,10 @@ def read_file(path: Path) -> tuple[list[dict], list[str]]:
     return good, bad
 
 
-def host_of(run: RunRecord) -> str:
-    """The machine a run was measured on: the node of a distributed sweep, else 'local'."""
-    node = run.node or {}
+def host_of(run: RunRecord | dict) -> str:
+    """The machine a run was measured on: $GGUF_BENCH_HOST of its Ray node, else the node's hostname;
+    'local' for a run that did not go through Ray."""
+    node = (run.node if isinstance(run, RunRecord) else run.get("node")) or {}
     return str(node.get("host") or node.get("hostname") or "local")
 
 

@@ -2,7 +2,7 @@
 
 Each record is written to a file opened with O_APPEND and then fsynced. A write that fails part way
 (disk full, file-size limit) is cut back off, so the file keeps whole lines only and the records
-before it stay; `load_records` skips a torn line should a crash ever leave one, and the next append
+before it stay; `read_records` skips a torn line should a crash ever leave one (`report` names it), and the next append
 starts on a new line.
 """
 
@@ -19,7 +19,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gguf_bench.errors import BenchError, ResultsError
+from gguf_bench.errors import ResultsError
 
 
 def results_dir() -> Path:
@@ -160,20 +160,6 @@ def read_records(path: Path) -> list[dict]:
                 except ValueError:
                     continue
     return records
-
-
-def load_records(paths: list[Path]) -> list[dict]:
-    files: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            files += sorted(p.glob("*.jsonl"))
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise BenchError(f"results file {p} not found; `ls {results_dir()}` shows stored sweeps")
-    if not files:
-        raise BenchError(f"no .jsonl results in {', '.join(map(str, paths))}; run `gguf-bench sweep` first")
-    return [r for f in files for r in read_records(f)]
 
 
 @functools.lru_cache(maxsize=1)
