@@ -1,16 +1,44 @@
-"""Pure numpy sampling: the logit transform, token draws, and the speculative acceptance rules.
+"""Sampling: the logit transform, token draws, and the speculative acceptance rules.
 
-Shapes: a logits or probability row is [V] (V = vocabulary size); a verify batch is [K+1, V].
-Nothing here loops over the vocabulary in Python.
+The transform is softmax(logits / T), restricted to the top-k tokens, then to the top-p nucleus,
+renormalized. Its result is a `Dist`: dense (a weight per vocabulary entry) when nothing is cut, sparse
+(the kept token ids and their weights) when top-k or top-p cut. Draft and target rows go through the
+same `probabilities`, which exact rejection sampling requires.
+
+Cost on a row of V float32 logits (read in place, never written; nothing loops over V in Python):
+  - no truncation: max, scale, exp2 and column sums: four vectorized passes into one float32 row;
+  - top-k: column maxima (one pass) bound the k-th largest logit from below; only the few columns that
+    can hold a top-k token are read again, and softmax runs on the survivors alone;
+  - top-p alone: column maxima again; the nucleus is grown from the best columns and sorted there,
+    never over V. Its cut needs the normalizer over all V: the column maxima bracket it, and only
+    where the bracket cannot decide the cut is it computed (scale, exp2, column sums: three passes).
+The vocabulary is viewed as a [COLUMN_ROWS, V // COLUMN_ROWS] grid (plus a tail of V % COLUMN_ROWS
+tokens): a "column" is a strided group of tokens, so that column maxima and sums are reductions over
+whole rows, which numpy vectorizes (reductions over short contiguous blocks it does not). Dense rows
+are reused across calls once nothing refers to them (`_new_array`).
+
+Ties: a cut keeps every token whose logit equals that of the last token it keeps. Top-k keeps all
+tokens tied with the k-th largest logit (so it can keep more than k; llama.cpp keeps exactly k), and
+the nucleus keeps all tokens tied with its last token. The kept sets depend on logit values only,
+never on token order or on how a partition happened to split, so draft and target cut the same way.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from gguf_bench.errors import ConfigError
+
+COLUMN_ROWS = 64  # tokens per column of the vocabulary grid whose maxima guide the candidate searches
+CELL_ROWS = 64  # tokens per column of the grid whose sums make totals and dense draws
+DIRECT_DRAW = 1024  # a dense row shorter than this is drawn from by one cumulative sum
+FIRST_NUCLEUS_COLUMNS = 64  # columns the nucleus search reads first, with a bracket on the normalizer
+SAMPLE_STRIDE = 16  # every 16th logit guesses floors for nuclei wider than the columns can
+LOG2_E = float(np.log2(np.e))
+EXP2_SAFE = 86.0  # 2^(x log2(e) / T) needs no shift while its largest exponent is in [0, 86]: V 2^86 fits float32
 
 
 @dataclass(frozen=True)
@@ -33,51 +61,306 @@ class SamplingConfig:
         return self.temperature == 0
 
 
-def probabilities(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
+# --- row buffers -----------------------------------------------------------------------------
+
+POOL_ROWS = 32  # rows of one length kept for reuse (a K=8 round keeps about 2K+2 alive)
+POOL_MIN = 1 << 16  # shorter arrays are allocated afresh
+_pool: dict[tuple[int, np.dtype], list[np.ndarray]] = {}
+
+
+def _new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized array; a long row is reused once nothing refers to it any more.
+
+    A fresh allocation of a few hundred KB comes from the kernel with its pages unmapped, and glibc
+    gives the memory back when several such rows are freed at once (as after a speculative round):
+    touching new pages then costs as much as the sampling (measured on gemma rows at T=0.7: a K=4
+    round's transform and acceptance took 5.9 ms with fresh rows, 3.1 ms with reused ones).
+    A pooled row is free when only the pool refers to it: no Dist, no view of it (a view holds a
+    reference to its base), no caller.
+    """
+    if len(shape) != 1 or shape[0] < POOL_MIN:
+        return np.empty(shape, dtype=dtype)
+    rows = _pool.setdefault((shape[0], np.dtype(dtype)), [])
+    for row in rows:
+        if sys.getrefcount(row) <= 3:  # the pool's list, this loop's name, getrefcount's argument
+            return row
+    row = np.empty(shape, dtype=dtype)
+    if len(rows) < POOL_ROWS:
+        rows.append(row)
+    return row
+
+
+# --- the distribution object -------------------------------------------------------------------
+
+def _grid(a: np.ndarray, rows: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """a [V] as a [rows, V // rows] view (column j: tokens j, j + cols, ...) and the tail left over."""
+    rows = rows or COLUMN_ROWS
+    cols = a.shape[0] // rows
+    return a[: rows * cols].reshape(rows, cols), a[rows * cols:]
+
+
+@dataclass(frozen=True, eq=False)
+class Dist:
+    """A distribution over n tokens: token ids[j] has probability weight[j] / total, every other token 0.
+
+    Dense when ids is None: weight is then [n] (unnormalized, float32 from logits) and, from DIRECT_DRAW
+    entries on, `cells` holds its column sums followed by the tail's weights, so that a draw reads
+    O(n / CELL_ROWS + CELL_ROWS) entries instead of a cumulative sum over n (exact to float32 rounding).
+    Sparse otherwise: ids ascending, weight float64. `p[token]` is the probability of token.
+    """
+
+    n: int
+    ids: np.ndarray | None
+    weight: np.ndarray
+    total: float
+    cells: np.ndarray | None = None
+
+    @classmethod
+    def from_weights(cls, weight: np.ndarray) -> Dist:
+        """A dense distribution proportional to weight [n] (kept, not copied)."""
+        if weight.shape[0] < DIRECT_DRAW:
+            return cls(weight.shape[0], None, weight, float(weight.sum()))
+        cells = _cells(weight)
+        return cls(weight.shape[0], None, weight, float(cells.sum()), cells)
+
+    @classmethod
+    def on_support(cls, n: int, ids: np.ndarray, weight: np.ndarray) -> Dist:
+        """A sparse distribution proportional to weight on the ascending token ids."""
+        return cls(n, ids, weight, float(weight.sum()))
+
+    def __getitem__(self, token: int) -> float:
+        return self.prob(token)
+
+    def prob(self, token: int) -> float:
+        if self.ids is None:
+            return float(self.weight[token]) / self.total
+        j = int(np.searchsorted(self.ids, token))
+        return float(self.weight[j]) / self.total if j < self.ids.shape[0] and self.ids[j] == token else 0.0
+
+    def probs_at(self, ids: np.ndarray | None) -> np.ndarray:
+        """Probabilities (float64) of the ascending token ids, or of every token when ids is None."""
+        if ids is None:
+            return self.dense()
+        if self.ids is None:
+            return self.weight[ids].astype(np.float64) / self.total
+        j = np.minimum(np.searchsorted(self.ids, ids), self.ids.shape[0] - 1)
+        return np.where(self.ids[j] == ids, self.weight[j] / self.total, 0.0)
+
+    def dense(self) -> np.ndarray:
+        """All n probabilities as a float64 array."""
+        if self.ids is None:
+            return self.weight.astype(np.float64) / self.total
+        out = np.zeros(self.n)
+        out[self.ids] = self.weight / self.total
+        return out
+
+    def sample(self, u: float) -> int:
+        """The token at position u * total of the cumulative distribution (u uniform in [0, 1))."""
+        if self.ids is not None:
+            return int(self.ids[_pick(self.weight, u)])
+        if self.cells is None:
+            return _pick(self.weight, u)
+        cols = self.n // CELL_ROWS
+        cum = np.cumsum(self.cells)
+        cell = _pick(self.cells, u, cum)
+        if cell >= cols:  # a tail token is its own cell
+            return CELL_ROWS * cols + cell - cols
+        below = cum[cell - 1] if cell else 0.0
+        in_cell = (u * cum[-1] - below) / self.cells[cell]  # where u falls inside this cell, in [0, 1)
+        column = _grid(self.weight, CELL_ROWS)[0][:, cell].astype(np.float64)
+        return int(_pick(column, min(max(in_cell, 0.0), 1.0)) * cols + cell)
+
+
+def _cells(weight: np.ndarray) -> np.ndarray:
+    """Column sums of weight [n], then its tail, as float64: one vectorized pass (numpy's own sum of a
+    float32 row is twice as slow, and four times as slow when it accumulates in float64)."""
+    grid, tail = _grid(weight, CELL_ROWS)
+    return np.concatenate([grid.sum(axis=0), tail]).astype(np.float64)
+
+
+def _pick(weight: np.ndarray, u: float, cum: np.ndarray | None = None) -> int:
+    """Index of the first cumulative weight above u * total, which is never an index of weight 0."""
+    cum = np.cumsum(weight, dtype=np.float64) if cum is None else cum
+    j = int(np.searchsorted(cum, u * cum[-1], side="right"))
+    if j >= weight.shape[0]:  # u * total rounded up to the total: the last token of positive weight
+        j = int(np.flatnonzero(weight > 0)[-1])
+    return j
+
+
+def _as_dist(p: Dist | np.ndarray) -> Dist:
+    """Accept a plain probability row [V] where a Dist is expected."""
+    return p if isinstance(p, Dist) else Dist.from_weights(np.asarray(p, dtype=np.float64))
+
+
+# --- the transform -----------------------------------------------------------------------------
+
+def probabilities(logits: np.ndarray, cfg: SamplingConfig) -> Dist | list[Dist]:
     """Softmax(logits / T) restricted to top-k, then to the top-p nucleus, renormalized.
 
-    logits: [V] or [R, V]; returns a new float64 array of the same shape. Draft and target go
+    logits: [V] (a Dist back) or [R, V] (a list of R Dists); never written. Draft and target go
     through this same function, which exact rejection sampling requires.
     """
-    z = np.asarray(logits, dtype=np.float64) / cfg.temperature  # the one copy; we own it from here
-    if cfg.top_k and cfg.top_k < z.shape[-1]:
-        kth = -np.partition(-z, cfg.top_k - 1, axis=-1)[..., cfg.top_k - 1 : cfg.top_k]
-        z[z < kth] = -np.inf
-    z -= z.max(axis=-1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(axis=-1, keepdims=True)
+    logits = np.asarray(logits)
+    if logits.ndim > 1:
+        return [_row_distribution(row, cfg) for row in logits]
+    return _row_distribution(logits, cfg)
+
+
+def _row_distribution(x: np.ndarray, cfg: SamplingConfig) -> Dist:
+    if 0 < cfg.top_k < x.shape[0]:
+        return _top_k(x, cfg.top_k, cfg.temperature, cfg.top_p)
     if cfg.top_p < 1.0:
-        z = np.apply_along_axis(_nucleus, -1, z, cfg.top_p) if z.ndim > 1 else _nucleus(z, cfg.top_p)
-    return z
+        return _nucleus_of_all(x, cfg.temperature, cfg.top_p)
+    weigh = _Exp2.for_row(float(x.max()), cfg.temperature)
+    return Dist.from_weights(weigh(x))  # max, scale, exp2, column sums: four passes, one new row
 
 
-def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p (p is modified).
+@dataclass(frozen=True)
+class _Exp2:
+    """Softmax weights e^(x / T) up to a factor, as 2^(x * scale - shift) in float32.
 
-    Finds the set with argpartition on a growing candidate count instead of sorting all V.
+    exp2 because numpy's float32 exp2 is about twice as fast as its exp, at the same accuracy (1 ulp).
+    The shift is 0 (a pass less) while 2^(max(x) * scale) stays far inside float32, else max(x) * scale.
+    A row's weights all come from one _Exp2, so that sums over parts of the row add up exactly.
     """
-    n = p.shape[0]
-    k = 64
+
+    scale: float
+    shift: float
+
+    @classmethod
+    def for_row(cls, x_max: float, temperature: float) -> _Exp2:
+        scale = LOG2_E / temperature
+        return cls(scale, 0.0 if 0.0 <= x_max * scale <= EXP2_SAFE else x_max * scale)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        w = np.multiply(x, self.scale, out=_new_array(x.shape, np.result_type(x.dtype, np.float32)))
+        if self.shift:
+            np.subtract(w, self.shift, out=w)
+        return np.exp2(w, out=w)
+
+    def total(self, x: np.ndarray) -> float:
+        return float(_cells(self(x)).sum())
+
+
+def _at_least(x: np.ndarray, col_max: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ascending ids of every token with logit >= floor, reading only the columns whose max reaches floor.
+
+    Also returns those columns' logits [COLUMN_ROWS, n] and the mask of the ones >= floor.
+    """
+    grid, tail = _grid(x)
+    cols = np.flatnonzero(col_max >= floor)
+    block = grid[:, cols]
+    above = block >= floor
+    rows, at = np.divmod(np.flatnonzero(above), cols.shape[0])  # row-major order: ids come out ascending
+    ids = np.concatenate([rows * grid.shape[1] + cols[at], grid.size + np.flatnonzero(tail >= floor)])
+    return ids, block, above
+
+
+def _kth_largest(a: np.ndarray, k: int) -> float:
+    return float(np.partition(a, a.shape[0] - k)[a.shape[0] - k])
+
+
+def _top_k(x: np.ndarray, k: int, temperature: float, top_p: float) -> Dist:
+    """Softmax over the tokens whose logit is >= the k-th largest (ties at the boundary all kept), then
+    the top-p nucleus among them."""
+    col_max = _grid(x)[0].max(axis=0)  # one vectorized pass
+    if 4 * k > col_max.shape[0]:  # k near the column count: partition the whole row
+        ids = np.flatnonzero(x >= _kth_largest(x, k))
+    else:
+        # The k best columns hold k distinct tokens >= their k-th best maximum, so the k-th largest
+        # logit is >= that floor, and every token above the floor sits in a column whose max reaches it.
+        ids = _at_least(x, col_max, _kth_largest(col_max, k))[0]
+        ids = ids[x[ids] >= _kth_largest(x[ids], k)]
+    values = x[ids]
+    weigh = _Exp2.for_row(float(values.max()), temperature)
+    cut = -np.inf if top_p >= 1.0 else _nucleus_cut(values, weigh, top_p, (0.0, 0.0))
+    return _on_cut(x, ids, cut, weigh)
+
+
+def _nucleus_cut(values: np.ndarray, weigh: _Exp2, top_p: float, rest: tuple[float, float]) -> float | None:
+    """The logit of the nucleus's last token, or None where the candidates cannot tell.
+
+    values: logits of every token >= some floor (the candidates); rest: bounds on the weight of all
+    other tokens. The nucleus is the smallest best-first prefix whose weight reaches top_p of the
+    normalizer Z = (candidates' weight) + rest. The answer is exact where both bounds give the same cut
+    within the candidates. Sorting values (numpy's vectorized float sort) is all the ordering it needs:
+    the nucleus is every token with logit >= the answer, ties included.
+    """
+    best_first = np.sort(values)[::-1]
+    cum = np.cumsum(weigh(best_first), dtype=np.float64)
+    cut_lo, cut_hi = (int(np.searchsorted(cum, top_p * (cum[-1] + r))) for r in rest)
+    return float(best_first[cut_hi]) if cut_lo == cut_hi < cum.shape[0] else None
+
+
+def _on_cut(x: np.ndarray, ids: np.ndarray, cut: float, weigh: _Exp2) -> Dist:
+    """The candidate ids with logit >= cut, as a sparse distribution."""
+    kept = ids[x[ids] >= cut]
+    return Dist.on_support(x.shape[0], kept, weigh(x[kept]).astype(np.float64))
+
+
+def _nucleus_of_all(x: np.ndarray, temperature: float, top_p: float) -> Dist:
+    """The top-p nucleus of softmax(x / T) over all V tokens, exponentiating and sorting candidates only.
+
+    Candidates are all tokens with logit >= a floor: a prefix of the best-first order, so once their
+    weight reaches top_p of the normalizer Z, the smallest prefix that does lies among them.
+      1. The best FIRST_NUCLEUS_COLUMNS columns' tokens above their lowest maximum, with Z bracketed from
+         the column maxima (`_candidates`): enough for the usual peaked row, in one pass over V.
+      2. Otherwise Z exactly (scale, exp2, sum: three passes): the same candidates, then 8x more each
+         time, until they reach top_p of it.
+    """
+    grid, tail = _grid(x)
+    col_max = grid.max(axis=0)  # the one pass over V that the usual case makes
+    weigh = _Exp2.for_row(float(max(col_max.max(initial=-np.inf), tail.max(initial=-np.inf))), temperature)
+    n, ids = FIRST_NUCLEUS_COLUMNS, None
+    if n <= col_max.shape[0] // 4:
+        ids, rest = _candidates(x, col_max, _kth_largest(col_max, n), weigh)
+        cut = _nucleus_cut(x[ids], weigh, top_p, rest)
+        if cut is not None:
+            return _on_cut(x, ids, cut, weigh)
+    total = weigh.total(x)
     while True:
-        k = min(k, n)
-        top = np.argpartition(-p, k - 1)[:k]
-        order = top[np.argsort(-p[top], kind="stable")]
-        cum = np.cumsum(p[order])
-        if cum[-1] >= top_p or k == n:
-            keep = order[: int(np.searchsorted(cum, top_p)) + 1]
-            break
-        k *= 4
-    mass = p[keep].sum()
-    kept = p[keep] / mass
-    p[:] = 0.0
-    p[keep] = kept
-    return p
+        ids = _at_least_about(x, col_max, n) if ids is None else ids
+        rest = 0.0 if ids.shape[0] == x.shape[0] else max(total - weigh.total(x[ids]), 0.0)
+        cut = _nucleus_cut(x[ids], weigh, top_p, (rest, rest))
+        if cut is not None:
+            return _on_cut(x, ids, cut, weigh)
+        n, ids = 8 * n, None
 
 
-def draw(p: np.ndarray, rng: np.random.Generator) -> int:
-    """One token from probability row p: inverse CDF with a fresh uniform."""
-    cdf = np.cumsum(p)
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), p.shape[0] - 1))
+def _at_least_about(x: np.ndarray, col_max: np.ndarray, n: int) -> np.ndarray:
+    """Ascending ids of every token >= a floor that about n tokens reach (at least n where the columns
+    give the floor); every token from n >= V / 4 on."""
+    if n >= x.shape[0] // 4:
+        return np.arange(x.shape[0])
+    if n <= col_max.shape[0] // 8:  # the n best columns hold n tokens >= their lowest max
+        return _at_least(x, col_max, _kth_largest(col_max, n))[0]
+    sample = x[::SAMPLE_STRIDE]  # the (n / stride)-th best of every stride-th token: about n tokens reach it
+    return np.flatnonzero(x >= _kth_largest(sample, max(1, n // SAMPLE_STRIDE)))
+
+
+def _candidates(x: np.ndarray, col_max: np.ndarray, floor: float, weigh: _Exp2) -> tuple[np.ndarray, tuple[float, float]]:
+    """Ascending ids of every token with logit >= floor, and bounds on the weight of all the others.
+
+    The columns read (those whose max reaches floor) and the tail are weighed exactly. A column whose max
+    is below floor holds that max and COLUMN_ROWS - 1 tokens no larger: its weight lies between its max's
+    and COLUMN_ROWS times that.
+    """
+    ids, block, above = _at_least(x, col_max, floor)
+    tail = _grid(x)[1]
+    w = weigh(block)
+    w[above] = 0.0
+    exact = w.sum(dtype=np.float64) + weigh.total(tail[tail < floor])
+    best = weigh.total(col_max[col_max < floor])
+    return ids, (exact + best, exact + COLUMN_ROWS * best)
+
+
+# --- draws and acceptance ----------------------------------------------------------------------
+
+def draw(p: Dist | np.ndarray, rng: np.random.Generator) -> int:
+    """One token from p (a Dist, or a probability row [V]): inverse CDF with a fresh uniform."""
+    if isinstance(p, Dist):
+        return p.sample(rng.random())
+    return _pick(np.asarray(p, dtype=np.float64), rng.random())
 
 
 def accept_greedy(target_argmax: np.ndarray, drafted: list[int]) -> tuple[int, int]:
@@ -92,20 +375,32 @@ def accept_greedy(target_argmax: np.ndarray, drafted: list[int]) -> tuple[int, i
     return n, int(target_argmax[n])
 
 
-def accept_sampled(q: np.ndarray, p: list[np.ndarray], drafted: list[int],
+def residual(q: Dist, p: Dist) -> Dist:
+    """normalize(max(0, q - p)): on q's support, since q - p <= 0 outside it. Returns q itself where
+    the residual is empty (q == p, up to rounding), which is then exact."""
+    if q.ids is None and p.ids is None:  # both dense: work in p's weight units, float32, three passes
+        r = np.multiply(q.weight, p.total / q.total, out=_new_array(q.weight.shape, np.result_type(q.weight, p.weight)))
+        np.subtract(r, p.weight, out=r)
+        np.maximum(r, 0.0, out=r)
+        out = Dist.from_weights(r)
+    else:
+        r = np.maximum(q.probs_at(q.ids) - p.probs_at(q.ids), 0.0)
+        out = Dist.from_weights(r) if q.ids is None else Dist.on_support(q.n, q.ids, r)
+    return out if out.total > 0 else q
+
+
+def accept_sampled(q: list[Dist] | np.ndarray, p: list[Dist] | list[np.ndarray], drafted: list[int],
                    rng: np.random.Generator) -> tuple[int, int]:
     """Exact rejection sampling (Leviathan et al. 2023; Chen et al. 2023).
 
-    q: [K+1, V] target probabilities; p: K draft probability rows; drafted: K tokens, d_i ~ p_i.
-    Accept d_i with probability min(1, q_i(d_i) / p_i(d_i)). At the first rejection draw the
-    replacement from normalize(max(0, q_i - p_i)); after K acceptances draw a bonus token from
-    q_K. The result is distributed exactly as sampling from q alone.
+    q: K+1 target distributions (Dists, or probability rows [K+1, V]); p: K draft distributions;
+    drafted: K tokens, d_i ~ p_i. Accept d_i with probability min(1, q_i(d_i) / p_i(d_i)). At the
+    first rejection draw the replacement from normalize(max(0, q_i - p_i)); after K acceptances draw a
+    bonus token from q_K. The result is distributed exactly as sampling from q alone.
     """
     for i, d in enumerate(drafted):
-        if rng.random() * p[i][d] < q[i, d]:  # u < q/p without dividing; p_i(d) > 0 since d ~ p_i
+        q_i, p_i = _as_dist(q[i]), _as_dist(p[i])
+        if rng.random() * p_i.prob(d) < q_i.prob(d):  # u < q/p without dividing; p_i(d) > 0 since d ~ p_i
             continue
-        residual = np.maximum(q[i] - p[i], 0.0)
-        if residual.sum() <= 0:  # q_i == p_i: the residual is empty, q_i itself is exact
-            residual = q[i]
-        return i, draw(residual, rng)
+        return i, residual(q_i, p_i).sample(rng.random())
     return len(drafted), draw(q[len(drafted)], rng)
