@@ -64,7 +64,7 @@ def test_answer_parser_does_not_accept_wrong_numbers():
 def replacement_from_target(q, p, drafted, rng):
     """The classic bug: on rejection, sample the replacement from q instead of max(0, q - p)."""
     for i, d in enumerate(drafted):
-        if rng.random() * p[i][d] >= q[i, d]:
+        if rng.random() * p[i][d] >= q[i][d]:
             return i, draw(q[i], rng)
     return len(drafted), draw(q[len(drafted)], rng)
 
