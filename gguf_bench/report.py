@@ -173,7 +173,8 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
         if _width(columns) <= width:
             break
         del columns[optional]
-    table = Table(title=_title(summary, varying, title), caption=_caption(summary, show_offload), box=box.SIMPLE_HEAD,
+    table = Table(title=_title(summary, varying, title), caption=_caption(summary, show_offload, "ovh" in columns),
+                  box=box.SIMPLE_HEAD,
                   show_edge=False, padding=(0, 1), pad_edge=False, title_justify="left", caption_justify="left")
     for name in columns:
         table.add_column(name, justify="left" if name in ("run", "pair", "host", "prompt") else "right", no_wrap=True)
@@ -199,7 +200,7 @@ def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
     return " · ".join(([title] if title else []) + fixed)
 
 
-def _caption(summary: pd.DataFrame, show_offload: bool) -> str:
+def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool) -> str:
     """Files and offload when they are the same for every row, and what the short columns mean."""
     lines = []
     first = summary.iloc[0]
@@ -209,7 +210,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool) -> str:
             target += f" ({first['target_offload']} on GPU)"
             draft += f" ({first['draft_offload']})"
         lines += [f"target {target}", f"draft  {draft}"]
-    lines.append("★ best K · gain vs target alone · ovh: time outside llama_decode, % of inside")
+    lines.append("★ best K · gain vs target alone" + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
     return "\n".join(lines)
 
 
