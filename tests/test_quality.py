@@ -11,6 +11,7 @@ from gguf_bench.quality import (
     distribution_check,
     mul_prompts,
     parse_answer,
+    run_eval,
     two_proportion_p_value,
     wald_interval,
 )
@@ -101,17 +102,16 @@ def test_distribution_check_needs_sampling(low_pair):
 
 
 @pytest.mark.slow
-def test_greedy_difference_on_the_default_pair_is_a_near_tie(gemma_pair):
-    """Prompt 70 x 58 parts the greedy outputs of the default pair on the machines this was written
-    on (a logit margin of 0.0026 flips between batched and one-token decodes). Wherever outputs
-    differ, the difference must be such a near tie; anything else is a loop error."""
-    from gguf_bench.quality import MulPrompt, explain_divergence
+@pytest.mark.parametrize("threads", [1, 2])
+def test_eval_on_the_real_pair_never_reports_a_loop_error(gemma_q4_q2, threads):
+    """Q4_K_M target, Q2_K draft: batched verification may part from the target alone where this CPU's
+    batch kernels round otherwise (on an AVX-512 machine at 1 thread they do); every such difference
+    must replay as batch numerics, and sequential verification must be identical throughout."""
+    from gguf_bench.speculative import Verify
 
-    with LoadedPair(PairFiles(*gemma_pair, "gemma"), LoadConfig(n_ctx=512)) as pair:
-        prompt = pair.prompt_tokens(MulPrompt(70, 58).text)
-        regular = pair.generate("target", prompt, 12, 4, SamplingConfig()).tokens
-        spec = pair.generate("speculative", prompt, 12, 4, SamplingConfig()).tokens
-        if regular != spec:
-            why = explain_divergence(pair, prompt, regular, spec)
-            assert why["near_tie"], why
-            assert abs(why["margin"]) < 0.01 and why["batched_flips"]
+    prompts = mul_prompts(6, seed=0)
+    with LoadedPair(PairFiles(*gemma_q4_q2, "gemma"), LoadConfig(n_ctx=512, threads=threads)) as pair:
+        batched = run_eval(pair, prompts, 4, SamplingConfig(), n_predict=16)
+        exact = run_eval(pair, prompts, 4, SamplingConfig(), n_predict=16, verify=Verify.SEQUENTIAL)
+    assert batched.loop_errors == 0 and batched.identical + batched.batch_numerics == batched.n, batched.rows
+    assert exact.identical == exact.n
