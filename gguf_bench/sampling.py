@@ -12,10 +12,10 @@ Cost on a row of V float32 logits (read in place, never written; nothing loops o
   - top-p alone: column maxima again; the nucleus is grown from the best columns and sorted there,
     never over V. Its cut needs the normalizer over all V: the column maxima bracket it, and only
     where the bracket cannot decide the cut is it computed (scale, exp2, column sums: three passes).
-The vocabulary is viewed as a [COLUMN_ROWS, V // COLUMN_ROWS] grid (plus a tail of V % COLUMN_ROWS
-tokens): a "column" is a strided group of tokens, so that column maxima and sums are reductions over
-whole rows, which numpy vectorizes (reductions over short contiguous blocks it does not). Dense rows
-are reused across calls once nothing refers to them (`_new_array`).
+The vocabulary is viewed as a [rows, V // rows] grid (plus a tail of V % rows tokens; rows = 64 for a
+vocabulary of 262,144, fewer for smaller ones): a "column" is a strided group of tokens, so that column
+maxima and sums are reductions over whole rows, which numpy vectorizes (reductions over short contiguous
+blocks it does not). Dense rows are reused across calls once nothing refers to them (`_new_array`).
 
 Ties: a cut keeps every token whose logit equals that of the last token it keeps. Top-k keeps all
 tokens tied with the k-th largest logit (so it can keep more than k; llama.cpp keeps exactly k), and
@@ -32,7 +32,8 @@ import numpy as np
 
 from gguf_bench.errors import ConfigError
 
-COLUMN_ROWS = 64  # tokens per column of the vocabulary grid whose maxima guide the candidate searches
+COLUMN_ROWS = 64  # at most this many tokens per column of the grid whose maxima guide the searches,
+COLUMNS = 4096  # and at least this many columns where the vocabulary allows
 CELL_ROWS = 64  # tokens per column of the grid whose sums make totals and dense draws
 DIRECT_DRAW = 1024  # a dense row shorter than this is drawn from by one cumulative sum
 FIRST_NUCLEUS_COLUMNS = 64  # columns the nucleus search reads first, with a bracket on the normalizer
@@ -93,8 +94,11 @@ def _new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 # --- the distribution object -------------------------------------------------------------------
 
 def _grid(a: np.ndarray, rows: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """a [V] as a [rows, V // rows] view (column j: tokens j, j + cols, ...) and the tail left over."""
-    rows = rows or COLUMN_ROWS
+    """a [V] as a [rows, V // rows] view (column j: tokens j, j + cols, ...) and the tail left over.
+
+    rows defaults to the search grid's: COLUMN_ROWS, fewer where V has less than COLUMN_ROWS * COLUMNS.
+    """
+    rows = rows or max(1, min(COLUMN_ROWS, a.shape[0] // COLUMNS))
     cols = a.shape[0] // rows
     return a[: rows * cols].reshape(rows, cols), a[rows * cols:]
 
@@ -239,13 +243,14 @@ class _Exp2:
         return np.exp2(w, out=w)
 
     def total(self, x: np.ndarray) -> float:
-        return float(_cells(self(x)).sum())
+        w = self(x)
+        return float(_cells(w).sum() if w.shape[0] >= DIRECT_DRAW else w.sum(dtype=np.float64))
 
 
 def _at_least(x: np.ndarray, col_max: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Ascending ids of every token with logit >= floor, reading only the columns whose max reaches floor.
 
-    Also returns those columns' logits [COLUMN_ROWS, n] and the mask of the ones >= floor.
+    Also returns those columns' logits [rows, n] and the mask of the ones >= floor.
     """
     grid, tail = _grid(x)
     cols = np.flatnonzero(col_max >= floor)
@@ -342,16 +347,16 @@ def _candidates(x: np.ndarray, col_max: np.ndarray, floor: float, weigh: _Exp2) 
     """Ascending ids of every token with logit >= floor, and bounds on the weight of all the others.
 
     The columns read (those whose max reaches floor) and the tail are weighed exactly. A column whose max
-    is below floor holds that max and COLUMN_ROWS - 1 tokens no larger: its weight lies between its max's
-    and COLUMN_ROWS times that.
+    is below floor holds that max and rows - 1 tokens no larger: its weight lies between its max's and
+    rows times that.
     """
     ids, block, above = _at_least(x, col_max, floor)
     tail = _grid(x)[1]
     w = weigh(block)
     w[above] = 0.0
-    exact = w.sum(dtype=np.float64) + weigh.total(tail[tail < floor])
+    exact = float(w.sum(dtype=np.float64)) + (weigh.total(tail[tail < floor]) if tail.shape[0] else 0.0)
     best = weigh.total(col_max[col_max < floor])
-    return ids, (exact + best, exact + COLUMN_ROWS * best)
+    return ids, (exact + best, exact + block.shape[0] * best)
 
 
 # --- draws and acceptance ----------------------------------------------------------------------

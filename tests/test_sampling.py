@@ -14,7 +14,7 @@ from scipy.stats import chisquare
 from gguf_bench import sampling
 from gguf_bench.errors import ConfigError
 from gguf_bench.sampling import (
-    COLUMN_ROWS,
+    CELL_ROWS,
     FIRST_NUCLEUS_COLUMNS,
     Dist,
     SamplingConfig,
@@ -122,8 +122,13 @@ def test_acceptance_check_catches_draft_with_other_transform():
 
 # --- the acceptance step on the transform's own distributions ---------------------------------
 
-V_MC = COLUMN_ROWS * 40 + 7  # 40 columns and a tail of 7: top-k 6 goes through the column search
-POOL = [5, 41, 70, 300, 1000, 1234, 2000, 2500, 2561, 2565]  # strong tokens: many columns, and the tail
+def grid_shape(vocab: int) -> tuple[int, int]:
+    """(rows, columns) of the grid the candidate searches view a vocabulary as; the rest is its tail."""
+    return sampling._grid(np.empty(vocab, dtype=np.float32))[0].shape
+
+
+V_MC = 4096 * 3 + 7  # a grid of 3 rows of 4,098 columns and a tail of 1: top-k 6 goes through the column search
+POOL = [5, 41, 70, 300, 1000, 4097, 5000, 9000, 12200, V_MC - 1]  # strong tokens: many columns, and the tail
 
 
 def strong_rows(picks: list[list[int]], seed: int) -> np.ndarray:
@@ -168,7 +173,7 @@ def test_acceptance_check_on_truncated_distributions_catches_bug(buggy):
     assert min_p_value(simulate(buggy, q=q, p=p), q=q) < 1e-6
 
 
-V_DENSE = COLUMN_ROWS * 20 + 5  # dense rows long enough to be drawn from by columns
+V_DENSE = CELL_ROWS * 20 + 5  # dense rows long enough to be drawn from by columns
 
 
 def dense_rows(picks: list[list[int]], seed: int) -> np.ndarray:
@@ -337,12 +342,12 @@ def test_reused_rows_are_never_shared():
 
 # --- ties and the candidate search -----------------------------------------------------------
 
-COLS = 300
-V_TAIL = COLUMN_ROWS * COLS + 17  # a grid of 300 columns and a tail of 17 tokens
+V_TAIL = 4096 * 5 + 17
+ROWS, COLS = grid_shape(V_TAIL)  # 5 rows of 4,099 columns, a tail of 2 tokens
 
 
 def column_of(token: int) -> int:
-    return token % COLS if token < COLUMN_ROWS * COLS else -1
+    return token % COLS if token < ROWS * COLS else -1
 
 
 def tied_row(rng: np.random.Generator, n_above: int, tied_ids: np.ndarray) -> np.ndarray:
@@ -359,11 +364,11 @@ def tied_row(rng: np.random.Generator, n_above: int, tied_ids: np.ndarray) -> np
 def test_top_k_keeps_every_token_tied_at_the_boundary(where, top_p):
     rng = np.random.default_rng(11)
     if where == "one column":
-        tied = np.array([7, 7 + COLS, 7 + 5 * COLS, 7 + 40 * COLS])
+        tied = np.array([7, 7 + COLS, 7 + 2 * COLS, 7 + 4 * COLS])
     else:
-        tied = np.array([3, 1000, 5000, COLUMN_ROWS * COLS + 2, COLUMN_ROWS * COLS + 16])
+        tied = np.array([3, 1000, 3000, ROWS * COLS, ROWS * COLS + 1])
     row = tied_row(rng, 38, tied)  # 38 above, so the 40th largest is tied with every tied token
-    assert {column_of(t) for t in tied} == ({7} if where == "one column" else {3, 100, 200, -1})  # -1: the tail
+    assert {column_of(t) for t in tied} == ({7} if where == "one column" else {3, 1000, 3000, -1})  # -1: the tail
     cfg = SamplingConfig(1.0, top_k=40, top_p=top_p)
     got = probabilities(row, cfg)
     np.testing.assert_array_equal(got.ids, np.flatnonzero(row >= 5.0))  # 38 + all tied, more than 40
@@ -383,7 +388,7 @@ def test_top_k_without_ties_keeps_exactly_k():
 
 def test_nucleus_keeps_every_token_tied_with_its_last():
     rng = np.random.default_rng(13)
-    tied = np.array([10, 20, 30, COLUMN_ROWS * COLS + 1])
+    tied = np.array([10, 20, 30, ROWS * COLS + 1])
     row = tied_row(rng, 2, tied)
     row[row < 5.0] -= 30.0  # the strong and tied tokens hold all the mass
     # weights e^6.01, e^6, then 4 x e^5: top_p just above the first two's mass needs one tied token
