@@ -187,12 +187,33 @@ TopPOpt = Annotated[float, typer.Option("--top-p", help="top-p (nucleus) filter,
 VerifyOpt = Annotated[Verify, typer.Option("--verify", help="batched: the target verifies K+1 tokens in one decode "
                       "(fast, what is benchmarked); sequential: one token at a time, so greedy output equals the target "
                       "alone's bit for bit on any CPU (checks the loop)")]
+# drafting strategies (drafters.py); in `sweep` each takes a comma list and every combination is run, like K
+SpecTypeOpt = Annotated[str, typer.Option("--spec-type", help="who drafts: draft (the draft model), ngram (prompt lookup, "
+                        "no draft model needed), ngram,draft (n-gram first, the model when it finds nothing; in a "
+                        "sweep list write ngram+draft)")]
+NgramMinOpt = Annotated[int, typer.Option("--ngram-min", help="shortest n-gram the lookup matches")]
+NgramMaxOpt = Annotated[int, typer.Option("--ngram-max", help="longest n-gram the lookup matches (tried first)")]
+PMinOpt = Annotated[str, typer.Option("--draft-p-min", help="stop a model draft before a token whose probability "
+                    "(top-10 softmax) is below P, as llama.cpp; 0 = off; in [0, 1)")]
+DraftMinOpt = Annotated[int, typer.Option("--draft-min", help="drop model drafts shorter than N (0 = off)")]
+KScheduleOpt = Annotated[str, typer.Option("--k-schedule", help="fixed: every round drafts up to K; heuristic: Hugging "
+                         "Face's rule, K+2 after a fully accepted round, K-1 otherwise, from -K within [1, --k-cap]")]
+KCapOpt = Annotated[int, typer.Option("--k-cap", help="largest K the heuristic schedule reaches")]
 
 
-def _files(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None):
-    """The pair's two files, fetched with a progress bar when missing."""
-    from gguf_bench.pairs import resolve
+def _files(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None, need_draft: bool = True):
+    """The pair's two files, fetched with a progress bar when missing. need_draft False: --target alone is enough
+    (n-gram drafting); its PairFiles.draft is None."""
+    from gguf_bench.errors import ConfigError
+    from gguf_bench.pairs import PairFiles, resolve
 
+    if target and not draft and not pair:
+        if need_draft:
+            raise ConfigError("--spec-type draft needs a draft model: give --draft FILE with --target (or a pair name); "
+                             "--spec-type ngram runs on --target alone")
+        if not target.is_file():
+            raise BenchError(f"model file {target} does not exist")
+        return PairFiles(target, None, target.name)
     return resolve(pair, target, draft, registry, progress=_DownloadProgress)
 
 
@@ -220,7 +241,9 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         json_out: Annotated[bool, typer.Option("--json", help="print the run records as JSON")] = False,
         name: Annotated[str | None, typer.Option("--name", help="store the runs in results/NAME.jsonl "
                                                  "(default: run-TIMESTAMP)")] = None,
-        verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None) -> None:
+        verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None,
+        spec_type: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_min: PMinOpt = "0",
+        n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process."""
     import json
 
@@ -233,8 +256,9 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     grid = single_run_grid(options.draft_length(k), ngl, ngld, options.temperature(temp),
                            prompts.from_options(prompt, prompt_file, chat), repetitions=repetitions,
                            n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
-                           verify=verify)
-    files = _files(pair, target, draft, registry)
+                           verify=verify, strategies=options.strategies(spec_type, ngram_min, ngram_max, p_min, n_min,
+                                                                        k_schedule, k_cap))
+    files = _files(pair, target, draft, registry, need_draft=any(s.uses_model for s in grid.strategies))
     _warn_offload(*grid.ngls, *grid.nglds)
     with console.status(f"running {files.name} ..."):
         records = list(iter_records("run", files, grid))
@@ -250,7 +274,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     if show_text and not json_out:
         for r in records:
             if r["metrics"] and r["config"]["repetition"] == 0:
-                console.rule(f"{r['mode']}" + (f" K={k}" if r["mode"] == "speculative" else ""))
+                console.rule(f"{r['mode']} {_run_label(r)}" if r["mode"] == "speculative" else r["mode"])
                 console.print(r["metrics"]["text"], markup=False)
     if unsaved:
         raise unsaved
@@ -264,8 +288,14 @@ def _greedy_footer(records: list[dict]) -> None:
         identity = (r["metrics"] or {}).get("identity")
         if identity and r["config"]["repetition"] == 0:
             bad = identity.get("cause") == LOOP_ERROR
-            console.print(f"greedy check, K={r['config']['k']}: {describe(identity)}", markup=False,
+            console.print(f"greedy check, {_run_label(r)}: {describe(identity)}", markup=False,
                           style="bold red" if bad else None)
+
+
+def _run_label(record: dict) -> str:
+    """'K=4' for the draft model with a fixed K (as the report's rows), else the strategy's label ('ngram(1-4) K=16')."""
+    label = (record["metrics"] or {}).get("strategy") or ""
+    return f"K={record['config']['k']}" if not label or label.startswith("draft K=") else label
 
 
 @_command
@@ -275,8 +305,9 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
           ngls: Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target GPU layers: list/range/'all'")] = "0",
           nglds: Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft GPU layers")] = "0",
           temps: Annotated[str, typer.Option("--temp", help="temperatures, e.g. 0,0.7")] = "0",
-          prompt_ids: Annotated[str | None, typer.Option("--prompt-ids", help="built-in prompts to use "
-                                "(code-short, chat-short, code-long, chat-long; default all)")] = None,
+          prompt_ids: Annotated[str | None, typer.Option("--prompt-ids", help="built-in prompts by id or category (chat, "
+                                "translation, summarization, qa, math, rag, code-edit, code) or all; default: code-short, "
+                                "chat-short, code-long, chat-long")] = None,
           prompts_file: Annotated[Path | None, typer.Option("--prompts", help="JSONL prompts: {\"id\", \"prompt\", \"chat\"}")] = None,
           top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0, n_predict: NPredictOpt = 64,
           threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
@@ -289,8 +320,10 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
           ray_gpus_per_task: Annotated[float | None, typer.Option("--ray-gpus-per-task", help="GPUs each unit asks Ray "
                                        "for (default: 1 when -ngl/-ngld offload anything, else 0)")] = None,
           ray_resources: Annotated[str | None, typer.Option("--ray-resources", help="node resources each unit needs: "
-                                   "KEY:N,... or accelerator_type:A100")] = None) -> None:
-    """Sweep draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
+                                   "KEY:N,... or accelerator_type:A100")] = None,
+          spec_types: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_mins: PMinOpt = "0",
+          n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16) -> None:
+    """Sweep drafting strategy x draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
     from gguf_bench import options, prompts
     from gguf_bench.errors import ResultsError
     from gguf_bench.report import rich_table, summarize, to_frame
@@ -300,12 +333,14 @@ def sweep(pairs: Annotated[list[str] | None, typer.Argument(help="pair names (de
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
                 nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
                 prompts=prompts.choose(prompt_ids, prompts_file), repetitions=repetitions, n_predict=n_predict,
-                top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone)
+                top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
+                strategies=options.strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap))
     name, out = results_path(name, resume)
     if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
         return _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task,
                              ray_resources)
-    pair_files = ([_files(None, target, draft, registry)] if (target or draft)
+    need_draft = any(s.uses_model for s in grid.strategies)
+    pair_files = ([_files(None, target, draft, registry, need_draft)] if (target or draft)
                   else [_files(p, None, None, registry) for p in (pairs or [None])])
     _warn_offload(*grid.ngls, *grid.nglds)
     try:

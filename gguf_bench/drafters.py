@@ -290,8 +290,9 @@ class Strategy:
     def schedule(self, k: int) -> FixedK | HeuristicK:
         return HeuristicK(k, self.k_cap) if self.k_schedule == "heuristic" else FixedK(k)
 
-    def label(self, k: int) -> str:
-        """A report row's name: 'draft K=8', 'ngram(1-4) K=16', 'draft p-min 0.8 K=16', 'draft heuristic K=4..16'."""
+    @property
+    def name(self) -> str:
+        """The strategy without its K: 'draft', 'ngram(1-4)', 'ngram(1-4)+draft', 'draft p-min 0.8', 'draft heuristic'."""
         parts = []
         if self.uses_ngram:
             parts.append(f"ngram({self.ngram_min}-{self.ngram_max})")
@@ -302,8 +303,20 @@ class Strategy:
             words.append(f"p-min {_fmt(self.p_min)}")
         if self.uses_model and self.n_min > 1:
             words.append(f"n-min {self.n_min}")
-        words.append(f"heuristic K={min(k, self.k_cap)}..{self.k_cap}" if self.k_schedule == "heuristic" else f"K={k}")
+        if self.k_schedule == "heuristic":
+            words.append("heuristic")
         return " ".join(words)
+
+    def label(self, k: int) -> str:
+        """A report row's name: 'draft K=8', 'ngram(1-4) K=16', 'draft p-min 0.8 K=16', 'draft heuristic K=4..16'."""
+        if self.k_schedule == "heuristic":
+            return f"{self.name} K={min(k, self.k_cap)}..{self.k_cap}"
+        return f"{self.name} K={k}"
+
+    @classmethod
+    def from_params(cls, params: dict | None) -> Strategy:
+        """The strategy a record's config stores (None: the default, as records made before strategies)."""
+        return cls(**{f: v for f, v in (params or {}).items() if f in cls.__dataclass_fields__})
 
     def params(self) -> dict:
         """What a record stores about the strategy."""

@@ -104,3 +104,39 @@ def repetitions(n: int) -> int:
 
 def offload_requested(*layer_values: int) -> bool:
     return any(n != 0 for n in layer_values)
+
+
+# --- drafting strategies (drafters.Strategy): one value for `run`, lists for `sweep` --------------
+
+def p_mins(spec: str | float) -> list[float]:
+    """--draft-p-min: 0 (off) up to but not including 1; a comma list in sweeps."""
+    try:
+        values = [float(x) for x in str(spec).replace(" ", "").split(",")]
+    except ValueError:
+        raise ConfigError(f"bad --draft-p-min list '{spec}': use numbers in [0, 1) separated by commas, like 0,0.6,0.8") from None
+    for p in values:
+        if not 0.0 <= p < 1.0:
+            raise ConfigError(f"--draft-p-min must be in [0, 1) (0 = off), got {p:g}")
+    return list(dict.fromkeys(values))
+
+
+def k_schedules(spec: str) -> list[str]:
+    from gguf_bench.drafters import K_SCHEDULES
+
+    values = [v for v in str(spec).replace(" ", "").split(",") if v]
+    for v in values:
+        if v not in K_SCHEDULES:
+            raise ConfigError(f"unknown --k-schedule '{v}'; choose from {', '.join(K_SCHEDULES)}")
+    return list(dict.fromkeys(values))
+
+
+def strategies(spec_types: str = "draft", ngram_min: int = 1, ngram_max: int = 4, p_min: str | float = "0",
+               n_min: int = 0, k_schedule: str = "fixed", k_cap: int = 16) -> list:
+    """Every combination of --spec-type, --draft-p-min and --k-schedule (lists in a sweep), with the settings a
+    strategy does not use dropped, so `--spec-type draft,ngram --draft-p-min 0,0.8` gives 3 strategies, not 4.
+    --spec-type ngram,draft alone is the chain (n-gram first, then the draft model); in longer lists write it ngram+draft."""
+    from gguf_bench.drafters import Strategy, parse_spec_types
+
+    found = [Strategy(t, ngram_min, ngram_max, p, n_min, s, k_cap).canonical()
+             for t in parse_spec_types(spec_types) for p in p_mins(p_min) for s in k_schedules(k_schedule)]
+    return list(dict.fromkeys(found))

@@ -120,6 +120,7 @@ def run_row(run: RunRecord) -> dict:
     return {
         "sweep": run.sweep, "time": run.time, "pair": run.pair, "mode": str(run.mode),
         "k": cfg.get("k") if run.mode == Mode.SPECULATIVE else 0,
+        "strategy": strategy_name(run),
         "ngl": str(cfg.get("ngl")), "ngld": str(cfg.get("ngld")),
         "temperature": cfg.get("temperature"), "n_predict": cfg.get("n_predict"),
         "prompt_id": cfg.get("prompt_id"), "repetition": cfg.get("repetition"), "threads": cfg.get("threads"),
@@ -127,11 +128,22 @@ def run_row(run: RunRecord) -> dict:
         "acceptance": m.get("acceptance"), "tokens_per_round": m.get("tokens_per_round"),
         "overhead_pct": m.get("overhead_pct"), "n_tokens": m.get("n_tokens"),
         "accepted_at": m.get("accepted_at"), "reached_at": m.get("reached_at"),
+        "draft_lengths": m.get("draft_lengths"), "category": cfg.get("category"),
         "identical": (m.get("identity") or {}).get("identical"), "error": run.error,
         "target_offload": offload.get("target"), "draft_offload": offload.get("draft"),
         "target_file": (models.get("target") or {}).get("file"), "draft_file": (models.get("draft") or {}).get("file"),
         "host": host_of(run), "cpu": (run.env or {}).get("cpu"), "gpu": (run.env or {}).get("gpu"),
     }
+
+
+def strategy_name(run: RunRecord) -> str:
+    """A speculative run's drafting strategy without its K ('draft', 'ngram(1-4)', 'draft p-min 0.8', ...); '' for the
+    other modes. Runs stored before strategies, and default-strategy runs (config without "strategy"), are 'draft'."""
+    if run.mode != Mode.SPECULATIVE:
+        return ""
+    from gguf_bench.drafters import Strategy
+
+    return Strategy.from_params(run.config.get("strategy")).name
 
 
 def eval_row(ev: EvalRecord) -> dict:

@@ -64,11 +64,14 @@ def to_frame(records: list) -> pd.DataFrame:
 
 
 def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
-    """Fold repetitions (and prompts, unless by_prompt) into mean and std; add gain % and best K."""
+    """Fold repetitions (and prompts, unless by_prompt) into mean and std; add gain % and best K (the best
+    speculative row across drafting strategies)."""
     if df.empty:
         raise BenchError("no runs in these results")
+    if "strategy" not in df.columns:
+        df = df.assign(strategy=df["mode"].map(lambda m: "draft" if m == "speculative" else ""))
     setting = SETTING + (["prompt_id"] if by_prompt else [])
-    keys = setting + ["mode", "k"]
+    keys = setting + ["mode", "strategy", "k"]
     ok = df[df["error"].isna()]
     failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
     agg = ok.groupby(keys, dropna=False).agg(
@@ -91,19 +94,27 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     if not spec.empty:
         agg.loc[spec.groupby(setting, dropna=False)["tokens_per_s"].idxmax(), "best_k"] = True
     agg["_order"] = agg["mode"].map({"target": 0, "draft": 1, "speculative": 2})
-    return agg.sort_values(setting + ["_order", "k"]).drop(columns="_order").reset_index(drop=True)
+    agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
+    agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
+    return agg.drop(columns=["_order", "_default"]).reset_index(drop=True)
 
 
 # --- labels and numbers ---------------------------------------------------------------------
 
 
 def row_label(row: pd.Series) -> str:
-    """Short: 'target alone', 'draft alone', 'K=4' (the files are in the table's caption)."""
+    """Short: 'target alone', 'draft alone', 'K=4', 'ngram(1-4) K=16', 'draft p-min 0.8 K=16' (the files are in the
+    table's caption; the draft model with fixed K is the plain 'K=4')."""
     if row["mode"] == "target":
         return "target alone"
     if row["mode"] == "draft":
         return "draft alone"
-    return f"K={int(row['k'])}"
+    return _strategy_k(row)
+
+
+def _strategy_k(row: pd.Series) -> str:
+    strategy = row.get("strategy") or "draft"
+    return f"K={int(row['k'])}" if strategy == "draft" else f"{strategy} K={int(row['k'])}"
 
 
 def model_label(row: pd.Series) -> str:
@@ -112,7 +123,9 @@ def model_label(row: pd.Series) -> str:
         return f"{_stem(row['target_file'])} (target alone)"
     if row["mode"] == "draft":
         return f"{_stem(row['draft_file'])} (draft alone)"
-    return f"{_stem(row['target_file'])} + {_stem(row['draft_file'])}, K={int(row['k'])}"
+    if "draft" not in str(row.get("strategy") or "draft"):
+        return f"{_stem(row['target_file'])}, {_strategy_k(row)}"  # the n-gram drafts without a model
+    return f"{_stem(row['target_file'])} + {_stem(row['draft_file'])}, {_strategy_k(row)}"
 
 
 def _stem(name) -> str:
@@ -209,7 +222,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool) -> str:
         if not show_offload:
             target += f" ({first['target_offload']} on GPU)"
             draft += f" ({first['draft_offload']})"
-        lines += [f"target {target}", f"draft  {draft}"]
+        lines += [f"target {target}"] + ([f"draft  {draft}"] if isinstance(first["draft_file"], str) else [])
     lines.append("★ best K · gain vs target alone" + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
     return "\n".join(lines)
 
@@ -267,15 +280,21 @@ def position_acceptance(df: pd.DataFrame) -> pd.DataFrame:
     """Acceptance of draft position j given it was reached, per setting, pooled over the runs of the
     largest K (the per-position counts the loop stores): columns LINE + position, acceptance."""
     spec = df[(df["mode"] == "speculative") & df["error"].isna() & df["reached_at"].notna()]
+    lines = _lines(df)
     rows = []
-    for key, grp in spec.groupby(LINE, dropna=False):
+    for key, grp in spec.groupby(lines, dropna=False):
         top = grp[grp["k"] == grp["k"].max()]
         reached = pd.DataFrame(top["reached_at"].tolist()).sum()
         accepted = pd.DataFrame(top["accepted_at"].tolist()).sum()
         for j in reached.index:
             if reached[j] > 0:
-                rows.append({**dict(zip(LINE, key)), "position": j + 1, "acceptance": accepted[j] / reached[j]})
-    return pd.DataFrame(rows, columns=LINE + ["position", "acceptance"])
+                rows.append({**dict(zip(lines, key)), "position": j + 1, "acceptance": accepted[j] / reached[j]})
+    return pd.DataFrame(rows, columns=lines + ["position", "acceptance"])
+
+
+def _lines(frame: pd.DataFrame) -> list[str]:
+    """One line per setting and drafting strategy."""
+    return LINE + (["strategy"] if "strategy" in frame.columns else [])
 
 
 def plot(summary: pd.DataFrame, path: Path, metric: str = "tokens_per_s", df: pd.DataFrame | None = None) -> Path:
@@ -310,11 +329,12 @@ def figure(summary: pd.DataFrame, metric: str = "tokens_per_s", df: pd.DataFrame
     fig, axes = plt.subplots(1, 2 if not positions.empty else 1, figsize=(12 if not positions.empty else 7, 4.8),
                              squeeze=False)
     speed, accept = axes[0][0], axes[0][-1]
-    for key, grp in spec.groupby(LINE, dropna=False):
-        label = _line_label(dict(zip(LINE, key)), spec)
-        color = _draw_speed(speed, summary, grp, key, label, metric)
+    lines = _lines(spec)
+    for key, grp in spec.groupby(lines, dropna=False):
+        label = _line_label(dict(zip(lines, key)), spec)
+        color = _draw_speed(speed, summary, grp, key[:len(LINE)], label, metric)
         if not positions.empty:
-            pos = positions[(positions[LINE] == pd.Series(key, index=LINE)).all(axis=1)]
+            pos = positions[(positions[lines] == pd.Series(key, index=lines)).all(axis=1)]
             accept.plot(pos["position"], pos["acceptance"], marker="o", color=color, label=label)
     speed.set_xlabel("draft length K")
     speed.set_ylabel("tokens/s (band: target alone, mean ± std)" if metric == "tokens_per_s" else "gain % over target alone")
@@ -348,7 +368,8 @@ def _draw_speed(ax, summary: pd.DataFrame, grp: pd.DataFrame, key: tuple, label:
 
 def _line_label(values: dict, spec: pd.DataFrame) -> str:
     """Only what tells the lines apart."""
-    parts = [f"{c}={values[c]:g}" if c == "temperature" else f"{c}={values[c]}" for c in LINE if spec[c].nunique() > 1]
+    parts = [f"{c}={values[c]:g}" if c == "temperature" else values[c] if c == "strategy" else f"{c}={values[c]}"
+             for c in values if spec[c].nunique() > 1]
     return ", ".join(parts) or "speculative"
 
 

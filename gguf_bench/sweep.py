@@ -1,4 +1,4 @@
-"""Expand a grid (draft length x -ngl x -ngld x temperature x prompt x repetition) into cells,
+"""Expand a grid (drafting strategy x draft length x -ngl x -ngld x temperature x prompt x repetition) into cells,
 run them with each offload setting loaded once, and append one record per cell as it finishes.
 """
 
@@ -8,12 +8,13 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gguf_bench import options
 from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles, load_config_dict, metrics
 from gguf_bench.divergence import compare_greedy
+from gguf_bench.drafters import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.prompts import Prompt
 from gguf_bench.results import append_record, default_name, ensure_results_dir, environment, models_record, now_iso, read_records
@@ -46,10 +47,15 @@ class Grid:
     threads: int | None = None
     with_draft_alone: bool = True
     verify: Verify = Verify.BATCHED
+    strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
 
     def __post_init__(self) -> None:
         for k in self.ks:
             options.draft_length(k)
+        strategies = list(dict.fromkeys(s.canonical() for s in self.strategies))  # settings a strategy ignores don't multiply cells
+        object.__setattr__(self, "strategies", strategies)
+        for s in strategies:
+            s.check(max(self.ks), has_draft_model=True)
         options.repetitions(self.repetitions)
         options.n_predict(self.n_predict)
         for t in self.temperatures:
@@ -66,24 +72,28 @@ class Cell:
     temperature: float
     prompt: Prompt
     repetition: int
+    strategy: Strategy = DEFAULT_STRATEGY
 
     def config(self, grid: Grid, load: LoadConfig) -> dict:
+        # the default strategy is left out, so that cells (and --resume keys) of sweeps made before strategies stay the same
+        strategy = self.mode == "speculative" and self.strategy != DEFAULT_STRATEGY
         return {**load_config_dict(load), "k": self.k, "temperature": self.temperature, "top_k": grid.top_k,
                 "top_p": grid.top_p, "n_predict": grid.n_predict, "prompt_id": self.prompt.id,
                 "chat": self.prompt.chat, "repetition": self.repetition,
+                **({"strategy": self.strategy.params()} if strategy else {}),
                 **({"verify": str(grid.verify)} if grid.verify != Verify.BATCHED and self.mode == "speculative" else {})}
 
 
-def cells_for(grid: Grid) -> list[Cell]:
-    """Cells of one offload setting, in run order: per repetition, baseline then each K."""
+def cells_for(grid: Grid, has_draft: bool = True) -> list[Cell]:
+    """Cells of one offload setting, in run order: per repetition, baseline then each strategy and K."""
     cells = []
     for temp in grid.temperatures:
         for prompt in grid.prompts:
             for rep in range(grid.repetitions):
                 cells.append(Cell("target", 0, temp, prompt, rep))
-                if grid.with_draft_alone:
+                if grid.with_draft_alone and has_draft:
                     cells.append(Cell("draft", 0, temp, prompt, rep))
-                cells += [Cell("speculative", k, temp, prompt, rep) for k in grid.ks]
+                cells += [Cell("speculative", k, temp, prompt, rep, s) for s in grid.strategies for k in grid.ks]
     return cells
 
 
@@ -101,7 +111,7 @@ def results_path(name: str | None, resume: bool) -> tuple[str, Path]:
 
 
 def cell_key(pair: str, files: PairFiles, config: dict, mode: str) -> str:
-    ident = {"pair": pair, "target": files.target.name, "draft": files.draft.name, "mode": mode, **config}
+    ident = {"pair": pair, "target": files.target.name, "draft": files.draft.name if files.draft else None, "mode": mode, **config}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -132,19 +142,28 @@ def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
 def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = frozenset(),
                  events: SweepEvents = SweepEvents()) -> Iterator[dict]:
     """Measure each cell whose key is not in `skip`, loading each offload setting once."""
-    files.check_compatible()
+    if files.draft is not None:
+        files.check_compatible()
+    for s in grid.strategies:  # a target alone (no --draft) drafts by n-gram only
+        s.check(max(grid.ks), has_draft_model=files.draft is not None)
     _check_memory(files, grid)
-    plan = [(load, cell) for load in grid.settings() for cell in cells_for(grid)]
+    plan = [(load, cell) for load in grid.settings() for cell in cells_for(grid, files.draft is not None)]
     todo = [(load, cell) for load, cell in plan
             if cell_key(files.name, files, cell.config(grid, load), cell.mode) not in skip]
     events.start(len(todo), len(plan) - len(todo))
-    static = {"sweep": name, "pair": files.name, "env": environment(),
-              "models": models_record(files.target, files.draft)}
+    static = {"sweep": name, "pair": files.name, "env": environment(), "models": _models(files)}
     for load in grid.settings():
         cells = [c for lo, c in todo if lo == load]
         if cells:
             events.loading(load)
             yield from _run_setting(files, grid, load, cells, static)
+
+
+def _models(files: PairFiles) -> dict:
+    """results.models_record; a target alone (n-gram drafting) has no draft file."""
+    from gguf_bench.results import model_record
+
+    return models_record(files.target, files.draft) if files.draft else {"target": model_record(files.target), "draft": None}
 
 
 def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cell], static: dict) -> Iterator[dict]:
@@ -159,15 +178,18 @@ def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cel
         chat_ok = pair.target.has_chat_template()
         tokens = {p.id: pair.prompt_tokens(p.text, p.chat and chat_ok) for p in grid.prompts}
         for p in grid.prompts:
-            pair.check_fits(len(tokens[p.id]), grid.n_predict, max(grid.ks))
+            pair.check_fits(len(tokens[p.id]), grid.n_predict, max(s.max_k(k) for s in grid.strategies for k in grid.ks))
         _warm_up(pair, tokens[grid.prompts[0].id], grid)
         offload = {"target": pair.offload_label("target"), "draft": pair.offload_label("draft")}
         greedy_target: dict[str, list[int]] = {}  # prompt id -> the target alone's greedy tokens
         for cell in cells:
             cfg = SamplingConfig(cell.temperature, grid.top_k, grid.top_p, grid.seed + cell.repetition)
             try:
-                res = pair.generate(cell.mode, tokens[cell.prompt.id], grid.n_predict, cell.k, cfg, verify=grid.verify)
+                res = pair.generate(cell.mode, tokens[cell.prompt.id], grid.n_predict, cell.k, cfg, verify=grid.verify,
+                                    strategy=cell.strategy)
                 measured = metrics(res) | {"text": pair.target.detokenize(res.tokens)}
+                if cell.mode == "speculative":  # how it drafted: rounds per draft length, rounds per source
+                    measured |= {"strategy": res.strategy, "draft_lengths": res.draft_lengths, "draft_sources": res.draft_sources}
                 if cfg.greedy and cell.mode == "target":
                     greedy_target[cell.prompt.id] = res.tokens
                 if cfg.greedy and cell.mode == "speculative":
@@ -185,14 +207,16 @@ def _identity(pair: LoadedPair, prompt: list[int], spec, grid: Grid, greedy_targ
 
 
 def _warm_up(pair: LoadedPair, prompt: list[int], grid: Grid) -> None:
-    """One short run through both models, so the first measured cell pays no start-up costs."""
+    """One short run through both models (every drafter), so the first measured cell pays no start-up costs."""
     cfg = SamplingConfig(grid.temperatures[0], grid.top_k, grid.top_p, grid.seed)
-    pair.generate("speculative", prompt, min(16, grid.n_predict), max(grid.ks), cfg)
+    for strategy in {s.spec_type: s for s in grid.strategies}.values():  # each drafter once (the n-gram decodes nothing)
+        pair.generate("speculative", prompt, min(16, grid.n_predict), max(grid.ks), cfg, strategy=strategy)
 
 
 def _record(static: dict, files: PairFiles, grid: Grid, load: LoadConfig, cell: Cell, measured: dict | None,
             offload: dict | None, error: str | None) -> dict:
-    config = {**cell.config(grid, load), "seed": grid.seed}
+    config = {**cell.config(grid, load), "seed": grid.seed,  # what follows is not part of the cell's key
+              **({"category": cell.prompt.category} if cell.prompt.category else {})}
     return {"cell": cell_key(files.name, files, cell.config(grid, load), cell.mode), "time": now_iso(),
             **static, "mode": cell.mode, "config": config, "metrics": measured, "offload": offload, "error": error}
 
@@ -201,7 +225,7 @@ def _check_memory(files: PairFiles, grid: Grid) -> None:
     """On a CPU-only setting both files must fit in available memory; say so before starting."""
     if any(load.ngl or load.ngld for load in grid.settings()):
         return  # with offload, part of the weights go to the GPU: let llama.cpp decide
-    need = files.target.stat().st_size + files.draft.stat().st_size
+    need = files.target.stat().st_size + (files.draft.stat().st_size if files.draft else 0)
     avail = _available_memory()
     if avail is not None and need > avail:
         raise BenchError(f"the pair needs about {need / 1e9:.1f} GB of memory but {avail / 1e9:.1f} GB is available; "
@@ -222,6 +246,6 @@ def _available_memory() -> int | None:
 
 
 def single_run_grid(k: int, ngl: str, ngld: str, temperature: float, prompt: Prompt, **kw) -> Grid:
-    """The grid of `gguf-bench run`: one setting, one K, one prompt."""
+    """The grid of `gguf-bench run`: one setting, one K, one prompt (and one strategy: strategies=[...] in kw)."""
     return Grid(ks=[k], ngls=[options.layers(ngl)], nglds=[options.layers(ngld)], temperatures=[temperature],
                 prompts=[prompt], **kw)

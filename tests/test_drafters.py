@@ -4,6 +4,8 @@ sequential verification and the distribution check at T > 0 for every strategy, 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from scipy.stats import chisquare
@@ -354,3 +356,83 @@ def test_prompts_by_id_and_category():
     assert builtin(["all"]) == list(ALL_PROMPTS) and len({p.id for p in ALL_PROMPTS}) == len(ALL_PROMPTS)
     with pytest.raises(ConfigError, match="unknown built-in prompt 'poetry'"):
         builtin(["poetry"])
+
+
+# --- the CLI: run and sweep with strategies, records, report rows ------------------------------
+
+def cli(*args: str):
+    from typer.testing import CliRunner
+
+    from gguf_bench.cli import app
+
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def assert_one_error_line(result, needle: str) -> None:
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and needle in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--spec-type", "lookahead"], "unknown --spec-type 'lookahead'"),
+    (["--spec-type", "ngram", "--ngram-min", "5", "--ngram-max", "3"], "--ngram-min (5) must not exceed --ngram-max (3)"),
+    (["--draft-p-min", "1"], "--draft-p-min must be in [0, 1)"),
+    (["--draft-p-min", "-0.2"], "--draft-p-min must be in [0, 1)"),
+    (["--spec-type", "draft"], "--spec-type draft needs a draft model"),
+    (["--spec-type", "ngram,draft"], "--spec-type draft needs a draft model"),
+    (["--k-schedule", "heuristic", "-K", "20"], "above --k-cap 16"),
+])
+def test_bad_strategy_input_is_one_line(tiny_pairs, args, needle):
+    result = cli("run", "--target", str(tiny_pairs["middle"][0]), "-n", "4", *args)
+    assert_one_error_line(result, needle)
+
+
+def test_run_ngram_on_the_target_alone(tiny_pairs, isolated):
+    result = cli("run", "--target", str(tiny_pairs["middle"][0]), "--spec-type", "ngram", "-K", "8", "-n", "40",
+                 "-p", REPETITIVE, "--verify", "sequential", "--json", "--name", "ng")
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.stdout)
+    assert [r["mode"] for r in records] == ["target", "speculative"]  # no draft model: no draft-alone run
+    spec = records[1]
+    assert spec["config"]["strategy"]["spec_type"] == "ngram" and spec["metrics"]["strategy"] == "ngram(1-4) K=8"
+    assert spec["metrics"]["draft_sources"]["ngram"] > 0 and spec["metrics"]["identity"] == {"identical": True}
+    assert spec["models"]["draft"] is None and spec["metrics"]["draft_decode_s"] == 0
+    table = cli("report", str(isolated / "results" / "ng.jsonl"))
+    assert table.exit_code == 0 and "ngram(1-4) K=8" in table.output
+
+
+def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
+    from gguf_bench.records import parse, run_row
+    from gguf_bench.results import read_records
+
+    files = tiny_pairs["middle"]
+    args = ["sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", "st", "-n", "24", "-K", "2,4",
+            "--prompt-ids", "code-edit", "--spec-type", "draft,ngram", "--draft-p-min", "0,0.6",
+            "--k-schedule", "fixed,heuristic", "--no-draft-alone"]
+    first = cli(*args)
+    assert first.exit_code == 0, first.output
+    records = read_records(isolated / "results" / "st.jsonl")
+    names = sorted({run_row(parse(r))["strategy"] for r in records if r["mode"] == "speculative"})
+    # p-min means nothing to the n-gram: draft x {p-min 0, 0.6} x {fixed, heuristic} + ngram x {fixed, heuristic}
+    assert names == ["draft", "draft heuristic", "draft p-min 0.6", "draft p-min 0.6 heuristic", "ngram(1-4)",
+                     "ngram(1-4) heuristic"]
+    assert len(records) == 1 + 6 * 2 and all(r["config"]["category"] == "code-edit" for r in records)
+    spec = [r for r in records if r["mode"] == "speculative"]
+    assert all(sum(r["metrics"]["draft_lengths"]) == r["metrics"]["rounds"] for r in spec)
+    heuristic = [r for r in spec if "heuristic" in r["metrics"]["strategy"]]
+    assert all(len(r["metrics"]["reached_at"]) == 16 and len(r["metrics"]["draft_lengths"]) == 17 for r in heuristic)
+    # the default strategy stays out of config (and out of cell keys, so sweeps made before strategies resume as they were)
+    assert all(("strategy" in r["config"]) != r["metrics"]["strategy"].startswith("draft K=") for r in spec)
+    for row in ("K=2", "draft p-min 0.6 K=4", "draft heuristic K=2", "ngram(1-4) K=4", "★"):
+        assert row in first.output, row
+    again = cli(*args, "--resume")
+    assert again.exit_code == 0 and "13 cells already done, 0 to go" in again.output
+
+
+def test_records_without_a_strategy_read_as_the_draft_model():
+    from gguf_bench.records import parse, run_row
+
+    old = {"pair": "p", "mode": "speculative", "config": {"k": 4}, "metrics": {"tokens_per_s": 1.0}}
+    assert run_row(parse(old))["strategy"] == "draft"
+    assert run_row(parse({**old, "mode": "target"}))["strategy"] == ""

@@ -1,0 +1,193 @@
+#!/usr/bin/env python
+"""Benchmark drafting strategies (issue 11) on real models, greedy, through the library (no CLI).
+
+Two experiments, each printing a markdown table of tokens/s (median and range over repetitions),
+the gain over the target alone, acceptance, tokens per round and whether the output equals the
+target alone's:
+
+  ngram       one model alone (no draft file): the target alone against n-gram drafts at several K
+              python scripts/bench_strategies.py ngram --model qwen2.5-coder-1.5b-instruct-q4_k_m \\
+                  --prompt-ids code-edit-hints -K 4,8,16,32 -n 160 --repeat 3
+  categories  a pair over the built-in categories: fixed K, p-min, the heuristic schedule, n-gram
+              drafts; per prompt the best fixed K against the best adaptive setting
+              python scripts/bench_strategies.py categories --pair qwen-coder-1.5b-f16+q2k -n 128 --repeat 2
+
+Settings are measured interleaved (every setting once, then again) so that a change in the machine's
+load touches all of them alike. Models come from the registry (fetched if missing) or --target/--draft.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.drafters import Strategy
+from gguf_bench.prompts import builtin
+from gguf_bench.registry import load_registry
+from gguf_bench.sampling import SamplingConfig
+
+GREEDY = SamplingConfig()
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    k: int = 0  # 0: the target alone
+    strategy: Strategy | None = None
+
+    @property
+    def alone(self) -> bool:
+        return self.strategy is None
+
+
+def model_path(name: str) -> Path:
+    from gguf_bench.download import fetch
+
+    reg = load_registry()
+    return fetch(reg.models[name], reg).path
+
+
+def pair_paths(name: str) -> tuple[Path, Path]:
+    reg = load_registry()
+    pair = reg.pair(name)
+    return model_path(pair.target.name), model_path(pair.draft.name)
+
+
+def measure(pair: LoadedPair, prompt: list[int], settings: list[Setting], n: int, repeat: int) -> dict[str, dict]:
+    """Per setting: tokens/s of every repetition, acceptance, tokens per round, identity with the target alone."""
+    out: dict[str, dict] = {s.name: {"tps": [], "acc": [], "tpr": [], "same": [], "hist": None, "src": None} for s in settings}
+    reference = None
+    pair.generate("target", prompt, 8, 1, GREEDY)  # warm-up: the first decodes are slow
+    for rep in range(repeat):
+        for s in settings:
+            if s.alone:
+                res = pair.generate("target", prompt, n, 1, GREEDY)
+                reference = reference or res.tokens
+            else:
+                res = pair.generate("speculative", prompt, n, s.k, GREEDY, strategy=s.strategy)
+            row = out[s.name]
+            row["tps"].append(res.tokens_per_s)
+            row["acc"].append(res.acceptance if res.drafted else float("nan"))
+            row["tpr"].append(res.tokens_per_round if res.rounds else 1.0)
+            row["same"].append(reference is None or res.tokens == reference)
+            row["hist"], row["src"] = res.draft_lengths, res.draft_sources
+            print(f"  rep {rep + 1} {s.name:32s} {res.tokens_per_s:7.2f} tok/s  ({res.n_tokens} tokens)", file=sys.stderr, flush=True)
+    return out
+
+
+def rng(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
+
+
+def table(title: str, rows: dict[str, dict], baseline: str) -> str:
+    base = statistics.median(rows[baseline]["tps"])
+    lines = [f"**{title}**", "", "| setting | tokens/s median [range] | gain | acceptance | tokens/round | = target alone |",
+             "|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        gain = 100 * (statistics.median(r["tps"]) / base - 1)
+        acc = statistics.median(r["acc"])
+        lines.append(f"| {name} | {rng(r['tps'])} | {gain:+.0f}% | {'-' if acc != acc else f'{acc:.0%}'} | "
+                     f"{statistics.median(r['tpr']):.2f} | {sum(r['same'])}/{len(r['same'])} |")
+    return "\n".join(lines)
+
+
+def best(rows: dict[str, dict], names: list[str]) -> tuple[str, float]:
+    name = max(names, key=lambda n: statistics.median(rows[n]["tps"]))
+    return name, statistics.median(rows[name]["tps"])
+
+
+def run_ngram(args) -> None:
+    target = args.target or model_path(args.model)
+    settings = [Setting("target alone")] + [Setting(Strategy("ngram", args.ngram_min, args.ngram_max).label(k), k,
+                                                    Strategy("ngram", args.ngram_min, args.ngram_max)) for k in args.k]
+    with LoadedPair(PairFiles(target, None, target.name), LoadConfig(n_ctx=args.ctx, threads=args.threads)) as pair:
+        for prompt in builtin(args.prompt_ids.split(",")):
+            tokens = pair.prompt_tokens(prompt.text, prompt.chat and pair.target.has_chat_template())
+            print(f"{prompt.id}: {len(tokens)} prompt tokens", file=sys.stderr)
+            rows = measure(pair, tokens, settings, args.n, args.repeat)
+            print(table(f"{target.name} alone, prompt {prompt.id} ({len(tokens)} tokens), greedy, -n {args.n}, "
+                        f"{args.threads} threads, {args.repeat} repetitions", rows, "target alone"), "\n", flush=True)
+
+
+def category_settings(args) -> tuple[list[Setting], list[str], list[str]]:
+    fixed = [Setting(Strategy().label(k), k, Strategy()) for k in args.k]
+    adaptive = [Setting(Strategy(p_min=p).label(args.p_min_k), args.p_min_k, Strategy(p_min=p)) for p in args.p_min]
+    adaptive.append(Setting(Strategy(k_schedule="heuristic", k_cap=args.k_cap).label(args.heuristic_k), args.heuristic_k,
+                            Strategy(k_schedule="heuristic", k_cap=args.k_cap)))
+    others = [Setting(Strategy(t).label(args.ngram_k), args.ngram_k, Strategy(t)) for t in args.also]
+    return [Setting("target alone"), *fixed, *adaptive, *others], [s.name for s in fixed], [s.name for s in adaptive]
+
+
+def run_categories(args) -> None:
+    target, draft = (args.target, args.draft) if args.target else pair_paths(args.pair)
+    args.pair = f"{target.name}+{draft.name}" if args.target else args.pair
+    settings, fixed, adaptive = category_settings(args)
+    summary = ["| prompt (category) | target alone | best fixed K | best adaptive | adaptive vs fixed | best n-gram |",
+               "|---|---|---|---|---|---|"]
+    with LoadedPair(PairFiles(target, draft, args.pair), LoadConfig(n_ctx=args.ctx, threads=args.threads)) as pair:
+        for prompt in builtin(args.prompt_ids.split(",")):
+            tokens = pair.prompt_tokens(prompt.text, prompt.chat and pair.target.has_chat_template())
+            print(f"{prompt.id}: {len(tokens)} prompt tokens", file=sys.stderr)
+            t0 = time.perf_counter()
+            rows = measure(pair, tokens, settings, args.n, args.repeat)
+            print(table(f"{args.pair}, prompt {prompt.id} ({prompt.category}, {len(tokens)} tokens), greedy, "
+                        f"-n {args.n}, {args.threads} threads, {args.repeat} repetitions ({time.perf_counter() - t0:.0f} s)",
+                        rows, "target alone"), "\n", flush=True)
+            base = statistics.median(rows["target alone"]["tps"])
+            (f_name, f_tps), (a_name, a_tps) = best(rows, fixed), best(rows, adaptive)
+            ngram = [s.name for s in settings if s.strategy is not None and s.strategy.uses_ngram]
+            ng = f"{best(rows, ngram)[0]}: {best(rows, ngram)[1]:.1f}" if ngram else "-"
+            summary.append(f"| {prompt.id} ({prompt.category}) | {base:.1f} | {f_name}: {f_tps:.1f} | {a_name}: {a_tps:.1f} | "
+                           f"{100 * (a_tps / f_tps - 1):+.0f}% | {ng} |")
+    print("\n".join(summary), flush=True)
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="experiment", required=True)
+    for name in ("ngram", "categories"):
+        p = sub.add_parser(name)
+        p.add_argument("--target", type=Path)
+        p.add_argument("-n", type=int, default=160 if name == "ngram" else 128)
+        p.add_argument("--repeat", type=int, default=3 if name == "ngram" else 2)
+        p.add_argument("--threads", type=int, default=2)
+        p.add_argument("--ctx", type=int, default=2048)
+        p.add_argument("--ngram-min", type=int, default=1)
+        p.add_argument("--ngram-max", type=int, default=4)
+    ng = sub.choices["ngram"]
+    ng.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m")
+    ng.add_argument("--prompt-ids", default="code-edit-hints")
+    ng.add_argument("-K", dest="k", type=ints, default=[4, 8, 16, 32])
+    cat = sub.choices["categories"]
+    cat.add_argument("--pair", default="qwen-coder-1.5b-f16+q2k")
+    cat.add_argument("--draft", type=Path)
+    cat.add_argument("--prompt-ids", default="chat-multiturn,translation,summarization,qa,math,rag,code-edit")
+    cat.add_argument("-K", dest="k", type=ints, default=[2, 4, 8], help="fixed draft lengths")
+    cat.add_argument("--p-min", type=floats, default=[0.6, 0.8])
+    cat.add_argument("--p-min-k", type=int, default=16, help="the K that p-min stops within")
+    cat.add_argument("--heuristic-k", type=int, default=4, help="the heuristic schedule's first K")
+    cat.add_argument("--k-cap", type=int, default=16)
+    cat.add_argument("--also", type=lambda t: t.split(";") if t else [], default=["ngram", "ngram,draft"],
+                     help="other spec types, ';'-separated, at --ngram-k")
+    cat.add_argument("--ngram-k", type=int, default=16)
+    args = ap.parse_args()
+    if args.experiment == "categories" and args.target and not args.draft:
+        ap.error("--target needs --draft for the categories experiment")
+    (run_ngram if args.experiment == "ngram" else run_categories)(args)
+
+
+if __name__ == "__main__":
+    main()
