@@ -38,7 +38,7 @@ def main() -> None:
         sweep = [*cli, "sweep", "--target", str(target), "--draft", str(draft), "--name", "two-nodes", "-K", "2,4",
                  "-ngl", "0,1", "--prompt-ids", "code-short", "-n", "64", "-r", "3", "-t", "1",
                  "--ray", cluster.address, "--ray-gpus-per-task", "0", "--ray-resources", "bench:1", "--resume"]
-        print("$", " ".join(sweep[2:]).replace(cluster.address, "HEAD:PORT"), flush=True)
+        print("$ gguf-bench", " ".join(sweep[3:]).replace(cluster.address, "HEAD:PORT"), flush=True)
         subprocess.run(sweep, env=env, check=True, stdout=subprocess.DEVNULL)
         print("$ gguf-bench report results/two-nodes.jsonl --by host", flush=True)
         subprocess.run([*cli, "report", str(results / "two-nodes.jsonl"), "--by", "host"], env=env, check=True)
