@@ -21,11 +21,14 @@ Prediction, greedy: which draft tokens a round accepts depends only on the text.
 the draft's j-th proposal is accepted exactly when the draft's greedy next token, given the text
 so far, equals the target's. One batched pass of the draft over each calibration text gives that
 match flag for every position; a round of any K then accepts the run of matches that follows its
-first token, capped at K. So one run gives every K's rounds exactly, end of generation and the
-shorter last round included, and no per-position independence has to be assumed (rounds of a
-long K start right after rejections, where acceptance is lower than on average: a_j measured at
-K_max would understate a_1 for short K). The closed form above (`expected_tokens`,
-`steady_tokens_per_s`) is the same model for n_predict -> infinity and independent a_j.
+first token, capped at K. So one run gives every K's rounds exactly, per prompt, with the shorter
+last round and the end of generation, and without assuming that positions are independent. The
+same holds for the heuristic K schedule (K follows the rounds) and for n-gram drafting (its draft
+is a function of the history: drafters.NgramDrafter is run on the text). It does not hold for
+p-min / n-min stops or the n-gram + model chain (how long the model drafts after its first miss is
+not in the text), nor at temperature > 0. The closed form above (`expected_tokens`,
+`steady_tokens_per_s`, with the a_j of the K_max runs) is the same model for n_predict -> infinity
+and independent positions; it is kept for the arithmetic and for display.
 
 Tokens/s is predicted the way a sweep measures it: per prompt, generated tokens over decode time
 (the first token comes with the prompt and costs no decode time), then the mean over prompts.
@@ -41,16 +44,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gguf_bench.backend import ALL_LAYERS, Model
+from gguf_bench.backend import Model
 from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles, load_config_dict
+from gguf_bench.drafters import DEFAULT_STRATEGY, FixedK, HeuristicK, NgramDrafter, Strategy
 from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.options import ALL_LAYERS, layers_label
 from gguf_bench.prompts import Prompt
 from gguf_bench.results import environment, models_record, now_iso
 from gguf_bench.sampling import SamplingConfig
 from gguf_bench.speculative import GenerationResult
 
 KIND = "calibration"
-DEFAULT_REPS = 5
+DEFAULT_REPS = 6
 
 
 # --- the model -------------------------------------------------------------------------------------
@@ -116,48 +121,130 @@ def steady_tokens_per_s(tm: Timings, a: Sequence[float], k: int) -> float:
 class Round:
     drafted: int
     accepted: int
+    source: str = "model"  # who drafted: "model", "ngram", or "" (no draft: a plain target step)
 
 
-def simulate_rounds(matches: Sequence[bool], k: int, n_predict: int, ends_with_eog: bool = False) -> list[Round]:
-    """The rounds a greedy speculative run with draft length k makes over a known text.
+class ModelProposals:
+    """What a greedy draft model proposes along a known text, from its match flags.
 
     `matches[i]` (i >= 1): the draft's greedy prediction of text token i, given tokens 0..i-1, equals
-    token i. The text is what the target generated; token 0 comes from the prompt's decode. With
-    `ends_with_eog` its last entry is the end-of-generation token the target produced (not output).
-    Mirrors generate_speculative: a round from token s drafts min(k, n_predict - (s+1) - 1) tokens,
-    accepts the run of matches after s, and the target adds one token of its own; a draft that
-    proposes the end-of-generation token stops there.
+    token i. A round from token s drafts k tokens (the draft cannot know where it goes wrong) and
+    the target accepts the run of matches after s; a draft that proposes the end-of-generation token
+    stops there. With `ends_with_eog` the last entry stands for the end-of-generation token.
     """
-    n = min(len(matches), n_predict + int(ends_with_eog))
+
+    def __init__(self, matches: Sequence[bool], ends_with_eog: bool = False):
+        self.matches, self.ends_with_eog = matches, ends_with_eog
+
+    def __len__(self) -> int:
+        return len(self.matches)
+
+    def round(self, s: int, k: int) -> Round:
+        n, acc = len(self.matches), 0
+        while acc < k and s + acc + 1 < n and self.matches[s + acc + 1]:
+            acc += 1
+        drafted = acc if self.ends_with_eog and acc and s + acc == n - 1 else k
+        return Round(drafted, acc, "model")
+
+
+class NgramProposals:
+    """What prompt-lookup drafting (drafters.NgramDrafter, the same code) proposes along a known text:
+    its draft is a function of the history, so every round of a greedy run is known exactly."""
+
+    def __init__(self, prompt: Sequence[int], tokens: Sequence[int], ends_with_eog: bool, n_min: int, n_max: int):
+        self.prompt, self.tokens = list(prompt), list(tokens)
+        self.n = len(tokens) + int(ends_with_eog)  # an end-of-generation token is never proposed from history
+        self.drafter = NgramDrafter(n_min, n_max)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def round(self, s: int, k: int) -> Round:
+        draft = self.drafter.lookup(self.prompt + self.tokens[:s + 1], k)
+        acc = 0
+        while acc < len(draft) and s + acc + 1 < len(self.tokens) and draft[acc] == self.tokens[s + acc + 1]:
+            acc += 1
+        return Round(len(draft), acc, "ngram" if draft else "")
+
+
+def simulate(proposals: ModelProposals | NgramProposals, schedule, n_predict: int, ends_with_eog: bool = False) -> list[Round]:
+    """The rounds a greedy speculative run makes over a known text (that of the target alone).
+
+    Mirrors generate_speculative: a round from token s (x0; s+1 tokens are out) may draft
+    min(K, n_predict - (s+1) - 1) tokens, accepts some, the target adds one token of its own, and the
+    schedule (drafters.FixedK or HeuristicK) sets the next K from what was drafted and accepted.
+    """
+    n = min(len(proposals), n_predict + int(ends_with_eog))
     rounds: list[Round] = []
     s = 0  # index of x0, the round's first token (in the output, not yet decoded by the target)
     while s < n - 1:
-        k_round = max(0, min(k, n_predict - s - 2))
-        acc = 0
-        while acc < k_round and s + acc + 1 < n and matches[s + acc + 1]:
-            acc += 1
-        drafted = acc if ends_with_eog and s + acc == n - 1 and acc else k_round  # the draft stops after EOG
-        rounds.append(Round(drafted, acc))
-        s += acc + 1
+        r = proposals.round(s, max(0, min(schedule.k, n_predict - s - 2)))
+        rounds.append(r)
+        schedule.update(r.drafted, r.accepted)
+        s += r.accepted + 1
     return rounds
+
+
+def simulate_rounds(matches: Sequence[bool], k: int, n_predict: int, ends_with_eog: bool = False) -> list[Round]:
+    """The rounds of a greedy run with a draft model and fixed draft length k (see simulate)."""
+    return simulate(ModelProposals(matches, ends_with_eog), FixedK(k), n_predict, ends_with_eog)
+
+
+def strategies(spec_types: str, k_schedules: str, ngram_min: int, ngram_max: int, k_cap: int | None,
+               ks: Sequence[int]) -> list[Strategy]:
+    """tune's --spec-type and --k-schedule lists as strategies (draft model, fixed K first when asked)."""
+    cap = k_cap if k_cap is not None else max(ks)
+    if cap > max(ks):
+        raise ConfigError(f"--k-cap {cap} is above the largest -K {max(ks)}: verify costs are measured up to -K")
+    out = [Strategy(spec, ngram_min, ngram_max, 0.0, 0, schedule, cap)
+           for spec in str(spec_types).replace(" ", "").split(",") for schedule in str(k_schedules).replace(" ", "").split(",")]
+    for st in out:
+        modeled(st)
+    return list(dict.fromkeys(out))
+
+
+def modeled(strategy: Strategy) -> None:
+    """Raise unless the greedy text simulation covers this strategy exactly."""
+    if strategy.spec_type not in ("draft", "ngram") or strategy.p_min > 0 or strategy.n_min > 1:
+        raise ConfigError(f"tune predicts --spec-type draft or ngram with a fixed or heuristic K (greedy), not "
+                          f"'{strategy.label(1)}': with p-min or n-min, or the ngram,draft chain, the draft's "
+                          "length after its first miss is not known from the text; measure those with sweep")
 
 
 @dataclass(frozen=True)
 class Text:
-    """One calibration prompt's greedy text as match flags (see simulate_rounds)."""
+    """One calibration prompt's greedy text: the draft model's match flags (see ModelProposals), and
+    the prompt and output tokens (for n-gram drafting, whose proposals come from the history)."""
 
     prompt_id: str
     matches: tuple[bool, ...]
     n_tokens: int  # tokens output (an end-of-generation token is not one)
     stopped_by_eog: bool
+    prompt: tuple[int, ...] = ()
+    tokens: tuple[int, ...] = ()
 
-    def decode_s(self, tm: Timings, k: int, n_predict: int) -> tuple[float, list[Round]]:
-        """Predicted decode time of a speculative run with draft length k, and its rounds."""
-        rounds = simulate_rounds(self.matches, k, n_predict, self.stopped_by_eog)
+    def rounds(self, k: int, n_predict: int, strategy: Strategy = DEFAULT_STRATEGY) -> list[Round]:
+        modeled(strategy)
+        schedule = HeuristicK(k, strategy.k_cap) if strategy.k_schedule == "heuristic" else FixedK(k)
+        if strategy.spec_type == "ngram":
+            if not self.tokens and self.n_tokens:
+                raise BenchError("this calibration record holds no tokens (written by an older tune): calibrate again "
+                                 "to predict n-gram drafting")
+            proposals = NgramProposals(self.prompt, self.tokens, self.stopped_by_eog, strategy.ngram_min, strategy.ngram_max)
+        else:
+            proposals = ModelProposals(self.matches, self.stopped_by_eog)
+        return simulate(proposals, schedule, n_predict, self.stopped_by_eog)
+
+    def decode_s(self, tm: Timings, k: int, n_predict: int, strategy: Strategy = DEFAULT_STRATEGY) -> tuple[float, list[Round]]:
+        """Predicted decode time of a speculative run starting at draft length k, and its rounds."""
+        rounds = self.rounds(k, n_predict, strategy)
         total, full = 0.0, False
         for r in rounds:
-            total += tm.round_s(r.drafted, catch_up=full)
-            full = r.drafted > 0 and r.accepted == r.drafted
+            if r.source == "model":
+                total += tm.round_s(r.drafted, catch_up=full)
+                full = r.drafted > 0 and r.accepted == r.drafted
+            else:  # n-gram or no draft: the target's verify alone (the lookup is part of the round overhead)
+                total += tm.verify(r.drafted + 1) + tm.round_overhead
         return total, rounds
 
     def regular_decode_s(self, tm: Timings) -> float:
@@ -168,6 +255,7 @@ class Text:
 @dataclass(frozen=True)
 class Prediction:
     k: int
+    strategy: str  # drafters.Strategy.label: 'draft K=4', 'ngram(1-4) K=8', 'draft heuristic K=4..16'
     tokens_per_s: float  # mean over prompts of tokens / decode time, as a sweep reports it
     baseline_tokens_per_s: float  # the target alone, predicted the same way
     tokens_per_round: float
@@ -183,13 +271,14 @@ def _rate(n_tokens: int, seconds: float) -> float:
     return n_tokens / seconds if seconds > 0 else float("nan")
 
 
-def predict(tm: Timings, texts: Sequence[Text], k: int, n_predict: int) -> Prediction:
-    """Tokens/s of draft length k over the calibration texts, and of the target alone."""
+def predict(tm: Timings, texts: Sequence[Text], k: int, n_predict: int, strategy: Strategy = DEFAULT_STRATEGY) -> Prediction:
+    """Tokens/s of draft length k (the first K, under a heuristic schedule) over the calibration texts,
+    and of the target alone."""
     if not texts:
         raise BenchError("no calibration texts to predict from")
     rates, baselines, all_rounds, total_s = [], [], [], 0.0
     for text in texts:
-        seconds, rounds = text.decode_s(tm, k, n_predict)
+        seconds, rounds = text.decode_s(tm, k, n_predict, strategy)
         rates.append(_rate(text.n_tokens, seconds))
         baselines.append(_rate(text.n_tokens, text.regular_decode_s(tm)))
         all_rounds += rounds
@@ -197,7 +286,8 @@ def predict(tm: Timings, texts: Sequence[Text], k: int, n_predict: int) -> Predi
     drafted = sum(r.drafted for r in all_rounds)
     accepted = sum(r.accepted for r in all_rounds)
     n_rounds = max(1, len(all_rounds))
-    return Prediction(k=k, tokens_per_s=statistics.fmean(rates), baseline_tokens_per_s=statistics.fmean(baselines),
+    return Prediction(k=k, strategy=strategy.label(k), tokens_per_s=statistics.fmean(rates),
+                      baseline_tokens_per_s=statistics.fmean(baselines),
                       tokens_per_round=(accepted + len(all_rounds)) / n_rounds, round_ms=1000 * total_s / n_rounds,
                       acceptance=accepted / drafted if drafted else float("nan"))
 
@@ -216,7 +306,8 @@ class Calibration:
     ks: tuple[int, ...]
     timings: Timings
     texts: tuple[Text, ...]
-    a: tuple[float, ...]  # a_j measured in the K_max runs (accepted_at / reached_at), for display
+    a: tuple[float | None, ...]  # a_j measured in the K_max runs (accepted_at / reached_at), for display
+    fit: float | None = None  # the K_max runs' decode time as predicted over as measured (1.0: consistent)
 
     @classmethod
     def from_record(cls, rec: dict) -> Calibration:
@@ -225,47 +316,57 @@ class Calibration:
         cfg, tm, acc = rec["config"], rec["timings"], rec["acceptance"]
         timings = Timings(t_draft=tm["t_draft_s"], t_draft2=tm["t_draft2_s"], t_verify=tuple(tm["t_verify_s"]),
                           round_overhead=tm["round_overhead_s"])
-        texts = tuple(Text(p["prompt_id"], tuple(bool(m) for m in p["matches"]), p["n_tokens"], p["stopped_by_eog"])
-                      for p in acc["prompts"])
+        texts = tuple(Text(p["prompt_id"], tuple(bool(m) for m in p["matches"]), p["n_tokens"], p["stopped_by_eog"],
+                           tuple(p.get("prompt", ())), tuple(p.get("tokens", ()))) for p in acc["prompts"])
+        loop = tm.get("in_loop") or {}
+        fit = loop["predicted_decode_s"] / loop["decode_s"] if loop.get("decode_s") and loop.get("predicted_decode_s") else None
         return cls(pair=rec["pair"], ngl=str(cfg["ngl"]), ngld=str(cfg["ngld"]), n_predict=cfg["n_predict"],
-                   ks=tuple(cfg["ks"]), timings=timings, texts=texts, a=tuple(acc["a"]))
+                   ks=tuple(cfg["ks"]), timings=timings, texts=texts, a=tuple(acc["a"]), fit=fit)
 
-    def predict(self, k: int) -> Prediction:
-        return predict(self.timings, self.texts, k, self.n_predict)
+    def predict(self, k: int, strategy: Strategy = DEFAULT_STRATEGY) -> Prediction:
+        if strategy.max_k(k) > self.timings.k_max:
+            raise ConfigError(f"'{strategy.label(k)}' drafts up to {strategy.max_k(k)} tokens but verify costs were "
+                              f"measured up to K={self.timings.k_max}: lower --k-cap or calibrate a longer -K range")
+        return predict(self.timings, self.texts, k, self.n_predict, strategy)
 
-    def predictions(self, ks: Sequence[int] | None = None) -> list[Prediction]:
-        return [self.predict(k) for k in (ks or self.ks)]
+    def predictions(self, strategies: Sequence[Strategy] = (DEFAULT_STRATEGY,)) -> list[Prediction]:
+        """Every calibrated K under each strategy (a heuristic schedule starts at K up to its cap)."""
+        return [self.predict(k, st) for st in strategies for k in self.ks
+                if st.k_schedule != "heuristic" or k <= st.k_cap]
 
 
-def best(calibrations: Sequence[Calibration]) -> tuple[Calibration, Prediction]:
-    """The setting and K with the highest predicted tokens/s."""
-    options = [(cal, p) for cal in calibrations for p in cal.predictions()]
+def best(calibrations: Sequence[Calibration], strategies: Sequence[Strategy] = (DEFAULT_STRATEGY,)
+         ) -> tuple[Calibration, Prediction]:
+    """The setting, strategy and K with the highest predicted tokens/s."""
+    options = [(cal, p) for cal in calibrations for p in cal.predictions(strategies)]
     if not options:
         raise BenchError("nothing calibrated")
     return max(options, key=lambda o: o[1].tokens_per_s)
 
 
-def prediction_rows(calibrations: Sequence[Calibration]) -> list[dict]:
+def prediction_rows(calibrations: Sequence[Calibration], strategies: Sequence[Strategy] = (DEFAULT_STRATEGY,)) -> list[dict]:
     """Flat rows (what `tune --json` prints), the best one marked."""
-    top = best(calibrations) if calibrations else None
+    top = best(calibrations, strategies) if calibrations else None
     rows = []
     for cal in calibrations:
-        for p in cal.predictions():
-            rows.append({"pair": cal.pair, "ngl": cal.ngl, "ngld": cal.ngld, "k": p.k,
+        for p in cal.predictions(strategies):
+            rows.append({"pair": cal.pair, "ngl": cal.ngl, "ngld": cal.ngld, "k": p.k, "strategy": p.strategy,
                          "predicted_tokens_per_s": p.tokens_per_s, "predicted_gain_pct": p.gain_pct,
                          "predicted_baseline_tokens_per_s": p.baseline_tokens_per_s,
-                         "tokens_per_round": p.tokens_per_round, "round_ms": p.round_ms,
+                         "tokens_per_round": p.tokens_per_round, "acceptance": p.acceptance, "round_ms": p.round_ms,
                          "draft_cost": p.k * cal.timings.draft_cost_ratio(),
                          "verify_ratio": cal.timings.verify_curve()[p.k],
-                         "best": top is not None and top[0] is cal and top[1].k == p.k})
+                         "best": top is not None and top[0] is cal and top[1] == p})
     return rows
 
 
 def predicted_frame(records: Sequence[dict]):
-    """Predictions from every calibration record among `records`, one row per (setting, K), in the
-    columns report uses: pair, ngl, ngld, temperature, n_predict, k, predicted_tokens_per_s,
-    predicted_gain_pct, predicted_baseline_tokens_per_s, predicted_best. The latest record of a
-    (pair, ngl, ngld, n_predict) wins."""
+    """Predictions from every calibration record among `records`, one row per (setting, K) for the draft
+    model with a fixed K (what sweep measures), in the
+    columns report uses: pair, host ('local': tune measures in its own process), ngl, ngld, temperature,
+    n_predict, k, predicted_tokens_per_s,
+    predicted_gain_pct, predicted_baseline_tokens_per_s, predicted_best, and the calibration's
+    prompt ids (comma-joined). The latest record of a (pair, ngl, ngld, n_predict) wins."""
     import pandas as pd
 
     latest: dict[tuple, Calibration] = {}
@@ -276,12 +377,14 @@ def predicted_frame(records: Sequence[dict]):
     for cal in latest.values():
         preds = cal.predictions()
         top = max(p.tokens_per_s for p in preds)
-        rows += [{"pair": cal.pair, "ngl": cal.ngl, "ngld": cal.ngld, "temperature": 0.0, "n_predict": cal.n_predict,
+        prompts = ",".join(t.prompt_id for t in cal.texts)
+        rows += [{"pair": cal.pair, "host": "local", "ngl": cal.ngl, "ngld": cal.ngld, "temperature": 0.0, "n_predict": cal.n_predict,
                   "k": p.k, "predicted_tokens_per_s": p.tokens_per_s, "predicted_gain_pct": p.gain_pct,
-                  "predicted_baseline_tokens_per_s": p.baseline_tokens_per_s, "predicted_best": p.tokens_per_s == top}
+                  "predicted_baseline_tokens_per_s": p.baseline_tokens_per_s, "predicted_best": p.tokens_per_s == top,
+                  "prompts": prompts}
                  for p in preds]
-    columns = ["pair", "ngl", "ngld", "temperature", "n_predict", "k", "predicted_tokens_per_s", "predicted_gain_pct",
-               "predicted_baseline_tokens_per_s", "predicted_best"]
+    columns = ["pair", "host", "ngl", "ngld", "temperature", "n_predict", "k", "predicted_tokens_per_s", "predicted_gain_pct",
+               "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -289,7 +392,7 @@ def predicted_frame(records: Sequence[dict]):
 
 
 def layer_label(n: int) -> str:
-    return "all" if n == ALL_LAYERS else str(n)
+    return str(layers_label(n))
 
 
 def effective_settings(ngls: Sequence[int], nglds: Sequence[int], gpu: bool, target_layers: int,
@@ -347,43 +450,77 @@ def _medians(samples: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(w for w, _ in samples), statistics.median(i for _, i in samples)
 
 
-def measure_decodes(pair: LoadedPair, prompts: list[list[int]], n_predict: int, k_max: int, reps: int) -> dict:
-    """t_draft, t_draft2 and t_verify(b) for b = 1..k_max+1, median wall seconds of `reps` synthetic rounds.
+class DecodeTimer:
+    """t_draft, t_draft2 and t_verify(b) for b = 1..k_max+1: median wall seconds of synthetic rounds.
 
-    Taken at the mean prompt length + n_predict/2, the position a generation passes halfway. Each
-    synthetic round is a loop round without the sampling: the draft decodes 2 tokens (the catch-up
-    after a full round) and then 1, the target decodes b tokens with b logit rows, and both caches
-    are rewound. The models alternate as in the loop (their CPU thread pools share the cores), and
-    batch sizes are interleaved so that a slow spell of the machine spreads over all of them.
+    Taken at the mean prompt length + n_predict/2, the position a generation passes halfway. One
+    repetition: the draft decodes 2 tokens (the catch-up after a full round) and is rewound; then for
+    each b the draft decodes 1 token and the target b tokens with b logit rows, and both are rewound.
+    The models alternate as in the loop (their CPU thread pools share the cores), batch sizes are
+    interleaved, and `run` is called between the calibration's generation runs, so that a slow
+    spell of the machine spreads over every measurement instead of inflating one.
     """
-    position = round(statistics.fmean(len(p) for p in prompts)) + n_predict // 2
-    fill = _filler(prompts, position + k_max + 1)
-    context, batch = fill[:position], fill[position:]
-    target, draft = pair.target, pair.draft
-    for model in (target, draft):
-        model.rewind(0)
-        model.eval(context, 1)
-    verify: dict[int, list[tuple[float, float]]] = {b: [] for b in range(1, k_max + 2)}
-    draft1: list[tuple[float, float]] = []
-    draft2: list[tuple[float, float]] = []
-    for _ in range(reps):
-        for b in verify:
-            draft2.append(_timed_eval(draft, batch[:2], 1))
-            draft1.append(_timed_eval(draft, batch[2:3] or batch[:1], 1))
-            draft.rewind(position)
-            verify[b].append(_timed_eval(target, batch[:b], b))
-            target.rewind(position)
-    for model in (target, draft):
-        model.rewind(0)
-    t_verify = [_medians(verify[b]) for b in verify]
-    (t_draft, t_draft_in), (t_draft2, _) = _medians(draft1), _medians(draft2)
-    return {"position": position, "t_verify_s": [w for w, _ in t_verify], "t_draft_s": t_draft, "t_draft2_s": t_draft2,
-            "verify_python_s": [max(0.0, w - i) for w, i in t_verify], "draft_python_s": max(0.0, t_draft - t_draft_in)}
+
+    def __init__(self, prompts: list[list[int]], n_predict: int, k_max: int):
+        self.position = round(statistics.fmean(len(p) for p in prompts)) + n_predict // 2
+        fill = _filler(prompts, self.position + max(k_max + 1, 3))
+        self.context, self.batch = fill[:self.position], fill[self.position:]
+        self.verify: dict[int, list[tuple[float, float]]] = {b: [] for b in range(1, k_max + 2)}
+        self.draft1: list[tuple[float, float]] = []
+        self.draft2: list[tuple[float, float]] = []
+
+    def run(self, pair: LoadedPair, reps: int) -> None:
+        target, draft, batch, pos = pair.target, pair.draft, self.batch, self.position
+        for model in (target, draft):
+            model.rewind(0)
+            model.eval(self.context, 1)
+        for _ in range(reps):
+            self.draft2.append(_timed_eval(draft, batch[:2], 1))
+            draft.rewind(pos)
+            for b, samples in self.verify.items():
+                self.draft1.append(_timed_eval(draft, batch[2:3], 1))
+                draft.rewind(pos)
+                samples.append(_timed_eval(target, batch[:b], b))
+                target.rewind(pos)
+        for model in (target, draft):
+            model.rewind(0)
+
+    def result(self) -> dict:
+        t_verify = [_medians(v) for v in self.verify.values()]
+        (t_draft, t_draft_in), (t_draft2, _) = _medians(self.draft1), _medians(self.draft2)
+        return {"position": self.position, "samples": len(self.draft2),
+                "t_verify_s": [w for w, _ in t_verify], "t_draft_s": t_draft, "t_draft2_s": t_draft2,
+                "verify_python_s": [max(0.0, w - i) for w, i in t_verify], "draft_python_s": max(0.0, t_draft - t_draft_in)}
+
+
+def _spread(total: int, parts: int) -> list[int]:
+    """`total` repetitions over `parts` slots, as evenly as possible: 5 over 4 -> [2, 1, 1, 1]."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
 
 
 def match_flags(draft: Model, prompt: list[int], res: GenerationResult) -> list[bool]:
     """Per output token i >= 1: whether the draft's greedy token after prompt + tokens[:i] is tokens[i];
-    after an end-of-generation stop, one more flag: whether the draft would end there too."""
+    after an end-of-generation stop, one more flag: whether the draft would end there too.
+
+    Where the speculative run `res` (greedy) drafted a position with the text so far as its history,
+    its own draft token decides: that is the draft as the loop runs it, one token at a time. The
+    rest (the target's bonus token after a fully accepted round) comes from one batched pass of the
+    draft over the text, which can round differently from one-token decodes and so flip a near-tie.
+    """
+    flags = _batched_flags(draft, prompt, res)
+    for base, batch in res.verify_log:  # (position of x0, [x0, d1..dk]) per round
+        s = base - len(prompt)  # x0 is output token s
+        for j, tok in enumerate(batch[1:], 1):
+            i = s + j
+            if i >= len(flags):
+                break
+            flags[i] = tok == res.tokens[i] if i < len(res.tokens) else draft.is_eog(tok)
+            if not flags[i]:
+                break  # the draft's later tokens continued a history that is not the text
+    return flags
+
+
+def _batched_flags(draft: Model, prompt: list[int], res: GenerationResult) -> list[bool]:
     tokens = res.tokens
     draft.rewind(0)
     draft.eval(prompt, 1)
@@ -393,11 +530,11 @@ def match_flags(draft: Model, prompt: list[int], res: GenerationResult) -> list[
         chunk = feed[start:start + draft.n_batch]
         preds += np.argmax(draft.eval(chunk, len(chunk)), axis=1).tolist()
     draft.rewind(0)
+    if not tokens:
+        return [False]  # the very first token ended generation: no rounds
     flags = [False] + [p == t for p, t in zip(preds, tokens[1:])]
-    if res.stopped_by_eog and tokens:
+    if res.stopped_by_eog:
         flags.append(draft.is_eog(preds[-1]))
-    elif res.stopped_by_eog:
-        flags = [False]  # the very first token ended generation: no rounds
     return flags
 
 
@@ -454,13 +591,17 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
         events.step("warm-up")
         pair.generate("speculative", tokens[0], min(16, n_predict), k_max, greedy)
         runs, texts = [], []
-        for prompt, toks in zip(prompts, tokens):
+        timer = DecodeTimer(tokens, n_predict, k_max)
+        for prompt, toks, share in zip(prompts, tokens, _spread(reps, len(prompts))):
             events.step(f"speculative run K={k_max} on {prompt.id}")
             res = pair.generate("speculative", toks, n_predict, k_max, greedy)
             runs.append(res)
-            texts.append(Text(prompt.id, tuple(match_flags(pair.draft, toks, res)), res.n_tokens, res.stopped_by_eog))
-        events.step(f"timing decodes of 1..{k_max + 1} tokens")
-        decodes = measure_decodes(pair, tokens, n_predict, k_max, reps)
+            texts.append(Text(prompt.id, tuple(match_flags(pair.draft, toks, res)), res.n_tokens, res.stopped_by_eog,
+                              tuple(toks), tuple(res.tokens)))
+            if share:
+                events.step(f"timing decodes of 1..{k_max + 1} tokens")
+                timer.run(pair, share)  # `reps` in all, spread between the runs
+        decodes = timer.result()
         offload = {"target": pair.offload_label("target"), "draft": pair.offload_label("draft")}
     round_overhead = _round_overhead(runs, texts, decodes, k_max, n_predict)
     timings = Timings(decodes["t_draft_s"], decodes["t_draft2_s"], tuple(decodes["t_verify_s"]), max(0.0, round_overhead))
@@ -470,7 +611,7 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
     return {
         "kind": KIND, "time": now_iso(), "tune": name, "pair": files.name,
         "config": {**load_config_dict(load), "temperature": 0.0, "prompts": [p.id for p in prompts],
-                   "n_predict": n_predict, "ks": list(ks), "k_max": k_max, "reps": reps,
+                   "n_predict": n_predict, "ks": list(ks), "k_max": k_max, "reps": decodes["samples"],
                    "position": decodes["position"]},
         "offload": offload,
         "timings": {"t_draft_s": timings.t_draft, "t_draft2_s": timings.t_draft2, "t_verify_s": list(timings.t_verify),
@@ -482,7 +623,8 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
         "acceptance": {"a": [acc / rea if rea else None for acc, rea in zip(accepted, reached)],
                        "reached_at": reached, "accepted_at": accepted,
                        "prompts": [{"prompt_id": t.prompt_id, "n_tokens": t.n_tokens, "stopped_by_eog": t.stopped_by_eog,
-                                    "matches": [int(m) for m in t.matches]} for t in texts]},
+                                    "matches": [int(m) for m in t.matches], "prompt": list(t.prompt),
+                                    "tokens": list(t.tokens)} for t in texts]},
         "calibration_s": time.perf_counter() - started,
         "env": environment(), "models": models_record(files.target, files.draft),
     }

@@ -12,7 +12,6 @@ The sweep leaves out the draft-alone runs (tune does not measure them either): t
 
     python scripts/bench_tune.py [--pairs gemma-270m-f32+q4km qwen-coder-1.5b-f16+q2k] [-K 1-8] [-n 64]
                                  [--threads 2] [--repeat 2] [--prompt-ids ...] [--results DIR] [--markdown FILE]
-                                 [--no-extra-bufts]
 """
 
 from __future__ import annotations
@@ -29,22 +28,6 @@ from pathlib import Path
 from gguf_bench.report import summarize, to_frame
 from gguf_bench.results import read_records
 
-# Runs the CLI in a fresh interpreter; with --no-extra-bufts it first turns off llama.cpp's extra weight
-# buffer types (AMX/repack), whose AMX path crashes K-quant decodes on some VMs that advertise AMX.
-SHIM = """import sys
-if sys.argv[1] == "--no-extra-bufts":
-    import llama_cpp
-    _default = llama_cpp.llama_model_default_params
-    def _params():
-        p = _default()
-        p.use_extra_bufts = False
-        return p
-    llama_cpp.llama_model_default_params = _params
-sys.argv = ["gguf-bench"] + sys.argv[2:]
-from gguf_bench.cli import main
-main()
-"""
-
 
 def load_avg() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -59,9 +42,9 @@ def timed(cmd: list[str], env: dict) -> tuple[float, str]:
     return seconds, proc.stdout
 
 
-def one_round(pair: str, common: list[str], results: Path, tag: str, tune_first: bool, no_extra_bufts: bool) -> dict:
+def one_round(pair: str, common: list[str], results: Path, tag: str, tune_first: bool) -> dict:
     env = {**os.environ, "GGUF_BENCH_RESULTS": str(results), "COLUMNS": "200"}
-    cli = [sys.executable, "-c", SHIM, "--no-extra-bufts" if no_extra_bufts else "-"]
+    cli = [sys.executable, "-m", "gguf_bench.cli"]
     tune_cmd = [*cli, "tune", pair, *common, "--json", "--name", f"tune-{tag}"]
     sweep_cmd = [*cli, "sweep", pair, *common, "--no-draft-alone", "--name", f"sweep-{tag}"]
     out: dict = {"load_before": load_avg()}
@@ -84,7 +67,10 @@ def analyse(r: dict) -> dict:
     errors = {k: 100 * (pred[k] / m - 1) for k, m in r["measured"].items()}
     best_k = max(r["measured"], key=r["measured"].get)
     rec_k = r["tune"]["best"]["k"]
+    gains = {row["k"]: row["predicted_gain_pct"] for row in r["tune"]["rows"]}
+    gain_errors = {k: gains[k] - 100 * (m / r["measured_baseline"] - 1) for k, m in r["measured"].items()}
     return {"errors": errors, "max_abs_error": max(abs(e) for e in errors.values()),
+            "max_abs_gain_error": max(abs(e) for e in gain_errors.values()),
             "baseline_error": 100 * (base_pred / r["measured_baseline"] - 1),
             "best_k": best_k, "recommended_k": rec_k,
             "recommended_vs_best_pct": 100 * (r["measured"][rec_k] / r["measured"][best_k] - 1),
@@ -106,7 +92,8 @@ def markdown(pair: str, runs: list[dict], cmd: str) -> str:
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     lines.append("")
     for i, (r, a) in enumerate(runs, 1):
-        lines.append(f"- run {i}: max |error| {a['max_abs_error']:.1f}% (target alone {a['baseline_error']:+.1f}%); "
+        lines.append(f"- run {i}: max |error| {a['max_abs_error']:.1f}% (target alone {a['baseline_error']:+.1f}%; "
+                     f"gain %: predicted - measured within ±{a['max_abs_gain_error']:.1f} points); "
                      f"recommended K={a['recommended_k']}, sweep's best K={a['best_k']}: recommended measures "
                      f"{a['recommended_vs_best_pct']:+.1f}% vs best; tune {r['tune_s']:.0f} s vs sweep {r['sweep_s']:.0f} s "
                      f"(ratio {a['time_ratio']:.2f}); load average {r['load_before']} before, {r['load_after']} after")
@@ -123,8 +110,6 @@ def main() -> None:
     ap.add_argument("--prompt-ids", default=None)
     ap.add_argument("--results", type=Path, default=None, help="keep the records here (default: a temporary folder)")
     ap.add_argument("--markdown", type=Path, default=None, help="also write the tables to this file")
-    ap.add_argument("--no-extra-bufts", action="store_true",
-                    help="load models with use_extra_bufts=False (works around the AMX crash of K-quant decodes)")
     args = ap.parse_args()
     common = ["-K", args.K, "-n", str(args.n), "--threads", str(args.threads)]
     if args.prompt_ids:
@@ -135,8 +120,7 @@ def main() -> None:
         runs = []
         for i in range(args.repeat):
             stamp = time.strftime("%Y%m%dT%H%M%S")
-            r = one_round(pair, common, results, f"{pair}-{stamp}-{i}", tune_first=i % 2 == 0,
-                          no_extra_bufts=args.no_extra_bufts)
+            r = one_round(pair, common, results, f"{pair.replace('+', '_')}-{stamp}-{i}", tune_first=i % 2 == 0)
             a = analyse(r)
             runs.append((r, a))
             print(f"{pair} run {i + 1}: max |error| {a['max_abs_error']:.1f}%, recommended K={a['recommended_k']} "

@@ -12,6 +12,7 @@ from gguf_bench import tune as tn
 from gguf_bench.backend import ALL_LAYERS
 from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.cli import app
+from gguf_bench.drafters import Strategy
 from gguf_bench.prompts import builtin
 from gguf_bench.results import read_records
 from gguf_bench.sampling import SamplingConfig
@@ -82,6 +83,39 @@ def test_simulate_rounds_by_hand():
     assert tn.simulate_rounds([F, T, T, F], 4, 10, ends_with_eog=True) == [tn.Round(4, 2)]
 
 
+def test_heuristic_schedule_by_hand():
+    """K += 2 after a fully accepted round, K -= 1 (at least 1) after one that was not, capped."""
+    m = [F, T, T, T, T, T, F, F, F, F, F, F]
+    text = tn.Text("p", tuple(m), 12, False)
+    # K=1: 1 accepted (+2), K=3: 3,4,5 (+6), K=5 but only 12-6-2 = 4 may be drafted: miss at 7, K=4; from 7
+    # 3 may be drafted (miss, K=3), from 8 two (K=2), from 9 one (K=1), from 10 none
+    rounds = text.rounds(1, 12, Strategy(k_schedule="heuristic", k_cap=5))
+    assert rounds == [tn.Round(1, 1), tn.Round(3, 3), tn.Round(4, 0), tn.Round(3, 0), tn.Round(2, 0), tn.Round(1, 0),
+                      tn.Round(0, 0)]
+
+
+def test_ngram_rounds_come_from_the_history():
+    # prompt 1 2 3 4; output 1 2 3 9 ...: after "1" the 1-gram lookup finds the earlier 1 and proposes 2 3 4
+    text = tn.Text("p", (F,) * 6, 6, False, prompt=(1, 2, 3, 4), tokens=(1, 2, 3, 9, 9, 9))
+    rounds = text.rounds(3, 6, Strategy("ngram"))
+    assert rounds[0] == tn.Round(3, 2, "ngram")  # 2, 3 accepted, 4 is not 9: the target's 9
+    assert all(r.source in ("ngram", "") for r in rounds)
+    seconds, _ = text.decode_s(TM, 3, 6, Strategy("ngram"))
+    assert seconds == pytest.approx(sum(TM.verify(r.drafted + 1) + TM.round_overhead for r in rounds))  # no draft model cost
+
+
+def test_strategies_outside_the_model_are_refused():
+    for spec in ("ngram+draft",):
+        with pytest.raises(tn.ConfigError, match="tune predicts"):
+            tn.strategies(spec, "fixed", 1, 4, None, [1, 2])
+    with pytest.raises(tn.ConfigError, match="tune predicts"):
+        tn.modeled(Strategy(p_min=0.5))
+    with pytest.raises(tn.ConfigError, match="--k-cap 9 is above"):
+        tn.strategies("draft", "heuristic", 1, 4, 9, [1, 2])
+    got = tn.strategies("draft,ngram", "fixed,heuristic", 1, 4, None, [1, 2, 3])
+    assert [s.label(2) for s in got] == ["draft K=2", "draft heuristic K=2..3", "ngram(1-4) K=2", "ngram(1-4) heuristic K=2..3"]
+
+
 def test_decode_time_counts_the_catch_up_and_the_last_short_rounds():
     text = tn.Text("p", (F, T, T, F, F, F, F), n_tokens=7, stopped_by_eog=False)
     seconds, rounds = text.decode_s(TM, 2, 7)
@@ -135,8 +169,8 @@ def test_predicted_frame_has_report_columns_and_keeps_the_latest_record():
     old = record_for(tn.Timings(1.0, 1.0, (1.0,) * 5, 0.0), texts, [1, 2, 3], time="2026-01-01T00:00:00+00:00")
     new = record_for(TM, texts, [1, 2, 3], time="2026-01-02T00:00:00+00:00")
     df = tn.predicted_frame([new, {"kind": "eval"}, old, {"mode": "target"}])
-    assert list(df.columns) == ["pair", "ngl", "ngld", "temperature", "n_predict", "k", "predicted_tokens_per_s",
-                                "predicted_gain_pct", "predicted_baseline_tokens_per_s", "predicted_best"]
+    assert list(df.columns) == ["pair", "host", "ngl", "ngld", "temperature", "n_predict", "k", "predicted_tokens_per_s",
+                                "predicted_gain_pct", "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
     assert list(df["k"]) == [1, 2, 3] and set(df["ngl"]) == {"0"}
     assert list(df["predicted_tokens_per_s"]) == pytest.approx([tn.predict(TM, texts, k, 10).tokens_per_s for k in (1, 2, 3)])
     assert df["predicted_best"].sum() == 1
@@ -202,6 +236,13 @@ def test_calibration_record_fields(middle_calibration):
     assert [p.k for p in cal.predictions()] == [1, 2, 3, 4]
 
 
+def test_calibration_of_k_1_alone(tiny_pairs):
+    files = PairFiles(*tiny_pairs["high"], "tiny-high")
+    rec = tn.calibrate(files, LoadConfig(n_ctx=256, threads=2), builtin(["code-short"]), 8, [1], reps=1)
+    assert len(rec["timings"]["t_verify_s"]) == 2 and len(rec["acceptance"]["a"]) == 1
+    assert tn.Calibration.from_record(rec).predict(1).tokens_per_s > 0
+
+
 def test_simulated_rounds_equal_the_real_loop_for_every_k(middle_calibration):
     """One run at K_max gives every K's rounds: simulate each K and run it for real."""
     files, prompts, rec = middle_calibration
@@ -216,6 +257,21 @@ def test_simulated_rounds_equal_the_real_loop_for_every_k(middle_calibration):
                 assert got == (res.rounds, res.drafted, res.accepted), (prompt.id, k)
 
 
+@pytest.mark.parametrize("strategy", [Strategy(k_schedule="heuristic", k_cap=4), Strategy("ngram"),
+                                      Strategy("ngram", ngram_min=2, ngram_max=3, k_schedule="heuristic", k_cap=4)])
+def test_other_strategies_simulated_equal_the_real_loop(middle_calibration, strategy):
+    files, prompts, rec = middle_calibration
+    cal = tn.Calibration.from_record(rec)
+    with LoadedPair(files, LoadConfig(n_ctx=512, threads=2)) as pair:
+        for prompt, text in zip(prompts, cal.texts):
+            tokens = pair.prompt_tokens(prompt.text, prompt.chat and pair.target.has_chat_template())
+            for k in (1, 3):
+                res = pair.generate("speculative", tokens, 24, k, SamplingConfig(), strategy=strategy)
+                rounds = text.rounds(k, 24, strategy)
+                got = (len(rounds), sum(r.drafted for r in rounds), sum(r.accepted for r in rounds))
+                assert got == (res.rounds, res.drafted, res.accepted), (prompt.id, k, strategy.label(k))
+
+
 def test_tune_json_shape_and_stored_record(tiny_pairs, isolated):
     result = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-3", "-n", "16", "--prompt-ids", "code-short",
                     "--threads", "2", "-c", "256", "--reps", "1", "-ngl", "0,8", "--json", "--name", "tj")
@@ -225,11 +281,26 @@ def test_tune_json_shape_and_stored_record(tiny_pairs, isolated):
     assert [r["k"] for r in doc["rows"]] == [1, 2, 3]
     for row in doc["rows"]:
         assert {"k", "ngl", "ngld", "predicted_tokens_per_s", "predicted_gain_pct", "best"} <= set(row)
-    assert set(doc["best"]) == {"k", "ngl", "ngld", "predicted_tokens_per_s", "predicted_gain_pct"}
+    assert set(doc["best"]) == {"k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct"}
     assert doc["best"]["predicted_tokens_per_s"] == max(r["predicted_tokens_per_s"] for r in doc["rows"])
     assert len(doc["settings"][0]["verify_curve"]) == 4 and doc["settings"][0]["verify_curve"][0] == 1.0
     stored = read_records(isolated / "results" / "tj.jsonl")
     assert [r["kind"] for r in stored] == ["calibration"]
+
+
+def test_tune_several_strategies_in_one_table(tiny_pairs):
+    result = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-3", "-n", "16", "--prompt-ids", "code-short",
+                    "--threads", "2", "-c", "256", "--reps", "1", "--spec-type", "draft,ngram", "--k-schedule", "fixed,heuristic",
+                    "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    assert {r["strategy"] for r in rows if r["k"] == 2} == {"draft K=2", "draft heuristic K=2..3", "ngram(1-4) K=2",
+                                                            "ngram(1-4) heuristic K=2..3"}
+    assert sum(r["best"] for r in rows) == 1
+    table = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-2", "-n", "12", "--prompt-ids", "code-short",
+                   "--threads", "2", "-c", "256", "--reps", "1", "--spec-type", "draft,ngram")
+    assert table.exit_code == 0, table.output
+    assert "ngram" in table.stdout and "draft" in table.stdout and "tokens/s (gain %)" in table.stdout
 
 
 def test_tune_check_prints_measured_next_to_predicted_and_stores_the_runs(tiny_pairs, isolated, tmp_path):
@@ -251,12 +322,14 @@ def test_tune_check_prints_measured_next_to_predicted_and_stores_the_runs(tiny_p
 
 @pytest.mark.parametrize("args, needle", [
     (["-K", "1-400", "-c", "128"], "do not fit in --ctx-size 128"),
-    (["-K", "0-2"], "draft lengths (-K) must be >= 1"),
-    (["-K", "two"], "bad draft length value 'two'"),
+    (["-K", "0-2"], "-K/--draft-max must be >= 1, got 0"),
+    (["-K", "two"], "bad -K value 'two'"),
     (["-ngl", "lots"], "bad -ngl value 'lots'"),
     (["-n", "1"], "--n-predict must be >= 2"),
     (["--name", "a/b"], "--name 'a/b' may hold only"),
     (["--prompt-ids", "nope"], "unknown built-in prompt 'nope'"),
+    (["--spec-type", "ngram+draft"], "tune predicts"),
+    (["--k-schedule", "sometimes"], "unknown --k-schedule 'sometimes'"),
 ])
 def test_tune_bad_input_is_one_error_line(tiny_pairs, args, needle):
     result = invoke("tune", *pair_args(tiny_pairs["middle"]), "--prompt-ids", "code-short", "-n", "8", "--reps", "1", *args)
