@@ -116,6 +116,44 @@ def test_strategies_outside_the_model_are_refused():
     assert [s.label(2) for s in got] == ["draft K=2", "draft heuristic K=2..3", "ngram(1-4) K=2", "ngram(1-4) heuristic K=2..3"]
 
 
+class GuessingDraft:
+    """A fake draft model whose greedy guess for output token i is guesses.get(i, 0) (prompt of P tokens)."""
+
+    n_batch, n_vocab = 512, 16
+
+    def __init__(self, p: int, guesses: dict[int, int]):
+        self.p, self.guesses, self.n_past = p, guesses, 0
+
+    def rewind(self, n: int) -> None:
+        self.n_past = min(self.n_past, n)
+
+    def eval(self, tokens, n_logits=1):
+        import numpy as np
+
+        rows = np.zeros((n_logits, self.n_vocab), dtype=np.float32)
+        first = self.n_past + len(tokens) - n_logits  # input position of the first row
+        for r in range(n_logits):
+            rows[r, self.guesses.get(first + r - self.p + 1, 0)] = 1.0  # input position q predicts output q - P + 1
+        self.n_past += len(tokens)
+        return rows
+
+    def is_eog(self, token: int) -> bool:
+        return token == 15
+
+
+def test_match_flags_trust_the_runs_own_draft_tokens_over_the_batched_pass():
+    from gguf_bench.speculative import GenerationResult
+
+    # output 1 2 3 4 after a 2-token prompt; the batched pass guesses 2 (right), 9 (wrong), 4 (right)
+    draft = GuessingDraft(2, {1: 2, 2: 9, 3: 4})
+    res = GenerationResult(tokens=[1, 2, 3, 4], verify_log=[(2, [1, 2, 3, 7])])  # the run's round from token 0
+    # the run drafted 2 and 3 one token at a time (both right: flag 2 is True after all), then 7 for token 3
+    assert tn.match_flags(draft, [5, 5], res) == [False, True, True, False]
+    # no round reached token 3: the batched pass decides; an end of generation the draft also proposes matches
+    res = GenerationResult(tokens=[1, 2, 3, 4], verify_log=[(2, [1, 2])], stopped_by_eog=True)
+    assert tn.match_flags(GuessingDraft(2, {1: 2, 2: 9, 3: 4, 4: 15}), [5, 5], res) == [False, True, False, True, True]
+
+
 def test_decode_time_counts_the_catch_up_and_the_last_short_rounds():
     text = tn.Text("p", (F, T, T, F, F, F, F), n_tokens=7, stopped_by_eog=False)
     seconds, rounds = text.decode_s(TM, 2, 7)
