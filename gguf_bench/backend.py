@@ -82,6 +82,19 @@ def use_extra_buffers() -> bool:
     return "AMX_INT8 = 1" not in llama_versions()["system_info"]
 
 
+def _repack_overrides(path: Path, n_gpu_layers: int):
+    """With extra buffers off, still repack what llama.cpp would (see repack.py); $GGUF_BENCH_REPACK=0: don't."""
+    if os.environ.get("GGUF_BENCH_REPACK") == "0":
+        return None
+    from gguf_bench import repack
+
+    try:
+        names = repack.repackable(path, llama_versions()["system_info"], n_gpu_layers)
+    except Exception:  # not a GGUF the reader understands: llama.cpp's loader says what is wrong
+        return None
+    return repack.overrides(names)
+
+
 def gpu_offload_supported() -> bool:
     return bool(_llama().llama_supports_gpu_offload())
 
@@ -99,6 +112,9 @@ class Model:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         mparams.use_extra_bufts = use_extra_buffers()
+        self._overrides = None if mparams.use_extra_bufts else _repack_overrides(self.path, n_gpu_layers)
+        if self._overrides is not None:
+            mparams.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
         _log_tail.clear()
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:

@@ -456,6 +456,8 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         raise BenchError("no runs or evaluations in these results" + (" (every line was unreadable)" if loaded.unreadable else ""))
     df = rep.to_frame(loaded.runs)
     summary = rep.summarize(df, by_prompt=by_prompt or "prompt" in keep) if loaded.runs else None
+    if summary is not None:
+        summary = rep.with_predictions(summary, df, loaded.others)
     if fmt:
         if summary is None:
             raise BenchError("--format writes run summaries, and these results hold evaluations only")
@@ -470,9 +472,11 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
             console.print(rep.rich_table(summary, width=console.width, show_host="host" in keep))
         if loaded.evals:
             console.print(rep.eval_table(loaded.evals))
-    if loaded.others:
-        kinds = sorted({o.kind for o in loaded.others})
-        err.print(f"({len(loaded.others)} record(s) of kind {', '.join(kinds)} not shown here)", markup=False)
+    unshown = [o for o in loaded.others if o.kind != "calibration" or summary is None
+               or "predicted_tokens_per_s" not in summary]
+    if unshown:
+        kinds = sorted({o.kind for o in unshown})
+        err.print(f"({len(unshown)} record(s) of kind {', '.join(kinds)} not shown here)", markup=False)
     if plot:
         if summary is None:
             raise BenchError("nothing to plot: these results hold evaluations only")

@@ -96,3 +96,69 @@ def incompatibility(target: GGUFInfo, draft: GGUFInfo) -> str | None:
     """One line naming the failed rules, or None when the pair is compatible."""
     failed = [f"{r.name} ({r.detail})" for r in compatibility(target, draft) if not r.ok]
     return "; ".join(failed) if failed else None
+
+
+# --- tensor table (what repack.py needs), read straight from the header --------------------------
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    type_name: str  # ggml type: "Q4_K", "F32", ...
+    shape: tuple[int, ...]  # ne[0], ne[1], ... as ggml counts them
+
+
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+def tensor_table(path: Path) -> tuple[dict[str, object], list[TensorInfo]]:
+    """The scalar and string metadata and the tensor table of a GGUF file, read from its header alone.
+    gguf.GGUFReader parses every array value (20 s for a 262k-token vocabulary); this skips them."""
+    import mmap
+    import struct
+
+    import gguf
+
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        pos = 0
+
+        def take(fmt: str):
+            nonlocal pos
+            values = struct.unpack_from("<" + fmt, buf, pos)
+            pos += struct.calcsize("<" + fmt)
+            return values[0] if len(values) == 1 else values
+
+        def string() -> str:
+            nonlocal pos
+            n = take("Q")
+            pos += n
+            return bytes(buf[pos - n:pos]).decode("utf-8", "replace")
+
+        def value(vtype: int):
+            nonlocal pos
+            if vtype == _STRING:
+                return string()
+            if vtype == _ARRAY:
+                itype, n = take("I"), take("Q")
+                if itype in _SCALAR:
+                    pos += n * struct.calcsize(_SCALAR[itype])
+                else:
+                    for _ in range(n):
+                        value(itype)
+                return None
+            return take(_SCALAR[vtype])
+
+        if take("4s") != b"GGUF":
+            raise ModelError(f"{path} is not a GGUF file (no GGUF magic at its start)")
+        _version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
+        meta = {}
+        for _ in range(n_kv):
+            key, vtype = string(), take("I")
+            meta[key] = value(vtype)
+        tensors = []
+        for _ in range(n_tensors):
+            name, n_dims = string(), take("I")
+            shape = tuple(take("Q") for _ in range(n_dims))
+            ttype, _offset = take("I"), take("Q")
+            tensors.append(TensorInfo(name, gguf.GGMLQuantizationType(ttype).name, shape))
+    return meta, tensors

@@ -99,6 +99,32 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     return agg.drop(columns=["_order", "_default"]).reset_index(drop=True)
 
 
+def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, others: list[OtherRecord]) -> pd.DataFrame:
+    """Add `predicted_tokens_per_s` (and `predicted_gain_pct`) from stored `tune` calibrations to the rows
+    they predict: the target alone and the draft model with a fixed K, under the same pair, host, offload,
+    temperature and length, and only where the runs used the calibration's prompts (a prediction for other
+    prompts predicts other text). Rows without a prediction get NaN; no calibration: `summary` unchanged."""
+    from gguf_bench.tune import KIND, predicted_frame
+
+    calibrations = [o.data for o in others if o.kind == KIND]
+    pred = predicted_frame(calibrations) if calibrations else None
+    if pred is None or pred.empty or "prompt_id" in summary.columns:
+        return summary
+    prompts = df.groupby(SETTING, dropna=False)["prompt_id"].agg(lambda ids: ",".join(sorted(set(map(str, ids)))))
+    pred = pred.assign(prompts=pred["prompts"].map(lambda p: ",".join(sorted(p.split(",")))))
+    pred = pred.merge(prompts.rename("measured_prompts").reset_index(), on=SETTING, how="inner")
+    pred = pred[pred["prompts"] == pred["measured_prompts"]]
+    spec = pred.assign(mode="speculative", strategy="draft")[SETTING + ["mode", "strategy", "k", "predicted_tokens_per_s",
+                                                                        "predicted_gain_pct"]]
+    base = (pred.drop_duplicates(SETTING)[SETTING + ["predicted_baseline_tokens_per_s"]]
+            .rename(columns={"predicted_baseline_tokens_per_s": "predicted_tokens_per_s"})
+            .assign(mode="target", strategy="", k=0, predicted_gain_pct=float("nan"))[spec.columns])
+    keys = SETTING + ["mode", "strategy", "k"]
+    both = pd.concat([spec, base], ignore_index=True)
+    out = summary.merge(both.astype({c: summary[c].dtype for c in keys if c in summary}), on=keys, how="left")
+    return out if out["predicted_tokens_per_s"].notna().any() else summary
+
+
 # --- labels and numbers ---------------------------------------------------------------------
 
 
@@ -148,6 +174,10 @@ def _speed(x: float) -> str:
     return f"{x:.1f}" if abs(x) >= 100 else f"{x:.2f}"
 
 
+def _predicted(x) -> str:
+    return "–" if pd.isna(x) else _speed(x)
+
+
 def _tps(row: pd.Series) -> str:
     if pd.isna(row["tokens_per_s"]):
         return "–"
@@ -175,6 +205,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
         columns["GPU layers"] = list(offloads)
     columns |= {
         "tokens/s": [_tps(r) for _, r in summary.iterrows()],
+        **({"pred.": [_predicted(v) for v in summary["predicted_tokens_per_s"]]} if "predicted_tokens_per_s" in summary else {}),
         "ms/tok": [_num(v) for v in summary["ms_per_token"]],
         "accept": [_num(v, "{:.1%}") for v in summary["acceptance"]],
         "tok/rnd": [_num(v) for v in summary["tokens_per_round"]],
@@ -224,6 +255,8 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool) -> str:
             draft += f" ({first['draft_offload']})"
         lines += [f"target {target}"] + ([f"draft  {draft}"] if isinstance(first["draft_file"], str) else [])
     lines.append("★ best K · gain vs target alone" + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
+    if "predicted_tokens_per_s" in summary:
+        lines.append("pred.: tokens/s that `gguf-bench tune` predicted for the setting")
     return "\n".join(lines)
 
 
@@ -249,12 +282,14 @@ def eval_table(evals: list[EvalRecord]) -> Table:
 
 def to_markdown(summary: pd.DataFrame) -> str:
     """The published llama.cpp notebook's table: model, GPU layers offload, tokens/s, gain %."""
-    lines = ["| model | GPU layers offload | tokens/s | gain % | acceptance | temperature |",
-             "|---|---|---|---|---|---|"]
+    predicted = "predicted_tokens_per_s" in summary
+    lines = ["| model | GPU layers offload | tokens/s | " + ("predicted tokens/s | " if predicted else "")
+             + "gain % | acceptance | temperature |", "|---|---|---|---|---|---|" + ("---|" if predicted else "")]
     for _, row in summary.iterrows():
         gain = "" if row["mode"] == "target" else _num(row["gain_pct"], "{:+.1f}%")
         best = " **(best K)**" if row["best_k"] else ""
-        lines.append(f"| {model_label(row)}{best} | {offload_label(row)} | {_tps(row)} | {gain} | "
+        pred = f"{_predicted(row['predicted_tokens_per_s'])} | " if predicted else ""
+        lines.append(f"| {model_label(row)}{best} | {offload_label(row)} | {_tps(row)} | {pred}{gain} | "
                      f"{_num(row['acceptance'], '{:.1%}')} | {_num(row['temperature'], '{:g}')} |")
     return "\n".join(lines) + "\n"
 
@@ -355,6 +390,10 @@ def _draw_speed(ax, summary: pd.DataFrame, grp: pd.DataFrame, key: tuple, label:
     err = grp["tokens_per_s_std"] if metric == "tokens_per_s" else None
     line = ax.errorbar(grp["k"], grp[metric], yerr=err, marker="o", capsize=3, label=label)
     color = line[0].get_color()
+    predicted = f"predicted_{metric}"
+    if predicted in grp and grp[predicted].notna().any():
+        known = grp[grp[predicted].notna()]
+        ax.plot(known["k"], known[predicted], linestyle=":", marker="x", color=color, label=f"{label}: predicted (tune)")
     if metric == "tokens_per_s":
         base = summary[(summary["mode"] == "target") & (summary[LINE] == pd.Series(key, index=LINE)).all(axis=1)]
         if not base.empty and not pd.isna(base["tokens_per_s"].iloc[0]):

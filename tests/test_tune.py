@@ -356,6 +356,35 @@ def test_tune_check_prints_measured_next_to_predicted_and_stores_the_runs(tiny_p
     assert {r["mode"] for r in runs} == {"target", "speculative"} and all(r["sweep"] == "tc" for r in runs)
     rec_k = int(out.split("recommended: -K ")[1].split()[0])
     assert rec_k in {r["config"]["k"] for r in runs if r["mode"] == "speculative"}
+    check_report_shows_predictions(isolated / "results", stored, tmp_path)
+
+
+def speed(x: float) -> str:
+    return f"{x:.1f}" if x >= 100 else f"{x:.2f}"
+
+
+def check_report_shows_predictions(results, stored, tmp_path):
+    """`report` puts tune's prediction beside each measured row of the same setting and prompts, draws it,
+    and leaves it out for runs of other prompts."""
+    cal = tn.Calibration.from_record(stored[0])
+    md = invoke("report", str(results / "tc.jsonl"), "--format", "md")
+    assert md.exit_code == 0, md.output
+    lines = md.stdout.splitlines()
+    assert "| predicted tokens/s |" in lines[0]
+    ks = sorted({r["config"]["k"] for r in stored[1:] if r["mode"] == "speculative"})
+    for k in ks:
+        row = next(ln for ln in lines if f"K={k}" in ln)
+        assert f"| {speed(cal.predict(k).tokens_per_s)} |" in row, row
+    target = next(ln for ln in lines[2:] if "K=" not in ln)
+    assert f"| {speed(cal.predict(ks[0]).baseline_tokens_per_s)} |" in target, target
+    table = invoke("report", str(results / "tc.jsonl"))
+    assert "pred." in table.stdout and "kind calibration" not in table.stderr
+    plot = tmp_path / "report.png"
+    assert invoke("report", str(results / "tc.jsonl"), "--plot", str(plot)).exit_code == 0 and plot.stat().st_size > 0
+    other = [stored[0]] + [{**r, "config": {**r["config"], "prompt_id": "chat-short"}} for r in stored[1:]]
+    (tmp_path / "other.jsonl").write_text("".join(json.dumps(r) + "\n" for r in other))
+    md = invoke("report", str(tmp_path / "other.jsonl"), "--format", "md")
+    assert md.exit_code == 0 and "predicted" not in md.stdout
 
 
 @pytest.mark.parametrize("args, needle", [
