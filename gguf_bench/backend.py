@@ -18,8 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from gguf_bench.errors import ConfigError, ModelError
-from gguf_bench.options import ALL_LAYERS  # noqa: F401 (re-exported for older callers)
-from gguf_bench.options import layers as parse_layers  # noqa: F401 (re-exported for older callers)
 
 _log_tail: deque[tuple[int, str]] = deque(maxlen=64)  # (ggml log level, line), cleared before each load
 _LOG_ERROR, _LOG_CONT = 4, 5  # ggml_log_level values

@@ -19,7 +19,7 @@ from gguf_bench.speculative import GenerationResult, OnRound, Verify, generate_r
 
 @dataclass(frozen=True)
 class LoadConfig:
-    ngl: int = 0  # target GPU layers (backend.ALL_LAYERS = all)
+    ngl: int = 0  # target GPU layers (options.ALL_LAYERS = all)
     ngld: int = 0  # draft GPU layers
     n_ctx: int = 2048
     threads: int | None = None

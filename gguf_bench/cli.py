@@ -217,9 +217,6 @@ def _files(pair: str | None, target: Path | None, draft: Path | None, registry: 
     return resolve(pair, target, draft, registry, progress=_DownloadProgress)
 
 
-_pair_files = _files  # the name tune's command was written against
-
-
 def _warn_offload(*layer_values: int) -> None:
     from gguf_bench.backend import gpu_offload_supported
     from gguf_bench.options import offload_requested

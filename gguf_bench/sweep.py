@@ -22,15 +22,6 @@ from gguf_bench.sampling import SamplingConfig
 from gguf_bench.speculative import Verify
 
 
-def parse_int_list(spec: str, what: str, allow_all: bool = False) -> list[int]:
-    """Older name of options.int_list / options.layer_list (kept for callers outside the package)."""
-    return options.layer_list(spec, what) if allow_all else options.int_list(spec, what)
-
-
-def parse_float_list(spec: str, what: str) -> list[float]:
-    return options.temperatures(spec)
-
-
 @dataclass(frozen=True)
 class Grid:
     ks: list[int]

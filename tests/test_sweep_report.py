@@ -14,10 +14,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from gguf_bench.backend import ALL_LAYERS
 from gguf_bench.cli import app
 from gguf_bench.errors import ConfigError
-from gguf_bench.options import int_list, layer_list, layers, temperatures
+from gguf_bench.options import ALL_LAYERS, int_list, layer_list, layers, temperatures
 from gguf_bench.report import render, summarize, to_frame
 from gguf_bench.results import read_records
 

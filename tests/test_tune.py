@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from gguf_bench import tune as tn
-from gguf_bench.backend import ALL_LAYERS
 from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.cli import app
 from gguf_bench.drafters import Strategy
+from gguf_bench.options import ALL_LAYERS
 from gguf_bench.prompts import builtin
 from gguf_bench.results import read_records
 from gguf_bench.sampling import SamplingConfig
