@@ -84,12 +84,14 @@ def _repack_overrides(path: Path, n_gpu_layers: int):
     """With extra buffers off, still repack what llama.cpp would (see repack.py); $GGUF_BENCH_REPACK=0: don't."""
     if os.environ.get("GGUF_BENCH_REPACK") == "0":
         return None
+    import struct
+
     from gguf_bench import repack
 
     try:
         names = repack.repackable(path, llama_versions()["system_info"], n_gpu_layers)
-    except Exception:  # not a GGUF the reader understands: llama.cpp's loader says what is wrong
-        return None
+    except (ModelError, OSError, ValueError, KeyError, struct.error):  # not a GGUF the reader understands:
+        return None  # llama.cpp's loader says what is wrong
     return repack.overrides(names)
 
 

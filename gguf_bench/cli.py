@@ -469,8 +469,8 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
             console.print(rep.rich_table(summary, width=console.width, show_host="host" in keep))
         if loaded.evals:
             console.print(rep.eval_table(loaded.evals))
-    unshown = [o for o in loaded.others if o.kind != "calibration" or summary is None
-               or "predicted_tokens_per_s" not in summary]
+    predicted = summary is not None and "predicted_tokens_per_s" in summary  # calibrations shown as pred.
+    unshown = [o for o in loaded.others if not (predicted and o.kind == "calibration")]
     if unshown:
         kinds = sorted({o.kind for o in unshown})
         err.print(f"({len(unshown)} record(s) of kind {', '.join(kinds)} not shown here)", markup=False)

@@ -56,9 +56,7 @@ def tune(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
     ngl_list, ngld_list = options.layer_list(ngls, "-ngl"), options.layer_list(nglds, "-ngld")
     if n_predict < 2 or reps < 1:
         raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 (got {n_predict} and {reps})")
-    name = name or default_name("tune")
-    if not all(c.isalnum() or c in "-_." for c in name):
-        raise BenchError(f"--name '{name}' may hold only letters, digits, '-', '_' and '.'")
+    name = options.results_name(name or default_name("tune"))
     out = ensure_results_dir() / f"{name}.jsonl"  # appended to: tune into a sweep's file to report both together
     files = cli._files(pair, target, draft, registry)
     files.check_compatible()
@@ -100,6 +98,7 @@ def _calibrate_all(files, k_list, ngl_list, ngld_list, prompts, n_predict, ctx_s
     from gguf_bench.backend import gpu_offload_supported
     from gguf_bench.bench import LoadConfig
     from gguf_bench.ggufinfo import read_info
+    from gguf_bench.options import layers_label
     from gguf_bench.results import append_record
 
     settings, warnings = tn.effective_settings(ngl_list, ngld_list, gpu_offload_supported(),
@@ -108,7 +107,7 @@ def _calibrate_all(files, k_list, ngl_list, ngld_list, prompts, n_predict, ctx_s
         cli.err.print(f"Warning: {w}", markup=False)
     calibrations, failures = [], []
     for ngl, ngld in settings:
-        label = f"-ngl {tn.layer_label(ngl)} -ngld {tn.layer_label(ngld)}"
+        label = f"-ngl {layers_label(ngl)} -ngld {layers_label(ngld)}"
         load = LoadConfig(ngl, ngld, ctx_size, threads)
         with cli.err.status(f"calibrating {files.name} {label} ...") as status:
             events = tn.CalibrationEvents(step=lambda what, at=f"{files.name} {label}": status.update(f"calibrating {at}: {what}"))

@@ -107,8 +107,8 @@ class TensorInfo:
     shape: tuple[int, ...]  # ne[0], ne[1], ... as ggml counts them
 
 
-_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-_STRING, _ARRAY = 8, 9
+_STRUCT = {"UINT8": "B", "INT8": "b", "UINT16": "H", "INT16": "h", "UINT32": "I", "INT32": "i", "FLOAT32": "f",
+           "BOOL": "?", "UINT64": "Q", "INT64": "q", "FLOAT64": "d"}  # gguf.GGUFValueType name -> struct format
 
 
 def tensor_table(path: Path) -> tuple[dict[str, object], list[TensorInfo]]:
@@ -134,26 +134,29 @@ def tensor_table(path: Path) -> tuple[dict[str, object], list[TensorInfo]]:
             pos += n
             return bytes(buf[pos - n:pos]).decode("utf-8", "replace")
 
-        def value(vtype: int):
+        def value(vtype: gguf.GGUFValueType):
             nonlocal pos
-            if vtype == _STRING:
+            if vtype == gguf.GGUFValueType.STRING:
                 return string()
-            if vtype == _ARRAY:
-                itype, n = take("I"), take("Q")
-                if itype in _SCALAR:
-                    pos += n * struct.calcsize(_SCALAR[itype])
+            if vtype == gguf.GGUFValueType.ARRAY:
+                itype, n = gguf.GGUFValueType(take("I")), take("Q")
+                if itype.name in _STRUCT:  # skipped whole: a 262k-entry score array costs nothing
+                    pos += n * struct.calcsize(_STRUCT[itype.name])
+                elif itype == gguf.GGUFValueType.STRING:  # a vocabulary: hop over each length-prefixed string
+                    for _ in range(n):
+                        pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
                 else:
                     for _ in range(n):
                         value(itype)
                 return None
-            return take(_SCALAR[vtype])
+            return take(_STRUCT[vtype.name])
 
         if take("4s") != b"GGUF":
             raise ModelError(f"{path} is not a GGUF file (no GGUF magic at its start)")
         _version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
         meta = {}
         for _ in range(n_kv):
-            key, vtype = string(), take("I")
+            key, vtype = string(), gguf.GGUFValueType(take("I"))
             meta[key] = value(vtype)
         tensors = []
         for _ in range(n_tensors):

@@ -96,6 +96,13 @@ def temperatures(spec: str | float) -> list[float]:
     return [temperature(t) for t in dict.fromkeys(values)]
 
 
+def results_name(name: str) -> str:
+    """A --name: becomes results/NAME.jsonl, so no path separators or other surprises."""
+    if not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"--name '{name}' may hold only letters, digits, '-', '_' and '.'")
+    return name
+
+
 def repetitions(n: int) -> int:
     if n < 1:
         raise ConfigError(f"--repetitions must be >= 1, got {n}")

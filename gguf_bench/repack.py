@@ -15,6 +15,7 @@ abort the load. They are the x86 ones; elsewhere nothing is overridden.
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 from pathlib import Path
 
@@ -65,6 +66,7 @@ def overrides(names: list[str]) -> ctypes.Array | None:
     return array
 
 
+@functools.cache
 def repack_buffer_type() -> int | None:
     """The CPU device's CPU_REPACK buffer type, found through ggml's public registry (no C++ symbols)."""
     import llama_cpp

@@ -103,7 +103,8 @@ def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, others: list[Other
     """Add `predicted_tokens_per_s` (and `predicted_gain_pct`) from stored `tune` calibrations to the rows
     they predict: the target alone and the draft model with a fixed K, under the same pair, host, offload,
     temperature and length, and only where the runs used the calibration's prompts (a prediction for other
-    prompts predicts other text). Rows without a prediction get NaN; no calibration: `summary` unchanged."""
+    prompts predicts other text). Rows without a prediction get NaN; no calibration, or a summary kept
+    apart by prompt (a calibration predicts the mean over its prompts): `summary` unchanged."""
     from gguf_bench.tune import KIND, predicted_frame
 
     calibrations = [o.data for o in others if o.kind == KIND]

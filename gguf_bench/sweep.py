@@ -92,9 +92,7 @@ def results_path(name: str | None, resume: bool) -> tuple[str, Path]:
     """The sweep's name (from the time when not given) and its results file, in a folder proven writable."""
     if resume and not name:
         raise ConfigError("--resume needs --name NAME of the sweep to continue")
-    name = name or default_name("sweep")
-    if not all(c.isalnum() or c in "-_." for c in name):
-        raise ConfigError(f"--name '{name}' may hold only letters, digits, '-', '_' and '.'")
+    name = options.results_name(name or default_name("sweep"))
     out = ensure_results_dir() / f"{name}.jsonl"
     if out.exists() and not resume:
         raise ConfigError(f"{out} already exists; pass --resume to continue it, or choose another --name")

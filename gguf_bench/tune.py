@@ -391,10 +391,6 @@ def predicted_frame(records: Sequence[dict]):
 # --- offload settings --------------------------------------------------------------------------------
 
 
-def layer_label(n: int) -> str:
-    return str(layers_label(n))
-
-
 def effective_settings(ngls: Sequence[int], nglds: Sequence[int], gpu: bool, target_layers: int,
                        draft_layers: int) -> tuple[list[tuple[int, int]], list[str]]:
     """The (ngl, ngld) pairs that differ on this build, and a warning for each request folded away.
@@ -405,7 +401,7 @@ def effective_settings(ngls: Sequence[int], nglds: Sequence[int], gpu: bool, tar
     warnings: list[str] = []
     if not gpu:
         if any(ngls) or any(nglds):
-            asked = ", ".join(f"-ngl {layer_label(a)} -ngld {layer_label(b)}" for a in ngls for b in nglds if a or b)
+            asked = ", ".join(f"-ngl {layers_label(a)} -ngld {layers_label(b)}" for a in ngls for b in nglds if a or b)
             warnings.append(f"this llama-cpp-python build cannot offload to a GPU: calibrating -ngl 0 -ngld 0 only "
                             f"(not {asked}); reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" to tune offload")
         return [(0, 0)], warnings
@@ -415,7 +411,7 @@ def effective_settings(ngls: Sequence[int], nglds: Sequence[int], gpu: bool, tar
         for v in values:
             eff = ALL_LAYERS if v >= n_layers + 1 else v  # llama.cpp counts the output layer too
             if eff in out:
-                warnings.append(f"{flag} {layer_label(v)} offloads the same layers as an earlier value: calibrated once")
+                warnings.append(f"{flag} {layers_label(v)} offloads the same layers as an earlier value: calibrated once")
             else:
                 out.append(eff)
         return out
