@@ -108,8 +108,9 @@ class Dist:
     """A distribution over n tokens: token ids[j] has probability weight[j] / total, every other token 0.
 
     Dense when ids is None: weight is then [n] (unnormalized, float32 from logits) and, from DIRECT_DRAW
-    entries on, `cells` holds its column sums followed by the tail's weights, so that a draw reads
-    O(n / CELL_ROWS + CELL_ROWS) entries instead of a cumulative sum over n (exact to float32 rounding).
+    entries on, `cell_cum` holds the cumulative sums (float64) of its column sums followed by the tail's
+    weights, so that a draw reads O(n / CELL_ROWS + CELL_ROWS) entries instead of a cumulative sum over n
+    (exact to float32 rounding).
     Sparse otherwise: ids ascending, weight float64. `p[token]` is the probability of token.
     """
 
@@ -117,15 +118,15 @@ class Dist:
     ids: np.ndarray | None
     weight: np.ndarray
     total: float
-    cells: np.ndarray | None = None
+    cell_cum: np.ndarray | None = None
 
     @classmethod
     def from_weights(cls, weight: np.ndarray) -> Dist:
         """A dense distribution proportional to weight [n] (kept, not copied)."""
         if weight.shape[0] < DIRECT_DRAW:
             return cls(weight.shape[0], None, weight, float(weight.sum()))
-        cells = _cells(weight)
-        return cls(weight.shape[0], None, weight, float(cells.sum()), cells)
+        cum = _cumulative_cells(weight)
+        return cls(weight.shape[0], None, weight, float(cum[-1]), cum)
 
     @classmethod
     def on_support(cls, n: int, ids: np.ndarray, weight: np.ndarray) -> Dist:
@@ -162,32 +163,34 @@ class Dist:
         """The token at position u * total of the cumulative distribution (u uniform in [0, 1))."""
         if self.ids is not None:
             return int(self.ids[_pick(self.weight, u)])
-        if self.cells is None:
+        if self.cell_cum is None:
             return _pick(self.weight, u)
-        cols = self.n // CELL_ROWS
-        cum = np.cumsum(self.cells)
-        cell = _pick(self.cells, u, cum)
+        cols, cum = self.n // CELL_ROWS, self.cell_cum
+        cell = _pick(None, u, cum)
         if cell >= cols:  # a tail token is its own cell
             return CELL_ROWS * cols + cell - cols
         below = cum[cell - 1] if cell else 0.0
-        in_cell = (u * cum[-1] - below) / self.cells[cell]  # where u falls inside this cell, in [0, 1)
+        in_cell = (u * cum[-1] - below) / (cum[cell] - below)  # where u falls inside this cell, in [0, 1)
         column = _grid(self.weight, CELL_ROWS)[0][:, cell].astype(np.float64)
         return int(_pick(column, min(max(in_cell, 0.0), 1.0)) * cols + cell)
 
 
-def _cells(weight: np.ndarray) -> np.ndarray:
-    """Column sums of weight [n], then its tail, as float64: one vectorized pass (numpy's own sum of a
-    float32 row is twice as slow, and four times as slow when it accumulates in float64)."""
+def _cumulative_cells(weight: np.ndarray) -> np.ndarray:
+    """Cumulative sums (float64) of the column sums of weight [n], then of its tail: one vectorized pass
+    over n (numpy's own sum of a float32 row is twice as slow, and four times as slow in float64)."""
     grid, tail = _grid(weight, CELL_ROWS)
-    return np.concatenate([grid.sum(axis=0), tail]).astype(np.float64)
+    sums = grid.sum(axis=0)
+    return np.cumsum(np.concatenate([sums, tail]) if tail.shape[0] else sums, dtype=np.float64)
 
 
-def _pick(weight: np.ndarray, u: float, cum: np.ndarray | None = None) -> int:
-    """Index of the first cumulative weight above u * total, which is never an index of weight 0."""
+def _pick(weight: np.ndarray | None, u: float, cum: np.ndarray | None = None) -> int:
+    """Index of the first cumulative weight above u * total, which is never an index of weight 0.
+
+    cum: the cumulative sums of weight, where the caller has them (weight may then be None)."""
     cum = np.cumsum(weight, dtype=np.float64) if cum is None else cum
     j = int(np.searchsorted(cum, u * cum[-1], side="right"))
-    if j >= weight.shape[0]:  # u * total rounded up to the total: the last token of positive weight
-        j = int(np.flatnonzero(weight > 0)[-1])
+    if j >= cum.shape[0]:  # u * total rounded up to the total: the last index of positive weight
+        j = int(np.flatnonzero(np.diff(cum, prepend=0.0) > 0)[-1])
     return j
 
 
@@ -244,7 +247,7 @@ class _Exp2:
 
     def total(self, x: np.ndarray) -> float:
         w = self(x)
-        return float(_cells(w).sum() if w.shape[0] >= DIRECT_DRAW else w.sum(dtype=np.float64))
+        return float(_cumulative_cells(w)[-1] if w.shape[0] >= DIRECT_DRAW else w.sum(dtype=np.float64))
 
 
 def _at_least(x: np.ndarray, col_max: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -190,7 +190,7 @@ def dense_rows(picks: list[list[int]], seed: int) -> np.ndarray:
 def test_acceptance_on_dense_distributions_reproduces_the_target():
     q = probabilities(dense_rows([[0], [1], [2], [5]], 22), SamplingConfig(1.0))
     p = probabilities(dense_rows([[4], [3], [0]], 23), SamplingConfig(1.0))
-    assert all(qi.ids is None and qi.cells is not None for qi in q)
+    assert all(qi.ids is None and qi.cell_cum is not None for qi in q)
     assert min_p_value(simulate(accept_sampled, q=q, p=p), q=q) > 1e-3
     assert min_p_value(simulate(replacement_from_target, q=q, p=p), q=q) < 1e-6
 
@@ -200,7 +200,7 @@ def test_draw_from_a_dense_row_by_columns():
     where = [0, 19, 20, 21 * 20 + 7, 63 * 20 + 19, V_DENSE - 1]  # first and last rows and columns, the tail
     weight[where] = [1, 2, 3, 4, 5, 6]
     d = Dist.from_weights(weight)
-    assert d.cells is not None
+    assert d.cell_cum is not None
     rng = np.random.default_rng(4)
     counts = np.bincount([draw(d, rng) for _ in range(21_000)], minlength=V_DENSE)
     assert counts.sum() == counts[where].sum()  # never a token of weight 0
