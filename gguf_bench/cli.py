@@ -252,7 +252,8 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     from gguf_bench.results import default_name, ensure_results_dir, try_append_records
     from gguf_bench.sweep import iter_records, single_run_grid
 
-    out = ensure_results_dir() / f"{name or default_name('run')}.jsonl"  # before any work: can results be stored?
+    name = options.results_name(name or default_name("run"))
+    out = ensure_results_dir() / f"{name}.jsonl"  # before any work: can results be stored?
     grid = single_run_grid(options.draft_length(k), ngl, ngld, options.temperature(temp),
                            prompts.from_options(prompt, prompt_file, chat), repetitions=repetitions,
                            n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
@@ -522,7 +523,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     prompts = mul_prompts(nb_prompts, seed)
     cfg = SamplingConfig(temp, top_k, top_p, seed)
     options.draft_length(k), options.n_predict(n_predict)
-    out = ensure_results_dir() / f"{name or default_name('eval')}.jsonl"
+    out = ensure_results_dir() / f"{options.results_name(name or default_name('eval'))}.jsonl"
     files, loaded = _open(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
     with loaded, Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                           console=err, transient=True) as bar:

@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from gguf_bench.errors import BenchError, ModelError
+from gguf_bench.options import speed_text
 
 
 def tune(pair: Annotated[str | None, typer.Argument(help="pair name from the registry (default: its default pair)")] = None,
@@ -158,7 +159,7 @@ def prediction_table(cal, strategies: list, top_cal, top) -> Table:
     tm = cal.timings
     base = cal.predict(min(cal.ks)).baseline_tokens_per_s
     table = Table(title=f"tune {cal.pair}, -ngl {cal.ngl} -ngld {cal.ngld}: predicted tokens/s (greedy, n={cal.n_predict}, "
-                        f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone {_speed(base)})",
+                        f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone {speed_text(base)})",
                   caption="a_K: acceptance of draft position K once reached; K·c: a round's draft cost in target "
                           "decodes; verify ×: t_verify(K+1)/t_verify(1)" + _strategies_caption(strategies))
     one = len(strategies) == 1
@@ -180,10 +181,10 @@ def prediction_table(cal, strategies: list, top_cal, top) -> Table:
             if p is None:
                 cells.append("–")
             elif one:
-                cells += [_fmt(p.tokens_per_round), _fmt(p.round_ms, "{:.1f}"), _speed(p.tokens_per_s) + star,
+                cells += [_fmt(p.tokens_per_round), _fmt(p.round_ms, "{:.1f}"), speed_text(p.tokens_per_s) + star,
                           _fmt(p.gain_pct, "{:+.1f}")]
             else:
-                cells.append(f"{_speed(p.tokens_per_s)} ({_fmt(p.gain_pct, '{:+.0f}')}%){star}")
+                cells.append(f"{speed_text(p.tokens_per_s)} ({_fmt(p.gain_pct, '{:+.0f}')}%){star}")
         a_k = cal.a[k - 1] if k <= len(cal.a) else None
         table.add_row(str(k), _fmt(a_k, "{:.0%}"), _fmt(k * tm.draft_cost_ratio()), _fmt(tm.verify_curve()[k]), *cells,
                       style="bold" if row_best else None)
@@ -196,10 +197,6 @@ def _strategies_caption(strategies: list) -> str:
     ngram = next((st for st in strategies if st.spec_type == "ngram"), None)
     return ("; cells: tokens/s (gain %); h<=C: heuristic K from K up to C"
             + (f"; ngram: lookup of {ngram.ngram_min}-{ngram.ngram_max} tokens" if ngram else ""))
-
-
-def _speed(x: float) -> str:
-    return _fmt(x, "{:.0f}" if x >= 1000 else "{:.1f}" if x >= 100 else "{:.2f}")
 
 
 def _strategy_name(st) -> str:

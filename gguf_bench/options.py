@@ -66,6 +66,13 @@ def layers_label(n: int) -> str | int:
     return "all" if n == ALL_LAYERS else n
 
 
+def speed_text(x: float | None) -> str:
+    """A speed as tables show it: 2 decimals below 100, 1 below 1000, none above; '–' when unknown."""
+    if x is None or x != x:  # None or NaN
+        return "–"
+    return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.1f}" if abs(x) >= 100 else f"{x:.2f}"
+
+
 def draft_length(k: int) -> int:
     if k < 1:
         raise ConfigError(f"draft length -K/--draft-max must be >= 1, got {k}")

@@ -16,6 +16,7 @@ from rich import box
 from rich.table import Table
 
 from gguf_bench.errors import BenchError
+from gguf_bench.options import speed_text
 from gguf_bench.records import EvalRecord, OtherRecord, RunRecord, eval_row, gain_pct, parse, read_file, run_row
 
 SETTING = ["pair", "host", "ngl", "ngld", "temperature", "n_predict"]  # what a baseline must share with its row
@@ -171,19 +172,11 @@ def _num(x, fmt: str = "{:.2f}") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 
 
-def _speed(x: float) -> str:
-    return f"{x:.1f}" if abs(x) >= 100 else f"{x:.2f}"
-
-
-def _predicted(x) -> str:
-    return "–" if pd.isna(x) else _speed(x)
-
-
 def _tps(row: pd.Series) -> str:
     if pd.isna(row["tokens_per_s"]):
         return "–"
     std = row["tokens_per_s_std"]
-    return _speed(row["tokens_per_s"]) + ("" if pd.isna(std) else f" ± {_speed(std)}")
+    return speed_text(row["tokens_per_s"]) + ("" if pd.isna(std) else f" ± {speed_text(std)}")
 
 
 # --- rich tables ----------------------------------------------------------------------------
@@ -206,7 +199,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
         columns["GPU layers"] = list(offloads)
     columns |= {
         "tokens/s": [_tps(r) for _, r in summary.iterrows()],
-        **({"pred.": [_predicted(v) for v in summary["predicted_tokens_per_s"]]} if "predicted_tokens_per_s" in summary else {}),
+        **({"pred.": [speed_text(v) for v in summary["predicted_tokens_per_s"]]} if "predicted_tokens_per_s" in summary else {}),
         "ms/tok": [_num(v) for v in summary["ms_per_token"]],
         "accept": [_num(v, "{:.1%}") for v in summary["acceptance"]],
         "tok/rnd": [_num(v) for v in summary["tokens_per_round"]],
@@ -289,7 +282,7 @@ def to_markdown(summary: pd.DataFrame) -> str:
     for _, row in summary.iterrows():
         gain = "" if row["mode"] == "target" else _num(row["gain_pct"], "{:+.1f}%")
         best = " **(best K)**" if row["best_k"] else ""
-        pred = f"{_predicted(row['predicted_tokens_per_s'])} | " if predicted else ""
+        pred = f"{speed_text(row['predicted_tokens_per_s'])} | " if predicted else ""
         lines.append(f"| {model_label(row)}{best} | {offload_label(row)} | {_tps(row)} | {pred}{gain} | "
                      f"{_num(row['acceptance'], '{:.1%}')} | {_num(row['temperature'], '{:g}')} |")
     return "\n".join(lines) + "\n"

@@ -124,9 +124,15 @@ def test_run_warns_about_offload_on_a_cpu_build(tiny_pairs):
     (["--temp", "-1"], "--temp must be >= 0"),
     (["-ngl", "lots"], "GPU layers must be a number or 'all'"),
     (["--ctx-size", "64", "-p", "word " * 80], "do not fit in --ctx-size 64"),
+    (["--name", "a/b"], "--name 'a/b' may hold only"),
 ])
 def test_run_bad_input(tiny_pairs, args, needle):
     assert_user_error(invoke("run", *pair_args(tiny_pairs["high"]), *args), needle)
+
+
+def test_eval_refuses_a_name_with_a_path_separator(tiny_pairs, isolated):
+    assert_user_error(invoke("eval", *pair_args(tiny_pairs["high"]), "--name", "a/b"), "--name 'a/b' may hold only")
+    assert not (isolated / "results" / "a").exists()
 
 
 def test_run_incompatible_pair(incompatible):
