@@ -6,12 +6,13 @@ renormalized. Its result is a `Dist`: dense (a weight per vocabulary entry) when
 same `probabilities`, which exact rejection sampling requires.
 
 Cost on a row of V float32 logits (read in place, never written; nothing loops over V in Python):
-  - no truncation: max, scale, exp2 and column sums: four vectorized passes into one float32 row;
+  - no truncation: max, min, scale, exp2 and column sums: five vectorized passes into one float32 row
+    (six at low temperature, where a clamp keeps exp2 off its slow subnormal path: see _Exp2);
   - top-k: column maxima (one pass) bound the k-th largest logit from below; only the few columns that
     can hold a top-k token are read again, and softmax runs on the survivors alone;
   - top-p alone: column maxima again; the nucleus is grown from the best columns and sorted there,
     never over V. Its cut needs the normalizer over all V: the column maxima bracket it, and only
-    where the bracket cannot decide the cut is it computed (scale, exp2, column sums: three passes).
+    where the bracket cannot decide the cut is it computed (min, scale, exp2, column sums: four passes).
 The vocabulary is viewed as a [rows, V // rows] grid (plus a tail of V % rows tokens; rows = 64 for a
 vocabulary of 262,144, fewer for smaller ones): a "column" is a strided group of tokens, so that column
 maxima and sums are reductions over whole rows, which numpy vectorizes (reductions over short contiguous
@@ -40,6 +41,8 @@ FIRST_NUCLEUS_COLUMNS = 64  # columns the nucleus search reads first, with a bra
 SAMPLE_STRIDE = 16  # every 16th logit guesses floors for nuclei wider than the columns can
 LOG2_E = float(np.log2(np.e))
 EXP2_SAFE = 86.0  # 2^(x log2(e) / T) needs no shift while its largest exponent is in [0, 86]: V 2^86 fits float32
+EXP2_LOWEST = -125.0  # exponents are raised to this: numpy's float32 exp2 below -126 (subnormal results) runs
+# 25-200x slower (measured: 0.13 ms for a 262,144-entry row in [-126, 0], 3.5-28 ms for one below -126)
 
 
 @dataclass(frozen=True)
@@ -218,29 +221,43 @@ def _row_distribution(x: np.ndarray, cfg: SamplingConfig) -> Dist:
         return _top_k(x, cfg.top_k, cfg.temperature, cfg.top_p)
     if cfg.top_p < 1.0:
         return _nucleus_of_all(x, cfg.temperature, cfg.top_p)
-    weigh = _Exp2.for_row(float(x.max()), cfg.temperature)
-    return Dist.from_weights(weigh(x))  # max, scale, exp2, column sums: four passes, one new row
+    weigh = _Exp2.for_row(float(x.max()), cfg.temperature, float(x.min()))
+    return Dist.from_weights(weigh(x))  # max, min, scale, exp2, column sums: five passes, one new row
 
 
 @dataclass(frozen=True)
 class _Exp2:
-    """Softmax weights e^(x / T) up to a factor, as 2^(x * scale - shift) in float32.
+    """Softmax weights e^(x / T) up to a factor, as 2^(max(x, low) * scale - shift) in float32.
 
     exp2 because numpy's float32 exp2 is about twice as fast as its exp, at the same accuracy (1 ulp).
     The shift is 0 (a pass less) while 2^(max(x) * scale) stays far inside float32, else max(x) * scale.
+    Logits whose exponent would fall below EXP2_LOWEST are raised to `low` (an extra pass, only in rows
+    that hold such logits: at low temperature), so that exp2 never takes its slow subnormal path; such a
+    token weighs 2^-125 instead of less, at most V 2^-125 < 1e-32 of a total that is >= 1.
     A row's weights all come from one _Exp2, so that sums over parts of the row add up exactly.
     """
 
     scale: float
     shift: float
+    low: float | None  # None: no logit of the row is below the clamp
 
     @classmethod
-    def for_row(cls, x_max: float, temperature: float) -> _Exp2:
+    def for_row(cls, x_max: float, temperature: float, x_min: float | None = None) -> _Exp2:
+        """x_min: the row's lowest logit, where known (None: clamp whatever is passed)."""
         scale = LOG2_E / temperature
-        return cls(scale, 0.0 if 0.0 <= x_max * scale <= EXP2_SAFE else x_max * scale)
+        shift = 0.0 if 0.0 <= x_max * scale <= EXP2_SAFE else x_max * scale
+        low = (shift + EXP2_LOWEST) / scale
+        return cls(scale, shift, None if x_min is not None and x_min >= low else low)
+
+    def knowing_min(self, x_min: float) -> _Exp2:
+        """The same weights, without the clamp's pass where x_min shows that no logit needs it."""
+        return self if self.low is None or x_min < self.low else _Exp2(self.scale, self.shift, None)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        w = np.multiply(x, self.scale, out=_new_array(x.shape, np.result_type(x.dtype, np.float32)))
+        w = _new_array(x.shape, np.result_type(x.dtype, np.float32))
+        if self.low is not None:
+            x = np.maximum(x, self.low, out=w)
+        np.multiply(x, self.scale, out=w)
         if self.shift:
             np.subtract(w, self.shift, out=w)
         return np.exp2(w, out=w)
@@ -280,7 +297,7 @@ def _top_k(x: np.ndarray, k: int, temperature: float, top_p: float) -> Dist:
         ids = _at_least(x, col_max, _kth_largest(col_max, k))[0]
         ids = ids[x[ids] >= _kth_largest(x[ids], k)]
     values = x[ids]
-    weigh = _Exp2.for_row(float(values.max()), temperature)
+    weigh = _Exp2.for_row(float(values.max()), temperature, float(values.min()))
     cut = -np.inf if top_p >= 1.0 else _nucleus_cut(values, weigh, top_p, (0.0, 0.0))
     return _on_cut(x, ids, cut, weigh)
 
@@ -313,8 +330,8 @@ def _nucleus_of_all(x: np.ndarray, temperature: float, top_p: float) -> Dist:
     weight reaches top_p of the normalizer Z, the smallest prefix that does lies among them.
       1. The best FIRST_NUCLEUS_COLUMNS columns' tokens above their lowest maximum, with Z bracketed from
          the column maxima (`_candidates`): enough for the usual peaked row, in one pass over V.
-      2. Otherwise Z exactly (scale, exp2, sum: three passes): the same candidates, then 8x more each
-         time, until they reach top_p of it.
+      2. Otherwise Z exactly (min, scale, exp2, sum: four passes): the same candidates, then 8x more
+         each time, until they reach top_p of it.
     """
     grid, tail = _grid(x)
     col_max = grid.max(axis=0)  # the one pass over V that the usual case makes
@@ -325,6 +342,7 @@ def _nucleus_of_all(x: np.ndarray, temperature: float, top_p: float) -> Dist:
         cut = _nucleus_cut(x[ids], weigh, top_p, rest)
         if cut is not None:
             return _on_cut(x, ids, cut, weigh)
+    weigh = weigh.knowing_min(float(x.min()))  # a pass, which saves the clamp's where the row needs none
     total = weigh.total(x)
     while True:
         ids = _at_least_about(x, col_max, n) if ids is None else ids

@@ -37,7 +37,7 @@ from gguf_bench.sampling import SamplingConfig
 
 SETTINGS = [("T=0.7", SamplingConfig(0.7)), ("T=0.7 top-p 0.95", SamplingConfig(0.7, top_p=0.95)),
             ("T=0.7 top-k 40", SamplingConfig(0.7, top_k=40)),
-            ("T=1 top-k 40 top-p 0.95", SamplingConfig(1.0, top_k=40, top_p=0.95))]
+            ("T=1 top-k 40 top-p 0.95", SamplingConfig(1.0, top_k=40, top_p=0.95)), ("T=0.2", SamplingConfig(0.2))]
 VOCABS = "32000,128256,151936,262144"  # Llama 2, Llama 3, Qwen 2.5, Gemma 3
 K = 4
 KEEP_TOP = 1024  # logits of a row always kept when it is cut down to a smaller vocabulary

@@ -290,7 +290,8 @@ def lm_like_row(rng: np.random.Generator, vocab: int, gap: float) -> np.ndarray:
 
 SETTINGS = [SamplingConfig(0.7), SamplingConfig(0.7, top_p=0.95), SamplingConfig(0.7, top_k=40),
             SamplingConfig(1.0, top_k=40, top_p=0.95), SamplingConfig(1.5, top_p=0.5),
-            SamplingConfig(0.3, top_k=2000, top_p=0.99), SamplingConfig(1.0, top_k=1)]
+            SamplingConfig(0.3, top_k=2000, top_p=0.99), SamplingConfig(1.0, top_k=1), SamplingConfig(0.1),
+            SamplingConfig(0.25, top_p=0.9)]
 
 
 @pytest.mark.parametrize("cfg", SETTINGS, ids=lambda c: f"T{c.temperature}-k{c.top_k}-p{c.top_p}")
@@ -305,6 +306,30 @@ def test_probabilities_equal_the_previous_implementation(cfg, vocab):
         if got.ids is not None:  # a cut: the same tokens kept
             np.testing.assert_array_equal(got.ids, np.flatnonzero(want))
         np.testing.assert_allclose(got.dense(), want, rtol=2e-5, atol=1e-12)
+
+
+LOW_TEMPERATURES = [SamplingConfig(0.1), SamplingConfig(0.3), SamplingConfig(0.1, top_p=0.95),
+                    SamplingConfig(0.2, top_p=0.5), SamplingConfig(0.1, top_k=40)]
+
+
+@pytest.mark.parametrize("cfg", LOW_TEMPERATURES, ids=lambda c: f"T{c.temperature}-k{c.top_k}-p{c.top_p}")
+def test_exp2_never_gets_an_exponent_below_the_normal_range(cfg, monkeypatch):
+    """numpy's float32 exp2 runs 25-200x slower where exponents fall below -126 (subnormal results): at
+    low temperature a row's tail reaches them, and the transform must raise them first."""
+    rng = np.random.default_rng(11)
+    rows = [lm_like_row(rng, 262_144, gap) for gap in (0.2, 3.0)]
+    assert all(sampling.LOG2_E / cfg.temperature * float(row.max() - row.min()) > 86 + 126 for row in rows)  # a tail to clamp
+    lowest, exp2 = [], np.exp2
+
+    def spy(x, *args, **kwargs):
+        if np.size(x):
+            lowest.append(float(np.min(x)))
+        return exp2(x, *args, **kwargs)
+
+    monkeypatch.setattr(np, "exp2", spy)
+    for row in rows:
+        draw(probabilities(row, cfg), rng)
+    assert lowest and min(lowest) >= -126
 
 
 def test_probabilities_read_the_logits_without_writing():
