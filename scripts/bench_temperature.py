@@ -8,8 +8,10 @@ ratio compares like with like only where acceptance is the same at both temperat
 with the target's own file (the draft then proposes what the target would sample, and acceptance stays
 at about 100% at any temperature), so the ratio shows the sampler's cost alone.
 
-Per row: tokens/s median [range], acceptance, tokens per round, and where decode time went: sampling
-and acceptance (`sample`) and the loop's other work (`other`), each as % of the time inside llama_decode.
+Per row: tokens/s median [range], acceptance, tokens per round, the time inside llama_decode per token
+(where a change between temperatures is the machine's, or the sampler's rows evicting the model from
+cache), and the time outside it: sampling and acceptance (`sample`) and the loop's other work (`other`),
+each as % of the time inside llama_decode.
 
     python scripts/bench_temperature.py [--pair NAME | --target F.gguf --draft F.gguf | --self F.gguf]
                                         [--temp 0.7] [--top-p 0.95] [--top-k 0] [-K 4] [-n 128] [--repeat 5]
@@ -65,7 +67,7 @@ def share(results: list[GenerationResult], part: str) -> float:
 
 def table(runs: dict[tuple[str, str], list[GenerationResult]], base: str, hot: str) -> str:
     lines = ["| mode | sampling | tokens/s median [range] | T>0 / T=0 median [range] | acceptance | tokens/round | "
-             "sample % | other % |", "|---|---|---|---|---|---|---|---|"]
+             "in llama_decode, ms/token | sample % | other % |", "|---|---|---|---|---|---|---|---|---|"]
     for mode in MODES:
         for label in (base, hot):
             res = runs[label, mode]
@@ -73,8 +75,9 @@ def table(runs: dict[tuple[str, str], list[GenerationResult]], base: str, hot: s
                                                      for h, b in zip(res, runs[base, mode])], "{:.3f}")
             acc = f"{sum(r.accepted for r in res) / sum(r.drafted for r in res):.1%}" if mode != "target" else "–"
             tpr = f"{statistics.median(r.tokens_per_round for r in res):.2f}" if mode != "target" else "1"
+            inside = spread([1000 * (r.target_decode_s + r.draft_decode_s) / r.n_tokens for r in res])
             lines.append(f"| {mode} | {label} | {spread([r.tokens_per_s for r in res])} | {ratio} | {acc} | {tpr} | "
-                         f"{share(res, 'sample_s'):.2f} | {share(res, 'other_s'):.2f} |")
+                         f"{inside} | {share(res, 'sample_s'):.2f} | {share(res, 'other_s'):.2f} |")
     return "\n".join(lines)
 
 
