@@ -455,6 +455,9 @@ class DecodeTimer:
     The models alternate as in the loop (their CPU thread pools share the cores), batch sizes are
     interleaved, and `run` is called between the calibration's generation runs, so that a slow
     spell of the machine spreads over every measurement instead of inflating one.
+    Every b is measured, never fitted: the curve need not rise with b. With repacked weights (CPU_REPACK)
+    llama.cpp multiplies a batch of 4 rows or more with its gemm kernel, 4 rows at a time, and the rest
+    with gemv one row at a time (ggml-cpu/repack.cpp), so 3 tokens can cost more than 4.
     """
 
     def __init__(self, prompts: list[list[int]], n_predict: int, k_max: int):
