@@ -8,28 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import assert_user_error, invoke, pair_args
 
-from gguf_bench.cli import app
 from gguf_bench.tinymodels import TinySpec, make_pair
-
-runner = CliRunner()
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args), catch_exceptions=False)
-
-
-def pair_args(files) -> list[str]:
-    return ["--target", str(files[0]), "--draft", str(files[1])]
-
-
-def assert_user_error(result, *needles: str) -> None:
-    assert result.exit_code == 1, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from cli_helpers import pair_args
 from typer.testing import CliRunner
 
 from gguf_bench.cli import app
@@ -28,10 +29,6 @@ from hubserver import COMMIT, HubServer, _Handler
 
 runner = CliRunner()
 GGUF_BENCH = [sys.executable, "-m", "gguf_bench.cli"]
-
-
-def pair_args(files) -> list[str]:
-    return ["--target", str(files[0]), "--draft", str(files[1])]
 
 
 def cli(*args: str, fsize_limit: int | None = None, **env: str) -> subprocess.CompletedProcess:

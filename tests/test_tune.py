@@ -6,36 +6,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import assert_user_error, invoke, pair_args
 
 from gguf_bench import tune as tn
 from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.cli import app
 from gguf_bench.drafters import Strategy
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.prompts import builtin
 from gguf_bench.results import read_records
 from gguf_bench.sampling import SamplingConfig
 
-runner = CliRunner()
-
 TM = tn.Timings(t_draft=0.01, t_draft2=0.015, t_verify=(0.1, 0.12, 0.14, 0.16, 0.2), round_overhead=0.002)
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args), catch_exceptions=False)
-
-
-def pair_args(files) -> list[str]:
-    return ["--target", str(files[0]), "--draft", str(files[1])]
-
-
-def assert_user_error(result, *needles: str) -> None:
-    assert result.exit_code == 1, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 # --- the model by hand --------------------------------------------------------------------------------
@@ -360,7 +341,7 @@ def test_tune_check_prints_measured_next_to_predicted_and_stores_the_runs(tiny_p
 
 
 def speed(x: float) -> str:
-    return f"{x:.1f}" if x >= 100 else f"{x:.2f}"
+    return f"{x:.0f}" if x >= 1000 else f"{x:.1f}" if x >= 100 else f"{x:.2f}"
 
 
 def check_report_shows_predictions(results, stored, tmp_path):

@@ -1,0 +1,26 @@
+"""Calling the CLI in-process from tests, and what a user error must look like."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from gguf_bench.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def pair_args(files) -> list[str]:
+    return ["--target", str(files[0]), "--draft", str(files[1])]
+
+
+def assert_user_error(result, *needles: str) -> None:
+    """Exit 1 and exactly one `Error:` line on stderr holding every needle: no traceback."""
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
