@@ -216,6 +216,24 @@ def probabilities(logits: np.ndarray, cfg: SamplingConfig) -> Dist | list[Dist]:
     return _row_distribution(logits, cfg)
 
 
+class RowDists:
+    """The Dists of the rows of logits [R, V], each computed when first asked for: acceptance reads the
+    target's rows only as far as a round gets, so a round that rejects at position i never transforms
+    rows i+1..K (with acceptance a, a K=4 round needs 1 + a + ... + a^4 of its 5 rows)."""
+
+    def __init__(self, logits: np.ndarray, cfg: SamplingConfig):
+        self.logits, self.cfg = logits, cfg
+        self._done: dict[int, Dist] = {}
+
+    def __len__(self) -> int:
+        return len(self.logits)
+
+    def __getitem__(self, i: int) -> Dist:
+        if i not in self._done:
+            self._done[i] = _row_distribution(np.asarray(self.logits[i]), self.cfg)
+        return self._done[i]
+
+
 def _row_distribution(x: np.ndarray, cfg: SamplingConfig) -> Dist:
     if 0 < cfg.top_k < x.shape[0]:
         return _top_k(x, cfg.top_k, cfg.temperature, cfg.top_p)
@@ -419,7 +437,8 @@ def accept_sampled(q: list[Dist] | np.ndarray, p: list[Dist] | list[np.ndarray],
                    rng: np.random.Generator) -> tuple[int, int]:
     """Exact rejection sampling (Leviathan et al. 2023; Chen et al. 2023).
 
-    q: K+1 target distributions (Dists, or probability rows [K+1, V]); p: K draft distributions;
+    q: K+1 target distributions (Dists, a RowDists, or probability rows [K+1, V]), read only as far as
+    the round gets; p: K draft distributions;
     drafted: K tokens, d_i ~ p_i. Accept d_i with probability min(1, q_i(d_i) / p_i(d_i)). At the
     first rejection draw the replacement from normalize(max(0, q_i - p_i)); after K acceptances draw a
     bonus token from q_K. The result is distributed exactly as sampling from q alone.

@@ -28,7 +28,7 @@ import numpy as np
 
 from gguf_bench.drafters import Drafter, FixedK, HeuristicK, ModelDrafter, accept_point_mass
 from gguf_bench.errors import ConfigError
-from gguf_bench.sampling import SamplingConfig, accept_greedy, accept_sampled, draw, probabilities
+from gguf_bench.sampling import RowDists, SamplingConfig, accept_greedy, accept_sampled, draw, probabilities
 
 __all__ = ["GenerationResult", "LanguageModel", "ModelDrafter", "Sampler", "Verify", "generate_regular",
            "generate_speculative", "verify_logits"]
@@ -183,9 +183,9 @@ class Sampler:
         if self.cfg.greedy:
             out = accept_greedy(np.argmax(q_logits, axis=1), drafted)
         elif p_rows is None:
-            out = accept_point_mass(lambda i: probabilities(q_logits[i], self.cfg), drafted, self.rng)
+            out = accept_point_mass(RowDists(q_logits, self.cfg).__getitem__, drafted, self.rng)
         else:
-            out = accept_sampled(probabilities(q_logits, self.cfg), p_rows, drafted, self.rng)
+            out = accept_sampled(RowDists(q_logits, self.cfg), p_rows, drafted, self.rng)
         self.seconds += time.perf_counter() - t
         return out
 

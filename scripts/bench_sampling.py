@@ -4,7 +4,8 @@
 
 For each vocabulary size and sampling setting, in ms:
   row     probabilities + draw on one logits row (a draft token, or a token of regular generation)
-  accept  probabilities of a [K+1, V] target batch + accept_sampled against K draft rows (one K=4 round)
+  accept  probabilities of a [K+1, V] target batch + accept_sampled against K draft rows (one K=4 round;
+          the new code transforms target rows only as far as the round gets, as the loop does)
 Each figure is the mean over rows (or rounds) of each one's fastest of --reps runs: the run least
 disturbed by other work on the machine. Still, run it when `uptime` shows low load, and repeat the run.
 Before each timed call the row is copied into one logits buffer, untimed, as llama.cpp writes it just
@@ -95,6 +96,7 @@ def old_accept_sampled(q: np.ndarray, p: list[np.ndarray], drafted: list[int], r
 
 IMPLEMENTATIONS = {"old": (old_probabilities, old_draw, old_accept_sampled),
                    "new": (new.probabilities, new.draw, new.accept_sampled)}
+TARGET_ROWS = {"old": old_probabilities, "new": new.RowDists}  # the batch as the loop hands it to acceptance
 
 
 # --- logit rows ------------------------------------------------------------------------------
@@ -207,6 +209,7 @@ def time_argmax(rows: np.ndarray, reps: int) -> float:
 def time_accept(impl: str, rows: np.ndarray, cfg: SamplingConfig, reps: int) -> tuple[float, float]:
     """ms per K=4 round (target batch transform + acceptance), and the fraction of drafts accepted."""
     probabilities, draw, accept_sampled = IMPLEMENTATIONS[impl]
+    target_rows = TARGET_ROWS[impl]
     rng = np.random.default_rng(2)
     noise = np.random.default_rng(3)
     rounds = []
@@ -223,7 +226,7 @@ def time_accept(impl: str, rows: np.ndarray, cfg: SamplingConfig, reps: int) -> 
 
         def work(i: int) -> Callable[[], None]:
             q_logits, (_, p_rows, drafted) = fill(i), rounds[i]
-            return lambda: accepted.append(accept_sampled(probabilities(q_logits, cfg), p_rows, drafted, rng)[0])
+            return lambda: accepted.append(accept_sampled(target_rows(q_logits, cfg), p_rows, drafted, rng)[0])
 
         return work
 

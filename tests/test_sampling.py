@@ -17,6 +17,7 @@ from gguf_bench.sampling import (
     CELL_ROWS,
     FIRST_NUCLEUS_COLUMNS,
     Dist,
+    RowDists,
     SamplingConfig,
     accept_greedy,
     accept_sampled,
@@ -330,6 +331,21 @@ def test_exp2_never_gets_an_exponent_below_the_normal_range(cfg, monkeypatch):
     for row in rows:
         draw(probabilities(row, cfg), rng)
     assert lowest and min(lowest) >= -126
+
+
+def test_acceptance_transforms_target_rows_only_as_far_as_the_round_gets():
+    rng = np.random.default_rng(9)
+    cfg = SamplingConfig(1.0, top_k=3)
+    q_logits = rng.normal(0.0, 1.0, (4, 5000)).astype(np.float32)
+    drafted = [int(np.argmin(row)) for row in q_logits[:3]]  # outside every target row's top 3: q(d) = 0
+    p = [Dist.on_support(5000, np.array([d]), np.array([1.0])) for d in drafted]
+    rows = RowDists(q_logits, cfg)
+    n, tok = accept_sampled(rows, p, drafted, rng)
+    assert n == 0 and sorted(rows._done) == [0] and tok in set(probabilities(q_logits[0], cfg).ids)
+    same = RowDists(q_logits, cfg)  # the draft drew from the target's own rows: every draft accepted
+    drafted = [draw(same[i], rng) for i in range(3)]
+    n, _ = accept_sampled(same, [same[i] for i in range(3)], drafted, rng)
+    assert n == 3 and sorted(same._done) == [0, 1, 2, 3]
 
 
 def test_probabilities_read_the_logits_without_writing():
