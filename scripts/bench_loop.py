@@ -10,6 +10,7 @@ The C++ example is built from the llama.cpp sources vendored in the llama-cpp-py
 installed version (the same llama.cpp the Python package runs), once, into the gguf-bench cache.
 
     python scripts/bench_loop.py [--pair NAME] [-K 4] [-n 96] [--threads 2] [--reps 3] [--cpp-bin PATH]
+                                 [--cpp-arg=-nr ...]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -80,16 +82,21 @@ def build_cpp(dest: Path) -> Path:
     return binary
 
 
-def run_cpp(binary: Path, files: PairFiles, k: int, n: int, threads: int, reps: int) -> dict:
+def run_cpp(binary: Path, files: PairFiles, k: int, n: int, threads: int, reps: int, extra: list[str]) -> dict:
     """llama-speculative-simple's own 'decoded N tokens ... speed' and acceptance, mean over reps."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
         fh.write(DEFAULT_PROMPT.text)
     cmd = [str(binary), "-m", str(files.target), "-md", str(files.draft), "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "-f", fh.name, "-n", str(n), "-t", str(threads),
-           "-td", str(threads), "--temp", "0", "--top-k", "1", "-c", "2048", "--seed", "0"]
+           "-td", str(threads), "--temp", "0", "--top-k", "1", "-c", "2048", "--seed", "0", *extra]
     speeds, acc = [], []
     for _ in range(reps + 1):  # the first run is a warm-up (file cache, first-decode costs)
-        log = subprocess.run(cmd, capture_output=True, text=True).stderr
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode == -signal.SIGILL:
+            raise SystemExit("llama-speculative-simple died of SIGILL: on a CPU with AMX that the VM does not grant "
+                             "(llama.cpp#20824), run it without extra buffer types: --cpp-arg=-nr (and "
+                             "GGUF_BENCH_REPACK=0 for the same weight layout on both sides)")
+        log = proc.stderr
         m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", log)
         a = re.search(r"accept\s+=\s+([\d.]+)%", log)
         if not m:
@@ -110,6 +117,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cpp-bin", type=Path, help="llama-speculative-simple binary (default: build it once)")
     ap.add_argument("--no-cpp", action="store_true", help="skip the C++ comparison")
+    ap.add_argument("--cpp-arg", action="append", default=[], help="extra argument for the C++ example (repeatable)")
     args = ap.parse_args()
 
     reg = load_registry()
@@ -119,8 +127,9 @@ def main() -> None:
         tiny = PairFiles(*make_pair(Path(tmp), noise=0.0), "tiny (identical draft)")
         rows = [(files, measure(files, args.K, args.n, args.threads, args.reps)),
                 (tiny, measure(tiny, args.K, args.n, args.threads, args.reps))]
+    repack = "off (GGUF_BENCH_REPACK=0)" if os.environ.get("GGUF_BENCH_REPACK") == "0" else "as the tool runs"
     print(f"\nK={args.K}, n={args.n}, threads={args.threads}, greedy, {args.reps} repetitions after a warm-up, "
-          f"prompt '{DEFAULT_PROMPT.id}' ({rows[0][1]['n_prompt']} tokens)\n")
+          f"prompt '{DEFAULT_PROMPT.id}' ({rows[0][1]['n_prompt']} tokens); our weight repacking: {repack}\n")
     print(f"{'pair':<28} {'mode':<12} {'tokens/s':>16} {'acceptance':>10} {'Python overhead/token':>22}")
     for f, r in rows:
         for mode in ("target", "speculative"):
@@ -133,9 +142,10 @@ def main() -> None:
     if args.no_cpp:
         return
     binary = args.cpp_bin or build_cpp(cache_dir() / "llama.cpp-src")
-    cpp = run_cpp(binary, files, args.K, args.n, args.threads, args.reps)
+    cpp = run_cpp(binary, files, args.K, args.n, args.threads, args.reps, args.cpp_arg)
     ours = rows[0][1]["speculative"]["tokens_per_s"]
-    print(f"\nllama-speculative-simple (C++), {files.name}: {cpp['tokens_per_s']:.2f} ± {cpp['std']:.2f} tokens/s, "
+    print(f"\nllama-speculative-simple (C++{' ' + ' '.join(args.cpp_arg) if args.cpp_arg else ''}), "
+          f"{files.name}: {cpp['tokens_per_s']:.2f} ± {cpp['std']:.2f} tokens/s, "
           f"acceptance {cpp['acceptance']:.1%}")
     print(f"our loop / C++ example: {ours / cpp['tokens_per_s']:.2f}x")
 
