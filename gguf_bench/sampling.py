@@ -281,8 +281,12 @@ class _Exp2:
         return np.exp2(w, out=w)
 
     def total(self, x: np.ndarray) -> float:
+        """The weights' sum (float64); a long row by column sums, as `_cumulative_cells` adds it up."""
         w = self(x)
-        return float(_cumulative_cells(w)[-1] if w.shape[0] >= DIRECT_DRAW else w.sum(dtype=np.float64))
+        if w.shape[0] < DIRECT_DRAW:
+            return float(w.sum(dtype=np.float64))
+        grid, tail = _grid(w, CELL_ROWS)
+        return float(grid.sum(axis=0).sum(dtype=np.float64) + tail.sum(dtype=np.float64))
 
 
 def _at_least(x: np.ndarray, col_max: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
