@@ -1,0 +1,43 @@
+"""The benchmark scripts run end to end on tiny pairs and synthetic rows (their figures are not checked:
+speed is measured, never asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def script(name: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / name), *args], capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_bench_temperature_prints_both_temperatures_for_both_modes(tiny_pairs):
+    target, draft = tiny_pairs["middle"]
+    out = script("bench_temperature.py", "--target", str(target), "--draft", str(draft), "-n", "12", "--repeat", "2",
+                 "--threads", "1", "--temp", "0.8", "--top-k", "20")
+    rows = [line for line in out.splitlines() if line.startswith("| target") or line.startswith("| speculative")]
+    assert [r.split("|")[1:3] for r in rows] == [[" target ", " T=0 "], [" target ", " T=0.8 top-k 20 top-p 0.95 "],
+                                                [" speculative ", " T=0 "],
+                                                [" speculative ", " T=0.8 top-k 20 top-p 0.95 "]]
+    assert all(len(r.split("|")) == 11 for r in rows)
+
+
+def test_bench_sampling_compares_old_and_new_on_synthetic_rows():
+    out = script("bench_sampling.py", "--vocab", "5000", "--rows", "6", "--reps", "1", "--markdown")
+    assert "synthetic rows" in out
+    settings = [line.split("|")[2].strip() for line in out.splitlines() if line.startswith("| 5,000")]
+    assert settings == ["argmax (greedy)", "T=0.7", "T=0.7 top-p 0.95", "T=0.7 top-k 40", "T=1 top-k 40 top-p 0.95",
+                        "T=0.2"]
+
+
+def test_bench_strategies_ngram_on_a_tiny_model(tiny_pairs):
+    target, _ = tiny_pairs["high"]
+    out = script("bench_strategies.py", "ngram", "--target", str(target), "-K", "2", "-n", "12", "--repeat", "1",
+                 "--prompt-ids", "code-short")
+    assert "| target alone |" in out and "| ngram" in out
