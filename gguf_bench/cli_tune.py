@@ -5,7 +5,6 @@ gguf_bench.tune; cli.py registers `tune` with its `_command` wrapper (BenchError
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +13,7 @@ import typer
 from rich.table import Table
 
 from gguf_bench.errors import BenchError, ModelError
-from gguf_bench.options import speed_text
+from gguf_bench.options import number_text, speed_text
 
 
 def tune(pair: Annotated[str | None, typer.Argument(help="pair name from the registry (default: its default pair)")] = None,
@@ -149,10 +148,6 @@ def _run_check(files, cal, k: int, prompts, n_predict: int, ctx_size: int, threa
     return tn.check_rows(cal, records)
 
 
-def _fmt(x, fmt: str = "{:.2f}") -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
-
-
 def prediction_table(cal, strategies: list, top_cal, top) -> Table:
     """One row per K: why it is fast or slow (acceptance, draft and verify cost) and the prediction of
     each strategy (with one strategy, its tokens per round and round time too)."""
@@ -181,13 +176,13 @@ def prediction_table(cal, strategies: list, top_cal, top) -> Table:
             if p is None:
                 cells.append("–")
             elif one:
-                cells += [_fmt(p.tokens_per_round), _fmt(p.round_ms, "{:.1f}"), speed_text(p.tokens_per_s) + star,
-                          _fmt(p.gain_pct, "{:+.1f}")]
+                cells += [number_text(p.tokens_per_round), number_text(p.round_ms, "{:.1f}"), speed_text(p.tokens_per_s) + star,
+                          number_text(p.gain_pct, "{:+.1f}")]
             else:
-                cells.append(f"{speed_text(p.tokens_per_s)} ({_fmt(p.gain_pct, '{:+.0f}')}%){star}")
+                cells.append(f"{speed_text(p.tokens_per_s)} ({number_text(p.gain_pct, '{:+.0f}')}%){star}")
         a_k = cal.a[k - 1] if k <= len(cal.a) else None
-        table.add_row(str(k), _fmt(a_k, "{:.0%}"), _fmt(k * tm.draft_cost_ratio()), _fmt(tm.verify_curve()[k]), *cells,
-                      style="bold" if row_best else None)
+        table.add_row(str(k), number_text(a_k, "{:.0%}"), number_text(k * tm.draft_cost_ratio()),
+                      number_text(tm.verify_curve()[k]), *cells, style="bold" if row_best else None)
     return table
 
 
@@ -218,8 +213,8 @@ def check_table(rows: list[dict], top_k: int) -> Table:
         table.add_column(col, justify="right")
     for r in rows:
         label = "target alone" if r["k"] == 0 else f"{r['k']}" + (" ★" if r["k"] == top_k else "")
-        table.add_row(label, _fmt(r["predicted_tokens_per_s"]), _fmt(r["measured_tokens_per_s"]),
-                      _fmt(r["error_pct"], "{:+.1f}"), _fmt(r["measured_gain_pct"], "{:+.1f}"), str(r["runs"]))
+        table.add_row(label, number_text(r["predicted_tokens_per_s"]), number_text(r["measured_tokens_per_s"]),
+                      number_text(r["error_pct"], "{:+.1f}"), number_text(r["measured_gain_pct"], "{:+.1f}"), str(r["runs"]))
     return table
 
 

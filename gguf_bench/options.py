@@ -6,6 +6,8 @@ take a number or 'all' (also 'max' and '-1', as llama.cpp's own tools accept), i
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 
 from gguf_bench.errors import ConfigError
@@ -66,9 +68,18 @@ def layers_label(n: int) -> str | int:
     return "all" if n == ALL_LAYERS else n
 
 
+def _unknown(x) -> bool:
+    return x is None or (isinstance(x, numbers.Real) and math.isnan(x))
+
+
+def number_text(x, fmt: str = "{:.2f}") -> str:
+    """A number as tables show it, in `fmt`; '–' when unknown (None or NaN)."""
+    return "–" if _unknown(x) else fmt.format(x)
+
+
 def speed_text(x: float | None) -> str:
     """A speed as tables show it: 2 decimals below 100, 1 below 1000, none above; '–' when unknown."""
-    if x is None or x != x:  # None or NaN
+    if _unknown(x):
         return "–"
     return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.1f}" if abs(x) >= 100 else f"{x:.2f}"
 

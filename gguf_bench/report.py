@@ -7,7 +7,6 @@ baseline measured under the same pair, offload, temperature, length and machine.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from rich import box
 from rich.table import Table
 
 from gguf_bench.errors import BenchError
-from gguf_bench.options import speed_text
+from gguf_bench.options import number_text, speed_text
 from gguf_bench.records import EvalRecord, OtherRecord, RunRecord, eval_row, gain_pct, parse, read_file, run_row
 
 SETTING = ["pair", "host", "ngl", "ngld", "temperature", "n_predict"]  # what a baseline must share with its row
@@ -168,10 +167,6 @@ def offload_label(row: pd.Series) -> str:
     return f"{row['target_offload']} + {row['draft_offload']}"
 
 
-def _num(x, fmt: str = "{:.2f}") -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
-
-
 def _tps(row: pd.Series) -> str:
     if pd.isna(row["tokens_per_s"]):
         return "–"
@@ -193,18 +188,18 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
                and (summary[c].nunique(dropna=False) > 1 or (c == "host" and show_host))]
     offloads = summary.apply(offload_label, axis=1)
     show_offload = width >= 120 or offloads[summary["mode"] == "speculative"].nunique() > 1
-    columns = {_VARYING[c]: [_num(v, "{:g}") if c == "temperature" else str(v) for v in summary[c]] for c in varying}
+    columns = {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else str(v) for v in summary[c]] for c in varying}
     columns["run"] = [row_label(r) + (" ★" if r["best_k"] else "") for _, r in summary.iterrows()]
     if show_offload:
         columns["GPU layers"] = list(offloads)
     columns |= {
         "tokens/s": [_tps(r) for _, r in summary.iterrows()],
         **({"pred.": [speed_text(v) for v in summary["predicted_tokens_per_s"]]} if "predicted_tokens_per_s" in summary else {}),
-        "ms/tok": [_num(v) for v in summary["ms_per_token"]],
-        "accept": [_num(v, "{:.1%}") for v in summary["acceptance"]],
-        "tok/rnd": [_num(v) for v in summary["tokens_per_round"]],
-        "gain": ["" if r["mode"] == "target" else _num(r["gain_pct"], "{:+.1f}%") for _, r in summary.iterrows()],
-        "ovh": [_num(v, "{:.1f}%") for v in summary["overhead_pct"]],
+        "ms/tok": [number_text(v) for v in summary["ms_per_token"]],
+        "accept": [number_text(v, "{:.1%}") for v in summary["acceptance"]],
+        "tok/rnd": [number_text(v) for v in summary["tokens_per_round"]],
+        "gain": ["" if r["mode"] == "target" else number_text(r["gain_pct"], "{:+.1f}%") for _, r in summary.iterrows()],
+        "ovh": [number_text(v, "{:.1f}%") for v in summary["overhead_pct"]],
         "runs": [f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else "") for _, r in summary.iterrows()],
     }
     for optional in ("ovh", "tok/rnd", "runs"):
@@ -263,10 +258,10 @@ def eval_table(evals: list[EvalRecord]) -> Table:
     for ev in evals:
         r = eval_row(ev)
         greedy = r["temperature"] == 0
-        table.add_row(str(r["pair"]), _num(r["temperature"], "{:g}"), str(r["k"]), f"{r['regular_ok']}/{r['n']}",
-                      f"{r['speculative_ok']}/{r['n']}", _num(r["p_value"], "{:.3g}"),
-                      f"{r['identical']}/{r['n']}" if greedy else "–", _num(r["batch_numerics"], "{}") if greedy else "–",
-                      _num(r["loop_errors"], "{}") if greedy else "–",
+        table.add_row(str(r["pair"]), number_text(r["temperature"], "{:g}"), str(r["k"]), f"{r['regular_ok']}/{r['n']}",
+                      f"{r['speculative_ok']}/{r['n']}", number_text(r["p_value"], "{:.3g}"),
+                      f"{r['identical']}/{r['n']}" if greedy else "–", number_text(r["batch_numerics"], "{}") if greedy else "–",
+                      number_text(r["loop_errors"], "{}") if greedy else "–",
                       style="bold red" if greedy and r["loop_errors"] else None)
     return table
 
@@ -280,11 +275,11 @@ def to_markdown(summary: pd.DataFrame) -> str:
     lines = ["| model | GPU layers offload | tokens/s | " + ("predicted tokens/s | " if predicted else "")
              + "gain % | acceptance | temperature |", "|---|---|---|---|---|---|" + ("---|" if predicted else "")]
     for _, row in summary.iterrows():
-        gain = "" if row["mode"] == "target" else _num(row["gain_pct"], "{:+.1f}%")
+        gain = "" if row["mode"] == "target" else number_text(row["gain_pct"], "{:+.1f}%")
         best = " **(best K)**" if row["best_k"] else ""
         pred = f"{speed_text(row['predicted_tokens_per_s'])} | " if predicted else ""
         lines.append(f"| {model_label(row)}{best} | {offload_label(row)} | {_tps(row)} | {pred}{gain} | "
-                     f"{_num(row['acceptance'], '{:.1%}')} | {_num(row['temperature'], '{:g}')} |")
+                     f"{number_text(row['acceptance'], '{:.1%}')} | {number_text(row['temperature'], '{:g}')} |")
     return "\n".join(lines) + "\n"
 
 

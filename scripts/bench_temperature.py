@@ -20,26 +20,20 @@ each as % of the time inside llama_decode.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
 from pathlib import Path
 
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.bench import LoadConfig, LoadedPair
+from gguf_bench.errors import BenchError
+from gguf_bench.pairs import resolve
 from gguf_bench.prompts import DEFAULT_PROMPT
-from gguf_bench.registry import load_registry
 from gguf_bench.sampling import SamplingConfig
 from gguf_bench.speculative import GenerationResult
 
 MODES = ("target", "speculative")
-
-
-def registry_pair(name: str | None) -> tuple[Path, Path, str]:
-    from gguf_bench.download import fetch
-
-    reg = load_registry()
-    pair = reg.pair(name or reg.default)
-    return fetch(pair.target, reg).path, fetch(pair.draft, reg).path, pair.name
 
 
 def measure(pair: LoadedPair, prompt: list[int], configs: dict[str, SamplingConfig], k: int, n: int,
@@ -49,7 +43,7 @@ def measure(pair: LoadedPair, prompt: list[int], configs: dict[str, SamplingConf
     for rep in range(repeat):
         for mode in MODES:
             for label, cfg in configs.items():
-                res = pair.generate(mode, prompt, n, k, SamplingConfig(cfg.temperature, cfg.top_k, cfg.top_p, seed=rep))
+                res = pair.generate(mode, prompt, n, k, dataclasses.replace(cfg, seed=rep))
                 runs[label, mode].append(res)
                 print(f"  rep {rep + 1} {mode:11s} {label:22s} {res.tokens_per_s:7.2f} tok/s", file=sys.stderr, flush=True)
     return runs
@@ -96,24 +90,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    if bool(args.target) != bool(args.draft):
-        ap.error("--target and --draft go together")
-    if args.self_file:
-        target = draft = args.self_file
-        name = f"{target.name} drafting for itself"
-    elif args.target:
-        target, draft, name = args.target, args.draft, f"{args.target.name}+{args.draft.name}"
-    else:
-        target, draft, name = registry_pair(args.pair)
+    try:
+        files = resolve(args.pair, args.self_file or args.target, args.self_file or args.draft, None)
+    except BenchError as exc:
+        ap.error(str(exc))
     hot = SamplingConfig(args.temp, args.top_k, args.top_p)
     hot_label = (f"T={args.temp:g}" + (f" top-k {args.top_k}" if args.top_k else "")
                  + (f" top-p {args.top_p:g}" if args.top_p < 1 else ""))
     configs = {"T=0": SamplingConfig(), hot_label: hot}
     load = os.getloadavg()[0]
-    with LoadedPair(PairFiles(target, draft, name), LoadConfig(threads=args.threads)) as pair:
+    with LoadedPair(files, LoadConfig(threads=args.threads)) as pair:
         prompt = pair.prompt_tokens(DEFAULT_PROMPT.text)
         runs = measure(pair, prompt, configs, args.k, args.n, args.repeat)
-    print(f"**{name}**, prompt {DEFAULT_PROMPT.id} ({len(prompt)} tokens), K={args.k}, -n {args.n}, {args.threads} threads, "
+    print(f"**{files.name}**, prompt {DEFAULT_PROMPT.id} ({len(prompt)} tokens), K={args.k}, -n {args.n}, {args.threads} threads, "
           f"{args.repeat} interleaved repetitions; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after\n")
     print(table(runs, "T=0", hot_label))
 
