@@ -6,8 +6,6 @@ take a number or 'all' (also 'max' and '-1', as llama.cpp's own tools accept), i
 
 from __future__ import annotations
 
-import math
-import numbers
 import re
 
 from gguf_bench.errors import ConfigError
@@ -68,22 +66,6 @@ def layers_label(n: int) -> str | int:
     return "all" if n == ALL_LAYERS else n
 
 
-def _unknown(x) -> bool:
-    return x is None or (isinstance(x, numbers.Real) and math.isnan(x))
-
-
-def number_text(x, fmt: str = "{:.2f}") -> str:
-    """A number as tables show it, in `fmt`; '–' when unknown (None or NaN)."""
-    return "–" if _unknown(x) else fmt.format(x)
-
-
-def speed_text(x: float | None) -> str:
-    """A speed as tables show it: 2 decimals below 100, 1 below 1000, none above; '–' when unknown."""
-    if _unknown(x):
-        return "–"
-    return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.1f}" if abs(x) >= 100 else f"{x:.2f}"
-
-
 def draft_length(k: int) -> int:
     if k < 1:
         raise ConfigError(f"draft length -K/--draft-max must be >= 1, got {k}")
@@ -92,6 +74,20 @@ def draft_length(k: int) -> int:
 
 def draft_lengths(spec: str | int) -> list[int]:
     return [draft_length(k) for k in int_list(spec, "-K")]
+
+
+def one_draft_length(spec: str | int) -> int:
+    """A command's single -K (sweep and tune take lists)."""
+    values = draft_lengths(spec)
+    if len(values) != 1:
+        raise ConfigError(f"-K takes one draft length here, got '{spec}'; `gguf-bench sweep` takes lists")
+    return values[0]
+
+
+def nb_prompts(n: int) -> int:
+    if n < 1:
+        raise ConfigError(f"--nb-prompts must be >= 1, got {n}")
+    return n
 
 
 def n_predict(n: int) -> int:
@@ -131,7 +127,7 @@ def offload_requested(*layer_values: int) -> bool:
     return any(n != 0 for n in layer_values)
 
 
-# --- drafting strategies (drafters.Strategy): one value for `run`, lists for `sweep` --------------
+# --- drafting strategies (decoding.strategy): one value for `run`, lists for `sweep` --------------
 
 def p_mins(spec: str | float) -> list[float]:
     """--draft-p-min: 0 (off) up to but not including 1; a comma list in sweeps."""
@@ -143,25 +139,3 @@ def p_mins(spec: str | float) -> list[float]:
         if not 0.0 <= p < 1.0:
             raise ConfigError(f"--draft-p-min must be in [0, 1) (0 = off), got {p:g}")
     return list(dict.fromkeys(values))
-
-
-def k_schedules(spec: str) -> list[str]:
-    from gguf_bench.drafters import K_SCHEDULES
-
-    values = [v for v in str(spec).replace(" ", "").split(",") if v]
-    for v in values:
-        if v not in K_SCHEDULES:
-            raise ConfigError(f"unknown --k-schedule '{v}'; choose from {', '.join(K_SCHEDULES)}")
-    return list(dict.fromkeys(values))
-
-
-def strategies(spec_types: str = "draft", ngram_min: int = 1, ngram_max: int = 4, p_min: str | float = "0",
-               n_min: int = 0, k_schedule: str = "fixed", k_cap: int = 16) -> list:
-    """Every combination of --spec-type, --draft-p-min and --k-schedule (lists in a sweep), with the settings a
-    strategy does not use dropped, so `--spec-type draft,ngram --draft-p-min 0,0.8` gives 3 strategies, not 4.
-    --spec-type ngram,draft alone is the chain (n-gram first, then the draft model); in longer lists write it ngram+draft."""
-    from gguf_bench.drafters import Strategy, parse_spec_types
-
-    found = [Strategy(t, ngram_min, ngram_max, p, n_min, s, k_cap).canonical()
-             for t in parse_spec_types(spec_types) for p in p_mins(p_min) for s in k_schedules(k_schedule)]
-    return list(dict.fromkeys(found))

@@ -26,12 +26,13 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.download import cache_dir, fetch
-from gguf_bench.prompts import DEFAULT_PROMPT
-from gguf_bench.registry import load_registry
-from gguf_bench.sampling import SamplingConfig
-from gguf_bench.tinymodels import make_pair
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.engines.llama_cpp import quantize
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.measure.prompts import DEFAULT_PROMPT
+from gguf_bench.models.download import cache_dir, fetch
+from gguf_bench.models.registry import load_registry
+from gguf_bench.models.tiny import make_pair
 
 
 def measure(files: PairFiles, k: int, n: int, threads: int, reps: int) -> dict:
@@ -122,7 +123,7 @@ def main() -> None:
 
     reg = load_registry()
     pair = reg.pair(args.pair or reg.default)
-    files = PairFiles(fetch(pair.target, reg).path, fetch(pair.draft, reg).path, pair.name)
+    files = PairFiles(fetch(pair.target, reg, quantize=quantize).path, fetch(pair.draft, reg, quantize=quantize).path, pair.name)
     with tempfile.TemporaryDirectory() as tmp:
         tiny = PairFiles(*make_pair(Path(tmp), noise=0.0), "tiny (identical draft)")
         rows = [(files, measure(files, args.K, args.n, args.threads, args.reps)),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-row cost of sampling at temperature > 0: gguf_bench.sampling against the implementation it replaced
+"""Per-row cost of sampling at temperature > 0: gguf_bench.decoding.sampling against the implementation it replaced
 (float64 over the whole vocabulary, sort-based nucleus; copied below as the reference).
 
 For each vocabulary size and sampling setting, in ms:
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_bench import sampling as new
-from gguf_bench.sampling import SamplingConfig
+from gguf_bench.decoding import sampling as new
+from gguf_bench.decoding.sampling import SamplingConfig
 
 SETTINGS = [("T=0.7", SamplingConfig(0.7)), ("T=0.7 top-p 0.95", SamplingConfig(0.7, top_p=0.95)),
             ("T=0.7 top-k 40", SamplingConfig(0.7, top_k=40)),
@@ -113,8 +113,8 @@ def synthetic_rows(n: int, vocab: int, rng: np.random.Generator) -> np.ndarray:
 
 def model_rows(path: Path, n: int) -> np.ndarray:
     """Real rows: the built-in prompts, each continued with sampling at T=0.7, logits copied per token."""
-    from gguf_bench.backend import Model
-    from gguf_bench.prompts import BUILTIN
+    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.measure.prompts import BUILTIN
 
     rng = np.random.default_rng(0)
     cfg = SamplingConfig(0.7)

@@ -25,11 +25,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.drafters import Strategy
-from gguf_bench.prompts import builtin
-from gguf_bench.registry import load_registry
-from gguf_bench.sampling import SamplingConfig
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.measure.prompts import builtin
+from gguf_bench.models.registry import load_registry
 
 GREEDY = SamplingConfig()
 
@@ -46,10 +46,11 @@ class Setting:
 
 
 def model_path(name: str) -> Path:
-    from gguf_bench.download import fetch
+    from gguf_bench.engines.llama_cpp import quantize
+    from gguf_bench.models.download import fetch
 
     reg = load_registry()
-    return fetch(reg.models[name], reg).path
+    return fetch(reg.models[name], reg, quantize=quantize).path
 
 
 def pair_paths(name: str) -> tuple[Path, Path]:

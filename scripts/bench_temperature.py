@@ -26,12 +26,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from gguf_bench.bench import LoadConfig, LoadedPair
+from gguf_bench.decoding.loop import GenerationResult
+from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.errors import BenchError
-from gguf_bench.pairs import resolve
-from gguf_bench.prompts import DEFAULT_PROMPT
-from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import GenerationResult
+from gguf_bench.measure.pair import LoadConfig, LoadedPair
+from gguf_bench.measure.prompts import DEFAULT_PROMPT
+from gguf_bench.models.pairs import resolve
 
 MODES = ("target", "speculative")
 

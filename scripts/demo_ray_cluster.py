@@ -18,7 +18,7 @@ from pathlib import Path
 import ray
 from ray.cluster_utils import Cluster
 
-from gguf_bench.tinymodels import make_pair
+from gguf_bench.models.tiny import make_pair
 
 
 def main() -> None:

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from typer.testing import CliRunner
 
-from gguf_bench.cli import app
+from gguf_bench.cli.app import app
 
 runner = CliRunner()
 
 
 def invoke(*args: str):
     return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def stored(path: Path) -> list[dict]:
+    """The JSON objects a results file holds, as written (records.parse reads them back typed)."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def pair_args(files) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_bench.tinymodels import make_pair
+from gguf_bench.models.tiny import make_pair
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,11 +52,12 @@ def _fetch_real(real_cache: Path, *names: str) -> list[Path]:
     mp = pytest.MonkeyPatch()
     mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
     try:
-        from gguf_bench.download import fetch
-        from gguf_bench.registry import load_registry
+        from gguf_bench.engines.llama_cpp import quantize
+        from gguf_bench.models.download import fetch
+        from gguf_bench.models.registry import load_registry
 
         reg = load_registry(REPO_ROOT / "models.yaml")
-        return [fetch(reg.models[name], reg).path for name in names]
+        return [fetch(reg.models[name], reg, quantize=quantize).path for name in names]
     finally:
         mp.undo()
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args
 
-from gguf_bench.tinymodels import TinySpec, make_pair
+from gguf_bench.models.tiny import TinySpec, make_pair
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_run_json_records(tiny_pairs):
     assert [r["mode"] for r in records] == ["target", "draft", "speculative"]
     spec = records[2]["metrics"]
     assert spec["acceptance"] == 1.0 and spec["n_tokens"] == 20
-    assert records[0]["metrics"]["text"] == spec["text"] and spec["identity"] == {"identical": True}
+    assert records[0]["metrics"]["text"] == spec["text"] and spec["identity"]["identical"] is True
     assert records[2]["config"]["verify"] == "sequential"
     assert records[0]["env"]["llama_cpp_python"].startswith("0.3")
     # the time split: inside llama_decode (target, draft), sampling, the rest; the overhead as % of decode
@@ -92,7 +92,7 @@ def test_run_footer_says_whether_greedy_output_matches(tiny_pairs):
 
 
 def test_run_warns_about_offload_on_a_cpu_build(tiny_pairs):
-    from gguf_bench.backend import gpu_offload_supported
+    from gguf_bench.engines.llama_cpp import gpu_offload_supported
 
     result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "5", "-ngl", "all", "-ngld", "3")
     assert result.exit_code == 0

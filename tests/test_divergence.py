@@ -11,12 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gguf_bench.bench as bench
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.divergence import BATCH_NUMERICS, LOOP_ERROR, compare_greedy, describe
-from gguf_bench.quality import identity_lines, mul_prompts, run_eval
-from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import Verify, generate_regular, generate_speculative
+import gguf_bench.measure.pair as bench
+from gguf_bench.decoding.divergence import BATCH_NUMERICS, LOOP_ERROR, Identity, compare_greedy, describe
+from gguf_bench.decoding.drafters import ModelDrafter
+from gguf_bench.decoding.loop import Verify, generate_regular, generate_speculative
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.schedules import FixedK
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.measure.quality import identity_lines, mul_prompts, run_eval
 
 GREEDY = SamplingConfig()
 
@@ -73,27 +75,27 @@ def test_identical_outputs_need_no_explanation(high):
     prompt = high.prompt_tokens("Hello there")
     regular = high.generate("target", prompt, 40, 4, GREEDY)
     spec = high.generate("speculative", prompt, 40, 4, GREEDY, verify=Verify.SEQUENTIAL)
-    assert compare_greedy(high.target, prompt, regular.tokens, spec) == {"identical": True}
+    assert compare_greedy(high.target, prompt, regular.tokens, spec) == Identity(identical=True)
 
 
 def test_a_batch_kernel_difference_is_batch_numerics(high):
     prompt = high.prompt_tokens("Hello there")
     target = BatchRoundsOtherWay(high.target, offset=5)
     regular = generate_regular(target, prompt, 40, GREEDY)
-    spec = generate_speculative(target, high.draft, prompt, 40, 4, GREEDY)
+    spec = generate_speculative(target, ModelDrafter(high.draft), prompt, 40, FixedK(4), GREEDY)
     identity = compare_greedy(target, prompt, regular.tokens, spec)
-    assert not identity["identical"] and identity["position"] == 6, identity
-    assert identity["cause"] == BATCH_NUMERICS, identity
-    assert identity["replayed_choice"] == spec.tokens[6] and identity["one_token_choice"] == regular.tokens[6]
+    assert not identity.identical and identity.position == 6, identity
+    assert identity.cause == BATCH_NUMERICS, identity
+    assert identity.replayed_choice == spec.tokens[6] and identity.one_token_choice == regular.tokens[6]
     assert "batch numerics" in describe(identity)
 
 
 def test_a_wrong_rewind_is_a_loop_error(middle):
     prompt = middle.prompt_tokens("Hello there")
     regular = middle.generate("target", prompt, 60, 4, GREEDY)
-    spec = generate_speculative(RewindsOneShort(middle.target), middle.draft, prompt, 60, 4, GREEDY)
+    spec = generate_speculative(RewindsOneShort(middle.target), ModelDrafter(middle.draft), prompt, 60, FixedK(4), GREEDY)
     identity = compare_greedy(middle.target, prompt, regular.tokens, spec)
-    assert not identity["identical"] and identity["cause"] == LOOP_ERROR, identity
+    assert not identity.identical and identity.cause == LOOP_ERROR, identity
 
 
 def test_a_wrong_rewind_is_a_loop_error_with_a_batch_difference_too(middle):
@@ -101,9 +103,9 @@ def test_a_wrong_rewind_is_a_loop_error_with_a_batch_difference_too(middle):
     prompt = middle.prompt_tokens("Hello there")
     target = BatchRoundsOtherWay(middle.target, offset=30)
     regular = generate_regular(target, prompt, 60, GREEDY)
-    spec = generate_speculative(RewindsOneShort(target), middle.draft, prompt, 60, 4, GREEDY)
+    spec = generate_speculative(RewindsOneShort(target), ModelDrafter(middle.draft), prompt, 60, FixedK(4), GREEDY)
     identity = compare_greedy(target, prompt, regular.tokens, spec)
-    assert identity["cause"] == LOOP_ERROR, identity
+    assert identity.cause == LOOP_ERROR, identity
 
 
 def test_eval_reports_batch_numerics(high):

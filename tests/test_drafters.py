@@ -8,17 +8,20 @@ import json
 
 import numpy as np
 import pytest
+from cli_helpers import stored
 from scipy.stats import chisquare
 from test_loop_fake import PROMPT, FakeLM
 
-import gguf_bench.drafters as drafters
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.drafters import HeuristicK, ModelDrafter, NgramDrafter, Strategy, accept_point_mass, parse_spec_types
+import gguf_bench.decoding.drafters as drafters
+from gguf_bench.decoding.drafters import ModelDrafter, NgramDrafter
+from gguf_bench.decoding.loop import Verify, generate_regular, generate_speculative
+from gguf_bench.decoding.sampling import SamplingConfig, accept_point_mass, draw
+from gguf_bench.decoding.schedules import FixedK, HeuristicK
+from gguf_bench.decoding.strategy import Strategy, parse_spec_types
 from gguf_bench.errors import ConfigError
-from gguf_bench.prompts import ALL_PROMPTS, BUILTIN, CATEGORIES, builtin
-from gguf_bench.quality import compare_samples, sample_positions
-from gguf_bench.sampling import SamplingConfig, draw
-from gguf_bench.speculative import Verify, generate_regular, generate_speculative
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.measure.prompts import ALL_PROMPTS, BUILTIN, CATEGORIES, builtin
+from gguf_bench.measure.quality import compare_samples, sample_positions
 
 GREEDY = SamplingConfig()
 EXACT = Verify.SEQUENTIAL
@@ -186,7 +189,7 @@ class UnsureLM(FakeLM):
 def test_ngram_on_fakes_is_exact_and_needs_no_model():
     target = FakeLM()
     prompt = PROMPT * 4
-    spec = generate_speculative(target, NgramDrafter(1, 3), prompt, 40, 4, GREEDY)
+    spec = generate_speculative(target, NgramDrafter(1, 3), prompt, 40, FixedK(4), GREEDY)
     assert spec.tokens == generate_regular(FakeLM(), prompt, 40, GREEDY).tokens
     assert spec.draft_sources.get("ngram", 0) > 0 and spec.draft_decode_s == 0
     assert sum(spec.draft_lengths) == spec.rounds and len(spec.draft_lengths) == 5
@@ -195,7 +198,7 @@ def test_ngram_on_fakes_is_exact_and_needs_no_model():
 def test_p_min_stops_before_an_unsure_position():
     unsure = lambda pos: pos % 5 == 0  # noqa: E731
     drafter = ModelDrafter(UnsureLM(unsure), p_min=0.5)
-    spec = generate_speculative(FakeLM(), drafter, PROMPT, 60, 8, GREEDY)
+    spec = generate_speculative(FakeLM(), drafter, PROMPT, 60, FixedK(8), GREEDY)
     assert spec.tokens == generate_regular(FakeLM(), PROMPT, 60, GREEDY).tokens
     assert max(n for n, rounds in enumerate(spec.draft_lengths) if rounds) <= 4  # never past the next unsure position
     assert spec.acceptance == 1.0  # the draft is the target where it is sure
@@ -205,7 +208,7 @@ def test_p_min_stops_before_an_unsure_position():
 
 def test_n_min_drops_short_drafts():
     unsure = lambda pos: pos % 4 == 0  # noqa: E731  drafts of 0 to 3 tokens before an unsure position
-    spec = generate_speculative(FakeLM(), ModelDrafter(UnsureLM(unsure), p_min=0.5, n_min=3), PROMPT, 60, 8, GREEDY)
+    spec = generate_speculative(FakeLM(), ModelDrafter(UnsureLM(unsure), p_min=0.5, n_min=3), PROMPT, 60, FixedK(8), GREEDY)
     assert spec.tokens == generate_regular(FakeLM(), PROMPT, 60, GREEDY).tokens
     assert spec.draft_lengths[1] == spec.draft_lengths[2] == 0 and spec.draft_lengths[3] > 0
     assert spec.draft_lengths[0] > 0  # the dropped ones: plain target steps
@@ -214,7 +217,7 @@ def test_n_min_drops_short_drafts():
 def test_chain_falls_back_to_the_model_when_the_ngram_finds_nothing():
     target, draft = FakeLM(), FakeLM()
     chain = Strategy("ngram,draft", ngram_min=3, ngram_max=3).drafter(draft)
-    spec = generate_speculative(target, chain, [1, 2, 3, 4, 5, 6, 7, 1, 2, 3], 40, 4, GREEDY)
+    spec = generate_speculative(target, chain, [1, 2, 3, 4, 5, 6, 7, 1, 2, 3], 40, FixedK(4), GREEDY)
     assert spec.tokens == generate_regular(FakeLM(), [1, 2, 3, 4, 5, 6, 7, 1, 2, 3], 40, GREEDY).tokens
     assert spec.draft_sources["ngram"] >= 1 and spec.draft_sources["model"] >= 1
     # the model caught up with the tokens of the n-gram rounds it did not see: its cache is a prefix of the history
@@ -223,7 +226,7 @@ def test_chain_falls_back_to_the_model_when_the_ngram_finds_nothing():
 
 
 def test_heuristic_schedule_sizes_the_counts_to_the_cap():
-    spec = generate_speculative(FakeLM(), FakeLM(), PROMPT, 60, HeuristicK(2, 8), GREEDY)
+    spec = generate_speculative(FakeLM(), ModelDrafter(FakeLM()), PROMPT, 60, HeuristicK(2, 8), GREEDY)
     assert len(spec.reached_at) == len(spec.accepted_at) == 8 and len(spec.draft_lengths) == 9
     assert spec.draft_lengths[8] > 0  # all accepted: K grew 2, 4, 6, 8 and stayed
     assert spec.k == 2
@@ -319,7 +322,7 @@ def test_n_min_at_temperature_keeps_the_target_distribution(middle):
 
 def test_distribution_check_catches_an_ngram_draft_taken_unchecked(middle, cyclic, monkeypatch):
     """Power of the check on n-gram drafts: accepting them without the target (a bug) must show."""
-    monkeypatch.setattr("gguf_bench.speculative.accept_point_mass", accept_always)
+    monkeypatch.setattr("gguf_bench.decoding.sampling.accept_point_mass", accept_always)
     check = strategy_check(middle, cyclic, Strategy("ngram"))
     assert not check.same, check.p_values
 
@@ -363,7 +366,7 @@ def test_prompts_by_id_and_category():
 def cli(*args: str):
     from typer.testing import CliRunner
 
-    from gguf_bench.cli import app
+    from gguf_bench.cli.app import app
 
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
@@ -396,15 +399,14 @@ def test_run_ngram_on_the_target_alone(tiny_pairs, isolated):
     assert [r["mode"] for r in records] == ["target", "speculative"]  # no draft model: no draft-alone run
     spec = records[1]
     assert spec["config"]["strategy"]["spec_type"] == "ngram" and spec["metrics"]["strategy"] == "ngram(1-4) K=8"
-    assert spec["metrics"]["draft_sources"]["ngram"] > 0 and spec["metrics"]["identity"] == {"identical": True}
+    assert spec["metrics"]["draft_sources"]["ngram"] > 0 and spec["metrics"]["identity"]["identical"] is True
     assert spec["models"]["draft"] is None and spec["metrics"]["draft_decode_s"] == 0
     table = cli("report", str(isolated / "results" / "ng.jsonl"))
     assert table.exit_code == 0 and "ngram(1-4) K=8" in table.output
 
 
 def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
-    from gguf_bench.records import parse, run_row
-    from gguf_bench.results import read_records
+    from gguf_bench.results.records import parse, run_row
 
     files = tiny_pairs["middle"]
     args = ["sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", "st", "-n", "24", "-K", "2,4",
@@ -412,7 +414,7 @@ def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
             "--k-schedule", "fixed,heuristic", "--no-draft-alone"]
     first = cli(*args)
     assert first.exit_code == 0, first.output
-    records = read_records(isolated / "results" / "st.jsonl")
+    records = stored(isolated / "results" / "st.jsonl")
     names = sorted({run_row(parse(r))["strategy"] for r in records if r["mode"] == "speculative"})
     # p-min means nothing to the n-gram: draft x {p-min 0, 0.6} x {fixed, heuristic} + ngram x {fixed, heuristic}
     assert names == ["draft", "draft heuristic", "draft p-min 0.6", "draft p-min 0.6 heuristic", "ngram(1-4)",
@@ -423,7 +425,7 @@ def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
     heuristic = [r for r in spec if "heuristic" in r["metrics"]["strategy"]]
     assert all(len(r["metrics"]["reached_at"]) == 16 and len(r["metrics"]["draft_lengths"]) == 17 for r in heuristic)
     # the default strategy stays out of config (and out of cell keys, so sweeps made before strategies resume as they were)
-    assert all(("strategy" in r["config"]) != r["metrics"]["strategy"].startswith("draft K=") for r in spec)
+    assert all((r["config"]["strategy"] is not None) != r["metrics"]["strategy"].startswith("draft K=") for r in spec)
     for row in ("K=2", "draft p-min 0.6 K=4", "draft heuristic K=2", "ngram(1-4) K=4", "★"):
         assert row in first.output, row
     again = cli(*args, "--resume")
@@ -431,7 +433,7 @@ def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
 
 
 def test_records_without_a_strategy_read_as_the_draft_model():
-    from gguf_bench.records import parse, run_row
+    from gguf_bench.results.records import parse, run_row
 
     old = {"pair": "p", "mode": "speculative", "config": {"k": 4}, "metrics": {"tokens_per_s": 1.0}}
     assert run_row(parse(old))["strategy"] == "draft"

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.divergence import BATCH_NUMERICS, compare_greedy
-from gguf_bench.quality import compare_samples, distribution_check, sample_positions
-from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import Verify, generate_regular
-from gguf_bench.tinymodels import make_pair
+from gguf_bench.decoding.divergence import BATCH_NUMERICS, compare_greedy
+from gguf_bench.decoding.loop import Verify, generate_regular
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.measure.quality import compare_samples, distribution_check, sample_positions
+from gguf_bench.models.tiny import make_pair
 
 GREEDY = SamplingConfig()
 EXACT = Verify.SEQUENTIAL
@@ -32,7 +32,7 @@ def assert_batched_greedy_is_right(pair: LoadedPair, prompt: list[int], n: int, 
     regular = pair.generate("target", prompt, n, k, GREEDY)
     spec = pair.generate("speculative", prompt, n, k, GREEDY)
     identity = compare_greedy(pair.target, prompt, regular.tokens, spec)
-    assert identity["identical"] or identity["cause"] == BATCH_NUMERICS, identity
+    assert identity.identical or identity.cause == BATCH_NUMERICS, identity
 
 
 @pytest.fixture(scope="module")

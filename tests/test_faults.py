@@ -21,9 +21,10 @@ import pytest
 from cli_helpers import pair_args
 from typer.testing import CliRunner
 
-from gguf_bench.cli import app
+from gguf_bench.cli.app import app
 from gguf_bench.errors import ModelError, ResultsError
-from gguf_bench.results import append_record, ensure_results_dir, read_records
+from gguf_bench.results.records import RunRecord
+from gguf_bench.results.store import append_record, ensure_results_dir, read_records
 
 from hubserver import COMMIT, HubServer, _Handler
 
@@ -157,9 +158,9 @@ def test_eval_on_a_full_disk(tiny_pairs, isolated):
 def test_results_folder_removed_during_a_sweep(tiny_pairs, isolated):
     """The folder vanishes after the first record: the sweep stops instead of quietly starting a new
     file that would look complete."""
-    from gguf_bench.bench import PairFiles
-    from gguf_bench.prompts import builtin
-    from gguf_bench.sweep import Grid, SweepEvents, run_sweep
+    from gguf_bench.measure.pair import PairFiles
+    from gguf_bench.measure.prompts import builtin
+    from gguf_bench.measure.sweep import Grid, SweepEvents, run_sweep
 
     folder = isolated / "results"
     out = folder / "gone.jsonl"
@@ -180,11 +181,11 @@ def test_results_folder_removed_during_a_sweep(tiny_pairs, isolated):
 def test_append_after_a_torn_line_keeps_both_records(tmp_path):
     """A crash that left half a line (power cut) must not swallow the next record."""
     out = tmp_path / "r.jsonl"
-    append_record(out, {"i": 0})
+    append_record(out, RunRecord(pair="a"))
     with open(out, "a") as fh:
-        fh.write('{"i": 1, "half')
-    append_record(out, {"i": 2})
-    assert [r["i"] for r in read_records(out)] == [0, 2]
+        fh.write('{"pair": "b", "half')
+    append_record(out, RunRecord(pair="c"))
+    assert [r.pair for r in read_records(out)] == ["a", "c"]
 
 
 # --- 3. load errors that say why ---------------------------------------------------------------
@@ -231,7 +232,7 @@ def test_bad_magic_says_not_gguf(tmp_path, tiny_pairs, command):
 
 def test_bad_magic_through_llama_cpp(tmp_path, tiny_pairs):
     """The loader itself (no GGUF pre-check) names the magic too."""
-    from gguf_bench.backend import Model
+    from gguf_bench.engines.llama_cpp import Model
 
     bad = patched(tiny_pairs["high"][0], tmp_path / "magic.gguf", b"GGUF", b"GGUX")
     with pytest.raises(ModelError) as exc:
@@ -325,7 +326,7 @@ def test_download_killed_half_way_restarts_and_leaves_no_orphan(tmp_path):
     """What a user meets after a download is killed (SIGKILL, a crash, a power cut): huggingface_hub
     2.x cannot resume it, so the next download starts from byte 0, and the dead process's partial file
     is removed (it used to stay in the hub cache for good)."""
-    from gguf_bench import download
+    from gguf_bench.models import download
 
     data = os.urandom(24 << 20)  # above the client's 10 MiB write chunk, so a partial file reaches the disk
     reg = tmp_path / "models.yaml"
@@ -360,7 +361,7 @@ def test_download_killed_half_way_restarts_and_leaves_no_orphan(tmp_path):
 
 def test_a_partial_file_being_downloaded_is_kept(tmp_path, monkeypatch):
     """A partial file whose download lock is held (another process downloading it now) stays."""
-    from gguf_bench.download import ORPHAN_AGE_S, drop_orphaned_partials
+    from gguf_bench.models.download import ORPHAN_AGE_S, drop_orphaned_partials
 
     hub_cache = tmp_path / "hf" / "hub"
     blobs = hub_cache / "models--acme--x" / "blobs"

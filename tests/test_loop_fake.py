@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gguf_bench.decoding.drafters import ModelDrafter
+from gguf_bench.decoding.loop import Verify, generate_regular, generate_speculative
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.schedules import FixedK
 from gguf_bench.errors import ConfigError
-from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import Verify, generate_regular, generate_speculative
 
 V = 16
 EOS = 15
@@ -59,7 +61,7 @@ GREEDY = SamplingConfig()
 
 def test_identical_draft_accepts_everything_and_prompt_is_evaluated_once():
     target, draft = FakeLM(), FakeLM()
-    spec = generate_speculative(target, draft, PROMPT, 20, 4, GREEDY)
+    spec = generate_speculative(target, ModelDrafter(draft), PROMPT, 20, FixedK(4), GREEDY)
     assert spec.tokens == generate_regular(FakeLM(), PROMPT, 20, GREEDY).tokens
     assert spec.acceptance == 1.0
     prompt_evals = [c for c in target.calls if c[0] == "eval" and c[1] == tuple(PROMPT)]
@@ -74,7 +76,7 @@ def test_identical_draft_accepts_everything_and_prompt_is_evaluated_once():
 def test_draft_that_errs_every_third_position():
     wrong = lambda pos: pos % 3 == 0  # noqa: E731
     target, draft = FakeLM(), FakeLM(wrong)
-    spec = generate_speculative(target, draft, PROMPT, 40, 4, GREEDY)
+    spec = generate_speculative(target, ModelDrafter(draft), PROMPT, 40, FixedK(4), GREEDY)
     regular = generate_regular(FakeLM(), PROMPT, 40, GREEDY)
     assert spec.tokens == regular.tokens
     assert 0 < spec.acceptance < 1
@@ -90,7 +92,7 @@ def test_draft_that_errs_every_third_position():
 @pytest.mark.parametrize("n_predict, k", [(1, 4), (2, 4), (3, 8), (7, 1), (9, 100)])
 def test_never_more_tokens_than_asked(n_predict, k):
     target, draft = FakeLM(), FakeLM(lambda pos: pos % 2 == 0)
-    spec = generate_speculative(target, draft, PROMPT, n_predict, k, GREEDY)
+    spec = generate_speculative(target, ModelDrafter(draft), PROMPT, n_predict, FixedK(k), GREEDY)
     assert spec.tokens == generate_regular(FakeLM(), PROMPT, n_predict, GREEDY).tokens
     assert spec.n_tokens == n_predict
     # no round drafts more tokens than are still wanted
@@ -100,7 +102,7 @@ def test_never_more_tokens_than_asked(n_predict, k):
 def test_end_of_sequence_inside_a_draft():
     stop = len(PROMPT) + 6  # EOS is the 7th generated token
     target, draft = FakeLM(eos_after=stop), FakeLM(eos_after=stop)
-    spec = generate_speculative(target, draft, PROMPT, 50, 4, GREEDY)
+    spec = generate_speculative(target, ModelDrafter(draft), PROMPT, 50, FixedK(4), GREEDY)
     regular = generate_regular(FakeLM(eos_after=stop), PROMPT, 50, GREEDY)
     assert spec.tokens == regular.tokens and spec.n_tokens == 6
     assert spec.stopped_by_eog and regular.stopped_by_eog
@@ -110,14 +112,14 @@ def test_end_of_sequence_inside_a_draft():
 
 def test_bad_settings():
     with pytest.raises(ConfigError, match="draft-max"):
-        generate_speculative(FakeLM(), FakeLM(), PROMPT, 10, 0, GREEDY)
+        generate_speculative(FakeLM(), ModelDrafter(FakeLM()), PROMPT, 10, FixedK(0), GREEDY)
     with pytest.raises(ConfigError, match="n-predict"):
         generate_regular(FakeLM(), PROMPT, 0, GREEDY)
 
 
 def test_per_position_counts_by_hand():
     """Rounds of K=4 drafting (drafted, accepted): position i is reached when drafts 1..i-1 were accepted."""
-    from gguf_bench.speculative import GenerationResult, _count_round
+    from gguf_bench.decoding.loop import GenerationResult, _count_round
 
     res = GenerationResult(k=4, reached_at=[0] * 4, accepted_at=[0] * 4)
     for n_drafted, n_acc in [(4, 0), (4, 2), (4, 4), (2, 1), (0, 0), (3, 3)]:
@@ -138,13 +140,13 @@ def test_draft_cache_holds_only_accepted_history():
         history = PROMPT + seen
         assert draft.context == history[: len(draft.context)]
 
-    spec = generate_speculative(target, draft, PROMPT, 60, 5, GREEDY, on_round=check)
+    spec = generate_speculative(target, ModelDrafter(draft), PROMPT, 60, FixedK(5), GREEDY, on_round=check)
     assert 0 < spec.acceptance < 1 and spec.n_tokens == 60
 
 
 def test_timing_split_adds_up():
     target, draft = FakeLM(), FakeLM(lambda pos: pos % 3 == 0)
-    spec = generate_speculative(target, draft, PROMPT, 30, 4, GREEDY)
+    spec = generate_speculative(target, ModelDrafter(draft), PROMPT, 30, FixedK(4), GREEDY)
     assert spec.sample_s > 0 and spec.target_decode_s == spec.draft_decode_s == 0  # fakes have no llama_decode
     assert spec.sample_s + spec.other_s == pytest.approx(spec.decode_s)
 
@@ -169,7 +171,8 @@ class BatchDiffersLM(FakeLM):
 def test_sequential_verification_reads_only_one_token_decodes():
     position = len(PROMPT) + 7
     regular = generate_regular(BatchDiffersLM(position), PROMPT, 30, GREEDY)
-    batched = generate_speculative(BatchDiffersLM(position), FakeLM(), PROMPT, 30, 4, GREEDY)
-    exact = generate_speculative(BatchDiffersLM(position), FakeLM(), PROMPT, 30, 4, GREEDY, verify=Verify.SEQUENTIAL)
+    batched = generate_speculative(BatchDiffersLM(position), ModelDrafter(FakeLM()), PROMPT, 30, FixedK(4), GREEDY)
+    exact = generate_speculative(BatchDiffersLM(position), ModelDrafter(FakeLM()), PROMPT, 30, FixedK(4), GREEDY,
+                                 verify=Verify.SEQUENTIAL)
     assert batched.tokens != regular.tokens  # the batch kernel's difference shows in the batched path
     assert exact.tokens == regular.tokens

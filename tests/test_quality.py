@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-import gguf_bench.speculative as speculative
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
+import gguf_bench.decoding.sampling as speculative
+from gguf_bench.decoding.sampling import SamplingConfig, draw
 from gguf_bench.errors import ConfigError
-from gguf_bench.quality import (
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.measure.quality import (
     distribution_check,
     mul_prompts,
     parse_answer,
@@ -15,7 +16,6 @@ from gguf_bench.quality import (
     two_proportion_p_value,
     wald_interval,
 )
-from gguf_bench.sampling import SamplingConfig, draw
 
 
 def test_wald_interval_against_hand_computed_values():
@@ -107,7 +107,7 @@ def test_eval_on_the_real_pair_never_reports_a_loop_error(gemma_q4_q2, threads):
     """Q4_K_M target, Q2_K draft: batched verification may part from the target alone where this CPU's
     batch kernels round otherwise (on an AVX-512 machine at 1 thread they do); every such difference
     must replay as batch numerics, and sequential verification must be identical throughout."""
-    from gguf_bench.speculative import Verify
+    from gguf_bench.decoding.loop import Verify
 
     prompts = mul_prompts(6, seed=0)
     with LoadedPair(PairFiles(*gemma_q4_q2, "gemma"), LoadConfig(n_ctx=512, threads=threads)) as pair:

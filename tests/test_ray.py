@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 import ray
+from cli_helpers import stored
 from ray.cluster_utils import Cluster
 from typer.testing import CliRunner
 
-from gguf_bench.cli import app
-from gguf_bench.distributed import INSTALL_HINT, PairSource, RayOptions, parse_resources, run_ray_sweep, task_request
+from gguf_bench.cli.app import app
 from gguf_bench.errors import ConfigError
-from gguf_bench.prompts import builtin
-from gguf_bench.results import read_records
-from gguf_bench.sweep import Grid, SweepEvents, cell_key, cells_for
+from gguf_bench.measure.distributed import INSTALL_HINT, PairSource, RayOptions, parse_resources, run_ray_sweep, task_request
+from gguf_bench.measure.prompts import builtin
+from gguf_bench.measure.sweep import Grid, SweepEvents, cell_key, cells_for
 
 runner = CliRunner()
 HOSTS = ("node-a", "node-b")
@@ -72,7 +72,8 @@ def ray_args(files, name, address, *extra, gpus=("--ray-gpus-per-task", "0")):
 
 
 def node_of(record) -> str:
-    return record["node"]["host"]
+    """The host of a stored record (a dict) or of one the sweep hands its events (a RunRecord)."""
+    return record["node"]["host"] if isinstance(record, dict) else record.host
 
 
 # --- options, without a cluster -------------------------------------------------------------------
@@ -98,7 +99,7 @@ def test_task_request_follows_offload_threads_and_resources():
 
 
 def test_without_ray_the_flag_says_how_to_install_it(tiny_pairs):
-    hide_ray = ("import sys; sys.modules['ray'] = None; from gguf_bench.cli import main; "
+    hide_ray = ("import sys; sys.modules['ray'] = None; from gguf_bench.cli.app import main; "
                 f"sys.argv = ['gguf-bench'] + {ray_args(tiny_pairs['high'], 'noray', 'auto')!r}; main()")
     proc = subprocess.run([sys.executable, "-c", hide_ray], capture_output=True, text=True, env=os.environ.copy())
     assert proc.returncode == 1
@@ -118,8 +119,8 @@ def test_ray_sweep_runs_the_cells_of_a_local_sweep_once_each_on_both_nodes(clust
     local = runner.invoke(app, ["sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", "local",
                                 "--prompt-ids", "code-short", "-n", "8", "-t", "1", "-K", "1,2", "-ngl", "0,1"])
     assert local.exit_code == 0, local.output
-    remote_records = read_records(isolated / "results" / "on-ray.jsonl")
-    local_records = read_records(isolated / "results" / "local.jsonl")
+    remote_records = stored(isolated / "results" / "on-ray.jsonl")
+    local_records = stored(isolated / "results" / "local.jsonl")
     assert len(remote_records) == 2 * (2 + 2)  # two offload settings x (target, draft, K=1, K=2)
     assert Counter(r["cell"] for r in remote_records) == Counter(r["cell"] for r in local_records)
     assert set(Counter(r["cell"] for r in remote_records).values()) == {1}
@@ -133,7 +134,7 @@ def test_ray_sweep_runs_the_cells_of_a_local_sweep_once_each_on_both_nodes(clust
     node = remote_records[0]["node"]
     assert node["ip"] and node["hostname"] and len(node["ray_node_id"]) == 56
     assert node["llama_cpp_python"] == remote_records[0]["env"]["llama_cpp_python"] and node["gpu_offload"] is False
-    assert "node" not in local_records[0]
+    assert local_records[0]["node"] is None
 
 
 def test_a_unit_whose_node_is_removed_is_retried_elsewhere_without_loss_or_duplicates(cluster, tiny_pairs, isolated):
@@ -155,7 +156,7 @@ def test_a_unit_whose_node_is_removed_is_retried_elsewhere_without_loss_or_dupli
         for host in HOSTS:
             if host not in cluster.nodes:
                 cluster.add(host)
-    records = read_records(out)
+    records = stored(out)
     expected = {cell_key(f"{files[0].name}+{files[1].name}", _pair_files(files), c.config(grid, load), c.mode)
                 for load in grid.settings() for c in cells_for(grid)}
     assert len(expected) == 2 * 2 * (2 + 4)
@@ -169,7 +170,7 @@ def test_a_unit_whose_node_is_removed_is_retried_elsewhere_without_loss_or_dupli
 
 
 def _pair_files(files):
-    from gguf_bench.bench import PairFiles
+    from gguf_bench.measure.pair import PairFiles
 
     return PairFiles(files[0], files[1], f"{files[0].name}+{files[1].name}")
 
@@ -185,13 +186,13 @@ def test_resume_after_the_driver_is_killed_runs_only_the_missing_cells(cluster, 
         time.sleep(0.05)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
-    done_before = len(read_records(out))
+    done_before = len(stored(out))
     total = 2 * 2 * (2 + 4)  # settings x repetitions x (target, draft, 4 K)
     assert 3 <= done_before < total, done_before
     resumed = runner.invoke(app, args + ["--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert f"resuming: {done_before} cells already done, {total - done_before} to go" in resumed.output
-    counts = Counter(r["cell"] for r in read_records(out))
+    counts = Counter(r["cell"] for r in stored(out))
     assert len(counts) == total and set(counts.values()) == {1}
 
 
@@ -217,7 +218,7 @@ pairs:
     assert "Error: 2 of 4 units failed (first: bad -ngl " in result.stderr
     assert "unit failed: bad -ngl 0 -ngld 0: on node-" in result.stderr and "--resume" in result.stderr
     assert f"file {isolated / 'missing.gguf'} does not exist" in result.stderr
-    records = read_records(isolated / "results" / "reg.jsonl")
+    records = stored(isolated / "results" / "reg.jsonl")
     assert {r["pair"] for r in records} == {"good"} and len(records) == 2 * 3
     assert all(r["models"]["draft"]["file"] == "tiny-draft.F16.gguf" for r in records)
     for host in {node_of(r) for r in records}:  # built in the cache of the node that used it
@@ -227,7 +228,7 @@ pairs:
     again = runner.invoke(app, ["sweep", "good", "--registry", str(registry), "--name", "reg", "--prompt-ids", "code-short",
                                 "-n", "8", "-t", "1", "-K", "2", "-ngl", "0,1", "--ray", "no-cluster-needed", "--resume"])
     assert again.exit_code == 0, again.output
-    assert "resuming: 6 cells already done, 0 to go" in again.output and len(read_records(isolated / "results" / "reg.jsonl")) == 6
+    assert "resuming: 6 cells already done, 0 to go" in again.output and len(stored(isolated / "results" / "reg.jsonl")) == 6
 
 
 def test_a_unit_no_node_can_run_is_refused_before_it_starts(cluster, tiny_pairs):

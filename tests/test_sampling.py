@@ -1,8 +1,8 @@
 """Sampling transforms, and a Monte Carlo check that the acceptance step reproduces the target
 distribution at every position, strict enough to fail on each bug listed in speculative.md.
 
-The transform is checked against the implementation it replaced (float64 over the whole vocabulary,
-kept below as `old_probabilities`), and its candidate-set search (column maxima, a growing nucleus,
+The transform is checked against the package's readable reference sampler (decoding/reference.py:
+float64 over the whole vocabulary, a full sort), and its candidate-set search (column maxima, a growing nucleus,
 a bracket on the normalizer) on rows built to take each of its paths."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from gguf_bench import sampling
-from gguf_bench.errors import ConfigError
-from gguf_bench.sampling import (
+from gguf_bench.decoding import reference, sampling
+from gguf_bench.decoding.sampling import (
     CELL_ROWS,
     FIRST_NUCLEUS_COLUMNS,
     Dist,
@@ -25,6 +24,7 @@ from gguf_bench.sampling import (
     probabilities,
     residual,
 )
+from gguf_bench.errors import ConfigError
 
 # Target rows q_1..q_4 (K=3 plus the bonus row) and draft rows p_1..p_3 over 6 tokens, chosen
 # far apart so rejections are frequent and every position's distribution is distinct.
@@ -104,8 +104,9 @@ def one_uniform_for_both(q, p, drafted, rng):
     return len(drafted), draw(q[len(drafted)], rng)
 
 
-def test_acceptance_reproduces_target_distribution():
-    assert min_p_value(simulate(accept_sampled)) > 1e-3
+@pytest.mark.parametrize("accept", [accept_sampled, reference.accept_sampled], ids=["fast", "reference"])
+def test_acceptance_reproduces_target_distribution(accept):
+    assert min_p_value(simulate(accept)) > 1e-3
 
 
 @pytest.mark.parametrize("buggy", [replacement_from_target, residual_not_renormalized, bonus_from_wrong_row,
@@ -244,14 +245,8 @@ def test_probabilities_transforms():
 
 
 def full_sort_nucleus(logits: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
-    """The nucleus the slow way, in float64: sort every token, cut where the mass reaches top_p."""
-    z = np.exp((logits.astype(np.float64) - logits.max()) / temperature)
-    full = z / z.sum()
-    order = np.argsort(-full, kind="stable")
-    keep = order[: np.searchsorted(np.cumsum(full[order]), top_p) + 1]
-    want = np.zeros_like(full)
-    want[keep] = full[keep] / full[keep].sum()
-    return want
+    """The nucleus the slow way: the package's readable reference sampler (float64, a full sort)."""
+    return reference.probabilities(logits, SamplingConfig(temperature, top_p=top_p))
 
 
 def test_nucleus_on_a_large_vocabulary_matches_a_full_sort():
@@ -263,22 +258,7 @@ def test_nucleus_on_a_large_vocabulary_matches_a_full_sort():
 
 # --- the transform against the implementation it replaced ------------------------------------
 
-def old_probabilities(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
-    """The previous implementation (float64 over the whole row; one row here), as the reference."""
-    z = np.asarray(logits, dtype=np.float64) / cfg.temperature
-    if cfg.top_k and cfg.top_k < z.shape[-1]:
-        kth = -np.partition(-z, cfg.top_k - 1)[cfg.top_k - 1]
-        z[z < kth] = -np.inf
-    z -= z.max()
-    np.exp(z, out=z)
-    z /= z.sum()
-    if cfg.top_p < 1.0:
-        order = np.argsort(-z, kind="stable")
-        keep = order[: int(np.searchsorted(np.cumsum(z[order]), cfg.top_p)) + 1]
-        kept = z[keep] / z[keep].sum()
-        z[:] = 0.0
-        z[keep] = kept
-    return z
+old_probabilities = reference.probabilities  # the readable reference sampler is the oracle
 
 
 def lm_like_row(rng: np.random.Generator, vocab: int, gap: float) -> np.ndarray:

@@ -12,13 +12,13 @@ from collections import Counter
 
 import pandas as pd
 import pytest
+from cli_helpers import stored
 from typer.testing import CliRunner
 
-from gguf_bench.cli import app
+from gguf_bench.cli.app import app
 from gguf_bench.errors import ConfigError
 from gguf_bench.options import ALL_LAYERS, int_list, layer_list, layers, temperatures
-from gguf_bench.report import render, summarize, to_frame
-from gguf_bench.results import read_records
+from gguf_bench.results.report import render, summarize, to_frame
 
 runner = CliRunner()
 
@@ -124,14 +124,14 @@ def test_sweep_stores_every_cell_and_resume_does_nothing_twice(tiny_pairs, isola
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
     out = isolated / "results" / "s1.jsonl"
-    records = read_records(out)
+    records = stored(out)
     # 2 temps x 2 prompts x 2 reps x (target + draft + 3 K)
     assert len(records) == 2 * 2 * 2 * 5 and len({r["cell"] for r in records}) == len(records)
     assert all(r["env"]["llama_cpp_python"] and r["models"]["target"]["sha256"] for r in records)
     assert "K=3" in first.output and "★" in first.output
     again = runner.invoke(app, args + ["--resume"])
     assert again.exit_code == 0 and "40 cells already done, 0 to go" in again.output
-    assert len(read_records(out)) == 40
+    assert len(stored(out)) == 40
     clash = runner.invoke(app, args)
     assert clash.exit_code == 1 and "already exists" in clash.stderr
 
@@ -146,22 +146,22 @@ def test_sweep_killed_then_resumed_runs_every_cell_once(tiny_pairs, isolated):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    done_before = len(read_records(out))
+    done_before = len(stored(out))
     total = 2 * 3 * (2 + 6)
     assert 5 <= done_before < total, done_before
     resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, env=os.environ.copy())
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming: {done_before} cells already done" in resumed.stdout
-    counts = Counter(r["cell"] for r in read_records(out))
+    counts = Counter(r["cell"] for r in stored(out))
     assert len(counts) == total and set(counts.values()) == {1}
 
 
 def test_sweep_records_a_failed_setting_and_goes_on(tmp_path, tiny_pairs, isolated):
     """The target file is truncated when the second offload setting starts loading (as when a
     file goes bad mid-sweep): that setting's cells are recorded with the error, the rest run."""
-    from gguf_bench.bench import PairFiles
-    from gguf_bench.prompts import builtin
-    from gguf_bench.sweep import Grid, SweepEvents, run_sweep
+    from gguf_bench.measure.pair import PairFiles
+    from gguf_bench.measure.prompts import builtin
+    from gguf_bench.measure.sweep import Grid, SweepEvents, run_sweep
 
     target = tmp_path / "target.gguf"
     target.write_bytes(tiny_pairs["high"][0].read_bytes())
@@ -175,7 +175,7 @@ def test_sweep_records_a_failed_setting_and_goes_on(tmp_path, tiny_pairs, isolat
     grid = Grid(ks=[2], ngls=[0, 1], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), n_predict=8)
     out = isolated / "results" / "bad.jsonl"
     run_sweep("bad", PairFiles(target, tiny_pairs["high"][1], "p"), grid, out, False, SweepEvents(loading=loading))
-    records = read_records(out)
+    records = stored(out)
     assert len(records) == 6
     ok, failed = records[:3], records[3:]
     assert all(r["error"] is None and r["config"]["ngl"] == 0 for r in ok)
@@ -238,10 +238,10 @@ def test_minus_one_means_all_layers_in_run_and_sweep(tiny_pairs, isolated):
     swept = runner.invoke(app, sweep_args(tiny_pairs["high"], "m1", "-K", "2", "-ngl", "-1,all", "-ngld", "max",
                                           "--prompt-ids", "code-short", "-n", "6", "--no-draft-alone"))
     assert swept.exit_code == 0, swept.output
-    records = read_records(isolated / "results" / "m1.jsonl")
+    records = stored(isolated / "results" / "m1.jsonl")
     assert len(records) == 2 and {(r["config"]["ngl"], r["config"]["ngld"]) for r in records} == {("all", "all")}
     ran = runner.invoke(app, ["run", "--target", str(tiny_pairs["high"][0]), "--draft", str(tiny_pairs["high"][1]),
                               "-ngl", "-1", "-ngld", "all", "-n", "6", "--json", "--name", "r1"])
     assert ran.exit_code == 0, ran.output
     assert {(r["config"]["ngl"], r["config"]["ngld"]) for r in json.loads(ran.stdout)} == {("all", "all")}
-    assert len(read_records(isolated / "results" / "r1.jsonl")) == 3  # run stores its records too
+    assert len(stored(isolated / "results" / "r1.jsonl")) == 3  # run stores its records too

@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import assert_user_error, invoke, pair_args
+from cli_helpers import assert_user_error, invoke, pair_args, stored
 
-from gguf_bench import tune as tn
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.drafters import Strategy
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.measure.calibrate import calibrate, match_flags
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.measure.prompts import builtin
 from gguf_bench.options import ALL_LAYERS
-from gguf_bench.prompts import builtin
-from gguf_bench.results import read_records
-from gguf_bench.sampling import SamplingConfig
+from gguf_bench.results.records import parse, to_dict
+from gguf_bench.results import costmodel as tn
 
 TM = tn.Timings(t_draft=0.01, t_draft2=0.015, t_verify=(0.1, 0.12, 0.14, 0.16, 0.2), round_overhead=0.002)
 
@@ -123,16 +124,16 @@ class GuessingDraft:
 
 
 def test_match_flags_trust_the_runs_own_draft_tokens_over_the_batched_pass():
-    from gguf_bench.speculative import GenerationResult
+    from gguf_bench.decoding.loop import GenerationResult
 
     # output 1 2 3 4 after a 2-token prompt; the batched pass guesses 2 (right), 9 (wrong), 4 (right)
     draft = GuessingDraft(2, {1: 2, 2: 9, 3: 4})
     res = GenerationResult(tokens=[1, 2, 3, 4], verify_log=[(2, [1, 2, 3, 7])])  # the run's round from token 0
     # the run drafted 2 and 3 one token at a time (both right: flag 2 is True after all), then 7 for token 3
-    assert tn.match_flags(draft, [5, 5], res) == [False, True, True, False]
+    assert match_flags(draft, [5, 5], res) == [False, True, True, False]
     # no round reached token 3: the batched pass decides; an end of generation the draft also proposes matches
     res = GenerationResult(tokens=[1, 2, 3, 4], verify_log=[(2, [1, 2])], stopped_by_eog=True)
-    assert tn.match_flags(GuessingDraft(2, {1: 2, 2: 9, 3: 4, 4: 15}), [5, 5], res) == [False, True, False, True, True]
+    assert match_flags(GuessingDraft(2, {1: 2, 2: 9, 3: 4, 4: 15}), [5, 5], res) == [False, True, False, True, True]
 
 
 def test_decode_time_counts_the_catch_up_and_the_last_short_rounds():
@@ -158,14 +159,15 @@ def test_prediction_is_the_mean_over_prompts_like_a_sweep():
                                             + tn.predict(TM, [bad], 2, 10).tokens_per_s) / 2)
 
 
-def record_for(tm: tn.Timings, texts, ks, ngl="0", ngld="0", time="2026-01-01T00:00:00+00:00") -> dict:
-    return {"kind": "calibration", "time": time, "pair": "p",
+def record_for(tm: tn.Timings, texts, ks, ngl="0", ngld="0", time="2026-01-01T00:00:00+00:00"):
+    """A calibration record as a file of an earlier version holds it (fewer fields), read back."""
+    return parse({"kind": "calibration", "time": time, "pair": "p",
             "config": {"ngl": ngl, "ngld": ngld, "n_predict": 10, "ks": list(ks), "k_max": max(ks)},
             "timings": {"t_draft_s": tm.t_draft, "t_draft2_s": tm.t_draft2, "t_verify_s": list(tm.t_verify),
                         "round_overhead_s": tm.round_overhead},
             "acceptance": {"a": [0.5] * max(ks), "prompts": [{"prompt_id": t.prompt_id, "matches": [int(x) for x in t.matches],
                                                               "n_tokens": t.n_tokens, "stopped_by_eog": t.stopped_by_eog}
-                                                             for t in texts]}}
+                                                             for t in texts]}})
 
 
 def test_best_is_the_argmax_over_settings_and_ks():
@@ -187,7 +189,7 @@ def test_predicted_frame_has_report_columns_and_keeps_the_latest_record():
     texts = [tn.Text("a", (F, T, T, F, T, T, T, T, F, T), 10, False)]
     old = record_for(tn.Timings(1.0, 1.0, (1.0,) * 5, 0.0), texts, [1, 2, 3], time="2026-01-01T00:00:00+00:00")
     new = record_for(TM, texts, [1, 2, 3], time="2026-01-02T00:00:00+00:00")
-    df = tn.predicted_frame([new, {"kind": "eval"}, old, {"mode": "target"}])
+    df = tn.predicted_frame([new, parse({"kind": "eval"}), old, parse({"mode": "target"})])
     assert list(df.columns) == ["pair", "host", "ngl", "ngld", "temperature", "n_predict", "k", "predicted_tokens_per_s",
                                 "predicted_gain_pct", "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
     assert list(df["k"]) == [1, 2, 3] and set(df["ngl"]) == {"0"}
@@ -213,7 +215,7 @@ def test_check_rows_put_measured_next_to_predicted():
             {"mode": "speculative", "config": {"k": 2}, "metrics": {"tokens_per_s": 12.0}, "error": None},
             {"mode": "speculative", "config": {"k": 2}, "metrics": {"tokens_per_s": 14.0}, "error": None},
             {"mode": "speculative", "config": {"k": 3}, "metrics": None, "error": "boom"}]
-    rows = tn.check_rows(cal, recs)
+    rows = tn.check_rows(cal, [parse(r) for r in recs])
     assert [r["k"] for r in rows] == [0, 2]
     k2 = rows[1]
     assert k2["measured_tokens_per_s"] == 13.0 and k2["runs"] == 2 and k2["measured_gain_pct"] == pytest.approx(30.0)
@@ -230,12 +232,13 @@ def test_check_rows_put_measured_next_to_predicted():
 def middle_calibration(tiny_pairs):
     files = PairFiles(*tiny_pairs["middle"], "tiny-middle")
     prompts = builtin(["code-short", "chat-short"])
-    record = tn.calibrate(files, LoadConfig(n_ctx=512, threads=2), prompts, 24, [1, 2, 3, 4], reps=1)
+    record = calibrate(files, LoadConfig(n_ctx=512, threads=2), prompts, 24, [1, 2, 3, 4], reps=1)
     return files, prompts, record
 
 
 def test_calibration_record_fields(middle_calibration):
-    _, _, rec = middle_calibration
+    _, _, record = middle_calibration
+    rec = to_dict(record)  # as stored
     assert rec["kind"] == "calibration" and rec["pair"] == "tiny-middle"
     cfg = rec["config"]
     assert (cfg["ngl"], cfg["ngld"], cfg["threads"], cfg["n_predict"], cfg["k_max"]) == (0, 0, 2, 24, 4)
@@ -251,14 +254,15 @@ def test_calibration_record_fields(middle_calibration):
         assert len(p["matches"]) == p["n_tokens"] + int(p["stopped_by_eog"]) and set(p["matches"]) <= {0, 1}
     assert rec["env"]["llama_cpp_python"] and rec["models"]["target"]["sha256"]
     json.dumps(rec)  # storable as it is
-    cal = tn.Calibration.from_record(rec)
+    assert parse(json.loads(json.dumps(rec))) == record
+    cal = tn.Calibration.from_record(record)
     assert [p.k for p in cal.predictions()] == [1, 2, 3, 4]
 
 
 def test_calibration_of_k_1_alone(tiny_pairs):
     files = PairFiles(*tiny_pairs["high"], "tiny-high")
-    rec = tn.calibrate(files, LoadConfig(n_ctx=256, threads=2), builtin(["code-short"]), 8, [1], reps=1)
-    assert len(rec["timings"]["t_verify_s"]) == 2 and len(rec["acceptance"]["a"]) == 1
+    rec = calibrate(files, LoadConfig(n_ctx=256, threads=2), builtin(["code-short"]), 8, [1], reps=1)
+    assert len(rec.timings.t_verify_s) == 2 and len(rec.acceptance.a) == 1
     assert tn.Calibration.from_record(rec).predict(1).tokens_per_s > 0
 
 
@@ -303,8 +307,8 @@ def test_tune_json_shape_and_stored_record(tiny_pairs, isolated):
     assert set(doc["best"]) == {"k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct"}
     assert doc["best"]["predicted_tokens_per_s"] == max(r["predicted_tokens_per_s"] for r in doc["rows"])
     assert len(doc["settings"][0]["verify_curve"]) == 4 and doc["settings"][0]["verify_curve"][0] == 1.0
-    stored = read_records(isolated / "results" / "tj.jsonl")
-    assert [r["kind"] for r in stored] == ["calibration"]
+    records = stored(isolated / "results" / "tj.jsonl")
+    assert [r["kind"] for r in records] == ["calibration"]
 
 
 def test_tune_several_strategies_in_one_table(tiny_pairs):
@@ -331,13 +335,13 @@ def test_tune_check_prints_measured_next_to_predicted_and_stores_the_runs(tiny_p
     assert "recommended: -K " in out and "predicted tokens/s" in out
     assert "--check: predicted against measured" in out and "measured tokens/s" in out and "target alone" in out
     assert plot.stat().st_size > 0
-    stored = read_records(isolated / "results" / "tc.jsonl")
-    assert stored[0]["kind"] == "calibration"
-    runs = stored[1:]
+    records = stored(isolated / "results" / "tc.jsonl")
+    assert records[0]["kind"] == "calibration"
+    runs = records[1:]
     assert {r["mode"] for r in runs} == {"target", "speculative"} and all(r["sweep"] == "tc" for r in runs)
     rec_k = int(out.split("recommended: -K ")[1].split()[0])
     assert rec_k in {r["config"]["k"] for r in runs if r["mode"] == "speculative"}
-    check_report_shows_predictions(isolated / "results", stored, tmp_path)
+    check_report_shows_predictions(isolated / "results", records, tmp_path)
 
 
 def speed(x: float) -> str:
@@ -347,7 +351,7 @@ def speed(x: float) -> str:
 def check_report_shows_predictions(results, stored, tmp_path):
     """`report` puts tune's prediction beside each measured row of the same setting and prompts, draws it,
     and leaves it out for runs of other prompts."""
-    cal = tn.Calibration.from_record(stored[0])
+    cal = tn.Calibration.from_record(parse(stored[0]))
     md = invoke("report", str(results / "tc.jsonl"), "--format", "md")
     assert md.exit_code == 0, md.output
     lines = md.stdout.splitlines()

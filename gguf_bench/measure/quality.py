@@ -18,11 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import chi2_contingency, norm
 
-from gguf_bench.bench import LoadedPair
-from gguf_bench.divergence import BATCH_NUMERICS, LOOP_ERROR, compare_greedy
+from gguf_bench.decoding.divergence import BATCH_NUMERICS, LOOP_ERROR, compare_greedy, describe
+from gguf_bench.decoding.loop import GenerationResult, OnRound, Verify
+from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.errors import ConfigError
-from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import Verify
+from gguf_bench.measure.pair import LoadedPair
+from gguf_bench.results.records import EvalConfig, EvalMetrics, EvalRecord, EvalRow, Mode
+from gguf_bench.results.store import environment, models_record, now_iso
 
 Z95 = 1.959963984540054
 
@@ -92,9 +94,9 @@ class EvalResult:
     identical: int  # prompts whose two outputs are token-for-token equal
     batch_numerics: int  # greedy differences the replay shows are batch numerics (see divergence.py)
     loop_errors: int  # greedy differences the replay does not explain: the loop is wrong
-    temperature: float
+    greedy: bool
     acceptance: float
-    rows: list[dict]
+    rows: list[EvalRow]
 
     def interval(self, mode: str) -> tuple[float, float, float]:
         return wald_interval(self.regular_ok if mode == "regular" else self.speculative_ok, self.n)
@@ -116,55 +118,53 @@ def run_eval(pair: LoadedPair, prompts: list[MulPrompt], k: int, cfg: SamplingCo
     for i, prompt in enumerate(prompts):
         tokens = pair.prompt_tokens(prompt.text, chat)
         seeded = SamplingConfig(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed + i)
-        reg = pair.generate("target", tokens, n_predict, k, seeded)
-        spec = pair.generate("speculative", tokens, n_predict, k, seeded, verify=verify)
+        reg = pair.generate(Mode.TARGET, tokens, n_predict, k, seeded)
+        spec = pair.generate(Mode.SPECULATIVE, tokens, n_predict, k, seeded, verify=verify)
         drafted, accepted = drafted + spec.drafted, accepted + spec.accepted
         reg_text, spec_text = pair.target.detokenize(reg.tokens), pair.target.detokenize(spec.tokens)
-        row = {"a": prompt.a, "b": prompt.b, "answer": prompt.answer, "regular": reg_text,
-               "speculative": spec_text, "regular_ok": parse_answer(reg_text) == prompt.answer,
-               "speculative_ok": parse_answer(spec_text) == prompt.answer, "identical": reg.tokens == spec.tokens}
-        if cfg.greedy and not row["identical"]:
-            row["divergence"] = compare_greedy(pair.target, tokens, reg.tokens, spec)
-        rows.append(row)
+        identical = reg.tokens == spec.tokens
+        rows.append(EvalRow(a=prompt.a, b=prompt.b, answer=prompt.answer, regular=reg_text, speculative=spec_text,
+                            regular_ok=parse_answer(reg_text) == prompt.answer,
+                            speculative_ok=parse_answer(spec_text) == prompt.answer, identical=identical,
+                            divergence=compare_greedy(pair.target, tokens, reg.tokens, spec)
+                            if cfg.greedy and not identical else None))
         progress(i + 1)
-    return EvalResult(n=len(rows), regular_ok=sum(r["regular_ok"] for r in rows),
-                      speculative_ok=sum(r["speculative_ok"] for r in rows), identical=sum(r["identical"] for r in rows),
+    return EvalResult(n=len(rows), regular_ok=sum(r.regular_ok for r in rows),
+                      speculative_ok=sum(r.speculative_ok for r in rows), identical=sum(r.identical for r in rows),
                       batch_numerics=_count_cause(rows, BATCH_NUMERICS), loop_errors=_count_cause(rows, LOOP_ERROR),
-                      temperature=cfg.temperature, acceptance=accepted / drafted if drafted else float("nan"), rows=rows)
+                      greedy=cfg.greedy, acceptance=accepted / drafted if drafted else float("nan"), rows=rows)
 
 
-def eval_record(res: EvalResult, files, config: dict) -> dict:
+def eval_record(res: EvalResult, files, config: EvalConfig) -> EvalRecord:
     """The stored record of one evaluation."""
-    from gguf_bench.results import environment, models_record, now_iso
-
-    return {"kind": "eval", "time": now_iso(), "pair": files.name, "env": environment(),
-            "models": models_record(files.target, files.draft), "config": config,
-            "metrics": {"n": res.n, "regular_ok": res.regular_ok, "speculative_ok": res.speculative_ok,
-                        "identical": res.identical, "batch_numerics": res.batch_numerics, "loop_errors": res.loop_errors,
-                        "p_value": res.p_value, "acceptance": res.acceptance},
-            "rows": res.rows}
+    return EvalRecord(time=now_iso(), pair=files.name, env=environment(), models=models_record(files.target, files.draft),
+                      config=config, metrics=EvalMetrics(n=res.n, regular_ok=res.regular_ok, speculative_ok=res.speculative_ok,
+                                                         identical=res.identical, batch_numerics=res.batch_numerics,
+                                                         loop_errors=res.loop_errors, p_value=res.p_value,
+                                                         acceptance=res.acceptance),
+                      rows=res.rows)
 
 
 def identity_lines(res: EvalResult) -> list[tuple[str, bool]]:
     """What greedy identity says, line by line; True marks a line that reports a loop error."""
-    if res.temperature != 0:
+    if not res.greedy:
         return []
     lines = [(f"identical outputs (greedy): {res.identical}/{res.n} ({res.identical / res.n:.0%})", False)]
-    divs = [r["divergence"] for r in res.rows if "divergence" in r]
-    numerics = [d for d in divs if d["cause"] == BATCH_NUMERICS]
+    divs = [r.divergence for r in res.rows if r.divergence is not None]
+    numerics = [d for d in divs if d.cause == BATCH_NUMERICS]
     if numerics:
-        margins = ", ".join(f"{abs(d['margin_one_token']):.4f}" for d in numerics)
+        margins = ", ".join(f"{abs(d.margin_one_token):.4f}" for d in numerics)
         lines.append((f"  {len(numerics)} differ by batch numerics: replaying the very verify batch gives the speculative "
                       "token, the one-token decode the regular one (llama.cpp rounds a batch differently; "
                       f"logit margins {margins})", False))
     if res.loop_errors:
-        whys = "; ".join(sorted({d["why"] for d in divs if d["cause"] == LOOP_ERROR}))
+        whys = "; ".join(sorted({d.why for d in divs if d.cause == LOOP_ERROR}))
         lines.append((f"  {res.loop_errors} differ by a loop error: the replay does not reproduce them ({whys})", True))
     return lines
 
 
-def _count_cause(rows: list[dict], cause: str) -> int:
-    return sum(r.get("divergence", {}).get("cause") == cause for r in rows)
+def _count_cause(rows: list[EvalRow], cause: str) -> int:
+    return sum(r.divergence is not None and r.divergence.cause == cause for r in rows)
 
 
 # --- distribution check ------------------------------------------------------------------------
@@ -232,6 +232,51 @@ def distribution_check(pair: LoadedPair, prompt: list[int], m: int, samples: int
 
     def run(mode: str) -> Callable[[int], list[int]]:
         return lambda seed: pair.generate(mode, prompt, m, k, SamplingConfig(
-            cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed * 1_000_003 + seed + (0 if mode == "target" else 500_009))).tokens
+            cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed * 1_000_003 + seed + (0 if mode == Mode.TARGET else 500_009))).tokens
 
-    return compare_samples(sample_positions(run("target"), m, samples), sample_positions(run("speculative"), m, samples))
+    return compare_samples(sample_positions(run(Mode.TARGET), m, samples), sample_positions(run(Mode.SPECULATIVE), m, samples))
+
+
+# --- compare: one prompt, both ways, side by side ------------------------------------------------------
+
+
+@dataclass
+class CompareEvents:
+    """The live view's hooks: a round callback for each side, and the side's result when it is done."""
+
+    on_round: Callable[[str], OnRound | None] = lambda side: None  # side: "regular" or "speculative"
+    finish: Callable[[str, GenerationResult], None] = lambda side, res: None
+
+
+@dataclass
+class Comparison:
+    regular: GenerationResult
+    speculative: GenerationResult
+    verdict: str  # greedy: identical, or where and why they part; sampled: whether the outputs differ
+
+
+def compare(pair: LoadedPair, tokens: list[int], n_predict: int, k: int, cfg: SamplingConfig,
+            verify: Verify = Verify.BATCHED, events: CompareEvents = CompareEvents()) -> Comparison:
+    """Regular then speculative generation of one prompt, after a warm-up (both models' first decodes are slow)."""
+    pair.check_fits(len(tokens), n_predict, k)
+    pair.generate(Mode.SPECULATIVE, tokens, min(16, n_predict), k, cfg)
+    regular = pair.generate(Mode.TARGET, tokens, n_predict, k, cfg, events.on_round("regular"))
+    events.finish("regular", regular)
+    spec = pair.generate(Mode.SPECULATIVE, tokens, n_predict, k, cfg, events.on_round("speculative"), verify)
+    events.finish("speculative", spec)
+    if cfg.greedy:
+        verdict = describe(compare_greedy(pair.target, tokens, regular.tokens, spec))
+    else:
+        verdict = "identical output" if regular.tokens == spec.tokens else "outputs differ (sampling)"
+    return Comparison(regular, spec, verdict)
+
+
+# --- eval: the multiplication benchmark, stored -------------------------------------------------------
+
+
+def evaluate(pair: LoadedPair, files, config: EvalConfig, progress: Callable[[int], None] = lambda i: None
+             ) -> tuple[EvalResult, EvalRecord]:
+    """Run the benchmark `config` describes on a loaded pair; the result and the record to store."""
+    res = run_eval(pair, mul_prompts(config.nb_prompts, config.seed), config.k, config.sampling(), config.n_predict,
+                   progress=progress, chat=config.chat, verify=Verify(config.verify))
+    return res, eval_record(res, files, config)

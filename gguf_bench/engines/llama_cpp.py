@@ -8,6 +8,7 @@ view; `rewind` drops KV entries with `llama_memory_seq_rm`.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import time
@@ -17,7 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gguf_bench.engines import repack
 from gguf_bench.errors import ConfigError, ModelError
+from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata
+from gguf_bench.models.registry import DERIVE_TYPES
 
 _log_tail: deque[tuple[int, str]] = deque(maxlen=64)  # (ggml log level, line), cleared before each load
 _LOG_ERROR, _LOG_CONT = 4, 5  # ggml_log_level values
@@ -86,13 +90,11 @@ def _repack_overrides(path: Path, n_gpu_layers: int):
         return None
     import struct
 
-    from gguf_bench import repack
-
     try:
         names = repack.repackable(path, llama_versions()["system_info"], n_gpu_layers)
     except (ModelError, OSError, ValueError, KeyError, struct.error):  # not a GGUF the reader understands:
         return None  # llama.cpp's loader says what is wrong
-    return repack.overrides(names)
+    return repack.overrides(names, repack_buffer_type())
 
 
 def gpu_offload_supported() -> bool:
@@ -294,8 +296,6 @@ def _cause(line: str) -> str:
 
 def quantize(src: Path, dst: Path, quant: str, n_threads: int | None = None) -> None:
     """Write `src` re-quantized to `quant` (a registry.DERIVE_TYPES key) at `dst`."""
-    from gguf_bench.registry import DERIVE_TYPES
-
     llama_cpp = _llama()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, DERIVE_TYPES[quant])
@@ -307,6 +307,12 @@ def quantize(src: Path, dst: Path, quant: str, n_threads: int | None = None) -> 
 
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
+def read_info(path: Path) -> GGUFInfo:
+    """A model's architecture, layers and vocabulary as llama.cpp reads them (the vocabulary only is loaded)."""
+    path = check_magic(path)
+    return info_from_metadata(path, read_metadata(path))
 
 
 def read_metadata(path: Path) -> dict:
@@ -344,3 +350,44 @@ def read_metadata(path: Path) -> dict:
         }
     finally:
         llama_cpp.llama_model_free(model)
+
+
+# --- CPU_REPACK buffer type (repack.py's overrides send weights there) ---
+
+CPU_DEVICE = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
+
+
+@functools.cache
+def repack_buffer_type() -> int | None:
+    """The CPU device's CPU_REPACK buffer type, found through ggml's public registry (no C++ symbols)."""
+    import llama_cpp
+
+    libdir = Path(llama_cpp.__file__).parent / "lib"
+    try:
+        ggml, base = ctypes.CDLL(str(_lib(libdir, "ggml"))), ctypes.CDLL(str(_lib(libdir, "ggml-base")))
+    except OSError:
+        return None
+    ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    base.ggml_backend_buft_name.restype = ctypes.c_char_p
+    base.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+    dev = ggml.ggml_backend_dev_by_type(CPU_DEVICE)
+    fn = dev and ggml.ggml_backend_reg_get_proc_address(ggml.ggml_backend_dev_backend_reg(dev), b"ggml_backend_dev_get_extra_bufts")
+    if not fn:
+        return None
+    bufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(fn)(dev)
+    i = 0
+    while bufts and bufts[i]:
+        if base.ggml_backend_buft_name(bufts[i]) == b"CPU_REPACK":
+            return bufts[i]
+        i += 1
+    return None
+
+
+def _lib(libdir: Path, name: str) -> Path:
+    found = sorted(libdir.glob(f"lib{name}.*")) + sorted(libdir.glob(f"{name}.*"))
+    return found[0] if found else libdir / f"lib{name}.so"

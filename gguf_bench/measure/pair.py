@@ -5,16 +5,17 @@ Shared by `run`, `sweep`, `eval` and `compare`; holds no printing.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from gguf_bench.backend import Model, gpu_offload_supported
-from gguf_bench.drafters import DEFAULT_STRATEGY, Strategy
+from gguf_bench.decoding.loop import GenerationResult, OnRound, Verify, generate_regular, generate_speculative
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
+from gguf_bench.engines.llama_cpp import Model, gpu_offload_supported, read_info
 from gguf_bench.errors import ConfigError
+from gguf_bench.models.gguf import check_compatible as check_vocabularies
+from gguf_bench.models.pairs import PairFiles
 from gguf_bench.options import layers_label
-from gguf_bench.pairs import PairFiles  # noqa: F401 (where callers have always found it)
-from gguf_bench.records import Mode
-from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import GenerationResult, OnRound, Verify, generate_regular, generate_speculative
+from gguf_bench.results.records import Mode
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,11 @@ class LoadConfig:
     n_ctx: int = 2048
     threads: int | None = None
     seed: int = 0
+
+    @property
+    def label(self) -> str:
+        """'-ngl 10 -ngld all'."""
+        return f"-ngl {layers_label(self.ngl)} -ngld {layers_label(self.ngld)}"
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -72,7 +78,7 @@ class LoadedPair:
     def generate(self, mode: Mode | str, prompt: list[int], n_predict: int, k: int, cfg: SamplingConfig,
                  on_round: OnRound | None = None, verify: Verify = Verify.BATCHED,
                  strategy: Strategy = DEFAULT_STRATEGY) -> GenerationResult:
-        """strategy: how a speculative run drafts (drafters.Strategy; the draft model with fixed K by default)."""
+        """strategy: how a speculative run drafts (the draft model with fixed K by default)."""
         mode = Mode(mode)  # an unknown mode is a ValueError, never a silent speculative run
         if mode == Mode.TARGET:
             return generate_regular(self.target, prompt, n_predict, cfg, on_round)
@@ -98,41 +104,12 @@ class LoadedPair:
         self.close()
 
 
-def metrics(res: GenerationResult) -> dict:
-    """The measurements stored for one run."""
-    return {
-        "prompt_tokens": res.prompt_tokens,
-        "prompt_s": res.prompt_s,
-        "n_tokens": res.n_tokens,
-        "decode_s": res.decode_s,
-        "tokens_per_s": res.tokens_per_s,
-        "ms_per_token": res.ms_per_token,
-        "end_to_end_s": res.prompt_s + res.decode_s,
-        # where decode time goes: inside llama_decode (target, draft), sampling and acceptance, the rest
-        "target_decode_s": res.target_decode_s,
-        "draft_decode_s": res.draft_decode_s,
-        "sample_s": res.sample_s,
-        "other_s": res.other_s,
-        "overhead_pct": res.overhead_pct,
-        "verify": res.verify or None,
-        "stopped_by_eog": res.stopped_by_eog,
-        "rounds": res.rounds,
-        "drafted": res.drafted,
-        "accepted": res.accepted,
-        "acceptance": res.acceptance if res.drafted else None,
-        "tokens_per_round": res.tokens_per_round if res.rounds else None,
-        "accepted_at": res.accepted_at,
-        "reached_at": res.reached_at,
-    }
-
-
-def load_config_dict(load: LoadConfig) -> dict:
-    d = asdict(load)
-    d["ngl"], d["ngld"] = layers_label(load.ngl), layers_label(load.ngld)
-    return d
+def check_compatible(files: PairFiles) -> None:
+    """Whether the draft can draft for the target (llama.cpp's vocabulary rules); one line naming each failed rule."""
+    check_vocabularies(read_info(files.target), read_info(files.draft))
 
 
 def open_pair(files: PairFiles, load: LoadConfig) -> LoadedPair:
-    """Check that the draft can draft for the target (llama.cpp's vocabulary rules), then load both."""
-    files.check_compatible()
+    """Check that the draft can draft for the target, then load both."""
+    check_compatible(files)
     return LoadedPair(files, load)

@@ -14,9 +14,21 @@ import pandas as pd
 from rich import box
 from rich.table import Table
 
+from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
-from gguf_bench.options import number_text, speed_text
-from gguf_bench.records import EvalRecord, OtherRecord, RunRecord, eval_row, gain_pct, parse, read_file, run_row
+from gguf_bench.results.costmodel import predicted_frame
+from gguf_bench.results.records import (
+    CalibrationRecord,
+    EvalRecord,
+    OtherRecord,
+    RunRecord,
+    gain_pct,
+    parse,
+    read_file,
+    run_label,
+    run_row,
+)
+from gguf_bench.results.text import number_text, speed_text
 
 SETTING = ["pair", "host", "ngl", "ngld", "temperature", "n_predict"]  # what a baseline must share with its row
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
@@ -27,7 +39,8 @@ FORMATS = ("md", "csv", "json", "jsonl")
 class Loaded:
     runs: list[RunRecord] = field(default_factory=list)
     evals: list[EvalRecord] = field(default_factory=list)
-    others: list[OtherRecord] = field(default_factory=list)
+    calibrations: list[CalibrationRecord] = field(default_factory=list)
+    others: list[OtherRecord] = field(default_factory=list)  # kinds of later versions
     unreadable: list[str] = field(default_factory=list)  # 'FILE line N' of each line that is not a record
 
 
@@ -45,15 +58,11 @@ def load(paths: list[Path], default_dir: Path) -> Loaded:
         raise BenchError(f"no .jsonl results in {', '.join(map(str, paths))}; run `gguf-bench sweep` first")
     out = Loaded()
     for f in files:
-        dicts, bad = read_file(f)
+        records, bad = read_file(f)
         out.unreadable += bad
-        for d in dicts:
-            try:
-                rec = parse(d)
-            except (TypeError, ValueError):
-                out.unreadable.append(f"{f} (a record with unknown fields)")
-                continue
-            {RunRecord: out.runs, EvalRecord: out.evals, OtherRecord: out.others}[type(rec)].append(rec)
+        for rec in records:
+            {RunRecord: out.runs, EvalRecord: out.evals, CalibrationRecord: out.calibrations,
+             OtherRecord: out.others}[type(rec)].append(rec)
     return out
 
 
@@ -99,15 +108,12 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     return agg.drop(columns=["_order", "_default"]).reset_index(drop=True)
 
 
-def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, others: list[OtherRecord]) -> pd.DataFrame:
+def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, calibrations: list[CalibrationRecord]) -> pd.DataFrame:
     """Add `predicted_tokens_per_s` (and `predicted_gain_pct`) from stored `tune` calibrations to the rows
     they predict: the target alone and the draft model with a fixed K, under the same pair, host, offload,
     temperature and length, and only where the runs used the calibration's prompts (a prediction for other
     prompts predicts other text). Rows without a prediction get NaN; no calibration, or a summary kept
     apart by prompt (a calibration predicts the mean over its prompts): `summary` unchanged."""
-    from gguf_bench.tune import KIND, predicted_frame
-
-    calibrations = [o.data for o in others if o.kind == KIND]
     pred = predicted_frame(calibrations) if calibrations else None
     if pred is None or pred.empty or "prompt_id" in summary.columns:
         return summary
@@ -132,16 +138,7 @@ def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, others: list[Other
 def row_label(row: pd.Series) -> str:
     """Short: 'target alone', 'draft alone', 'K=4', 'ngram(1-4) K=16', 'draft p-min 0.8 K=16' (the files are in the
     table's caption; the draft model with fixed K is the plain 'K=4')."""
-    if row["mode"] == "target":
-        return "target alone"
-    if row["mode"] == "draft":
-        return "draft alone"
-    return _strategy_k(row)
-
-
-def _strategy_k(row: pd.Series) -> str:
-    strategy = row.get("strategy") or "draft"
-    return f"K={int(row['k'])}" if strategy == "draft" else f"{strategy} K={int(row['k'])}"
+    return run_label(row["mode"], row.get("strategy") or "", row["k"])
 
 
 def model_label(row: pd.Series) -> str:
@@ -151,8 +148,8 @@ def model_label(row: pd.Series) -> str:
     if row["mode"] == "draft":
         return f"{_stem(row['draft_file'])} (draft alone)"
     if "draft" not in str(row.get("strategy") or "draft"):
-        return f"{_stem(row['target_file'])}, {_strategy_k(row)}"  # the n-gram drafts without a model
-    return f"{_stem(row['target_file'])} + {_stem(row['draft_file'])}, {_strategy_k(row)}"
+        return f"{_stem(row['target_file'])}, {row_label(row)}"  # the n-gram drafts without a model
+    return f"{_stem(row['target_file'])} + {_stem(row['draft_file'])}, {row_label(row)}"
 
 
 def _stem(name) -> str:
@@ -256,13 +253,11 @@ def eval_table(evals: list[EvalRecord]) -> Table:
     for col in ("pair", "T", "K", "regular", "spec.", "p", "identical", "numerics", "loop err."):
         table.add_column(col, justify="left" if col == "pair" else "right")
     for ev in evals:
-        r = eval_row(ev)
-        greedy = r["temperature"] == 0
-        table.add_row(str(r["pair"]), number_text(r["temperature"], "{:g}"), str(r["k"]), f"{r['regular_ok']}/{r['n']}",
-                      f"{r['speculative_ok']}/{r['n']}", number_text(r["p_value"], "{:.3g}"),
-                      f"{r['identical']}/{r['n']}" if greedy else "–", number_text(r["batch_numerics"], "{}") if greedy else "–",
-                      number_text(r["loop_errors"], "{}") if greedy else "–",
-                      style="bold red" if greedy and r["loop_errors"] else None)
+        cfg, m, greedy = ev.config, ev.metrics, ev.greedy
+        table.add_row(ev.pair, number_text(cfg.temperature, "{:g}"), str(cfg.k), f"{m.regular_ok}/{m.n}",
+                      f"{m.speculative_ok}/{m.n}", number_text(m.p_value, "{:.3g}"),
+                      f"{m.identical}/{m.n}" if greedy else "–", str(m.batch_numerics) if greedy else "–",
+                      str(m.loop_errors) if greedy else "–", style="bold red" if greedy and m.loop_errors else None)
     return table
 
 
@@ -295,120 +290,6 @@ def render(summary: pd.DataFrame, fmt: str) -> str:
     raise BenchError(f"unknown format '{fmt}'; choose from {', '.join(FORMATS)}")
 
 
-# --- plot -----------------------------------------------------------------------------------
-
-LINE = ["pair", "host", "ngl", "ngld", "temperature"]  # one line per setting
-
-
-def position_acceptance(df: pd.DataFrame) -> pd.DataFrame:
-    """Acceptance of draft position j given it was reached, per setting, pooled over the runs of the
-    largest K (the per-position counts the loop stores): columns LINE + position, acceptance."""
-    spec = df[(df["mode"] == "speculative") & df["error"].isna() & df["reached_at"].notna()]
-    lines = _lines(df)
-    rows = []
-    for key, grp in spec.groupby(lines, dropna=False):
-        top = grp[grp["k"] == grp["k"].max()]
-        reached = pd.DataFrame(top["reached_at"].tolist()).sum()
-        accepted = pd.DataFrame(top["accepted_at"].tolist()).sum()
-        for j in reached.index:
-            if reached[j] > 0:
-                rows.append({**dict(zip(lines, key)), "position": j + 1, "acceptance": accepted[j] / reached[j]})
-    return pd.DataFrame(rows, columns=lines + ["position", "acceptance"])
-
-
-def _lines(frame: pd.DataFrame) -> list[str]:
-    """One line per setting and drafting strategy."""
-    return LINE + (["strategy"] if "strategy" in frame.columns else [])
-
-
-def plot(summary: pd.DataFrame, path: Path, metric: str = "tokens_per_s", df: pd.DataFrame | None = None) -> Path:
-    """Write `figure(...)` as a PNG."""
-    fig = figure(summary, metric, df)
-    fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
-    return path
-
-
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise BenchError("plotting needs matplotlib: pip install 'gguf-bench[plot]'") from None
-    return plt
-
-
-def figure(summary: pd.DataFrame, metric: str = "tokens_per_s", df: pd.DataFrame | None = None):
-    """Left: tokens/s (or gain %) against K with ± std bars, the target alone as a band. Right:
-    acceptance by draft position (when the raw runs `df` are given). One line per setting."""
-    plt = _pyplot()
-    if metric not in ("tokens_per_s", "gain_pct"):
-        raise BenchError("--plot-metric must be tokens_per_s or gain_pct")
-    spec = summary[(summary["mode"] == "speculative") & summary["tokens_per_s"].notna()]
-    if spec.empty:
-        raise BenchError("nothing to plot: these results hold no speculative runs")
-    positions = position_acceptance(df) if df is not None else pd.DataFrame()
-    fig, axes = plt.subplots(1, 2 if not positions.empty else 1, figsize=(12 if not positions.empty else 7, 4.8),
-                             squeeze=False)
-    speed, accept = axes[0][0], axes[0][-1]
-    lines = _lines(spec)
-    for key, grp in spec.groupby(lines, dropna=False):
-        label = _line_label(dict(zip(lines, key)), spec)
-        color = _draw_speed(speed, summary, grp, key[:len(LINE)], label, metric)
-        if not positions.empty:
-            pos = positions[(positions[lines] == pd.Series(key, index=lines)).all(axis=1)]
-            accept.plot(pos["position"], pos["acceptance"], marker="o", color=color, label=label)
-    speed.set_xlabel("draft length K")
-    speed.set_ylabel("tokens/s (band: target alone, mean ± std)" if metric == "tokens_per_s" else "gain % over target alone")
-    speed.grid(alpha=0.3)
-    speed.legend(fontsize=7)
-    if not positions.empty:
-        accept.set_xlabel("draft position j")
-        accept.set_ylabel("acceptance of position j, given reached")
-        accept.set_ylim(0, 1.05)
-        accept.grid(alpha=0.3)
-    fig.suptitle(_plot_title(spec), fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def _draw_speed(ax, summary: pd.DataFrame, grp: pd.DataFrame, key: tuple, label: str, metric: str) -> str:
-    grp = grp.sort_values("k")
-    err = grp["tokens_per_s_std"] if metric == "tokens_per_s" else None
-    line = ax.errorbar(grp["k"], grp[metric], yerr=err, marker="o", capsize=3, label=label)
-    color = line[0].get_color()
-    predicted = f"predicted_{metric}"
-    if predicted in grp and grp[predicted].notna().any():
-        known = grp[grp[predicted].notna()]
-        ax.plot(known["k"], known[predicted], linestyle=":", marker="x", color=color, label=f"{label}: predicted (tune)")
-    if metric == "tokens_per_s":
-        base = summary[(summary["mode"] == "target") & (summary[LINE] == pd.Series(key, index=LINE)).all(axis=1)]
-        if not base.empty and not pd.isna(base["tokens_per_s"].iloc[0]):
-            mean, std = base["tokens_per_s"].iloc[0], base["tokens_per_s_std"].fillna(0).iloc[0]
-            ax.axhspan(mean - std, mean + std, color=color, alpha=0.15)
-            ax.axhline(mean, color=color, linestyle="--", linewidth=1)
-    else:
-        ax.axhline(0, color="grey", linestyle="--", linewidth=1)
-    return color
-
-
-def _line_label(values: dict, spec: pd.DataFrame) -> str:
-    """Only what tells the lines apart."""
-    parts = [f"{c}={values[c]:g}" if c == "temperature" else values[c] if c == "strategy" else f"{c}={values[c]}"
-             for c in values if spec[c].nunique() > 1]
-    return ", ".join(parts) or "speculative"
-
-
-def _plot_title(spec: pd.DataFrame) -> str:
-    first = spec.iloc[0]
-    parts = [f"{c}: {first[c]}" for c in ("pair",) if spec[c].nunique() == 1]
-    if spec["target_offload"].nunique() == 1 and spec["draft_offload"].nunique() == 1:
-        parts.append(f"GPU layers {first['target_offload']} + {first['draft_offload']}")
-    if spec["temperature"].nunique() == 1:
-        parts.append(f"T={first['temperature']:g}")
-    if spec["host"].nunique() == 1:
-        machine = first["gpu"] if isinstance(first.get("gpu"), str) and first["gpu"] else first.get("cpu")
-        parts.append(f"on {machine}" + (f" ({first['host']})" if first["host"] != "local" else ""))
-    return " · ".join(str(p) for p in parts)
+def strategy_heading(st: Strategy) -> str:
+    """A column heading in `tune`'s table: the strategy without its K ('draft', 'ngram h<=16')."""
+    return st.spec_type + (f" h<={st.k_cap}" if st.k_schedule == "heuristic" else "")

@@ -29,12 +29,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gguf_bench.bench import LoadConfig, PairFiles, load_config_dict
+from gguf_bench.engines.llama_cpp import quantize
 from gguf_bench.errors import BenchError, ConfigError, ModelError
-from gguf_bench.records import host_of  # noqa: F401 (the CLI finds it here too)
-from gguf_bench.registry import ModelRef, Registry
-from gguf_bench.results import append_record, environment, read_records
-from gguf_bench.sweep import Grid, SweepEvents, cell_key, cells_for, iter_records
+from gguf_bench.measure.pair import LoadConfig, PairFiles
+from gguf_bench.measure.sweep import Grid, SweepEvents, cell_key, cells_done, cells_for, iter_records
+from gguf_bench.models.registry import ModelRef, Registry
+from gguf_bench.results.records import Node, Record, RunRecord
+from gguf_bench.results.store import append_record, environment, read_records
 
 INSTALL_HINT = "--ray needs Ray, which is not installed; install it with: pip install -e '.[ray]'"
 ACCELERATOR_PREFIX = "accelerator_type:"  # Ray's node resource naming the GPU model, e.g. accelerator_type:A100
@@ -158,7 +159,7 @@ def _fetch_on_node(model: ModelRef, registry: Registry) -> Path:
     (one per GPU) would otherwise assemble or quantize the same file into the same partial file at once."""
     import fcntl
 
-    from gguf_bench.download import cache_dir, fetch, locate
+    from gguf_bench.models.download import cache_dir, fetch, locate
 
     if found := locate(model, registry):
         return found
@@ -166,7 +167,7 @@ def _fetch_on_node(model: ModelRef, registry: Registry) -> Path:
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
-        return locate(model, registry) or fetch(model, registry).path
+        return locate(model, registry) or fetch(model, registry, quantize=quantize).path
 
 
 def pair_sources(pairs: list[str] | None, target: Path | None, draft: Path | None,
@@ -178,7 +179,7 @@ def pair_sources(pairs: list[str] | None, target: Path | None, draft: Path | Non
         if pairs:
             raise BenchError("give either pair names or --target/--draft, not both")
         return [PairSource.from_paths(target, draft)]
-    from gguf_bench.registry import load_registry
+    from gguf_bench.models.registry import load_registry
 
     registry = load_registry(registry_path)
     return [PairSource.from_registry(registry, p) for p in (pairs or [registry.default])]
@@ -198,8 +199,7 @@ class Unit:
     todo: int  # cells left, as far as the driver can tell (all of them when it cannot name the files)
 
     def label(self) -> str:
-        d = load_config_dict(self.load)
-        return f"{self.pair.name} -ngl {d['ngl']} -ngld {d['ngld']}"
+        return f"{self.pair.name} {self.load.label}"
 
 
 def unit_grid(grid: Grid, load: LoadConfig) -> Grid:
@@ -207,15 +207,15 @@ def unit_grid(grid: Grid, load: LoadConfig) -> Grid:
     return replace(grid, ngls=[load.ngl], nglds=[load.ngld])
 
 
-def plan_units(pairs: list[PairSource], grid: Grid, records: list[dict]) -> list[Unit]:
+def plan_units(pairs: list[PairSource], grid: Grid, records: list[Record]) -> list[Unit]:
     """Every pair x offload setting, with the keys of its cells already in `records`.
 
     Cell keys hold the files' names: for a registry pair the driver takes them from the pair's earlier
     records (a pair with none has no cell done), so it need not fetch anything itself.
     """
-    done = {r["cell"] for r in records if "cell" in r}
-    names = {r["pair"]: (r["models"]["target"]["file"], r["models"]["draft"]["file"])
-             for r in records if r.get("pair") and r.get("models")}
+    done = cells_done(records)
+    names = {r.pair: (r.models.target.file, r.models.draft.file) for r in records
+             if isinstance(r, RunRecord) and r.pair and r.models.target and r.models.draft}
     units = []
     for pair in pairs:
         known = pair.file_names() or names.get(pair.name)
@@ -233,11 +233,18 @@ def plan_units(pairs: list[PairSource], grid: Grid, records: list[dict]) -> list
 # --- on the worker -------------------------------------------------------------------------------------
 
 
-def unit_records(name: str, unit: Unit, grid: Grid, ledger: Any = None) -> Iterator[dict]:
+@dataclass(frozen=True)
+class Written:
+    """The placeholder a retried unit yields for a cell the driver has already written."""
+
+    key: str
+
+
+def unit_records(name: str, unit: Unit, grid: Grid, ledger: Any = None) -> Iterator[RunRecord | Written]:
     """The body of a unit's Ray task: one item per cell not in `unit.skip`, in a fixed order.
 
     A cell the driver has already written (asked of `ledger`, on a retry) gets a placeholder
-    {"written": key} instead of a new measurement, so each item keeps the position it had in the
+    Written(key) instead of a new measurement, so each item keeps the position it had in the
     first attempt: Ray drops the items of a retry up to the count it already delivered.
     """
     node = node_info()
@@ -250,22 +257,23 @@ def unit_records(name: str, unit: Unit, grid: Grid, ledger: Any = None) -> Itera
     measured = iter_records(name, files, one, skip=set(unit.skip) | written)  # loads the models on first use
     for key in plan:
         if key in written:
-            yield {"written": key}
+            yield Written(key)
             continue
         with _naming(node):
             record = next(measured)
-        if record["cell"] != key:
-            raise BenchError(f"internal error: unit {unit.label()} measured cell {record['cell']} where {key} was planned")
-        yield record | {"node": node}
+        if record.cell != key:
+            raise BenchError(f"internal error: unit {unit.label()} measured cell {record.cell} where {key} was planned")
+        record.node = node
+        yield record
 
 
 @contextmanager
-def _naming(node: dict) -> Iterator[None]:
+def _naming(node: Node) -> Iterator[None]:
     """Errors raised on a node say which node (the driver prints them among those of other nodes)."""
     try:
         yield
     except BenchError as exc:
-        raise type(exc)(f"on {node['host']} ({node['ip']}): {exc}") from None
+        raise type(exc)(f"on {node.host} ({node.ip}): {exc}") from None
 
 
 def _written(ledger: Any, unit_index: int) -> set[str]:
@@ -293,33 +301,31 @@ class Ledger:
         return sorted(self._keys.get(unit_index, ()))
 
 
-def node_info() -> dict:
+def node_info() -> Node:
     """Where a record was measured, computed on the node that measured it."""
     import ray
 
     env = environment()
     ctx = ray.get_runtime_context()
     gpu_ids = [str(i) for i in ray.get_gpu_ids()]  # the GPUs Ray gave this task (it sets CUDA_VISIBLE_DEVICES)
-    info = {"host": os.environ.get(HOST_ENV) or socket.gethostname(), "hostname": socket.gethostname(),
-            "ip": ray.util.get_node_ip_address(), "ray_node_id": ctx.get_node_id(),
-            "gpu": env.get("gpu"), "gpu_memory": env.get("gpu_memory"), "gpu_count": env.get("gpu_count"),
-            "gpu_ids": gpu_ids, "cpu": env.get("cpu"), "cpu_count": env.get("cpu_count"),
-            "llama_cpp_python": env.get("llama_cpp_python"), "gpu_offload": env.get("gpu_offload")}
-    info.update(_assigned_gpu(gpu_ids))
-    return info
+    gpu, gpu_memory = _assigned_gpu(gpu_ids) or (env.gpu, env.gpu_memory)
+    return Node(host=os.environ.get(HOST_ENV) or socket.gethostname(), hostname=socket.gethostname(),
+                ip=ray.util.get_node_ip_address(), ray_node_id=ctx.get_node_id(), gpu=gpu, gpu_memory=gpu_memory,
+                gpu_count=env.gpu_count, gpu_ids=gpu_ids, cpu=env.cpu, cpu_count=env.cpu_count,
+                llama_cpp_python=env.llama_cpp_python, gpu_offload=env.gpu_offload)
 
 
-def _assigned_gpu(gpu_ids: list[str]) -> dict:
+def _assigned_gpu(gpu_ids: list[str]) -> tuple[str, str] | None:
     """Name and memory of the first GPU Ray gave this task (a node may hold different GPUs)."""
     if not gpu_ids:
-        return {}
+        return None
     try:
         out = subprocess.run(["nvidia-smi", "-i", gpu_ids[0], "--query-gpu=name,memory.total", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return {}
+        return None
     name, sep, memory = out.partition(",")
-    return {"gpu": name.strip(), "gpu_memory": memory.strip()} if sep else {}
+    return (name.strip(), memory.strip()) if sep else None
 
 
 # --- on the driver ---------------------------------------------------------------------------------------
@@ -342,7 +348,7 @@ def run_ray_sweep(name: str, pairs: list[PairSource], grid: Grid, out: Path, res
         raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
     ray = import_ray()
     records = read_records(out) if out.is_file() else []
-    written = {r["cell"] for r in records if "cell" in r}
+    written = cells_done(records)
     units = plan_units(pairs, grid, records)
     todo = [u for u in units if u.todo]
     events.start(sum(u.todo for u in todo), sum(len(u.skip) for u in units))
@@ -367,15 +373,15 @@ def run_ray_sweep(name: str, pairs: list[PairSource], grid: Grid, out: Path, res
                 summary.failures.append(f"{unit.label()}: {_one_line(exc)}")
                 del streams[ready[0]]
                 continue
-            if item.get("cell") is None or item["cell"] in written:
-                summary.dropped += item.get("cell") is not None
+            if not isinstance(item, RunRecord) or item.cell in written:
+                summary.dropped += isinstance(item, RunRecord)
                 continue
             append_record(out, item)
-            written.add(item["cell"])
-            ledger.add.remote(unit.index, item["cell"])
+            written.add(item.cell)
+            ledger.add.remote(unit.index, item.cell)
             summary.written += 1
-            if (item["config"]["ngl"] or item["config"]["ngld"]) and not item["node"]["gpu_offload"]:
-                summary.no_offload.add(host_of(item))
+            if (item.config.ngl or item.config.ngld) and not (item.node and item.node.gpu_offload):
+                summary.no_offload.add(item.host)
             events.cell(item)
     return summary
 

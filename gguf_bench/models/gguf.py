@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.errors import ModelError
+from gguf_bench.errors import IncompatiblePairError, ModelError
+from gguf_bench.models.files import split_parts
 
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
@@ -40,21 +41,25 @@ class Rule:
     detail: str
 
 
-def read_info(path: Path) -> GGUFInfo:
+def check_magic(path: Path) -> Path:
+    """`path`, after checking that it exists and starts with the GGUF magic."""
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path} does not exist")
     with open(path, "rb") as fh:
         if fh.read(4) != b"GGUF":
             raise ModelError(f"{path} is not a GGUF file (no GGUF magic at its start)")
-    from gguf_bench.backend import read_metadata
+    return path
 
-    meta = read_metadata(path)
+
+def info_from_metadata(path: Path, meta: dict) -> GGUFInfo:
+    """A GGUFInfo from what llama.cpp read of the vocabulary and metadata (engines.llama_cpp.read_info)."""
+    meta = dict(meta)
     file_type = meta.pop("file_type")
-    return GGUFInfo(path=path, quant=_quant_name(file_type), file_size=_total_size(path), **meta)
+    return GGUFInfo(path=path, quant=quant_name(file_type), file_size=total_size(path), **meta)
 
 
-def _quant_name(ftype) -> str:
+def quant_name(ftype) -> str:
     import gguf
 
     if ftype is None:
@@ -65,10 +70,8 @@ def _quant_name(ftype) -> str:
         return f"type {ftype}"
 
 
-def _total_size(path: Path) -> int:
+def total_size(path: Path) -> int:
     """File size; for split files (...-00001-of-0000N.gguf) the size of all parts found."""
-    from gguf_bench.files import split_parts
-
     parts = [path.with_name(n) for n in split_parts(path.name)]
     return sum(p.stat().st_size for p in parts if p.is_file())
 
@@ -98,7 +101,15 @@ def incompatibility(target: GGUFInfo, draft: GGUFInfo) -> str | None:
     return "; ".join(failed) if failed else None
 
 
-# --- tensor table (what repack.py needs), read straight from the header --------------------------
+def check_compatible(target: GGUFInfo, draft: GGUFInfo) -> None:
+    """llama.cpp's rules for drafting with these vocabularies; one line naming each failed rule."""
+    why = incompatibility(target, draft)
+    if why:
+        raise IncompatiblePairError(f"{draft.path.name} cannot draft for {target.path.name}: {why}; "
+                                    "pick a draft from the same model family (same tokenizer)")
+
+
+# --- tensor table (what engines/repack.py needs), read straight from the header --------------------------
 
 @dataclass(frozen=True)
 class TensorInfo:

@@ -15,14 +15,14 @@ abort the load. They are the x86 ones; elsewhere nothing is overridden.
 from __future__ import annotations
 
 import ctypes
-import functools
 import re
 from pathlib import Path
+
+from gguf_bench.models.gguf import tensor_table
 
 # type -> the instruction set llama.cpp's x86 repack needs for it; every one needs ne[1] % 8 == 0
 X86_REPACK = {"Q4_0": "AVX2", "Q4_K": "AVX2", "IQ4_NL": "AVX2", "MXFP4": "AVX2", "Q2_K": "AVX512"}
 NOT_MATMUL = {"token_embd.weight"}  # read by GET_ROWS, which repacked weights do not serve
-CPU_DEVICE = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
 
 
 class Override(ctypes.Structure):
@@ -34,8 +34,6 @@ class Override(ctypes.Structure):
 def repackable(path: Path, system_info: str, n_gpu_layers: int = 0) -> list[str]:
     """Names of the weights of `path` that llama.cpp would repack on this CPU, among those it keeps on the
     CPU with `n_gpu_layers` offloaded (llama.cpp offloads the output layer first, then the last blocks)."""
-    from gguf_bench.ggufinfo import tensor_table
-
     meta, tensors = tensor_table(path)
     blocks = int(meta.get(f"{meta.get('general.architecture')}.block_count") or 0)
     cpu_blocks = None if n_gpu_layers <= 0 else max(0, blocks + 1 - n_gpu_layers)
@@ -54,49 +52,13 @@ def _on_cpu(name: str, cpu_blocks: int | None) -> bool:
     return bool(block) and int(block.group(1)) < cpu_blocks
 
 
-def overrides(names: list[str]) -> ctypes.Array | None:
-    """A NULL-terminated override array sending `names` to CPU_REPACK; None when there is nothing to send
-    or this build has no CPU_REPACK buffer type. The caller keeps the array alive while the model loads."""
-    buft = repack_buffer_type()
+def overrides(names: list[str], buft: int | None) -> ctypes.Array | None:
+    """A NULL-terminated override array sending `names` to CPU_REPACK (`buft`, engines.llama_cpp.repack_buffer_type);
+    None when there is nothing to send or this build has no CPU_REPACK buffer type. The caller keeps the array
+    alive while the model loads."""
     if not names or buft is None:
         return None
     pattern = "^(?:" + "|".join(re.escape(n) for n in names) + ")$"
     array = (Override * 2)()
     array[0].pattern, array[0].buft = pattern.encode(), buft
     return array
-
-
-@functools.cache
-def repack_buffer_type() -> int | None:
-    """The CPU device's CPU_REPACK buffer type, found through ggml's public registry (no C++ symbols)."""
-    import llama_cpp
-
-    libdir = Path(llama_cpp.__file__).parent / "lib"
-    try:
-        ggml, base = ctypes.CDLL(str(_lib(libdir, "ggml"))), ctypes.CDLL(str(_lib(libdir, "ggml-base")))
-    except OSError:
-        return None
-    ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-    ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    base.ggml_backend_buft_name.restype = ctypes.c_char_p
-    base.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
-    dev = ggml.ggml_backend_dev_by_type(CPU_DEVICE)
-    fn = dev and ggml.ggml_backend_reg_get_proc_address(ggml.ggml_backend_dev_backend_reg(dev), b"ggml_backend_dev_get_extra_bufts")
-    if not fn:
-        return None
-    bufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(fn)(dev)
-    i = 0
-    while bufts and bufts[i]:
-        if base.ggml_backend_buft_name(bufts[i]) == b"CPU_REPACK":
-            return bufts[i]
-        i += 1
-    return None
-
-
-def _lib(libdir: Path, name: str) -> Path:
-    found = sorted(libdir.glob(f"lib{name}.*")) + sorted(libdir.glob(f"{name}.*"))
-    return found[0] if found else libdir / f"lib{name}.so"

@@ -11,8 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gguf_bench.records import gain_pct
-from gguf_bench.speculative import GenerationResult
+from gguf_bench.decoding.loop import GenerationResult
+from gguf_bench.results.records import gain_pct
 
 ACCEPTED_STYLE = "black on green"  # draft tokens the target accepted
 

@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gguf_bench import options
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles, load_config_dict, metrics
-from gguf_bench.divergence import compare_greedy
-from gguf_bench.drafters import DEFAULT_STRATEGY, Strategy
+from gguf_bench.decoding.divergence import Identity, compare_greedy
+from gguf_bench.decoding.loop import Verify
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.prompts import Prompt
-from gguf_bench.results import append_record, default_name, ensure_results_dir, environment, models_record, now_iso, read_records
-from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import Verify
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles, check_compatible
+from gguf_bench.measure.prompts import Prompt
+from gguf_bench.options import layers_label
+from gguf_bench.results.records import Mode, Offload, RunConfig, RunMetrics, RunRecord
+from gguf_bench.results.store import append_record, default_name, ensure_results_dir, environment, models_record, now_iso, read_records
 
 
 @dataclass(frozen=True)
@@ -58,21 +60,24 @@ class Grid:
 
 @dataclass(frozen=True)
 class Cell:
-    mode: str  # target | draft | speculative
+    mode: Mode
     k: int
     temperature: float
     prompt: Prompt
     repetition: int
     strategy: Strategy = DEFAULT_STRATEGY
 
-    def config(self, grid: Grid, load: LoadConfig) -> dict:
-        # the default strategy is left out, so that cells (and --resume keys) of sweeps made before strategies stay the same
-        strategy = self.mode == "speculative" and self.strategy != DEFAULT_STRATEGY
-        return {**load_config_dict(load), "k": self.k, "temperature": self.temperature, "top_k": grid.top_k,
-                "top_p": grid.top_p, "n_predict": grid.n_predict, "prompt_id": self.prompt.id,
-                "chat": self.prompt.chat, "repetition": self.repetition,
-                **({"strategy": self.strategy.params()} if strategy else {}),
-                **({"verify": str(grid.verify)} if grid.verify != Verify.BATCHED and self.mode == "speculative" else {})}
+    def config(self, grid: Grid, load: LoadConfig) -> RunConfig:
+        # the default strategy and verify mode are left out (None), so that cells (and --resume keys) of sweeps
+        # made before those existed stay the same
+        speculative = self.mode == Mode.SPECULATIVE
+        return RunConfig(ngl=layers_label(load.ngl), ngld=layers_label(load.ngld), n_ctx=load.n_ctx, threads=load.threads,
+                         seed=load.seed, k=self.k, temperature=self.temperature, top_k=grid.top_k, top_p=grid.top_p,
+                         n_predict=grid.n_predict, prompt_id=self.prompt.id, chat=self.prompt.chat,
+                         repetition=self.repetition,
+                         strategy=self.strategy if speculative and self.strategy != DEFAULT_STRATEGY else None,
+                         verify=str(grid.verify) if speculative and grid.verify != Verify.BATCHED else None,
+                         category=self.prompt.category or None)
 
 
 def cells_for(grid: Grid, has_draft: bool = True) -> list[Cell]:
@@ -81,10 +86,10 @@ def cells_for(grid: Grid, has_draft: bool = True) -> list[Cell]:
     for temp in grid.temperatures:
         for prompt in grid.prompts:
             for rep in range(grid.repetitions):
-                cells.append(Cell("target", 0, temp, prompt, rep))
+                cells.append(Cell(Mode.TARGET, 0, temp, prompt, rep))
                 if grid.with_draft_alone and has_draft:
-                    cells.append(Cell("draft", 0, temp, prompt, rep))
-                cells += [Cell("speculative", k, temp, prompt, rep, s) for s in grid.strategies for k in grid.ks]
+                    cells.append(Cell(Mode.DRAFT, 0, temp, prompt, rep))
+                cells += [Cell(Mode.SPECULATIVE, k, temp, prompt, rep, s) for s in grid.strategies for k in grid.ks]
     return cells
 
 
@@ -99,13 +104,19 @@ def results_path(name: str | None, resume: bool) -> tuple[str, Path]:
     return name, out
 
 
-def cell_key(pair: str, files: PairFiles, config: dict, mode: str) -> str:
-    ident = {"pair": pair, "target": files.target.name, "draft": files.draft.name if files.draft else None, "mode": mode, **config}
+def cell_key(pair: str, files: PairFiles, config: RunConfig, mode: Mode) -> str:
+    ident = {"pair": pair, "target": files.target.name, "draft": files.draft.name if files.draft else None,
+             "mode": str(mode), **config.cell_fields()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def done_keys(path: Path) -> set[str]:
-    return {r["cell"] for r in read_records(path) if "cell" in r} if path.is_file() else set()
+    return cells_done(read_records(path)) if path.is_file() else set()
+
+
+def cells_done(records: list) -> set[str]:
+    """Keys of the cells these records hold."""
+    return {r.cell for r in records if isinstance(r, RunRecord) and r.cell}
 
 
 @dataclass
@@ -113,7 +124,7 @@ class SweepEvents:
     """Callbacks the CLI uses to show progress (the sweep itself prints nothing)."""
 
     start: Callable[[int, int], None] = lambda total, skipped: None
-    cell: Callable[[dict], None] = lambda record: None
+    cell: Callable[[RunRecord], None] = lambda record: None
     loading: Callable[[LoadConfig], None] = lambda load: None
 
 
@@ -129,10 +140,10 @@ def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
 
 
 def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = frozenset(),
-                 events: SweepEvents = SweepEvents()) -> Iterator[dict]:
+                 events: SweepEvents = SweepEvents()) -> Iterator[RunRecord]:
     """Measure each cell whose key is not in `skip`, loading each offload setting once."""
     if files.draft is not None:
-        files.check_compatible()
+        check_compatible(files)
     for s in grid.strategies:  # a target alone (no --draft) drafts by n-gram only
         s.check(max(grid.ks), has_draft_model=files.draft is not None)
     _check_memory(files, grid)
@@ -140,7 +151,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
     todo = [(load, cell) for load, cell in plan
             if cell_key(files.name, files, cell.config(grid, load), cell.mode) not in skip]
     events.start(len(todo), len(plan) - len(todo))
-    static = {"sweep": name, "pair": files.name, "env": environment(), "models": _models(files)}
+    static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
     for load in grid.settings():
         cells = [c for lo, c in todo if lo == load]
         if cells:
@@ -148,14 +159,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
             yield from _run_setting(files, grid, load, cells, static)
 
 
-def _models(files: PairFiles) -> dict:
-    """results.models_record; a target alone (n-gram drafting) has no draft file."""
-    from gguf_bench.results import model_record
-
-    return models_record(files.target, files.draft) if files.draft else {"target": model_record(files.target), "draft": None}
-
-
-def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cell], static: dict) -> Iterator[dict]:
+def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cell], static: dict) -> Iterator[RunRecord]:
     try:
         pair = LoadedPair(files, load)
     except (BenchError, MemoryError, OSError) as exc:
@@ -169,29 +173,28 @@ def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cel
         for p in grid.prompts:
             pair.check_fits(len(tokens[p.id]), grid.n_predict, max(s.max_k(k) for s in grid.strategies for k in grid.ks))
         _warm_up(pair, tokens[grid.prompts[0].id], grid)
-        offload = {"target": pair.offload_label("target"), "draft": pair.offload_label("draft")}
+        offload = Offload(pair.offload_label("target"), pair.offload_label("draft"))
         greedy_target: dict[str, list[int]] = {}  # prompt id -> the target alone's greedy tokens
         for cell in cells:
-            cfg = SamplingConfig(cell.temperature, grid.top_k, grid.top_p, grid.seed + cell.repetition)
+            cfg = cell.config(grid, load).sampling()
             try:
                 res = pair.generate(cell.mode, tokens[cell.prompt.id], grid.n_predict, cell.k, cfg, verify=grid.verify,
                                     strategy=cell.strategy)
-                measured = metrics(res) | {"text": pair.target.detokenize(res.tokens)}
-                if cell.mode == "speculative":  # how it drafted: rounds per draft length, rounds per source
-                    measured |= {"strategy": res.strategy, "draft_lengths": res.draft_lengths, "draft_sources": res.draft_sources}
-                if cfg.greedy and cell.mode == "target":
+                identity = None
+                if cfg.greedy and cell.mode == Mode.TARGET:
                     greedy_target[cell.prompt.id] = res.tokens
-                if cfg.greedy and cell.mode == "speculative":
-                    measured["identity"] = _identity(pair, tokens[cell.prompt.id], res, grid, greedy_target, cell.prompt.id)
+                if cfg.greedy and cell.mode == Mode.SPECULATIVE:
+                    identity = _identity(pair, tokens[cell.prompt.id], res, grid, greedy_target, cell.prompt.id)
+                measured = RunMetrics.from_result(res, pair.target.detokenize(res.tokens), identity)
                 yield _record(static, files, grid, load, cell, measured, offload, None)
             except (BenchError, MemoryError) as exc:
                 yield _record(static, files, grid, load, cell, None, offload, str(exc))
 
 
-def _identity(pair: LoadedPair, prompt: list[int], spec, grid: Grid, greedy_target: dict, prompt_id: str) -> dict:
+def _identity(pair: LoadedPair, prompt: list[int], spec, grid: Grid, greedy_target: dict, prompt_id: str) -> Identity:
     """Whether a greedy speculative run gave the target alone's text; if not, where and why (after timing)."""
     if prompt_id not in greedy_target:  # resumed sweep: the target cell ran in an earlier process
-        greedy_target[prompt_id] = pair.generate("target", prompt, grid.n_predict, 0, SamplingConfig()).tokens
+        greedy_target[prompt_id] = pair.generate(Mode.TARGET, prompt, grid.n_predict, 0, SamplingConfig()).tokens
     return compare_greedy(pair.target, prompt, greedy_target[prompt_id], spec)
 
 
@@ -199,15 +202,14 @@ def _warm_up(pair: LoadedPair, prompt: list[int], grid: Grid) -> None:
     """One short run through both models (every drafter), so the first measured cell pays no start-up costs."""
     cfg = SamplingConfig(grid.temperatures[0], grid.top_k, grid.top_p, grid.seed)
     for strategy in {s.spec_type: s for s in grid.strategies}.values():  # each drafter once (the n-gram decodes nothing)
-        pair.generate("speculative", prompt, min(16, grid.n_predict), max(grid.ks), cfg, strategy=strategy)
+        pair.generate(Mode.SPECULATIVE, prompt, min(16, grid.n_predict), max(grid.ks), cfg, strategy=strategy)
 
 
-def _record(static: dict, files: PairFiles, grid: Grid, load: LoadConfig, cell: Cell, measured: dict | None,
-            offload: dict | None, error: str | None) -> dict:
-    config = {**cell.config(grid, load), "seed": grid.seed,  # what follows is not part of the cell's key
-              **({"category": cell.prompt.category} if cell.prompt.category else {})}
-    return {"cell": cell_key(files.name, files, cell.config(grid, load), cell.mode), "time": now_iso(),
-            **static, "mode": cell.mode, "config": config, "metrics": measured, "offload": offload, "error": error}
+def _record(static: dict, files: PairFiles, grid: Grid, load: LoadConfig, cell: Cell, measured: RunMetrics | None,
+            offload: Offload | None, error: str | None) -> RunRecord:
+    config = cell.config(grid, load)
+    return RunRecord(cell=cell_key(files.name, files, config, cell.mode), time=now_iso(), **static, mode=cell.mode,
+                     config=config, metrics=measured, offload=offload, error=error)
 
 
 def _check_memory(files: PairFiles, grid: Grid) -> None:
@@ -238,3 +240,11 @@ def single_run_grid(k: int, ngl: str, ngld: str, temperature: float, prompt: Pro
     """The grid of `gguf-bench run`: one setting, one K, one prompt (and one strategy: strategies=[...] in kw)."""
     return Grid(ks=[k], ngls=[options.layers(ngl)], nglds=[options.layers(ngld)], temperatures=[temperature],
                 prompts=[prompt], **kw)
+
+
+def measured(records: list[RunRecord], what: str | None = None) -> list[RunRecord]:
+    """`records`, unless every one of them failed: then the first error is the error (`what` says who failed)."""
+    failed = [r for r in records if r.error]
+    if records and len(failed) == len(records):
+        raise BenchError(f"{what}: {failed[0].error}" if what else str(failed[0].error))
+    return records

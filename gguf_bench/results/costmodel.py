@@ -1,5 +1,5 @@
-"""`gguf-bench tune`: predict tokens/s for every draft length and offload setting from a few
-measurements, and pick the best without running every cell of a sweep. Holds no printing.
+"""The cost model of `gguf-bench tune`: predicted tokens/s for every draft length and offload setting from a
+calibration record (measure/calibrate.py measures one), and the best of them. Pure: loads no model, prints nothing.
 
 Cost model (Leviathan et al. 2023, with a measured instead of an assumed verify cost). One greedy
 round with draft length K:
@@ -12,10 +12,6 @@ b logit rows; a_j: the probability that draft position j is accepted given that 
 After a fully accepted round the draft has not decoded its last draft token yet, so the next round
 starts with a 2-token draft decode (t_draft2) instead of a 1-token one: counted, with probability
 prod_{j<=K} a_j.
-
-Calibration measures, per offload setting: t_draft, t_draft2 and t_verify(b) for b = 1..K_max+1
-(median of a few repetitions, at the context position a generation passes through halfway), the
-time the loop spends outside those decodes, and one greedy speculative run at K_max per prompt.
 
 Prediction, greedy: which draft tokens a round accepts depends only on the text. In a greedy run
 the draft's j-th proposal is accepted exactly when the draft's greedy next token, given the text
@@ -38,23 +34,16 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from gguf_bench.backend import Model
-from gguf_bench.bench import LoadConfig, LoadedPair, PairFiles, load_config_dict
-from gguf_bench.drafters import DEFAULT_STRATEGY, FixedK, HeuristicK, NgramDrafter, Strategy
+from gguf_bench.decoding.drafters import NgramDrafter
+from gguf_bench.decoding.schedules import FixedK, HeuristicK
+from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.options import ALL_LAYERS, layers_label
-from gguf_bench.prompts import Prompt
-from gguf_bench.results import environment, models_record, now_iso
-from gguf_bench.sampling import SamplingConfig
-from gguf_bench.speculative import GenerationResult
+from gguf_bench.results.records import CalibrationRecord, Mode, RunRecord
 
-KIND = "calibration"
 DEFAULT_REPS = 6
 
 
@@ -310,18 +299,16 @@ class Calibration:
     fit: float | None = None  # the K_max runs' decode time as predicted over as measured (1.0: consistent)
 
     @classmethod
-    def from_record(cls, rec: dict) -> Calibration:
-        if rec.get("kind") != KIND:
-            raise BenchError("not a calibration record")
-        cfg, tm, acc = rec["config"], rec["timings"], rec["acceptance"]
-        timings = Timings(t_draft=tm["t_draft_s"], t_draft2=tm["t_draft2_s"], t_verify=tuple(tm["t_verify_s"]),
-                          round_overhead=tm["round_overhead_s"])
-        texts = tuple(Text(p["prompt_id"], tuple(bool(m) for m in p["matches"]), p["n_tokens"], p["stopped_by_eog"],
-                           tuple(p.get("prompt", ())), tuple(p.get("tokens", ()))) for p in acc["prompts"])
-        loop = tm.get("in_loop") or {}
-        fit = loop["predicted_decode_s"] / loop["decode_s"] if loop.get("decode_s") and loop.get("predicted_decode_s") else None
-        return cls(pair=rec["pair"], ngl=str(cfg["ngl"]), ngld=str(cfg["ngld"]), n_predict=cfg["n_predict"],
-                   ks=tuple(cfg["ks"]), timings=timings, texts=texts, a=tuple(acc["a"]), fit=fit)
+    def from_record(cls, rec: CalibrationRecord) -> Calibration:
+        cfg, tm, acc = rec.config, rec.timings, rec.acceptance
+        timings = Timings(t_draft=tm.t_draft_s, t_draft2=tm.t_draft2_s, t_verify=tuple(tm.t_verify_s),
+                          round_overhead=tm.round_overhead_s)
+        texts = tuple(Text(p.prompt_id, tuple(bool(m) for m in p.matches), p.n_tokens, p.stopped_by_eog,
+                           tuple(p.prompt), tuple(p.tokens)) for p in acc.prompts)
+        loop = tm.in_loop
+        fit = loop.predicted_decode_s / loop.decode_s if loop.decode_s and loop.predicted_decode_s else None
+        return cls(pair=rec.pair, ngl=str(cfg.ngl), ngld=str(cfg.ngld), n_predict=cfg.n_predict,
+                   ks=tuple(cfg.ks), timings=timings, texts=texts, a=tuple(acc.a), fit=fit)
 
     def predict(self, k: int, strategy: Strategy = DEFAULT_STRATEGY) -> Prediction:
         if strategy.max_k(k) > self.timings.k_max:
@@ -360,7 +347,7 @@ def prediction_rows(calibrations: Sequence[Calibration], strategies: Sequence[St
     return rows
 
 
-def predicted_frame(records: Sequence[dict]):
+def predicted_frame(records: Sequence[CalibrationRecord]):
     """Predictions from every calibration record among `records`, one row per (setting, K) for the draft
     model with a fixed K (what sweep measures), in the
     columns report uses: pair, host ('local': tune measures in its own process), ngl, ngld, temperature,
@@ -370,7 +357,7 @@ def predicted_frame(records: Sequence[dict]):
     import pandas as pd
 
     latest: dict[tuple, Calibration] = {}
-    for rec in sorted((r for r in records if r.get("kind") == KIND), key=lambda r: r.get("time") or ""):
+    for rec in sorted((r for r in records if isinstance(r, CalibrationRecord)), key=lambda r: r.time or ""):
         cal = Calibration.from_record(rec)
         latest[(cal.pair, cal.ngl, cal.ngld, cal.n_predict)] = cal
     rows = []
@@ -419,216 +406,6 @@ def effective_settings(ngls: Sequence[int], nglds: Sequence[int], gpu: bool, tar
     return [(a, b) for a in fold(ngls, target_layers, "-ngl") for b in fold(nglds, draft_layers, "-ngld")], warnings
 
 
-# --- calibration (measures; loads models) -----------------------------------------------------------
-
-
-def check_k_range(ks: Sequence[int]) -> None:
-    if not ks:
-        raise ConfigError("no draft lengths given (-K)")
-    if min(ks) < 1:
-        raise ConfigError("draft lengths (-K) must be >= 1")
-
-
-def _timed_eval(model: Model, tokens: list[int], n_logits: int) -> tuple[float, float]:
-    """(wall seconds, seconds inside llama_decode) of one loop step: eval, then argmax of each row read."""
-    clock, t = model.llama_decode_s, time.perf_counter()
-    np.argmax(model.eval(tokens, n_logits), axis=1)
-    return time.perf_counter() - t, model.llama_decode_s - clock
-
-
-def _filler(prompts: list[list[int]], n: int) -> list[int]:
-    """n tokens from the prompts, repeated: content does not change a decode's cost, position does."""
-    pool = [t for p in prompts for t in p]
-    return (pool * (n // len(pool) + 1))[:n]
-
-
-def _medians(samples: list[tuple[float, float]]) -> tuple[float, float]:
-    return statistics.median(w for w, _ in samples), statistics.median(i for _, i in samples)
-
-
-class DecodeTimer:
-    """t_draft, t_draft2 and t_verify(b) for b = 1..k_max+1: median wall seconds of synthetic rounds.
-
-    Taken at the mean prompt length + n_predict/2, the position a generation passes halfway. One
-    repetition: the draft decodes 2 tokens (the catch-up after a full round) and is rewound; then for
-    each b the draft decodes 1 token and the target b tokens with b logit rows, and both are rewound.
-    The models alternate as in the loop (their CPU thread pools share the cores), batch sizes are
-    interleaved, and `run` is called between the calibration's generation runs, so that a slow
-    spell of the machine spreads over every measurement instead of inflating one.
-    Every b is measured, never fitted: the curve need not rise with b. With repacked weights (CPU_REPACK)
-    llama.cpp multiplies a batch of 4 rows or more with its gemm kernel, 4 rows at a time, and the rest
-    with gemv one row at a time (ggml-cpu/repack.cpp), so 3 tokens can cost more than 4.
-    """
-
-    def __init__(self, prompts: list[list[int]], n_predict: int, k_max: int):
-        self.position = round(statistics.fmean(len(p) for p in prompts)) + n_predict // 2
-        fill = _filler(prompts, self.position + max(k_max + 1, 3))
-        self.context, self.batch = fill[:self.position], fill[self.position:]
-        self.verify: dict[int, list[tuple[float, float]]] = {b: [] for b in range(1, k_max + 2)}
-        self.draft1: list[tuple[float, float]] = []
-        self.draft2: list[tuple[float, float]] = []
-
-    def run(self, pair: LoadedPair, reps: int) -> None:
-        target, draft, batch, pos = pair.target, pair.draft, self.batch, self.position
-        for model in (target, draft):
-            model.rewind(0)
-            model.eval(self.context, 1)
-        for _ in range(reps):
-            self.draft2.append(_timed_eval(draft, batch[:2], 1))
-            draft.rewind(pos)
-            for b, samples in self.verify.items():
-                self.draft1.append(_timed_eval(draft, batch[2:3], 1))
-                draft.rewind(pos)
-                samples.append(_timed_eval(target, batch[:b], b))
-                target.rewind(pos)
-        for model in (target, draft):
-            model.rewind(0)
-
-    def result(self) -> dict:
-        t_verify = [_medians(v) for v in self.verify.values()]
-        (t_draft, t_draft_in), (t_draft2, _) = _medians(self.draft1), _medians(self.draft2)
-        return {"position": self.position, "samples": len(self.draft2),
-                "t_verify_s": [w for w, _ in t_verify], "t_draft_s": t_draft, "t_draft2_s": t_draft2,
-                "verify_python_s": [max(0.0, w - i) for w, i in t_verify], "draft_python_s": max(0.0, t_draft - t_draft_in)}
-
-
-def _spread(total: int, parts: int) -> list[int]:
-    """`total` repetitions over `parts` slots, as evenly as possible: 5 over 4 -> [2, 1, 1, 1]."""
-    return [total // parts + (i < total % parts) for i in range(parts)]
-
-
-def match_flags(draft: Model, prompt: list[int], res: GenerationResult) -> list[bool]:
-    """Per output token i >= 1: whether the draft's greedy token after prompt + tokens[:i] is tokens[i];
-    after an end-of-generation stop, one more flag: whether the draft would end there too.
-
-    Where the speculative run `res` (greedy) drafted a position with the text so far as its history,
-    its own draft token decides: that is the draft as the loop runs it, one token at a time. The
-    rest (the target's bonus token after a fully accepted round) comes from one batched pass of the
-    draft over the text, which can round differently from one-token decodes and so flip a near-tie.
-    """
-    flags = _batched_flags(draft, prompt, res)
-    for base, batch in res.verify_log:  # (position of x0, [x0, d1..dk]) per round
-        s = base - len(prompt)  # x0 is output token s
-        for j, tok in enumerate(batch[1:], 1):
-            i = s + j
-            if i >= len(flags):
-                break
-            flags[i] = tok == res.tokens[i] if i < len(res.tokens) else draft.is_eog(tok)
-            if not flags[i]:
-                break  # the draft's later tokens continued a history that is not the text
-    return flags
-
-
-def _batched_flags(draft: Model, prompt: list[int], res: GenerationResult) -> list[bool]:
-    tokens = res.tokens
-    draft.rewind(0)
-    draft.eval(prompt, 1)
-    preds: list[int] = []
-    feed = tokens if res.stopped_by_eog else tokens[:-1]  # row r predicts token r+1
-    for start in range(0, len(feed), draft.n_batch):
-        chunk = feed[start:start + draft.n_batch]
-        preds += np.argmax(draft.eval(chunk, len(chunk)), axis=1).tolist()
-    draft.rewind(0)
-    if not tokens:
-        return [False]  # the very first token ended generation: no rounds
-    flags = [False] + [p == t for p, t in zip(preds, tokens[1:])]
-    if res.stopped_by_eog:
-        flags.append(draft.is_eog(preds[-1]))
-    return flags
-
-
-def _round_overhead(runs: list[GenerationResult], texts: list[Text], decodes: dict, k_max: int, n_predict: int) -> float:
-    """Per-round time of the K_max runs outside llama_decode and outside the decode steps' own Python.
-
-    The runs' time outside llama_decode (sampling/acceptance + the rest: sample_s + other_s) holds
-    the Python around each eval and the argmax of its rows, which the decode timings already
-    include (measured apart as *_python_s); what remains per round is the round overhead.
-    """
-    outside = sum(r.sample_s + r.other_s for r in runs)
-    rounds = [rd for t in texts for rd in simulate_rounds(t.matches, k_max, n_predict, t.stopped_by_eog)]
-    in_steps = sum(rd.drafted * decodes["draft_python_s"] + decodes["verify_python_s"][rd.drafted] for rd in rounds)
-    return (outside - in_steps) / len(rounds) if rounds else 0.0
-
-
-def _in_loop(runs: list[GenerationResult]) -> dict:
-    """What the K_max runs measured directly (kept for diagnosis; the prediction uses the timings)."""
-    rounds = sum(r.rounds for r in runs)
-    drafted = sum(r.drafted for r in runs)
-    return {"rounds": rounds, "drafted": drafted, "accepted": sum(r.accepted for r in runs),
-            "decode_s": sum(r.decode_s for r in runs), "target_decode_s": sum(r.target_decode_s for r in runs),
-            "draft_decode_s": sum(r.draft_decode_s for r in runs), "sample_s": sum(r.sample_s for r in runs),
-            "other_s": sum(r.other_s for r in runs),
-            "overhead_s_per_round": sum(r.sample_s + r.other_s for r in runs) / rounds if rounds else None,
-            "draft_decode_s_per_token": sum(r.draft_decode_s for r in runs) / drafted if drafted else None,
-            "target_decode_s_per_round": sum(r.target_decode_s for r in runs) / rounds if rounds else None,
-            "tokens_per_s": [r.tokens_per_s for r in runs]}
-
-
-@dataclass
-class CalibrationEvents:
-    """Progress callbacks (the CLI's status line); calibration itself prints nothing."""
-
-    step: Callable[[str], None] = lambda what: None
-
-
-def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_predict: int, ks: Sequence[int],
-              reps: int = DEFAULT_REPS, name: str | None = None, events: CalibrationEvents = CalibrationEvents()) -> dict:
-    """Measure one offload setting; return the calibration record (not stored here)."""
-    check_k_range(ks)
-    if reps < 1:
-        raise ConfigError(f"--reps must be >= 1, got {reps}")
-    if n_predict < 2:
-        raise ConfigError(f"--n-predict must be >= 2 to tune (one token comes with the prompt), got {n_predict}")
-    k_max = max(ks)
-    greedy = SamplingConfig()
-    started = time.perf_counter()
-    with LoadedPair(files, load) as pair:
-        chat_ok = pair.target.has_chat_template()
-        tokens = [pair.prompt_tokens(p.text, p.chat and chat_ok) for p in prompts]
-        for t in tokens:
-            pair.check_fits(len(t), n_predict, k_max)
-        events.step("warm-up")
-        pair.generate("speculative", tokens[0], min(16, n_predict), k_max, greedy)
-        runs, texts = [], []
-        timer = DecodeTimer(tokens, n_predict, k_max)
-        for prompt, toks, share in zip(prompts, tokens, _spread(reps, len(prompts))):
-            events.step(f"speculative run K={k_max} on {prompt.id}")
-            res = pair.generate("speculative", toks, n_predict, k_max, greedy)
-            runs.append(res)
-            texts.append(Text(prompt.id, tuple(match_flags(pair.draft, toks, res)), res.n_tokens, res.stopped_by_eog,
-                              tuple(toks), tuple(res.tokens)))
-            if share:
-                events.step(f"timing decodes of 1..{k_max + 1} tokens")
-                timer.run(pair, share)  # `reps` in all, spread between the runs
-        decodes = timer.result()
-        offload = {"target": pair.offload_label("target"), "draft": pair.offload_label("draft")}
-    round_overhead = _round_overhead(runs, texts, decodes, k_max, n_predict)
-    timings = Timings(decodes["t_draft_s"], decodes["t_draft2_s"], tuple(decodes["t_verify_s"]), max(0.0, round_overhead))
-    predicted_s = sum(t.decode_s(timings, k_max, n_predict)[0] for t in texts)
-    reached = [sum(r.reached_at[j] for r in runs) for j in range(k_max)]
-    accepted = [sum(r.accepted_at[j] for r in runs) for j in range(k_max)]
-    return {
-        "kind": KIND, "time": now_iso(), "tune": name, "pair": files.name,
-        "config": {**load_config_dict(load), "temperature": 0.0, "prompts": [p.id for p in prompts],
-                   "n_predict": n_predict, "ks": list(ks), "k_max": k_max, "reps": decodes["samples"],
-                   "position": decodes["position"]},
-        "offload": offload,
-        "timings": {"t_draft_s": timings.t_draft, "t_draft2_s": timings.t_draft2, "t_verify_s": list(timings.t_verify),
-                    "round_overhead_s": timings.round_overhead, "round_overhead_raw_s": round_overhead,
-                    "regular_overhead_s": decodes["verify_python_s"][0], "draft_python_s": decodes["draft_python_s"],
-                    "verify_python_s": decodes["verify_python_s"],
-                    # the K_max runs themselves, and what the timings predict for them (a check of the calibration)
-                    "in_loop": _in_loop(runs) | {"predicted_decode_s": predicted_s}},
-        "acceptance": {"a": [acc / rea if rea else None for acc, rea in zip(accepted, reached)],
-                       "reached_at": reached, "accepted_at": accepted,
-                       "prompts": [{"prompt_id": t.prompt_id, "n_tokens": t.n_tokens, "stopped_by_eog": t.stopped_by_eog,
-                                    "matches": [int(m) for m in t.matches], "prompt": list(t.prompt),
-                                    "tokens": list(t.tokens)} for t in texts]},
-        "calibration_s": time.perf_counter() - started,
-        "env": environment(), "models": models_record(files.target, files.draft),
-    }
-
-
 # --- --check: predicted against measured ----------------------------------------------------------
 
 
@@ -637,16 +414,14 @@ def check_ks(cal: Calibration, k: int) -> list[int]:
     return [x for x in (k - 1, k, k + 1) if x in cal.ks]
 
 
-def check_rows(cal: Calibration, records: Sequence[dict]) -> list[dict]:
+def check_rows(cal: Calibration, records: Sequence[RunRecord]) -> list[dict]:
     """Sweep run records of one setting -> per K (0: the target alone) the measured mean tokens/s over
     prompts next to the prediction, and the prediction's error in percent of the measurement."""
     by_k: dict[int, list[float]] = {}
     for r in records:
-        m = r.get("metrics") or {}
-        if r.get("error") or m.get("tokens_per_s") is None or r.get("mode") not in ("target", "speculative"):
+        if r.error or r.tokens_per_s is None or r.mode not in (Mode.TARGET, Mode.SPECULATIVE):
             continue
-        k = r["config"]["k"] if r["mode"] == "speculative" else 0
-        by_k.setdefault(k, []).append(m["tokens_per_s"])
+        by_k.setdefault(r.k, []).append(r.tokens_per_s)
     rows = []
     for k in sorted(by_k):
         p = cal.predict(k) if k else cal.predict(min(cal.ks))

@@ -7,7 +7,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.errors import BenchError, IncompatiblePairError
+from gguf_bench.errors import BenchError
+from gguf_bench.models.download import Quantize, fetch, locate
+from gguf_bench.models.registry import load_registry
 
 # A context manager giving a download.Progress callback while files are fetched (the CLI's progress bar).
 ProgressFactory = Callable[[], AbstractContextManager]
@@ -19,19 +21,11 @@ class PairFiles:
     draft: Path
     name: str  # registry pair name, or "<target file>+<draft file>"
 
-    def check_compatible(self) -> None:
-        """llama.cpp's rules for drafting with these vocabularies; one line naming each failed rule."""
-        from gguf_bench.ggufinfo import incompatibility, read_info
-
-        why = incompatibility(read_info(self.target), read_info(self.draft))
-        if why:
-            raise IncompatiblePairError(f"{self.draft.name} cannot draft for {self.target.name}: {why}; "
-                                        "pick a draft from the same model family (same tokenizer)")
-
 
 def resolve(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None,
-            progress: ProgressFactory | None = None) -> PairFiles:
-    """A pair name (the registry's default when None), or both files; registry models are fetched if missing."""
+            progress: ProgressFactory | None = None, quantize: Quantize | None = None) -> PairFiles:
+    """A pair name (the registry's default when None), or both files; registry models are fetched if missing
+    (when `progress` is given; `quantize` builds derived copies)."""
     if target or draft:
         if not (target and draft):
             raise BenchError("--target and --draft go together: give both files, or a pair name instead")
@@ -41,32 +35,26 @@ def resolve(pair: str | None, target: Path | None, draft: Path | None, registry:
             if not path.is_file():
                 raise BenchError(f"model file {path} does not exist")
         return PairFiles(target, draft, f"{target.name}+{draft.name}")
-    from gguf_bench.registry import load_registry
-
     reg = load_registry(registry)
     chosen = reg.pair(pair or reg.default)
-    paths = [_local(ref, chosen.name, reg, progress) for ref in (chosen.target, chosen.draft)]
+    paths = [_local(ref, chosen.name, reg, progress, quantize) for ref in (chosen.target, chosen.draft)]
     return PairFiles(paths[0], paths[1], chosen.name)
 
 
-def _local(ref, pair_name: str, reg, progress: ProgressFactory | None) -> Path:
-    from gguf_bench.download import fetch, locate
-
+def _local(ref, pair_name: str, reg, progress: ProgressFactory | None, quantize: Quantize | None) -> Path:
     path = locate(ref, reg)
     if path is not None:
         return path
     if progress is None:
         raise BenchError(f"model '{ref.name}' of pair '{pair_name}' is not downloaded; run `gguf-bench download {pair_name}`")
     with progress() as callback:
-        return fetch(ref, reg, callback).path
+        return fetch(ref, reg, callback, quantize).path
 
 
 def resolve_for_info(items: list[str], registry: Path | None) -> tuple[list[Path], list[str]]:
     """`info`'s arguments: one pair name (already downloaded), or GGUF files. Returns paths and labels."""
     looks_like_path = any(i.endswith(".gguf") or "/" in i for i in items)
     if len(items) == 1 and not looks_like_path:
-        from gguf_bench.registry import load_registry
-
         chosen = load_registry(registry).pair(items[0])
         files = resolve(chosen.name, None, None, registry)
         return [files.target, files.draft], [f"target: {chosen.target.name}", f"draft: {chosen.draft.name}"]

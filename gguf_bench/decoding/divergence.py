@@ -19,13 +19,32 @@ margins are reported as information only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from gguf_bench.speculative import GenerationResult, LanguageModel, Verify, verify_logits
+from gguf_bench.decoding.loop import GenerationResult, Verify, verify_logits
+from gguf_bench.decoding.protocols import LanguageModel
 
 BATCH_NUMERICS = "batch numerics"
 LOOP_ERROR = "loop error"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whether a greedy speculative output equals the target alone's; if not, where they part and why."""
+
+    identical: bool
+    position: int | None = None  # output index of the first differing token
+    regular_token: int | None = None  # None: generation had ended there (end of generation token)
+    speculative_token: int | None = None
+    one_token_choice: int | None = None  # argmax of the one-token decode's row at the position
+    replayed_choice: int | None = None  # argmax of the replayed verify batch's row (when the replay got there)
+    verify: str | None = None  # the run's Verify mode
+    margin_one_token: float | None = None  # logit of the regular choice minus the speculative one, one-token row
+    margin_batched: float | None = None  # the same margin the other way round, batched row
+    cause: str | None = None  # BATCH_NUMERICS or LOOP_ERROR
+    why: str | None = None
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -42,22 +61,21 @@ def _matches(model: LanguageModel, tokens: Sequence[int], j: int, choice: int) -
 
 
 def compare_greedy(target: LanguageModel, prompt: Sequence[int], regular: Sequence[int],
-                   spec: GenerationResult) -> dict:
-    """{"identical": True}, or where and why the speculative output parts from the regular one."""
+                   spec: GenerationResult) -> Identity:
+    """Identical, or where and why the speculative output parts from the regular one."""
     j = first_difference(regular, spec.tokens)
     if j is None:
-        return {"identical": True}
-    return {"identical": False, **explain_divergence(target, prompt, regular, spec, j)}
+        return Identity(identical=True)
+    return Identity(identical=False, **explain_divergence(target, prompt, regular, spec, j))
 
 
-def describe(identity: dict) -> str:
+def describe(identity: Identity) -> str:
     """One line for a table footer."""
-    if identity.get("identical"):
+    if identity.identical:
         return "output identical to the target alone's"
-    j = identity["position"]
-    margin = f", logit margin {abs(identity['margin_one_token']):.4g}" if "margin_one_token" in identity else ""
-    return (f"output parts from the target alone's at token {j} ({identity['regular_token']} vs "
-            f"{identity['speculative_token']}): {identity['cause']}{margin}; {identity['why']}")
+    margin = f", logit margin {abs(identity.margin_one_token):.4g}" if identity.margin_one_token is not None else ""
+    return (f"output parts from the target alone's at token {identity.position} ({identity.regular_token} vs "
+            f"{identity.speculative_token}): {identity.cause}{margin}; {identity.why}")
 
 
 def explain_divergence(target: LanguageModel, prompt: Sequence[int], regular: Sequence[int],

@@ -7,7 +7,7 @@ token, whose KV entry is not written yet in the target.
   2. target decodes [x0, d1..dk] -> k+1 logit rows                     (1 target eval)
   3. accept a prefix of d1..dk, then one more token from the target
   4. rewind the target's KV cache to just after the last accepted token; the drafter follows
-  5. the K schedule sees (k, accepted) and sets the next round's K (fixed, or HF's heuristic)
+  5. the K schedule sees (k, accepted) and sets the next round's K (schedules.py)
 
 Verification comes in two modes. `batched` decodes the K+1 tokens in one llama_decode: what is
 benchmarked. `sequential` decodes them one at a time and copies each row, so every logit the
@@ -22,36 +22,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
 
 import numpy as np
 
-from gguf_bench.drafters import Drafter, FixedK, HeuristicK, ModelDrafter, accept_point_mass
+from gguf_bench.decoding.protocols import Drafter, LanguageModel, Schedule
+from gguf_bench.decoding.sampling import Sampler, SamplingConfig, sampler_for
 from gguf_bench.errors import ConfigError
-from gguf_bench.sampling import RowDists, SamplingConfig, accept_greedy, accept_sampled, draw, probabilities
-
-__all__ = ["GenerationResult", "LanguageModel", "ModelDrafter", "Sampler", "Verify", "generate_regular",
-           "generate_speculative", "verify_logits"]
-
-# llama.cpp's draft sampler (top-k 10, then a distribution at temperature 1): p-min reads its top token's probability
-CONFIDENCE = SamplingConfig(temperature=1.0, top_k=10)
-
-
-class LanguageModel(Protocol):
-    """What the loop drives: backend.Model, or a fake in unit tests."""
-
-    n_vocab: int
-    n_past: int
-    llama_decode_s: float  # seconds spent inside llama_decode so far (fakes may leave it out)
-
-    def eval(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
-        """Append tokens to the KV cache; return logits [n_logits, V] of the last n_logits."""
-
-    def rewind(self, n_past: int) -> None:
-        """Drop KV entries at positions >= n_past (never moves forward)."""
-
-    def is_eog(self, token: int) -> bool:
-        """Whether token ends generation."""
 
 
 class Verify(StrEnum):
@@ -75,7 +51,7 @@ class GenerationResult:
     sample_s: float = 0.0  # sampling and acceptance (argmax, softmax, draws, rejection tests)
     stopped_by_eog: bool = False
     k: int = 0  # draft length (the first round's under a schedule); 0 for regular generation
-    strategy: str = ""  # drafters.Strategy.label of a speculative run, when one was given
+    strategy: str = ""  # strategy.Strategy.label of a speculative run, when one was given
     verify: str = ""  # Verify mode of a speculative run
     rounds: int = 0
     drafted: int = 0
@@ -128,66 +104,9 @@ class GenerationResult:
         return 100.0 * self.overhead_s / self.llama_s if self.llama_s > 0 else float("nan")
 
 
-def _check(n_predict: int, k: int | None = None) -> None:
+def _check(n_predict: int) -> None:
     if n_predict < 1:
         raise ConfigError(f"--n-predict must be >= 1, got {n_predict}")
-    if k is not None and k < 1:
-        raise ConfigError(f"--draft-max must be >= 1, got {k}")
-
-
-class Sampler:
-    """Turns logit rows into tokens under one SamplingConfig and one random stream, and keeps
-    the time it spends doing so (sampling and acceptance) apart from the models' time."""
-
-    def __init__(self, cfg: SamplingConfig):
-        self.cfg = cfg
-        self.rng = np.random.default_rng(cfg.seed)
-        self.seconds = 0.0
-
-    def token(self, logits: np.ndarray) -> int:
-        """The next token from one row [V]."""
-        t = time.perf_counter()
-        tok = int(np.argmax(logits)) if self.cfg.greedy else draw(probabilities(logits, self.cfg), self.rng)
-        self.seconds += time.perf_counter() - t
-        return tok
-
-    def top1(self, logits: np.ndarray) -> int:
-        """The most likely token (a draft that is a point mass)."""
-        t = time.perf_counter()
-        tok = int(np.argmax(logits))
-        self.seconds += time.perf_counter() - t
-        return tok
-
-    def confidence(self, logits: np.ndarray) -> float:
-        """Probability of the most likely token under CONFIDENCE (what p-min compares): a function of the
-        logits alone, never of a draw."""
-        t = time.perf_counter()
-        conf = probabilities(logits, CONFIDENCE)[int(np.argmax(logits))]
-        self.seconds += time.perf_counter() - t
-        return float(conf)
-
-    def draft_token(self, logits: np.ndarray):
-        """A draft token and the distribution it was drawn from (None when greedy)."""
-        t = time.perf_counter()
-        if self.cfg.greedy:
-            tok, p = int(np.argmax(logits)), None
-        else:
-            p = probabilities(logits, self.cfg)
-            tok = draw(p, self.rng)
-        self.seconds += time.perf_counter() - t
-        return tok, p
-
-    def accept(self, q_logits: np.ndarray, p_rows: list | None, drafted: list[int]) -> tuple[int, int]:
-        """(accepted drafts, next token) from the target's rows q_logits [k+1, V]; p_rows None: point-mass drafts."""
-        t = time.perf_counter()
-        if self.cfg.greedy:
-            out = accept_greedy(np.argmax(q_logits, axis=1), drafted)
-        elif p_rows is None:
-            out = accept_point_mass(RowDists(q_logits, self.cfg).__getitem__, drafted, self.rng)
-        else:
-            out = accept_sampled(RowDists(q_logits, self.cfg), p_rows, drafted, self.rng)
-        self.seconds += time.perf_counter() - t
-        return out
 
 
 def _decode_clock(*models: LanguageModel) -> list[float]:
@@ -207,7 +126,7 @@ def generate_regular(model: LanguageModel, prompt: Sequence[int], n_predict: int
     """Plain autoregressive generation: the baseline (target alone) or the draft alone."""
     _check(n_predict)
     res = GenerationResult(prompt_tokens=len(prompt))
-    sampler = Sampler(cfg)
+    sampler = sampler_for(cfg)
     model.rewind(0)
     t0 = time.perf_counter()
     logits = model.eval(prompt, 1)
@@ -240,20 +159,17 @@ def verify_logits(target: LanguageModel, tokens: list[int], verify: Verify) -> n
     return rows
 
 
-def generate_speculative(target: LanguageModel, draft: LanguageModel | Drafter, prompt: Sequence[int], n_predict: int,
-                         k: int | FixedK | HeuristicK, cfg: SamplingConfig, on_round: OnRound | None = None,
+def generate_speculative(target: LanguageModel, drafter: Drafter, prompt: Sequence[int], n_predict: int,
+                         schedule: Schedule, cfg: SamplingConfig, on_round: OnRound | None = None,
                          verify: Verify = Verify.BATCHED) -> GenerationResult:
     """Speculative generation: same output distribution as `generate_regular(target, ...)`.
 
-    draft: a Drafter (drafters.py), or a draft model (drafted with ModelDrafter). k: the draft length,
-    or a schedule (drafters.FixedK / HeuristicK) that sets it round by round.
+    drafter: who proposes each round's tokens (drafters.py); schedule: how many, round by round (schedules.py).
     """
-    drafter = draft if hasattr(draft, "propose") else ModelDrafter(draft)
-    schedule = FixedK(k) if isinstance(k, int) else k
-    _check(n_predict, schedule.k)
+    _check(n_predict)
     res = GenerationResult(prompt_tokens=len(prompt), k=schedule.k, verify=str(verify), reached_at=[0] * schedule.max_k,
                            accepted_at=[0] * schedule.max_k, draft_lengths=[0] * (schedule.max_k + 1))
-    sampler = Sampler(cfg)
+    sampler = sampler_for(cfg)
     target.rewind(0)
     t0 = time.perf_counter()
     x0 = sampler.token(target.eval(prompt, 1)[0])

@@ -1,0 +1,40 @@
+"""The Typer app, its consoles, and the wrapper that turns library errors into one line.
+
+Library code raises BenchError subclasses; `command` turns them into one `Error: ...` line on stderr and
+exit status 1 (Ctrl-C: 'Interrupted.' and 130).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Find the draft model, draft length and GPU offload that make a GGUF model fastest, "
+                       "and check that speculative decoding keeps its quality.")
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def command(fn):
+    """Register `fn` as a command; user errors become one line on stderr and exit 1."""
+    from gguf_bench.errors import BenchError
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BenchError as exc:
+            err.print(f"Error: {exc}", markup=False)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err.print("Interrupted.", markup=False)
+            raise typer.Exit(130) from None
+
+    return app.command()(wrapper)
+
+
+def main() -> None:
+    app(prog_name="gguf-bench")

@@ -1,0 +1,64 @@
+"""Every command-line option, declared once (Annotated aliases shared by the commands), and the helpers that
+turn the pair options into files. Values are validated in gguf_bench.options and the library's dataclasses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gguf_bench.decoding.loop import Verify
+
+# --- which models ---------------------------------------------------------------------------------
+PairArg = Annotated[str | None, typer.Argument(help="pair name from the registry (default: its default pair)")]
+PairsArg = Annotated[list[str] | None, typer.Argument(help="pair names (default: the registry's default)")]
+TargetOpt = Annotated[Path | None, typer.Option("--target", help="target GGUF file (instead of a pair name)")]
+DraftOpt = Annotated[Path | None, typer.Option("--draft", help="draft GGUF file (with --target)")]
+RegistryOpt = Annotated[Path | None, typer.Option("--registry", help="models.yaml to use "
+                        "(default: $GGUF_BENCH_REGISTRY, ./models.yaml, or the one shipped with gguf-bench)")]
+
+# --- how they are loaded ----------------------------------------------------------------------------
+NglOpt = Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target layers on the GPU: a number or 'all'")]
+NgldOpt = Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft layers on the GPU")]
+NglsOpt = Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target GPU layers: list/range/'all'")]
+NgldsOpt = Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft GPU layers")]
+ThreadsOpt = Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads (default: all cores)")]
+CtxOpt = Annotated[int, typer.Option("--ctx-size", "-c", help="context size of each model")]
+
+# --- what is generated ------------------------------------------------------------------------------
+KOpt = Annotated[str, typer.Option("--draft-max", "-K", help="draft length K")]
+KsOpt = Annotated[str, typer.Option("--draft-max", "-K", help="draft lengths: 1,2,4,8 or 1-8 or 1-8+2")]
+NPredictOpt = Annotated[int, typer.Option("--n-predict", "-n", help="tokens to generate")]
+TempOpt = Annotated[float, typer.Option("--temp", help="temperature, 0 = greedy")]
+TempsOpt = Annotated[str, typer.Option("--temp", help="temperatures, e.g. 0,0.7")]
+TopKOpt = Annotated[int, typer.Option("--top-k", help="top-k filter, 0 = off")]
+TopPOpt = Annotated[float, typer.Option("--top-p", help="top-p (nucleus) filter, 1 = off")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="sampling seed (repetition i uses seed + i)")]
+RepsOpt = Annotated[int, typer.Option("--repetitions", "-r", help="measured repetitions after one warm-up run")]
+VerifyOpt = Annotated[Verify, typer.Option("--verify", help="batched: the target verifies K+1 tokens in one decode "
+                      "(fast, what is benchmarked); sequential: one token at a time, so greedy output equals the target "
+                      "alone's bit for bit on any CPU (checks the loop)")]
+PromptOpt = Annotated[str | None, typer.Option("--prompt", "-p", help="prompt text")]
+ChatOpt = Annotated[bool, typer.Option("--chat", help="wrap the prompt in the model's chat template")]
+PromptIdsOpt = Annotated[str | None, typer.Option("--prompt-ids", help="built-in prompts by id or category (chat, "
+                         "translation, summarization, qa, math, rag, code-edit, code) or all; default: code-short, "
+                         "chat-short, code-long, chat-long")]
+PromptsFileOpt = Annotated[Path | None, typer.Option("--prompts", help="JSONL prompts: {\"id\", \"prompt\", \"chat\"}")]
+
+# --- drafting strategies (decoding/strategy.py); in `sweep` each takes a comma list, and every combination runs --
+SpecTypeOpt = Annotated[str, typer.Option("--spec-type", help="who drafts: draft (the draft model), ngram (prompt lookup, "
+                        "no draft model needed), ngram,draft (n-gram first, the model when it finds nothing; in a "
+                        "sweep list write ngram+draft)")]
+NgramMinOpt = Annotated[int, typer.Option("--ngram-min", help="shortest n-gram the lookup matches")]
+NgramMaxOpt = Annotated[int, typer.Option("--ngram-max", help="longest n-gram the lookup matches (tried first)")]
+PMinOpt = Annotated[str, typer.Option("--draft-p-min", help="stop a model draft before a token whose probability "
+                    "(top-10 softmax) is below P, as llama.cpp; 0 = off; in [0, 1)")]
+DraftMinOpt = Annotated[int, typer.Option("--draft-min", help="drop model drafts shorter than N (0 = off)")]
+KScheduleOpt = Annotated[str, typer.Option("--k-schedule", help="fixed: every round drafts up to K; heuristic: Hugging "
+                         "Face's rule, K+2 after a fully accepted round, K-1 otherwise, from -K within [1, --k-cap]")]
+KCapOpt = Annotated[int, typer.Option("--k-cap", help="largest K the heuristic schedule reaches")]
+
+# --- where results go -------------------------------------------------------------------------------
+NameOpt = Annotated[str | None, typer.Option("--name", help="store in results/NAME.jsonl")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]

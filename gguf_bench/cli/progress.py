@@ -1,0 +1,110 @@
+"""What the CLI shows while work runs (download bars, sweep progress), and pair resolution with them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from gguf_bench import options
+from gguf_bench.cli.app import console, err
+from gguf_bench.engines.llama_cpp import gpu_offload_supported, quantize
+from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, open_pair
+from gguf_bench.measure.sweep import SweepEvents
+from gguf_bench.models.pairs import PairFiles, resolve
+from gguf_bench.results.records import RunRecord
+
+
+class DownloadProgress:
+    """A rich progress display fed by download.Progress callbacks."""
+
+    def __init__(self):
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True)
+        self.tasks: dict[str, int] = {}
+
+    def __call__(self, desc: str, done: int, total: int | None) -> None:
+        if desc not in self.tasks:
+            self.tasks[desc] = self.progress.add_task(desc, total=total)
+        self.progress.update(self.tasks[desc], completed=done, total=total)
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+
+class SweepProgress:
+    """Progress bar with ETA and a line per finished cell."""
+
+    def __init__(self, label: str):
+        self.progress = Progress(TextColumn(f"{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("ETA"), TimeRemainingColumn(), console=console)
+        self.task = self.progress.add_task("cells", total=None)
+        self.events = SweepEvents(start=self.start, cell=self.cell, loading=self.loading)
+
+    def start(self, total: int, skipped: int) -> None:
+        self.progress.update(self.task, total=total)
+        if skipped:
+            self.progress.console.print(f"resuming: {skipped} cells already done, {total} to go")
+
+    def loading(self, load: LoadConfig) -> None:
+        self.progress.console.print(f"loading models with {load.label}")
+
+    def cell(self, r: RunRecord) -> None:
+        c, m = r.config, r.metrics
+        what = f"{r.mode:<11} K={c.k:<2} T={c.temperature:g} {c.prompt_id} rep {c.repetition}"
+        if r.error:
+            self.progress.console.print(f"  [red]failed[/red] {what}: {r.error}")
+        else:
+            acc = f", acceptance {m.acceptance:.0%}" if m.acceptance is not None else ""
+            self.progress.console.print(f"  {what}: {m.tokens_per_s:.2f} tokens/s{acc}")
+        self.progress.advance(self.task)
+
+    def __enter__(self):
+        self.progress.start()
+        return self.events
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+
+def pair_files(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None,
+               need_draft: bool = True) -> PairFiles:
+    """The pair's two files, fetched with a progress bar when missing. need_draft False: --target alone is enough
+    (n-gram drafting); its PairFiles.draft is None."""
+    if target and not draft and not pair:
+        if need_draft:
+            raise ConfigError("--spec-type draft needs a draft model: give --draft FILE with --target (or a pair name); "
+                              "--spec-type ngram runs on --target alone")
+        if not target.is_file():
+            raise BenchError(f"model file {target} does not exist")
+        return PairFiles(target, None, target.name)
+    return resolve(pair, target, draft, registry, progress=DownloadProgress, quantize=quantize)
+
+
+def warn_offload(*layer_values: int) -> None:
+    if options.offload_requested(*layer_values) and not gpu_offload_supported():
+        err.print("Warning: this llama-cpp-python build cannot offload to a GPU, so -ngl/-ngld are ignored; "
+                  "reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)", markup=False)
+
+
+def load_pair(pair, target, draft, registry, ngl: str, ngld: str, ctx_size: int, threads: int | None,
+              seed: int) -> tuple[PairFiles, LoadedPair]:
+    """Resolve the pair, check its vocabularies, load both models with their offload."""
+    load = LoadConfig(options.layers(ngl), options.layers(ngld), ctx_size, threads, seed)
+    files = pair_files(pair, target, draft, registry)
+    warn_offload(load.ngl, load.ngld)
+    return files, open_pair(files, load)

@@ -1,0 +1,229 @@
+"""Commands that measure speed and show it: run, sweep, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gguf_bench import options
+from gguf_bench.cli.app import command, console, err
+from gguf_bench.cli.options import (
+    ChatOpt,
+    CtxOpt,
+    DraftMinOpt,
+    DraftOpt,
+    KCapOpt,
+    KOpt,
+    KScheduleOpt,
+    KsOpt,
+    NgldOpt,
+    NgldsOpt,
+    NglOpt,
+    NglsOpt,
+    NgramMaxOpt,
+    NgramMinOpt,
+    NPredictOpt,
+    PairArg,
+    PairsArg,
+    PMinOpt,
+    PromptIdsOpt,
+    PromptOpt,
+    PromptsFileOpt,
+    RegistryOpt,
+    RepsOpt,
+    SeedOpt,
+    SpecTypeOpt,
+    TargetOpt,
+    TempOpt,
+    TempsOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+    VerifyOpt,
+)
+from gguf_bench.cli.progress import SweepProgress, pair_files, warn_offload
+from gguf_bench.decoding.divergence import LOOP_ERROR, describe
+from gguf_bench.decoding.loop import Verify
+from gguf_bench.decoding.strategy import strategies
+from gguf_bench.errors import BenchError, ResultsError
+from gguf_bench.measure import prompts
+from gguf_bench.measure.distributed import failure_message, sweep_on_ray
+from gguf_bench.measure.sweep import Grid, iter_records, measured, results_path, run_sweep, single_run_grid
+from gguf_bench.results import report as rep
+from gguf_bench.results.plots import check_plot, plot
+from gguf_bench.results.records import RunRecord, to_dict
+from gguf_bench.results.store import default_name, ensure_results_dir, read_records, results_dir, try_append_records
+
+
+@command
+def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, ngl: NglOpt = "0", ngld: NgldOpt = "0",
+        k: KOpt = "4", temp: TempOpt = 0.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0,
+        n_predict: NPredictOpt = 64, prompt: PromptOpt = None,
+        prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="read the prompt from a file")] = None,
+        chat: ChatOpt = False, threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
+        show_text: Annotated[bool, typer.Option("--show-text", help="print the generated texts")] = False,
+        json_out: Annotated[bool, typer.Option("--json", help="print the run records as JSON")] = False,
+        name: Annotated[str | None, typer.Option("--name", help="store the runs in results/NAME.jsonl "
+                                                 "(default: run-TIMESTAMP)")] = None,
+        verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None,
+        spec_type: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_min: PMinOpt = "0",
+        n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16) -> None:
+    """Target alone, draft alone and speculative on one prompt, measured in one process."""
+    name = options.results_name(name or default_name("run"))
+    out = ensure_results_dir() / f"{name}.jsonl"  # before any work: can results be stored?
+    grid = single_run_grid(options.one_draft_length(k), ngl, ngld, options.temperature(temp),
+                           prompts.from_options(prompt, prompt_file, chat), repetitions=repetitions,
+                           n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
+                           verify=verify, strategies=strategies(spec_type, ngram_min, ngram_max, p_min, n_min,
+                                                                k_schedule, k_cap))
+    files = pair_files(pair, target, draft, registry, need_draft=any(s.uses_model for s in grid.strategies))
+    warn_offload(*grid.ngls, *grid.nglds)
+    with console.status(f"running {files.name} ..."):
+        records = measured(list(iter_records("run", files, grid)))
+    unsaved = try_append_records(out, records)  # a failed write still prints the result, then exits 1
+    if json_out:
+        console.print_json(json.dumps([to_dict(r) for r in records], default=str))
+    else:
+        console.print(rep.rich_table(rep.summarize(rep.to_frame(records)), width=console.width))
+        _greedy_footer(records)
+    if show_text and not json_out:
+        for r in records:
+            if r.metrics and r.config.repetition == 0:
+                console.rule(f"{r.mode} {r.label}" if r.strategy else str(r.mode))
+                console.print(r.metrics.text, markup=False)
+    if unsaved:
+        raise unsaved
+
+
+def _greedy_footer(records: list[RunRecord]) -> None:
+    """At temperature 0: whether each speculative text equals the target alone's, and if not, why."""
+    for r in records:
+        identity = r.metrics.identity if r.metrics else None
+        if identity and r.config.repetition == 0:
+            console.print(f"greedy check, {r.label}: {describe(identity)}", markup=False,
+                          style="bold red" if identity.cause == LOOP_ERROR else None)
+
+
+@command
+def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = None, ks: KsOpt = "1,2,4,8",
+          ngls: NglsOpt = "0", nglds: NgldsOpt = "0", temps: TempsOpt = "0", prompt_ids: PromptIdsOpt = None,
+          prompts_file: PromptsFileOpt = None, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0,
+          n_predict: NPredictOpt = 64, threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
+          draft_alone: Annotated[bool, typer.Option("--draft-alone/--no-draft-alone", help="also time the draft alone")] = True,
+          name: Annotated[str | None, typer.Option("--name", help="sweep name: results go to results/NAME.jsonl")] = None,
+          resume: Annotated[bool, typer.Option("--resume", help="continue NAME, skipping the cells already done")] = False,
+          registry: RegistryOpt = None,
+          ray_address: Annotated[str | None, typer.Option("--ray", help="run the units (pair x offload setting) as Ray tasks "
+                                 "on a cluster: auto (the one this machine joined), local, or HEAD:6379")] = None,
+          ray_gpus_per_task: Annotated[float | None, typer.Option("--ray-gpus-per-task", help="GPUs each unit asks Ray "
+                                       "for (default: 1 when -ngl/-ngld offload anything, else 0)")] = None,
+          ray_resources: Annotated[str | None, typer.Option("--ray-resources", help="node resources each unit needs: "
+                                   "KEY:N,... or accelerator_type:A100")] = None,
+          spec_types: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_mins: PMinOpt = "0",
+          n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16) -> None:
+    """Sweep drafting strategy x draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
+    grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
+                nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
+                prompts=prompts.choose(prompt_ids, prompts_file), repetitions=repetitions, n_predict=n_predict,
+                top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
+                strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap))
+    name, out = results_path(name, resume)
+    if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
+        return _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task,
+                             ray_resources)
+    need_draft = any(s.uses_model for s in grid.strategies)
+    files = ([pair_files(None, target, draft, registry, need_draft)] if (target or draft)
+             else [pair_files(p, None, None, registry) for p in (pairs or [None])])
+    warn_offload(*grid.ngls, *grid.nglds)
+    try:
+        for i, pair in enumerate(files):
+            with SweepProgress(pair.name) as events:
+                run_sweep(name, pair, grid, out, resume=resume or i > 0, events=events)
+    except KeyboardInterrupt:
+        err.print(f"Interrupted: every finished run is saved in {out}; continue with "
+                  f"`gguf-bench sweep ... --name {name} --resume`", markup=False)
+        raise typer.Exit(130) from None
+    except ResultsError as exc:
+        raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
+    console.print(rep.rich_table(rep.summarize(rep.to_frame(read_records(out))), title=f"sweep {name} ({out})",
+                                 width=console.width))
+
+
+def _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, address, gpus, resources) -> None:
+    try:
+        with SweepProgress(f"Ray {address}") as events:
+            summary = sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, address, gpus, resources, events)
+    except KeyboardInterrupt:
+        err.print(f"Interrupted: every finished run is saved in {out}; continue with "
+                  f"`gguf-bench sweep ... --name {name} --resume --ray {address}`", markup=False)
+        raise typer.Exit(130) from None
+    for line in summary.failures:
+        err.print(f"unit failed: {line}", markup=False)
+    if summary.no_offload:
+        err.print(f"Warning: llama-cpp-python on {', '.join(sorted(summary.no_offload))} cannot offload to a GPU, so "
+                  "-ngl/-ngld were ignored there; reinstall it there with CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)", markup=False)
+    if out.is_file():
+        records = [r for r in read_records(out) if isinstance(r, RunRecord)]
+        hosts = sorted({r.host for r in records})
+        title = f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}"
+        console.print(rep.rich_table(rep.summarize(rep.to_frame(records)), title=title, width=console.width))
+    if summary.failures:
+        raise BenchError(failure_message(summary, name))
+
+
+@command
+def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jsonl files or folders (default: results/)")] = None,
+           fmt: Annotated[str | None, typer.Option("--format", help="md | csv | json | jsonl (default: a table)")] = None,
+           output: Annotated[Path | None, typer.Option("--output", "-o", help="write the --format output here")] = None,
+           plot_path: Annotated[Path | None, typer.Option("--plot", help="write a PNG: tokens/s against K (± std, the target "
+                                                          "alone as a band) and acceptance by draft position")] = None,
+           plot_metric: Annotated[str, typer.Option("--plot-metric", help="tokens_per_s or gain_pct")] = "tokens_per_s",
+           by: Annotated[str | None, typer.Option("--by", help="keep apart: prompt, host, or prompt,host "
+                                                  "(hosts are never pooled; --by host shows the column)")] = None,
+           by_prompt: Annotated[bool, typer.Option("--by-prompt", help="the same as --by prompt")] = False) -> None:
+    """Summarize stored runs: mean ± std, gain % over the target alone, best draft length; evaluations apart."""
+    if fmt is not None and fmt not in rep.FORMATS:
+        raise BenchError(f"unknown --format '{fmt}'; choose from {', '.join(rep.FORMATS)}")
+    if output and not fmt:
+        raise BenchError("--output needs --format (md, csv, json or jsonl)")
+    if plot_path:
+        check_plot(plot_metric)
+    keep = set((by or "").split(",")) - {""}
+    if keep - set(rep.BY):
+        raise BenchError(f"--by takes {' or '.join(rep.BY)}, got '{by}'")
+    loaded = rep.load(paths or [results_dir()], results_dir())
+    if loaded.unreadable:
+        err.print(f"Warning: skipped {len(loaded.unreadable)} unreadable line(s): {', '.join(loaded.unreadable[:5])}"
+                  + (" ..." if len(loaded.unreadable) > 5 else ""), markup=False)
+    if not loaded.runs and not loaded.evals:
+        raise BenchError("no runs or evaluations in these results" + (" (every line was unreadable)" if loaded.unreadable else ""))
+    df = rep.to_frame(loaded.runs)
+    summary = rep.summarize(df, by_prompt=by_prompt or "prompt" in keep) if loaded.runs else None
+    if summary is not None:
+        summary = rep.with_predictions(summary, df, loaded.calibrations)
+    if fmt:
+        if summary is None:
+            raise BenchError("--format writes run summaries, and these results hold evaluations only")
+        text = rep.render(summary, fmt)
+        if output:
+            output.write_text(text, encoding="utf-8")
+            console.print(f"wrote {output}")
+        else:
+            sys.stdout.write(text)
+    else:
+        if summary is not None:
+            console.print(rep.rich_table(summary, width=console.width, show_host="host" in keep))
+        if loaded.evals:
+            console.print(rep.eval_table(loaded.evals))
+    predicted = summary is not None and "predicted_tokens_per_s" in summary  # calibrations shown as pred.
+    unshown = [str(o.kind) for o in loaded.others] + ([] if predicted else [str(c.kind) for c in loaded.calibrations])
+    if unshown:
+        err.print(f"({len(unshown)} record(s) of kind {', '.join(sorted(set(unshown)))} not shown here)", markup=False)
+    if plot_path:
+        if summary is None:
+            raise BenchError("nothing to plot: these results hold evaluations only")
+        console.print(f"wrote {plot(summary, plot_path, plot_metric, df)}")

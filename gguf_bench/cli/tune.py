@@ -1,0 +1,187 @@
+"""`gguf-bench tune`: its options, tables and JSON. The calibration is measure/calibrate.py's, the prediction
+results/costmodel.py's, the plot results/plots.py's."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gguf_bench import options
+from gguf_bench.cli.app import command, console, err
+from gguf_bench.cli.options import (
+    CtxOpt,
+    DraftOpt,
+    NgldsOpt,
+    NglsOpt,
+    NgramMaxOpt,
+    NgramMinOpt,
+    PairArg,
+    PromptsFileOpt,
+    RegistryOpt,
+    TargetOpt,
+    ThreadsOpt,
+)
+from gguf_bench.cli.progress import pair_files
+from gguf_bench.errors import BenchError
+from gguf_bench.measure import prompts
+from gguf_bench.measure.calibrate import TuneEvents, calibrate_settings, run_check
+from gguf_bench.results.costmodel import best, prediction_rows, strategies
+from gguf_bench.results.plots import check_plot, plot_tune
+from gguf_bench.results.report import strategy_heading
+from gguf_bench.results.store import default_name, ensure_results_dir
+from gguf_bench.results.text import number_text, speed_text
+
+
+@command
+def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
+         ks: Annotated[str, typer.Option("--draft-max", "-K", help="draft lengths to predict: 1-16, 1,2,4,8, 1-16+2")] = "1-16",
+         ngls: NglsOpt = "0", nglds: NgldsOpt = "0",
+         prompt_ids: Annotated[str | None, typer.Option("--prompt-ids", help="built-in prompts to calibrate on "
+                               "(code-short, chat-short, code-long, chat-long; default all)")] = None,
+         prompts_file: PromptsFileOpt = None,
+         n_predict: Annotated[int, typer.Option("--n-predict", "-n", help="tokens to generate per prompt")] = 64,
+         threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048,
+         reps: Annotated[int, typer.Option("--reps", help="repetitions of each decode timing, spread between "
+                                                       "the prompts' runs (the median is kept)")] = 6,
+         check: Annotated[bool, typer.Option("--check", help="then measure the recommended K and its neighbours "
+                          "the way `sweep` does, and print them next to the prediction")] = False,
+         json_out: Annotated[bool, typer.Option("--json", help="print the predictions as JSON")] = False,
+         name: Annotated[str | None, typer.Option("--name", help="store in results/NAME.jsonl")] = None,
+         plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG: verify cost curve and predicted tokens/s")] = None,
+         spec_types: Annotated[str, typer.Option("--spec-type", help="drafting to predict, a list: draft (the draft "
+                               "model), ngram (prompt lookup)")] = "draft",
+         k_schedules: Annotated[str, typer.Option("--k-schedule", help="fixed, heuristic, or both: fixed,heuristic "
+                                "(heuristic: K is where each generation starts)")] = "fixed",
+         ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4,
+         k_cap: Annotated[int | None, typer.Option("--k-cap", help="the heuristic schedule's largest K "
+                          "(default: the largest -K)")] = None,
+         registry: RegistryOpt = None) -> None:
+    """Predict tokens/s for every draft length and offload setting from a short calibration, and
+    recommend the fastest, without a full sweep (greedy)."""
+    chosen = prompts.choose(prompt_ids, prompts_file)
+    k_list = options.draft_lengths(ks)
+    predicted = strategies(spec_types, k_schedules, ngram_min, ngram_max, k_cap, k_list)
+    ngl_list, ngld_list = options.layer_list(ngls, "-ngl"), options.layer_list(nglds, "-ngld")
+    if n_predict < 2 or reps < 1:
+        raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 (got {n_predict} and {reps})")
+    if plot:
+        check_plot()
+    name = options.results_name(name or default_name("tune"))
+    out = ensure_results_dir() / f"{name}.jsonl"  # appended to: tune into a sweep's file to report both together
+    files = pair_files(pair, target, draft, registry)
+    with err.status(f"calibrating {files.name} ...") as status:
+        events = TuneEvents(step=status.update, warn=lambda line: err.print(f"Warning: {line}", markup=False))
+        calibrations = calibrate_settings(files, k_list, ngl_list, ngld_list, chosen, n_predict, ctx_size, threads, reps,
+                                          name, out, events)
+        top_cal, top = best(calibrations, predicted)
+        checked = None
+        if check:  # sweep measures the draft model with a fixed K: check the best of those
+            check_cal, check_top = best(calibrations)
+            if check_top != top:
+                err.print(f"Note: --check measures the best draft-model fixed-K setting ({check_top.strategy}); "
+                          f"sweep cannot run {top.strategy}", markup=False)
+            checked = run_check(files, check_cal, check_top.k, chosen, n_predict, ctx_size, threads, name, out, events)
+    if json_out:
+        sys.stdout.write(json.dumps(_json(files.name, out, calibrations, predicted, checked), default=str) + "\n")
+    else:
+        for cal in calibrations:
+            console.print(prediction_table(cal, predicted, top_cal, top))
+            console.print(components_line(cal), markup=False)
+            if cal.fit is not None and abs(cal.fit - 1) > 0.1:
+                err.print(f"Warning: -ngl {cal.ngl} -ngld {cal.ngld}: the calibration's own K={max(cal.ks)} runs took "
+                          f"{1 / cal.fit:.2f}x what its decode timings predict: the machine's speed changed while "
+                          "calibrating (other work running?); tune again when it is idle", markup=False)
+        how = "" if len(predicted) == 1 else f" ({top.strategy})"
+        console.print(f"recommended: -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}: predicted "
+                      f"{top.tokens_per_s:.2f} tokens/s, {top.gain_pct:+.1f}% over the target alone "
+                      f"({top.baseline_tokens_per_s:.2f}); calibration stored in {out}", markup=False)
+        if checked is not None:
+            console.print(check_table(checked, check_top.k))
+    if plot:
+        written = plot_tune(calibrations, predicted, checked, plot)
+        (err if json_out else console).print(f"wrote {written}", markup=False)
+
+
+def prediction_table(cal, strategies: list, top_cal, top) -> Table:
+    """One row per K: why it is fast or slow (acceptance, draft and verify cost) and the prediction of
+    each strategy (with one strategy, its tokens per round and round time too)."""
+    tm = cal.timings
+    base = cal.predict(min(cal.ks)).baseline_tokens_per_s
+    table = Table(title=f"tune {cal.pair}, -ngl {cal.ngl} -ngld {cal.ngld}: predicted tokens/s (greedy, n={cal.n_predict}, "
+                        f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone {speed_text(base)})",
+                  caption="a_K: acceptance of draft position K once reached; K·c: a round's draft cost in target "
+                          "decodes; verify ×: t_verify(K+1)/t_verify(1)" + _strategies_caption(strategies))
+    one = len(strategies) == 1
+    for col in ("K", "a_K", "K·c", "verify ×") + (("tok/round", "ms/round", "tokens/s", "gain %") if one else ()):
+        table.add_column(col, justify="right")
+    if not one:
+        for st in strategies:
+            table.add_column(strategy_heading(st), justify="right")
+    by_k: dict[int, list] = {}
+    for p in cal.predictions(strategies):
+        by_k.setdefault(p.k, []).append(p)
+    for k, preds in by_k.items():
+        labels = {p.strategy: p for p in preds}
+        row_best = cal is top_cal and top in preds
+        cells = []
+        for st in strategies:
+            p = labels.get(st.label(k))
+            star = " ★" if p is not None and p == top and cal is top_cal else ""
+            if p is None:
+                cells.append("–")
+            elif one:
+                cells += [number_text(p.tokens_per_round), number_text(p.round_ms, "{:.1f}"), speed_text(p.tokens_per_s) + star,
+                          number_text(p.gain_pct, "{:+.1f}")]
+            else:
+                cells.append(f"{speed_text(p.tokens_per_s)} ({number_text(p.gain_pct, '{:+.0f}')}%){star}")
+        a_k = cal.a[k - 1] if k <= len(cal.a) else None
+        table.add_row(str(k), number_text(a_k, "{:.0%}"), number_text(k * tm.draft_cost_ratio()),
+                      number_text(tm.verify_curve()[k]), *cells, style="bold" if row_best else None)
+    return table
+
+
+def _strategies_caption(strategies: list) -> str:
+    if len(strategies) == 1:
+        return ""
+    ngram = next((st for st in strategies if st.spec_type == "ngram"), None)
+    return ("; cells: tokens/s (gain %); h<=C: heuristic K from K up to C"
+            + (f"; ngram: lookup of {ngram.ngram_min}-{ngram.ngram_max} tokens" if ngram else ""))
+
+
+def components_line(cal) -> str:
+    """The measured parts the prediction is built from."""
+    tm = cal.timings
+    return (f"measured: target t_verify(1) {1000 * tm.t_target:.2f} ms, draft {1000 * tm.t_draft:.2f} ms "
+            f"(c = {tm.draft_cost_ratio():.3f}; 2-token catch-up {1000 * tm.t_draft2:.2f} ms), round overhead "
+            f"{1000 * tm.round_overhead:.2f} ms")
+
+
+def check_table(rows: list[dict], top_k: int) -> Table:
+    table = Table(title="--check: predicted against measured (mean over prompts, as sweep measures)")
+    for col in ("K", "predicted tokens/s", "measured tokens/s", "error %", "measured gain %", "runs"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        label = "target alone" if r["k"] == 0 else f"{r['k']}" + (" ★" if r["k"] == top_k else "")
+        table.add_row(label, number_text(r["predicted_tokens_per_s"]), number_text(r["measured_tokens_per_s"]),
+                      number_text(r["error_pct"], "{:+.1f}"), number_text(r["measured_gain_pct"], "{:+.1f}"), str(r["runs"]))
+    return table
+
+
+def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: list[dict] | None) -> dict:
+    rows = prediction_rows(calibrations, strategies)
+    top = next(r for r in rows if r["best"])
+    doc = {"pair": pair, "results": str(out),
+           "settings": [{"ngl": c.ngl, "ngld": c.ngld, "t_target_s": c.timings.t_target, "t_draft_s": c.timings.t_draft,
+                         "t_draft2_s": c.timings.t_draft2, "draft_cost_ratio": c.timings.draft_cost_ratio(),
+                         "verify_curve": c.timings.verify_curve(), "round_overhead_s": c.timings.round_overhead,
+                         "a": list(c.a)} for c in calibrations],
+           "rows": rows,
+           "best": {key: top[key] for key in ("k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct")}}
+    if checked is not None:
+        doc["check"] = checked
+    return doc

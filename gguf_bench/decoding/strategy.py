@@ -1,0 +1,149 @@
+"""A drafting strategy as the user sets it (--spec-type, n-gram sizes, p-min, n-min, K schedule): validated
+once, stored in records, and turned into a Drafter and a Schedule for the loop."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from gguf_bench import options
+from gguf_bench.decoding.drafters import ChainDrafter, ModelDrafter, NgramDrafter
+from gguf_bench.decoding.protocols import Drafter, LanguageModel, Schedule
+from gguf_bench.decoding.schedules import FixedK, HeuristicK
+from gguf_bench.errors import ConfigError
+
+SPEC_TYPES = ("draft", "ngram", "ngram,draft")
+SPEC_ALIASES = {"ngram+draft": "ngram,draft"}  # the chain's name inside comma-separated sweep lists
+K_SCHEDULES = ("fixed", "heuristic")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """--spec-type, --ngram-min/--ngram-max, --draft-p-min, --draft-min, --k-schedule, --k-cap."""
+
+    spec_type: str = "draft"
+    ngram_min: int = 1
+    ngram_max: int = 4
+    p_min: float = 0.0
+    n_min: int = 0
+    k_schedule: str = "fixed"
+    k_cap: int = 16
+
+    def __post_init__(self) -> None:
+        spec = SPEC_ALIASES.get(self.spec_type, self.spec_type)
+        if spec not in SPEC_TYPES:
+            raise ConfigError(f"unknown --spec-type '{self.spec_type}'; choose from {', '.join(SPEC_TYPES)} "
+                              "(in sweep lists write the chain as ngram+draft)")
+        object.__setattr__(self, "spec_type", spec)
+        if self.ngram_min < 1:
+            raise ConfigError(f"--ngram-min must be >= 1, got {self.ngram_min}")
+        if self.ngram_min > self.ngram_max:
+            raise ConfigError(f"--ngram-min ({self.ngram_min}) must not exceed --ngram-max ({self.ngram_max})")
+        if not 0.0 <= self.p_min < 1.0:
+            raise ConfigError(f"--draft-p-min must be in [0, 1) (0 = off), got {_fmt(self.p_min)}")
+        if self.n_min < 0:
+            raise ConfigError(f"--draft-min must be >= 0, got {self.n_min}")
+        if self.k_schedule not in K_SCHEDULES:
+            raise ConfigError(f"unknown --k-schedule '{self.k_schedule}'; choose from {', '.join(K_SCHEDULES)}")
+        if self.k_cap < 1:
+            raise ConfigError(f"--k-cap must be >= 1, got {self.k_cap}")
+
+    @property
+    def uses_model(self) -> bool:
+        return "draft" in self.spec_type.split(",")
+
+    @property
+    def uses_ngram(self) -> bool:
+        return "ngram" in self.spec_type.split(",")
+
+    def canonical(self) -> Strategy:
+        """The same strategy with the settings it does not use at their defaults (so sweeps can dedupe)."""
+        base = Strategy()
+        return Strategy(self.spec_type,
+                        self.ngram_min if self.uses_ngram else base.ngram_min,
+                        self.ngram_max if self.uses_ngram else base.ngram_max,
+                        self.p_min if self.uses_model else 0.0,
+                        self.n_min if self.uses_model else 0,
+                        self.k_schedule,
+                        self.k_cap if self.k_schedule == "heuristic" else base.k_cap)
+
+    def check(self, k: int, has_draft_model: bool) -> None:
+        """Errors that need the run's K and pair."""
+        if self.uses_model and not has_draft_model:
+            raise ConfigError(f"--spec-type {self.spec_type} needs a draft model (--draft FILE, or a pair); "
+                              "--spec-type ngram drafts without one")
+        if self.k_schedule == "heuristic" and k > self.k_cap:
+            raise ConfigError(f"the heuristic schedule starts at K={k}, above --k-cap {self.k_cap}; lower -K or raise --k-cap")
+
+    def max_k(self, k: int) -> int:
+        """The longest draft a round may make (for context checks and per-position counts)."""
+        return self.k_cap if self.k_schedule == "heuristic" else k
+
+    def drafter(self, model: LanguageModel | None) -> Drafter:
+        ngram = NgramDrafter(self.ngram_min, self.ngram_max)
+        if self.spec_type == "ngram":
+            return ngram
+        if model is None:
+            self.check(1, False)
+        drafter = ModelDrafter(model, self.p_min, self.n_min)
+        return ChainDrafter(ngram, drafter) if self.uses_ngram else drafter
+
+    def schedule(self, k: int) -> Schedule:
+        return HeuristicK(k, self.k_cap) if self.k_schedule == "heuristic" else FixedK(k)
+
+    @property
+    def name(self) -> str:
+        """The strategy without its K: 'draft', 'ngram(1-4)', 'ngram(1-4)+draft', 'draft p-min 0.8', 'draft heuristic'."""
+        parts = []
+        if self.uses_ngram:
+            parts.append(f"ngram({self.ngram_min}-{self.ngram_max})")
+        if self.uses_model:
+            parts.append("draft")
+        words = ["+".join(parts)]
+        if self.uses_model and self.p_min > 0:
+            words.append(f"p-min {_fmt(self.p_min)}")
+        if self.uses_model and self.n_min > 1:
+            words.append(f"n-min {self.n_min}")
+        if self.k_schedule == "heuristic":
+            words.append("heuristic")
+        return " ".join(words)
+
+    def label(self, k: int) -> str:
+        """A report row's name: 'draft K=8', 'ngram(1-4) K=16', 'draft p-min 0.8 K=16', 'draft heuristic K=4..16'."""
+        if self.k_schedule == "heuristic":
+            return f"{self.name} K={min(k, self.k_cap)}..{self.k_cap}"
+        return f"{self.name} K={k}"
+
+    @classmethod
+    def from_params(cls, params: dict | None) -> Strategy:
+        """The strategy a record's config stores (None: the default, as records made before strategies)."""
+        return cls(**{f: v for f, v in (params or {}).items() if f in cls.__dataclass_fields__})
+
+    def params(self) -> dict:
+        """What a record stores about the strategy."""
+        return asdict(self.canonical())
+
+
+DEFAULT_STRATEGY = Strategy()
+
+
+def parse_spec_types(text: str) -> list[str]:
+    """A run's --spec-type ('draft', 'ngram', 'ngram,draft') or a sweep's list ('draft,ngram,ngram+draft')."""
+    text = str(text).replace(" ", "")
+    if text in SPEC_TYPES:
+        return [text]
+    return [Strategy(spec_type=s).spec_type for s in dict.fromkeys(text.split(","))]
+
+
+def strategies(spec_types: str = "draft", ngram_min: int = 1, ngram_max: int = 4, p_min: str | float = "0",
+               n_min: int = 0, k_schedule: str = "fixed", k_cap: int = 16) -> list[Strategy]:
+    """Every combination of --spec-type, --draft-p-min and --k-schedule (lists in a sweep), with the settings a
+    strategy does not use dropped, so `--spec-type draft,ngram --draft-p-min 0,0.8` gives 3 strategies, not 4.
+    --spec-type ngram,draft alone is the chain (n-gram first, then the draft model); in longer lists write it ngram+draft."""
+    schedules = list(dict.fromkeys(v for v in str(k_schedule).replace(" ", "").split(",") if v))
+    found = [Strategy(t, ngram_min, ngram_max, p, n_min, s, k_cap).canonical()
+             for t in parse_spec_types(spec_types) for p in options.p_mins(p_min) for s in schedules]
+    return list(dict.fromkeys(found))

@@ -1,0 +1,315 @@
+"""`gguf-bench tune`'s measurements: one calibration record per offload setting, and the --check runs.
+
+Calibration measures, per offload setting: t_draft, t_draft2 and t_verify(b) for b = 1..K_max+1
+(median of a few repetitions, at the context position a generation passes through halfway), the
+time the loop spends outside those decodes, and one greedy speculative run at K_max per prompt.
+
+What the record predicts is results/costmodel.py's.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gguf_bench import options
+from gguf_bench.decoding.loop import GenerationResult
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.engines.llama_cpp import Model, gpu_offload_supported, read_info
+from gguf_bench.errors import ConfigError, ModelError
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles, check_compatible
+from gguf_bench.measure.prompts import Prompt
+from gguf_bench.measure.sweep import Grid, iter_records, measured
+from gguf_bench.options import layers_label
+from gguf_bench.results.costmodel import (
+    DEFAULT_REPS,
+    Calibration,
+    Text,
+    Timings,
+    check_ks,
+    check_rows,
+    effective_settings,
+    simulate_rounds,
+)
+from gguf_bench.results.records import (
+    CalibrationAcceptance,
+    CalibrationConfig,
+    CalibrationRecord,
+    CalibrationTimings,
+    InLoop,
+    Mode,
+    Offload,
+    PromptText,
+)
+from gguf_bench.results.store import append_record, environment, models_record, now_iso
+
+# --- calibration (measures; loads models) -----------------------------------------------------------
+
+
+def check_k_range(ks: Sequence[int]) -> None:
+    if not ks:
+        raise ConfigError("no draft lengths given (-K)")
+    if min(ks) < 1:
+        raise ConfigError("draft lengths (-K) must be >= 1")
+
+
+def _timed_eval(model: Model, tokens: list[int], n_logits: int) -> tuple[float, float]:
+    """(wall seconds, seconds inside llama_decode) of one loop step: eval, then argmax of each row read."""
+    clock, t = model.llama_decode_s, time.perf_counter()
+    np.argmax(model.eval(tokens, n_logits), axis=1)
+    return time.perf_counter() - t, model.llama_decode_s - clock
+
+
+def _filler(prompts: list[list[int]], n: int) -> list[int]:
+    """n tokens from the prompts, repeated: content does not change a decode's cost, position does."""
+    pool = [t for p in prompts for t in p]
+    return (pool * (n // len(pool) + 1))[:n]
+
+
+def _medians(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(w for w, _ in samples), statistics.median(i for _, i in samples)
+
+
+class DecodeTimer:
+    """t_draft, t_draft2 and t_verify(b) for b = 1..k_max+1: median wall seconds of synthetic rounds.
+
+    Taken at the mean prompt length + n_predict/2, the position a generation passes halfway. One
+    repetition: the draft decodes 2 tokens (the catch-up after a full round) and is rewound; then for
+    each b the draft decodes 1 token and the target b tokens with b logit rows, and both are rewound.
+    The models alternate as in the loop (their CPU thread pools share the cores), batch sizes are
+    interleaved, and `run` is called between the calibration's generation runs, so that a slow
+    spell of the machine spreads over every measurement instead of inflating one.
+    Every b is measured, never fitted: the curve need not rise with b. With repacked weights (CPU_REPACK)
+    llama.cpp multiplies a batch of 4 rows or more with its gemm kernel, 4 rows at a time, and the rest
+    with gemv one row at a time (ggml-cpu/repack.cpp), so 3 tokens can cost more than 4.
+    """
+
+    def __init__(self, prompts: list[list[int]], n_predict: int, k_max: int):
+        self.position = round(statistics.fmean(len(p) for p in prompts)) + n_predict // 2
+        fill = _filler(prompts, self.position + max(k_max + 1, 3))
+        self.context, self.batch = fill[:self.position], fill[self.position:]
+        self.verify: dict[int, list[tuple[float, float]]] = {b: [] for b in range(1, k_max + 2)}
+        self.draft1: list[tuple[float, float]] = []
+        self.draft2: list[tuple[float, float]] = []
+
+    def run(self, pair: LoadedPair, reps: int) -> None:
+        target, draft, batch, pos = pair.target, pair.draft, self.batch, self.position
+        for model in (target, draft):
+            model.rewind(0)
+            model.eval(self.context, 1)
+        for _ in range(reps):
+            self.draft2.append(_timed_eval(draft, batch[:2], 1))
+            draft.rewind(pos)
+            for b, samples in self.verify.items():
+                self.draft1.append(_timed_eval(draft, batch[2:3], 1))
+                draft.rewind(pos)
+                samples.append(_timed_eval(target, batch[:b], b))
+                target.rewind(pos)
+        for model in (target, draft):
+            model.rewind(0)
+
+    def result(self) -> dict:
+        t_verify = [_medians(v) for v in self.verify.values()]
+        (t_draft, t_draft_in), (t_draft2, _) = _medians(self.draft1), _medians(self.draft2)
+        return {"position": self.position, "samples": len(self.draft2),
+                "t_verify_s": [w for w, _ in t_verify], "t_draft_s": t_draft, "t_draft2_s": t_draft2,
+                "verify_python_s": [max(0.0, w - i) for w, i in t_verify], "draft_python_s": max(0.0, t_draft - t_draft_in)}
+
+
+def _spread(total: int, parts: int) -> list[int]:
+    """`total` repetitions over `parts` slots, as evenly as possible: 5 over 4 -> [2, 1, 1, 1]."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
+
+
+def match_flags(draft: Model, prompt: list[int], res: GenerationResult) -> list[bool]:
+    """Per output token i >= 1: whether the draft's greedy token after prompt + tokens[:i] is tokens[i];
+    after an end-of-generation stop, one more flag: whether the draft would end there too.
+
+    Where the speculative run `res` (greedy) drafted a position with the text so far as its history,
+    its own draft token decides: that is the draft as the loop runs it, one token at a time. The
+    rest (the target's bonus token after a fully accepted round) comes from one batched pass of the
+    draft over the text, which can round differently from one-token decodes and so flip a near-tie.
+    """
+    flags = _batched_flags(draft, prompt, res)
+    for base, batch in res.verify_log:  # (position of x0, [x0, d1..dk]) per round
+        s = base - len(prompt)  # x0 is output token s
+        for j, tok in enumerate(batch[1:], 1):
+            i = s + j
+            if i >= len(flags):
+                break
+            flags[i] = tok == res.tokens[i] if i < len(res.tokens) else draft.is_eog(tok)
+            if not flags[i]:
+                break  # the draft's later tokens continued a history that is not the text
+    return flags
+
+
+def _batched_flags(draft: Model, prompt: list[int], res: GenerationResult) -> list[bool]:
+    tokens = res.tokens
+    draft.rewind(0)
+    draft.eval(prompt, 1)
+    preds: list[int] = []
+    feed = tokens if res.stopped_by_eog else tokens[:-1]  # row r predicts token r+1
+    for start in range(0, len(feed), draft.n_batch):
+        chunk = feed[start:start + draft.n_batch]
+        preds += np.argmax(draft.eval(chunk, len(chunk)), axis=1).tolist()
+    draft.rewind(0)
+    if not tokens:
+        return [False]  # the very first token ended generation: no rounds
+    flags = [False] + [p == t for p, t in zip(preds, tokens[1:])]
+    if res.stopped_by_eog:
+        flags.append(draft.is_eog(preds[-1]))
+    return flags
+
+
+def _round_overhead(runs: list[GenerationResult], texts: list[Text], decodes: dict, k_max: int, n_predict: int) -> float:
+    """Per-round time of the K_max runs outside llama_decode and outside the decode steps' own Python.
+
+    The runs' time outside llama_decode (sampling/acceptance + the rest: sample_s + other_s) holds
+    the Python around each eval and the argmax of its rows, which the decode timings already
+    include (measured apart as *_python_s); what remains per round is the round overhead.
+    """
+    outside = sum(r.sample_s + r.other_s for r in runs)
+    rounds = [rd for t in texts for rd in simulate_rounds(t.matches, k_max, n_predict, t.stopped_by_eog)]
+    in_steps = sum(rd.drafted * decodes["draft_python_s"] + decodes["verify_python_s"][rd.drafted] for rd in rounds)
+    return (outside - in_steps) / len(rounds) if rounds else 0.0
+
+
+def _in_loop(runs: list[GenerationResult], predicted_decode_s: float) -> InLoop:
+    """What the K_max runs measured directly (kept for diagnosis; the prediction uses the timings)."""
+    rounds = sum(r.rounds for r in runs)
+    drafted = sum(r.drafted for r in runs)
+    return InLoop(rounds=rounds, drafted=drafted, accepted=sum(r.accepted for r in runs),
+                  decode_s=sum(r.decode_s for r in runs), target_decode_s=sum(r.target_decode_s for r in runs),
+                  draft_decode_s=sum(r.draft_decode_s for r in runs), sample_s=sum(r.sample_s for r in runs),
+                  other_s=sum(r.other_s for r in runs),
+                  overhead_s_per_round=sum(r.sample_s + r.other_s for r in runs) / rounds if rounds else None,
+                  draft_decode_s_per_token=sum(r.draft_decode_s for r in runs) / drafted if drafted else None,
+                  target_decode_s_per_round=sum(r.target_decode_s for r in runs) / rounds if rounds else None,
+                  tokens_per_s=[r.tokens_per_s for r in runs], predicted_decode_s=predicted_decode_s)
+
+
+@dataclass
+class CalibrationEvents:
+    """Progress callbacks (the CLI's status line); calibration itself prints nothing."""
+
+    step: Callable[[str], None] = lambda what: None
+
+
+def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_predict: int, ks: Sequence[int],
+              reps: int = DEFAULT_REPS, name: str | None = None, events: CalibrationEvents = CalibrationEvents()
+              ) -> CalibrationRecord:
+    """Measure one offload setting; return the calibration record (not stored here)."""
+    check_k_range(ks)
+    if reps < 1:
+        raise ConfigError(f"--reps must be >= 1, got {reps}")
+    if n_predict < 2:
+        raise ConfigError(f"--n-predict must be >= 2 to tune (one token comes with the prompt), got {n_predict}")
+    k_max = max(ks)
+    greedy = SamplingConfig()
+    started = time.perf_counter()
+    with LoadedPair(files, load) as pair:
+        chat_ok = pair.target.has_chat_template()
+        tokens = [pair.prompt_tokens(p.text, p.chat and chat_ok) for p in prompts]
+        for t in tokens:
+            pair.check_fits(len(t), n_predict, k_max)
+        events.step("warm-up")
+        pair.generate(Mode.SPECULATIVE, tokens[0], min(16, n_predict), k_max, greedy)
+        runs, texts = [], []
+        timer = DecodeTimer(tokens, n_predict, k_max)
+        for prompt, toks, share in zip(prompts, tokens, _spread(reps, len(prompts))):
+            events.step(f"speculative run K={k_max} on {prompt.id}")
+            res = pair.generate(Mode.SPECULATIVE, toks, n_predict, k_max, greedy)
+            runs.append(res)
+            texts.append(Text(prompt.id, tuple(match_flags(pair.draft, toks, res)), res.n_tokens, res.stopped_by_eog,
+                              tuple(toks), tuple(res.tokens)))
+            if share:
+                events.step(f"timing decodes of 1..{k_max + 1} tokens")
+                timer.run(pair, share)  # `reps` in all, spread between the runs
+        decodes = timer.result()
+        offload = Offload(pair.offload_label("target"), pair.offload_label("draft"))
+    round_overhead = _round_overhead(runs, texts, decodes, k_max, n_predict)
+    timings = Timings(decodes["t_draft_s"], decodes["t_draft2_s"], tuple(decodes["t_verify_s"]), max(0.0, round_overhead))
+    predicted_s = sum(t.decode_s(timings, k_max, n_predict)[0] for t in texts)
+    reached = [sum(r.reached_at[j] for r in runs) for j in range(k_max)]
+    accepted = [sum(r.accepted_at[j] for r in runs) for j in range(k_max)]
+    return CalibrationRecord(
+        time=now_iso(), tune=name, pair=files.name, offload=offload,
+        config=CalibrationConfig(ngl=layers_label(load.ngl), ngld=layers_label(load.ngld), n_ctx=load.n_ctx,
+                                 threads=load.threads, seed=load.seed, temperature=0.0, prompts=[p.id for p in prompts],
+                                 n_predict=n_predict, ks=list(ks), k_max=k_max, reps=decodes["samples"],
+                                 position=decodes["position"]),
+        timings=CalibrationTimings(
+            t_draft_s=timings.t_draft, t_draft2_s=timings.t_draft2, t_verify_s=list(timings.t_verify),
+            round_overhead_s=timings.round_overhead, round_overhead_raw_s=round_overhead,
+            regular_overhead_s=decodes["verify_python_s"][0], draft_python_s=decodes["draft_python_s"],
+            verify_python_s=decodes["verify_python_s"],
+            in_loop=_in_loop(runs, predicted_s)),  # the K_max runs themselves, and what the timings predict for them
+        acceptance=CalibrationAcceptance(
+            a=[acc / rea if rea else None for acc, rea in zip(accepted, reached)], reached_at=reached, accepted_at=accepted,
+            prompts=[PromptText(prompt_id=t.prompt_id, n_tokens=t.n_tokens, stopped_by_eog=t.stopped_by_eog,
+                                matches=[int(m) for m in t.matches], prompt=list(t.prompt), tokens=list(t.tokens))
+                     for t in texts]),
+        calibration_s=time.perf_counter() - started, env=environment(), models=models_record(files.target, files.draft))
+
+
+
+
+
+# --- the tune flow: every offload setting, then --check -----------------------------------------------
+
+
+@dataclass
+class TuneEvents:
+    """What the CLI shows while tuning (the flow itself prints nothing)."""
+
+    step: Callable[[str], None] = lambda what: None  # a status line
+    warn: Callable[[str], None] = lambda line: None  # a warning to show and go on
+
+
+def calibrate_settings(files: PairFiles, ks: Sequence[int], ngls: Sequence[int], nglds: Sequence[int],
+                       prompts: Sequence[Prompt], n_predict: int, ctx_size: int, threads: int | None, reps: int,
+                       name: str, out: Path, events: TuneEvents = TuneEvents()) -> list[Calibration]:
+    """Calibrate each offload setting this build can run and store each record in `out`; a setting that fails to
+    load is skipped with a warning while another one loads, and is the error when none does."""
+    check_compatible(files)
+    settings, warnings = effective_settings(ngls, nglds, gpu_offload_supported(),
+                                            read_info(files.target).n_layers, read_info(files.draft).n_layers)
+    for w in warnings:
+        events.warn(w)
+    calibrations, failures = [], []
+    for ngl, ngld in settings:
+        load = LoadConfig(ngl, ngld, ctx_size, threads)
+        steps = CalibrationEvents(step=lambda what, at=f"{files.name} {load.label}": events.step(f"calibrating {at}: {what}"))
+        try:
+            record = calibrate(files, load, prompts, n_predict, ks, reps, name, steps)
+        except (ModelError, MemoryError) as exc:
+            if len(settings) == 1:
+                raise
+            failures.append(f"{load.label}: {exc}")
+            events.warn(f"{load.label} could not be calibrated, skipped: {exc}")
+            continue
+        append_record(out, record)
+        calibrations.append(Calibration.from_record(record))
+    if not calibrations:
+        raise ModelError(f"no offload setting could be loaded ({failures[0]})")
+    return calibrations
+
+
+def run_check(files: PairFiles, cal: Calibration, k: int, prompts: Sequence[Prompt], n_predict: int, ctx_size: int,
+              threads: int | None, name: str, out: Path, events: TuneEvents = TuneEvents()) -> list[dict]:
+    """Measure K-1, K, K+1 and the target alone as `sweep` does (same cells, same records, stored), next to the
+    prediction (costmodel.check_rows)."""
+    grid = Grid(ks=check_ks(cal, k), ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
+                prompts=list(prompts), n_predict=n_predict, n_ctx=ctx_size, threads=threads, with_draft_alone=False)
+    events.step(f"checking K={', '.join(map(str, grid.ks))} as sweep measures them ...")
+    records = []
+    for record in iter_records(name, files, grid):
+        append_record(out, record)
+        records.append(record)
+        events.step(f"checking: measured {record.label} on {record.config.prompt_id}")
+    return check_rows(cal, measured(records, "--check could not measure"))

@@ -1,0 +1,504 @@
+"""Every stored record, in one place: its kind, its typed fields, to and from a dict.
+
+llama-bench keeps one field list (`test::get_fields()`) that every printer walks; here the field lists
+are these dataclasses. Writers construct records (`RunRecord`, `RunMetrics.from_result`, `EvalRecord`,
+`CalibrationRecord`) and store `to_dict(record)`; readers get them back with `parse` (`read_file` for a
+whole file, naming each line it cannot read). `run_row` flattens a run into the columns `report` reads.
+No other module reads or writes a record field by its name as a string.
+
+Files written by earlier versions still read (legacy.py): a line without `kind` is a run; fields a
+record did not have yet take their defaults; fields it no longer has are dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from enum import Enum, StrEnum
+from pathlib import Path
+
+from gguf_bench.decoding.divergence import Identity
+from gguf_bench.decoding.loop import GenerationResult
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
+from gguf_bench.errors import BenchError
+from gguf_bench.results import legacy
+
+
+class Kind(StrEnum):
+    RUN = "run"  # one generation measured: target alone, draft alone or speculative
+    EVAL = "eval"  # a multiplication benchmark, regular against speculative
+    CALIBRATION = "calibration"  # what `tune` measured to predict tokens/s
+
+
+class Mode(StrEnum):
+    TARGET = "target"  # the target alone: the baseline
+    DRAFT = "draft"  # the draft alone
+    SPECULATIVE = "speculative"
+
+
+def gain_pct(tokens_per_s, baseline_tokens_per_s):
+    """Speed-up over the baseline in percent (+28 means 1.28x); numbers or pandas columns."""
+    return 100.0 * (tokens_per_s / baseline_tokens_per_s - 1.0)
+
+
+def run_label(mode: Mode | str, strategy_name: str, k: int) -> str:
+    """A row's name: 'target alone', 'draft alone', 'K=4' (the draft model with a fixed K), 'ngram(1-4) K=16',
+    'draft p-min 0.8 K=16', 'draft heuristic K=4' (K: where the schedule starts). The one place it is made."""
+    if mode == Mode.TARGET:
+        return "target alone"
+    if mode == Mode.DRAFT:
+        return "draft alone"
+    return f"K={int(k)}" if strategy_name in ("", "draft") else f"{strategy_name} K={int(k)}"
+
+
+# --- what every record carries ------------------------------------------------------------------
+
+
+@dataclass
+class Environment:
+    """What a measurement depends on besides its configuration (store.environment)."""
+
+    gguf_bench: str | None = None
+    llama_cpp_python: str | None = None
+    gpu_offload: bool | None = None
+    system_info: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    cpu: str | None = None
+    cpu_count: int | None = None
+    gpu: str | None = None
+    gpu_memory: str | None = None
+    gpu_count: int | None = None
+
+
+@dataclass
+class ModelFile:
+    file: str | None = None
+    path: str | None = None
+    size: int | None = None
+    sha256: str | None = None
+
+
+@dataclass
+class Models:
+    target: ModelFile | None = None
+    draft: ModelFile | None = None  # None: the target alone (n-gram drafting)
+
+
+@dataclass
+class Offload:
+    """Layers on the GPU as llama.cpp counts them ('N/total': the output layer is one more layer)."""
+
+    target: str = "-"
+    draft: str = "-"
+
+
+@dataclass
+class Node:
+    """Where a distributed sweep ran a cell (measure.distributed.node_info)."""
+
+    host: str | None = None
+    hostname: str | None = None
+    ip: str | None = None
+    ray_node_id: str | None = None
+    gpu: str | None = None
+    gpu_memory: str | None = None
+    gpu_count: int | None = None
+    gpu_ids: list[str] = field(default_factory=list)
+    cpu: str | None = None
+    cpu_count: int | None = None
+    llama_cpp_python: str | None = None
+    gpu_offload: bool | None = None
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunConfig:
+    """One cell's settings. Every field but `category` makes the cell's identity (`cell_fields`, --resume)."""
+
+    ngl: int | str = 0  # target layers on the GPU: a number or 'all'
+    ngld: int | str = 0
+    n_ctx: int = 2048
+    threads: int | None = None
+    seed: int = 0
+    k: int = 0  # the draft length (where a schedule starts); 0 outside speculative runs
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    n_predict: int = 64
+    prompt_id: str | None = None
+    chat: bool = False
+    repetition: int = 0
+    strategy: Strategy | None = None  # None: the draft model with a fixed K (and runs of other modes)
+    verify: str | None = None  # None: batched (what is benchmarked)
+    category: str | None = None  # the prompt's category (not part of the cell's identity)
+
+    def cell_fields(self) -> dict:
+        """What identifies the cell: the stored config without `category`, and without a default strategy or
+        verify mode (so that keys of files written before those existed stay the same)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("strategy", "verify", "category")}
+        if self.strategy is not None:
+            out["strategy"] = self.strategy.params()
+        if self.verify is not None:
+            out["verify"] = self.verify
+        return out
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.temperature, self.top_k, self.top_p, self.seed + self.repetition)
+
+
+@dataclass
+class RunMetrics:
+    """What one run measured (a failed run has none)."""
+
+    prompt_tokens: int = 0
+    prompt_s: float = 0.0
+    n_tokens: int = 0
+    decode_s: float = 0.0
+    tokens_per_s: float | None = None
+    ms_per_token: float | None = None
+    end_to_end_s: float | None = None
+    # where decode time goes: inside llama_decode (target, draft), sampling and acceptance, the rest
+    target_decode_s: float | None = None
+    draft_decode_s: float | None = None
+    sample_s: float | None = None
+    other_s: float | None = None
+    overhead_pct: float | None = None
+    verify: str | None = None
+    stopped_by_eog: bool = False
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance: float | None = None
+    tokens_per_round: float | None = None
+    accepted_at: list[int] = field(default_factory=list)  # rounds that accepted draft position i
+    reached_at: list[int] = field(default_factory=list)  # rounds that reached draft position i
+    text: str | None = None
+    strategy: str | None = None  # Strategy.label of a speculative run: 'draft K=4', 'ngram(1-4) K=16'
+    draft_lengths: list[int] | None = None  # rounds per draft length (speculative runs)
+    draft_sources: dict[str, int] | None = None  # rounds per drafter ("model", "ngram")
+    identity: Identity | None = None  # greedy speculative runs: output equal to the target alone's?
+
+    @classmethod
+    def from_result(cls, res: GenerationResult, text: str, identity: Identity | None = None) -> RunMetrics:
+        speculative = bool(res.verify)
+        return cls(
+            prompt_tokens=res.prompt_tokens, prompt_s=res.prompt_s, n_tokens=res.n_tokens, decode_s=res.decode_s,
+            tokens_per_s=res.tokens_per_s, ms_per_token=res.ms_per_token, end_to_end_s=res.prompt_s + res.decode_s,
+            target_decode_s=res.target_decode_s, draft_decode_s=res.draft_decode_s, sample_s=res.sample_s,
+            other_s=res.other_s, overhead_pct=res.overhead_pct, verify=res.verify or None, stopped_by_eog=res.stopped_by_eog,
+            rounds=res.rounds, drafted=res.drafted, accepted=res.accepted,
+            acceptance=res.acceptance if res.drafted else None,
+            tokens_per_round=res.tokens_per_round if res.rounds else None,
+            accepted_at=list(res.accepted_at), reached_at=list(res.reached_at), text=text,
+            strategy=res.strategy or None if speculative else None,
+            draft_lengths=list(res.draft_lengths) if speculative else None,
+            draft_sources=dict(res.draft_sources) if speculative else None, identity=identity)
+
+
+@dataclass
+class RunRecord:
+    pair: str = ""
+    mode: Mode = Mode.TARGET
+    config: RunConfig = field(default_factory=RunConfig)
+    metrics: RunMetrics | None = None  # None when the run failed
+    error: str | None = None
+    offload: Offload | None = None
+    sweep: str | None = None
+    cell: str | None = None  # key of the grid cell, for --resume
+    time: str = ""
+    env: Environment = field(default_factory=Environment)
+    models: Models = field(default_factory=Models)
+    node: Node | None = None  # where a distributed sweep ran it
+    kind: Kind = Kind.RUN
+
+    def __post_init__(self) -> None:
+        self.mode = Mode(self.mode)  # an unknown mode is a ValueError, never a silent speculative run
+
+    @property
+    def k(self) -> int:
+        return self.config.k if self.mode == Mode.SPECULATIVE else 0
+
+    @property
+    def strategy(self) -> Strategy | None:
+        """A speculative run's drafting strategy (runs stored before strategies, and default-strategy runs: the
+        default); None for the other modes."""
+        if self.mode != Mode.SPECULATIVE:
+            return None
+        return self.config.strategy or DEFAULT_STRATEGY
+
+    @property
+    def strategy_name(self) -> str:
+        """'draft', 'ngram(1-4)', 'draft p-min 0.8', ...; '' outside speculative runs."""
+        return self.strategy.name if self.strategy else ""
+
+    @property
+    def label(self) -> str:
+        return run_label(self.mode, self.strategy_name, self.k)
+
+    @property
+    def host(self) -> str:
+        """$GGUF_BENCH_HOST of its Ray node, else the node's hostname; 'local' for a run that did not go through Ray."""
+        return str((self.node and (self.node.host or self.node.hostname)) or "local")
+
+    @property
+    def greedy(self) -> bool:
+        return self.config.sampling().greedy
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.metrics.tokens_per_s if self.metrics else None
+
+
+def run_row(run: RunRecord) -> dict:
+    """One flat row per run: every column `report` reads."""
+    cfg, m = run.config, run.metrics or RunMetrics()
+    offload, models = run.offload or Offload(None, None), run.models
+    return {
+        "sweep": run.sweep, "time": run.time, "pair": run.pair, "mode": str(run.mode), "k": run.k,
+        "strategy": run.strategy_name, "ngl": str(cfg.ngl), "ngld": str(cfg.ngld),
+        "temperature": cfg.temperature, "n_predict": cfg.n_predict, "prompt_id": cfg.prompt_id,
+        "repetition": cfg.repetition, "threads": cfg.threads,
+        "tokens_per_s": m.tokens_per_s, "ms_per_token": m.ms_per_token, "acceptance": m.acceptance,
+        "tokens_per_round": m.tokens_per_round, "overhead_pct": m.overhead_pct,
+        "n_tokens": m.n_tokens if run.metrics else None,
+        "accepted_at": m.accepted_at if run.metrics else None, "reached_at": m.reached_at if run.metrics else None,
+        "draft_lengths": m.draft_lengths, "category": cfg.category,
+        "identical": m.identity.identical if m.identity else None, "error": run.error,
+        "target_offload": offload.target, "draft_offload": offload.draft,
+        "target_file": models.target.file if models.target else None, "draft_file": models.draft.file if models.draft else None,
+        "host": run.host, "cpu": run.env.cpu, "gpu": run.env.gpu,
+    }
+
+
+# --- evaluations --------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalConfig:
+    nb_prompts: int = 0
+    seed: int = 0
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    k: int = 0
+    ngl: int | str = 0
+    ngld: int | str = 0
+    n_predict: int = 12
+    chat: bool = False
+    verify: str = "batched"
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.temperature, self.top_k, self.top_p, self.seed)
+
+
+@dataclass
+class EvalMetrics:
+    n: int = 0
+    regular_ok: int = 0
+    speculative_ok: int = 0
+    identical: int = 0
+    batch_numerics: int = 0  # greedy differences the replay shows are batch numerics (decoding/divergence.py)
+    loop_errors: int = 0  # greedy differences the replay does not explain: the loop is wrong
+    p_value: float | None = None
+    acceptance: float | None = None
+
+
+@dataclass
+class EvalRow:
+    """One multiplication prompt, answered both ways."""
+
+    a: int = 0
+    b: int = 0
+    answer: int = 0
+    regular: str = ""
+    speculative: str = ""
+    regular_ok: bool = False
+    speculative_ok: bool = False
+    identical: bool = False
+    divergence: Identity | None = None  # greedy rows whose outputs differ: where and why
+
+
+@dataclass
+class EvalRecord:
+    pair: str = ""
+    config: EvalConfig = field(default_factory=EvalConfig)
+    metrics: EvalMetrics = field(default_factory=EvalMetrics)
+    rows: list[EvalRow] = field(default_factory=list)
+    time: str = ""
+    env: Environment = field(default_factory=Environment)
+    models: Models = field(default_factory=Models)
+    kind: Kind = Kind.EVAL
+
+    @property
+    def greedy(self) -> bool:
+        return self.config.sampling().greedy
+
+
+# --- calibrations (tune) ---------------------------------------------------------------------------
+
+
+@dataclass
+class CalibrationConfig:
+    ngl: int | str = 0
+    ngld: int | str = 0
+    n_ctx: int = 2048
+    threads: int | None = None
+    seed: int = 0
+    temperature: float = 0.0
+    prompts: list[str] = field(default_factory=list)
+    n_predict: int = 0
+    ks: list[int] = field(default_factory=list)
+    k_max: int = 0
+    reps: int = 0  # decode timing samples per batch size
+    position: int = 0  # context position the decode timings were taken at
+
+
+@dataclass
+class InLoop:
+    """What the calibration's own K_max runs measured (a check of the timings' prediction)."""
+
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    decode_s: float = 0.0
+    target_decode_s: float = 0.0
+    draft_decode_s: float = 0.0
+    sample_s: float = 0.0
+    other_s: float = 0.0
+    overhead_s_per_round: float | None = None
+    draft_decode_s_per_token: float | None = None
+    target_decode_s_per_round: float | None = None
+    tokens_per_s: list[float] = field(default_factory=list)
+    predicted_decode_s: float | None = None
+
+
+@dataclass
+class CalibrationTimings:
+    t_draft_s: float = 0.0
+    t_draft2_s: float = 0.0
+    t_verify_s: list[float] = field(default_factory=list)  # t_verify(b) for b = 1..k_max+1
+    round_overhead_s: float = 0.0
+    round_overhead_raw_s: float | None = None
+    regular_overhead_s: float | None = None
+    draft_python_s: float | None = None
+    verify_python_s: list[float] = field(default_factory=list)
+    in_loop: InLoop = field(default_factory=InLoop)
+
+
+@dataclass
+class PromptText:
+    """One calibration prompt's greedy text (measure.calibrate.Text, stored)."""
+
+    prompt_id: str = ""
+    n_tokens: int = 0
+    stopped_by_eog: bool = False
+    matches: list[int] = field(default_factory=list)
+    prompt: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class CalibrationAcceptance:
+    a: list[float | None] = field(default_factory=list)  # acceptance of draft position j once reached
+    reached_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+    prompts: list[PromptText] = field(default_factory=list)
+
+
+@dataclass
+class CalibrationRecord:
+    pair: str = ""
+    config: CalibrationConfig = field(default_factory=CalibrationConfig)
+    offload: Offload | None = None
+    timings: CalibrationTimings = field(default_factory=CalibrationTimings)
+    acceptance: CalibrationAcceptance = field(default_factory=CalibrationAcceptance)
+    tune: str | None = None  # the tune's results name
+    calibration_s: float | None = None
+    time: str = ""
+    env: Environment = field(default_factory=Environment)
+    models: Models = field(default_factory=Models)
+    kind: Kind = Kind.CALIBRATION
+
+
+@dataclass
+class OtherRecord:
+    """A kind this version does not know (one of a later version): kept as it is, never tabulated."""
+
+    kind: str
+    data: dict
+
+
+Record = RunRecord | EvalRecord | CalibrationRecord | OtherRecord
+CLASSES = {Kind.RUN: RunRecord, Kind.EVAL: EvalRecord, Kind.CALIBRATION: CalibrationRecord}
+
+
+# --- to and from dicts ----------------------------------------------------------------------------
+
+
+def to_dict(record: RunRecord | EvalRecord | CalibrationRecord) -> dict:
+    """The stored form: nested dicts of the fields (enums are str: JSON writes their values)."""
+    return asdict(record)
+
+
+def parse(d: dict) -> Record:
+    """A stored dict as its record. Unknown keys are dropped (kept whole in an OtherRecord); missing ones default.
+    A value that cannot be the field's type (a mode that does not exist, a strategy no longer valid) is a ValueError."""
+    if not isinstance(d, dict):
+        raise ValueError("a record is a JSON object")
+    kind = d.get("kind", Kind.RUN)
+    cls = CLASSES.get(kind)
+    if cls is None:
+        return OtherRecord(str(kind), d)
+    try:
+        return _build(cls, legacy.upgrade(str(kind), d))
+    except BenchError as exc:  # a dataclass's own validation (Strategy, SamplingConfig)
+        raise ValueError(str(exc)) from None
+
+
+def read_file(path: Path) -> tuple[list[Record], list[str]]:
+    """The records of one JSONL file, and 'FILE line N' for each line that is not one."""
+    good, bad = [], []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                good.append(parse(json.loads(line)))
+            except (ValueError, TypeError):
+                bad.append(f"{path} line {n}")
+    return good, bad
+
+
+@functools.cache
+def _hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _build(cls: type, d: dict):
+    if not isinstance(d, dict):
+        raise TypeError(f"{cls.__name__} is stored as an object, not {type(d).__name__}")
+    hints = _hints(cls)
+    return cls(**{f.name: _value(hints[f.name], d[f.name]) for f in fields(cls) if f.name in d})
+
+
+def _value(tp, v):
+    """A stored value as the field's type: nested dataclasses and lists of them are built, enums looked up."""
+    if v is None:
+        return None
+    options = typing.get_args(tp) if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union else (tp,)
+    for t in options:
+        if is_dataclass(t) and isinstance(v, dict):
+            return _build(t, v)
+        if isinstance(t, type) and issubclass(t, Enum):
+            return t(v)
+        if typing.get_origin(t) is list and isinstance(v, list):
+            (item,) = typing.get_args(t) or (None,)
+            return [_value(item, x) for x in v] if item is not None else v
+    return v

@@ -1,0 +1,101 @@
+"""The floor plan, enforced: packages in layers that import only downwards, no import cycles, one llama_cpp
+importer, one place that tells greedy from sampled, record fields read by name only in the records module."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gguf_bench"
+# lower number = lower layer; a module may import its own layer's siblings and anything below
+LAYERS = {"errors": 0, "options": 0, "models": 1, "engines": 2, "decoding": 2, "results": 3, "measure": 4, "cli": 5}
+PEERS_APART = {("engines", "decoding"), ("decoding", "engines")}  # same layer, and neither knows the other
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        out[name] = path
+    return out
+
+
+def imports(path: Path) -> set[str]:
+    """Every gguf_bench module `path` imports, at the top or inside functions (`from gguf_bench.x import y`
+    counts as gguf_bench.x.y when that is a module)."""
+    names = modules()
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("gguf_bench")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gguf_bench"):
+            subs = {f"{node.module}.{a.name}" for a in node.names} & names.keys()
+            found |= subs or {node.module}
+    return {m for m in found if m in names and m != "gguf_bench"}
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_layers_import_only_downwards():
+    wrong = []
+    for mod, path in modules().items():
+        here = package_of(mod)
+        if here not in LAYERS:
+            continue
+        for dep in imports(path):
+            there = package_of(dep)
+            if there in LAYERS and (LAYERS[there] > LAYERS[here] or (here, there) in PEERS_APART):
+                wrong.append(f"{mod} -> {dep}")
+    assert not wrong, "imports from a higher layer: " + ", ".join(sorted(wrong))
+
+
+def test_no_import_cycles():
+    graph = {mod: imports(path) for mod, path in modules().items()}
+    cycles, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for mod in sorted(graph):
+        if mod not in state:
+            visit(mod, [mod])
+    assert not cycles, "import cycles: " + "; ".join(cycles)
+
+
+def test_one_module_imports_llama_cpp():
+    importers = {mod for mod, path in modules().items()
+                 if re.search(r"^\s*(import llama_cpp|from llama_cpp)", path.read_text(), re.M)}
+    assert importers == {"gguf_bench.engines.llama_cpp"}
+
+
+def greedy_tests(path: Path) -> list[str]:
+    """Comparisons of a temperature with 0 by == or != (what tells greedy from sampled), as source text."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq | ast.NotEq) for op in node.ops):
+            sides = [node.left, *node.comparators]
+            zero = any(isinstance(x, ast.Constant) and x.value == 0 and not isinstance(x.value, bool) for x in sides)
+            if zero and any("temp" in ast.unparse(x) for x in sides):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_temperature_is_tested_in_one_place():
+    """Greedy vs sampled is decided once: SamplingConfig.greedy (decoding/sampling.py), used by sampler_for.
+    No other module compares a temperature with 0, and the loop and the drafters never ask."""
+    found = {mod: greedy_tests(path) for mod, path in modules().items()}
+    assert found.pop("gguf_bench.decoding.sampling") == ["self.temperature == 0"]
+    assert not any(found.values()), {m: f for m, f in found.items() if f}
+    for mod in ("gguf_bench.decoding.loop", "gguf_bench.decoding.drafters"):
+        assert ".greedy" not in modules()[mod].read_text(), mod
