@@ -99,3 +99,30 @@ def test_temperature_is_tested_in_one_place():
     assert not any(found.values()), {m: f for m, f in found.items() if f}
     for mod in ("gguf_bench.decoding.loop", "gguf_bench.decoding.drafters"):
         assert ".greedy" not in modules()[mod].read_text(), mod
+
+
+def string_keys(path: Path) -> list[str]:
+    """Keys read by a string: x["key"] and x.get("key", ...)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            found.append(node.slice.value)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.append(node.args[0].value)
+    return found
+
+
+def test_record_fields_are_read_by_name_only_in_the_records_module():
+    """Records are typed (results/records.py): no other module reads a record's fields out of a dict by string.
+    report.py and plots.py read pandas columns, which records.run_row names from the fields."""
+    from dataclasses import fields
+
+    from gguf_bench.results import records
+
+    containers = {f.name for cls in (records.RunRecord, records.EvalRecord, records.CalibrationRecord) for f in fields(cls)}
+    containers |= {"identity", "divergence", "in_loop", "prompts"}
+    allowed = {"gguf_bench.results.records", "gguf_bench.results.legacy", "gguf_bench.results.report", "gguf_bench.results.plots",
+               "gguf_bench.models.registry"}  # the registry reads models.yaml (its "models" section), not records
+    found = {mod: sorted(set(string_keys(path)) & containers) for mod, path in modules().items() if mod not in allowed}
+    assert not any(found.values()), {m: keys for m, keys in found.items() if keys}

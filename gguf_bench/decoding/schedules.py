@@ -4,16 +4,14 @@
 
 from __future__ import annotations
 
-from gguf_bench.errors import ConfigError
+from gguf_bench.options import draft_length
 
 
 class FixedK:
     """Every round drafts up to k tokens."""
 
     def __init__(self, k: int):
-        if k < 1:
-            raise ConfigError(f"draft length -K/--draft-max must be >= 1, got {k}")
-        self.k = self.max_k = k
+        self.k = self.max_k = draft_length(k)
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
         pass
@@ -24,9 +22,7 @@ class HeuristicK:
     that did not; between 1 and cap. Rounds without a draft leave K alone."""
 
     def __init__(self, k: int, cap: int):
-        if k < 1:
-            raise ConfigError(f"draft length -K/--draft-max must be >= 1, got {k}")
-        self.k, self.max_k = min(k, cap), cap
+        self.k, self.max_k = min(draft_length(k), cap), cap
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
         if n_drafted:

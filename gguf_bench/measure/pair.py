@@ -60,9 +60,7 @@ class LoadedPair:
         model = self.target if role == "target" else self.draft
         if model is None:
             return "-"
-        wanted = self.load.ngl if role == "target" else self.load.ngld
-        total = model.n_layers + 1
-        return f"{min(wanted, total) if self.gpu else 0}/{total}"
+        return f"{model.n_gpu_layers if self.gpu else 0}/{model.n_layers + 1}"
 
     def prompt_tokens(self, text: str, chat: bool = False) -> list[int]:
         if chat:

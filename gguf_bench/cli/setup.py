@@ -1,0 +1,47 @@
+"""`gguf-bench build-gpu`: llama-cpp-python with a GPU backend, built from its own sdist into this environment."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from gguf_bench.cli.app import command, console, err
+from gguf_bench.engines import build
+from gguf_bench.errors import BenchError
+
+
+@command
+def build_gpu(vulkan: Annotated[bool, typer.Option("--vulkan", help="the Vulkan backend (any GPU; Mesa's lavapipe on "
+                                                   "a machine without one)")] = False,
+              cuda: Annotated[bool, typer.Option("--cuda", help="the CUDA backend (NVIDIA, needs nvcc)")] = False,
+              jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="parallel compile jobs (default: all cores)")] = None,
+              check: Annotated[bool, typer.Option("--check", help="only check the system packages it needs")] = False) -> None:
+    """Install llama-cpp-python with a GPU backend into this environment, from the installed version's sdist (the wheel
+    is kept in the cache: a second call installs it in seconds)."""
+    if vulkan == cuda:
+        raise BenchError("choose one backend: --vulkan or --cuda")
+    backend = "vulkan" if vulkan else "cuda"
+    build.check_requirements(backend)
+    if check:
+        console.print(f"{backend}: every system package the build needs is installed")
+        return
+    version = build.installed_version()
+    log = build.wheel_dir(backend, version) / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cached = build.cached_wheel(backend, version)
+    started = time.monotonic()
+    what = "installing the cached" if cached else "compiling"
+    err.print(f"{what} llama-cpp-python {version} with {backend}" + ("" if cached else f" (log: {log}; about 30 minutes "
+              "on 2 cores for Vulkan)"), markup=False)
+    with err.status(f"{what} llama-cpp-python {version} with {backend} ..."):
+        wheel = build.build_wheel(backend, version, log, jobs)
+        build.install(wheel, log)
+    console.print(f"installed {wheel.name} ({backend}) in {time.monotonic() - started:.0f} s", markup=False)
+    if build.offload_available(backend):
+        console.print("GPU offload: yes" + (" (with GGML_VK_VISIBLE_DEVICES=0 for a CPU-type device such as lavapipe)"
+                                            if backend == "vulkan" else ""), markup=False)
+    else:
+        err.print("Warning: the build has the backend but sees no GPU device; `gguf-bench info` says what to set",
+                  markup=False)
