@@ -12,6 +12,10 @@ from gguf_bench.models.tiny import make_pair
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# ggml-vulkan uses a CPU-type device (Mesa's lavapipe, on machines without a GPU) only when told to; set before
+# llama.cpp initializes its backends. No effect on CPU-only or CUDA builds.
+os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+
 # Draft noise levels for tiny pairs, measured (greedy, K=4): ~100%, ~55%, ~7% acceptance.
 NOISE = {"high": 0.0, "middle": 0.05, "low": 0.3}
 

@@ -14,8 +14,8 @@ from gguf_bench.measure.calibrate import calibrate, match_flags
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.options import ALL_LAYERS
-from gguf_bench.results.records import parse, to_dict
 from gguf_bench.results import costmodel as tn
+from gguf_bench.results.records import parse, to_dict
 
 TM = tn.Timings(t_draft=0.01, t_draft2=0.015, t_verify=(0.1, 0.12, 0.14, 0.16, 0.2), round_overhead=0.002)
 

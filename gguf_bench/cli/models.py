@@ -11,7 +11,7 @@ from rich.table import Table
 from gguf_bench.cli.app import command, console
 from gguf_bench.cli.options import RegistryOpt
 from gguf_bench.cli.progress import DownloadProgress
-from gguf_bench.engines.llama_cpp import llama_versions, quantize, read_info
+from gguf_bench.engines.llama_cpp import llama_versions, offload_status, quantize, read_info
 from gguf_bench.errors import BenchError
 from gguf_bench.models.download import fetch, locate
 from gguf_bench.models.gguf import compatibility
@@ -61,9 +61,7 @@ def info(items: Annotated[list[str], typer.Argument(help="a pair name, or GGUF p
          registry: RegistryOpt = None) -> None:
     """Show the llama.cpp build, each model's architecture/layers/vocabulary, and pair compatibility."""
     paths, labels = resolve_for_info(items, registry)
-    versions = llama_versions()
-    offload = "yes" if versions["gpu_offload"] else "no (CPU-only build: -ngl/-ngld are ignored)"
-    console.print(f"llama-cpp-python {versions['llama_cpp_python']}, GPU offload: {offload}")
+    console.print(f"llama-cpp-python {llama_versions()['llama_cpp_python']}, GPU offload: {offload_status()}")
     infos = [read_info(p) for p in paths]
     table = Table()
     table.add_column("")

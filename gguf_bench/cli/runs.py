@@ -89,6 +89,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         console.print_json(json.dumps([to_dict(r) for r in records], default=str))
     else:
         console.print(rep.rich_table(rep.summarize(rep.to_frame(records)), width=console.width))
+        _placement_lines(records[0])
         _greedy_footer(records)
     if show_text and not json_out:
         for r in records:
@@ -97,6 +98,14 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                 console.print(r.metrics.text, markup=False)
     if unsaved:
         raise unsaved
+
+
+def _placement_lines(record: RunRecord) -> None:
+    """Where llama.cpp put each model, as it reported it (on a GPU build)."""
+    offload = record.offload
+    for role, where in (("target", offload and offload.target_placement), ("draft", offload and offload.draft_placement)):
+        if where is not None and (where.on_gpu or where.device_mib()):
+            console.print(f"{role} placement: {where.summary()}", markup=False)
 
 
 def _greedy_footer(records: list[RunRecord]) -> None:

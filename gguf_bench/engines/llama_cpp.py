@@ -14,16 +14,18 @@ import re
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from gguf_bench.engines import repack
+from gguf_bench.engines import placement, repack
 from gguf_bench.errors import ConfigError, ModelError
 from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata
 from gguf_bench.models.registry import DERIVE_TYPES
 
 _log_tail: deque[tuple[int, str]] = deque(maxlen=64)  # (ggml log level, line), cleared before each load
+_load_log: list[str] | None = None  # every line while a model loads (placement.parse reads its buffers)
 _LOG_ERROR, _LOG_CONT = 4, 5  # ggml_log_level values
 _initialized = False
 
@@ -46,6 +48,8 @@ def _on_log(level: int, text: bytes, user_data) -> None:
         if level == _LOG_CONT and _log_tail:  # a continued line keeps the level of the line it continues
             level = _log_tail[-1][0]
         _log_tail.append((level, line))
+        if _load_log is not None:
+            _load_log.append(line)
     if os.environ.get("GGUF_BENCH_LLAMA_LOG"):
         print(line, flush=True)
 
@@ -118,13 +122,22 @@ class Model:
         if self._overrides is not None:
             mparams.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
         _log_tail.clear()
+        global _load_log
+        _load_log = lines = []
+        try:
+            self._load(llama_cpp, mparams, n_ctx, n_threads, n_batch)
+        finally:
+            _load_log = None
+        self.placement = placement.parse(lines, self.n_layers)  # where llama.cpp put it, as it reported it
+
+    def _load(self, llama_cpp, mparams, n_ctx: int, n_threads: int | None, n_batch: int) -> None:
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path}: {_last_error()}")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_layers = llama_cpp.llama_model_n_layer(self._model)
-        self.n_gpu_layers = min(n_gpu_layers, self.n_layers + 1)  # +1: llama.cpp counts the output layer
+        self.n_gpu_layers = min(mparams.n_gpu_layers, self.n_layers + 1)  # +1: llama.cpp counts the output layer
         threads = n_threads or max(1, os.cpu_count() or 1)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
@@ -181,6 +194,8 @@ class Model:
         b.n_tokens = len(chunk)
         t = time.perf_counter()
         rc = self._lib.llama_decode(self._ctx, b)
+        if rc == 0:  # a device may still be computing: wait here, so its time counts as llama.cpp's, not the loop's
+            self._lib.llama_synchronize(self._ctx)
         self.llama_decode_s += time.perf_counter() - t
         if rc != 0:
             raise ModelError(f"llama_decode failed with code {rc} in {self.path.name}: {_last_error()}")
@@ -352,37 +367,107 @@ def read_metadata(path: Path) -> dict:
         llama_cpp.llama_model_free(model)
 
 
-# --- CPU_REPACK buffer type (repack.py's overrides send weights there) ---
+# --- ggml's device registry, through its public C API (the bindings do not wrap it) ---
 
-CPU_DEVICE = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
+DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL", 4: "META"}  # enum ggml_backend_dev_type
+CPU_DEVICE = 0
+
+
+@functools.cache
+def _ggml() -> ctypes.CDLL | None:
+    """libggml of the installed llama-cpp-python, with the signatures used here; None when it cannot be opened."""
+    llama_cpp = _llama()  # registers the backends first
+    libdir = Path(llama_cpp.__file__).parent / "lib"
+    try:
+        lib = ctypes.CDLL(str(_lib(libdir, "ggml")))
+        ctypes.CDLL(str(_lib(libdir, "ggml-base")))
+    except OSError:
+        return None
+    vp, cp = ctypes.c_void_p, ctypes.c_char_p
+    for name, res, args in (("ggml_backend_dev_count", ctypes.c_size_t, []), ("ggml_backend_dev_get", vp, [ctypes.c_size_t]),
+                            ("ggml_backend_dev_name", cp, [vp]), ("ggml_backend_dev_description", cp, [vp]),
+                            ("ggml_backend_dev_type", ctypes.c_int, [vp]), ("ggml_backend_dev_by_type", vp, [ctypes.c_int]),
+                            ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
+                            ("ggml_backend_reg_count", ctypes.c_size_t, []), ("ggml_backend_reg_get", vp, [ctypes.c_size_t]),
+                            ("ggml_backend_reg_name", cp, [vp]), ("ggml_backend_reg_dev_count", ctypes.c_size_t, [vp]),
+                            ("ggml_backend_dev_backend_reg", vp, [vp]), ("ggml_backend_reg_get_proc_address", vp, [vp, cp]),
+                            ("ggml_backend_buft_name", cp, [vp])):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # 'Vulkan0', 'CUDA0', 'CPU'
+    description: str  # 'llvmpipe (LLVM 15.0.6, 256 bits)', 'NVIDIA H100 80GB HBM3'
+    kind: str  # 'CPU', 'GPU', 'IGPU', 'ACCEL'
+    memory_total: int  # bytes, as the backend reports them
+    memory_free: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}: {self.description} ({self.kind}, {self.memory_total / 2**20:.0f} MiB)"
+
+
+def devices() -> list[Device]:
+    """Every device the backends of this build see (the CPU included)."""
+    lib = _ggml()
+    if lib is None:
+        return []
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        out.append(Device(lib.ggml_backend_dev_name(dev).decode(), lib.ggml_backend_dev_description(dev).decode(),
+                          DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "?"), total.value, free.value))
+    return out
+
+
+def gpu_devices() -> list[Device]:
+    return [d for d in devices() if d.kind != "CPU"]
+
+
+def backends() -> dict[str, int]:
+    """The backends compiled into this build and how many devices each sees: {'CPU': 1, 'Vulkan': 0}."""
+    lib = _ggml()
+    if lib is None:
+        return {}
+    regs = [lib.ggml_backend_reg_get(i) for i in range(lib.ggml_backend_reg_count())]
+    return {lib.ggml_backend_reg_name(r).decode(): lib.ggml_backend_reg_dev_count(r) for r in regs}
+
+
+def offload_status() -> str:
+    """'yes (Vulkan0: ...)', or why not: a CPU-only build, or a GPU build that sees no device (and what to set)."""
+    gpus = gpu_devices()
+    if gpus and gpu_offload_supported():
+        return "yes (" + "; ".join(d.label for d in gpus) + ")"
+    idle = [name for name, n in backends().items() if name != "CPU" and n == 0]
+    if idle:
+        hint = (" (a CPU-type Vulkan device such as Mesa's lavapipe is used only with GGML_VK_VISIBLE_DEVICES=0 set)"
+                if "Vulkan" in idle else "")
+        return f"no: this build has the {', '.join(idle)} backend but sees no device{hint}; -ngl/-ngld are ignored"
+    return "no (CPU-only build: -ngl/-ngld are ignored)"
+
+
+# --- CPU_REPACK buffer type (repack.py's overrides send weights there) ---
 
 
 @functools.cache
 def repack_buffer_type() -> int | None:
     """The CPU device's CPU_REPACK buffer type, found through ggml's public registry (no C++ symbols)."""
-    import llama_cpp
-
-    libdir = Path(llama_cpp.__file__).parent / "lib"
-    try:
-        ggml, base = ctypes.CDLL(str(_lib(libdir, "ggml"))), ctypes.CDLL(str(_lib(libdir, "ggml-base")))
-    except OSError:
+    lib = _ggml()
+    if lib is None:
         return None
-    ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-    ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    base.ggml_backend_buft_name.restype = ctypes.c_char_p
-    base.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
-    dev = ggml.ggml_backend_dev_by_type(CPU_DEVICE)
-    fn = dev and ggml.ggml_backend_reg_get_proc_address(ggml.ggml_backend_dev_backend_reg(dev), b"ggml_backend_dev_get_extra_bufts")
+    dev = lib.ggml_backend_dev_by_type(CPU_DEVICE)
+    fn = dev and lib.ggml_backend_reg_get_proc_address(lib.ggml_backend_dev_backend_reg(dev), b"ggml_backend_dev_get_extra_bufts")
     if not fn:
         return None
     bufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(fn)(dev)
     i = 0
     while bufts and bufts[i]:
-        if base.ggml_backend_buft_name(bufts[i]) == b"CPU_REPACK":
+        if lib.ggml_backend_buft_name(bufts[i]) == b"CPU_REPACK":
             return bufts[i]
         i += 1
     return None

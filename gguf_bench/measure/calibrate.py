@@ -43,7 +43,6 @@ from gguf_bench.results.records import (
     CalibrationTimings,
     InLoop,
     Mode,
-    Offload,
     PromptText,
 )
 from gguf_bench.results.store import append_record, environment, models_record, now_iso
@@ -231,7 +230,7 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
                 events.step(f"timing decodes of 1..{k_max + 1} tokens")
                 timer.run(pair, share)  # `reps` in all, spread between the runs
         decodes = timer.result()
-        offload = Offload(pair.offload_label("target"), pair.offload_label("draft"))
+        offload = pair.offload()
     round_overhead = _round_overhead(runs, texts, decodes, k_max, n_predict)
     timings = Timings(decodes["t_draft_s"], decodes["t_draft2_s"], tuple(decodes["t_verify_s"]), max(0.0, round_overhead))
     predicted_s = sum(t.decode_s(timings, k_max, n_predict)[0] for t in texts)

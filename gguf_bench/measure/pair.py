@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from gguf_bench.decoding.loop import GenerationResult, OnRound, Verify, generate_regular, generate_speculative
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
-from gguf_bench.engines.llama_cpp import Model, gpu_offload_supported, read_info
+from gguf_bench.engines.llama_cpp import Model, read_info
 from gguf_bench.errors import ConfigError
 from gguf_bench.models.gguf import check_compatible as check_vocabularies
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.options import layers_label
-from gguf_bench.results.records import Mode
+from gguf_bench.results.records import Mode, Offload
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,18 @@ class LoadedPair:
         except Exception:
             self.target.close()
             raise
-        self.gpu = gpu_offload_supported()
 
     def offload_label(self, role: str) -> str:
         """'N/total' as llama.cpp counts it (the output layer is one more layer)."""
         model = self.target if role == "target" else self.draft
         if model is None:
             return "-"
-        return f"{model.n_gpu_layers if self.gpu else 0}/{model.n_layers + 1}"
+        return model.placement.layers
+
+    def offload(self) -> Offload:
+        """Layers and buffers of both models, as llama.cpp reported them."""
+        return Offload(self.offload_label("target"), self.offload_label("draft"), self.target.placement,
+                       self.draft.placement if self.draft is not None else None)
 
     def prompt_tokens(self, text: str, chat: bool = False) -> list[int]:
         if chat:

@@ -173,7 +173,7 @@ def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cel
         for p in grid.prompts:
             pair.check_fits(len(tokens[p.id]), grid.n_predict, max(s.max_k(k) for s in grid.strategies for k in grid.ks))
         _warm_up(pair, tokens[grid.prompts[0].id], grid)
-        offload = Offload(pair.offload_label("target"), pair.offload_label("draft"))
+        offload = pair.offload()
         greedy_target: dict[str, list[int]] = {}  # prompt id -> the target alone's greedy tokens
         for cell in cells:
             cfg = cell.config(grid, load).sampling()

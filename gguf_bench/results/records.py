@@ -24,6 +24,7 @@ from gguf_bench.decoding.divergence import Identity
 from gguf_bench.decoding.loop import GenerationResult
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
+from gguf_bench.engines.placement import Placement
 from gguf_bench.errors import BenchError
 from gguf_bench.results import legacy
 
@@ -73,6 +74,7 @@ class Environment:
     gpu: str | None = None
     gpu_memory: str | None = None
     gpu_count: int | None = None
+    devices: list[str] = field(default_factory=list)  # the backends' own device list ('Vulkan0: llvmpipe (...)')
 
 
 @dataclass
@@ -91,10 +93,13 @@ class Models:
 
 @dataclass
 class Offload:
-    """Layers on the GPU as llama.cpp counts them ('N/total': the output layer is one more layer)."""
+    """Layers on the GPU as llama.cpp counts them ('N/total': the output layer is one more layer), and where each
+    model's buffers went, both read back from llama.cpp (engines/placement.py); never echoed from the options."""
 
     target: str = "-"
     draft: str = "-"
+    target_placement: Placement | None = None
+    draft_placement: Placement | None = None
 
 
 @dataclass

@@ -175,10 +175,13 @@ def read_records(path: Path) -> list[Record]:
 def environment() -> Environment:
     """What a measurement depends on besides its configuration."""
     from gguf_bench import __version__
-    from gguf_bench.engines.llama_cpp import llama_versions
+    from gguf_bench.engines.llama_cpp import gpu_devices, llama_versions
 
+    gpus = gpu_devices()
+    named = {"gpu": gpus[0].description, "gpu_memory": f"{gpus[0].memory_total // 2**20} MiB", "gpu_count": len(gpus)} if gpus else {}
     return Environment(gguf_bench=__version__, **llama_versions(), python=platform.python_version(),
-                       platform=platform.platform(), cpu=_cpu_model(), cpu_count=os.cpu_count(), **_gpu())
+                       platform=platform.platform(), cpu=_cpu_model(), cpu_count=os.cpu_count(),
+                       **(named or _gpu()), devices=[d.label for d in gpus])
 
 
 def _cpu_model() -> str:

@@ -1,0 +1,119 @@
+"""Offload on a real GPU backend: layers placed as asked (target and draft apart), read back from llama.cpp;
+greedy speculative output equal to the target alone's with the target split across devices and the draft on the
+device; rewinds with the KV cache on the device; eval and the distribution test on an offloaded pair; the time
+split that waits for the device.
+
+Marked `gpu`: they run wherever the installed llama-cpp-python sees a GPU device: CUDA on a GPU machine, or the
+Vulkan build (`gguf-bench build-gpu --vulkan`) on Mesa's software device, lavapipe, which needs
+GGML_VK_VISIBLE_DEVICES=0 (tests/conftest.py sets it; .ci/run runs this file in such an environment). Speed under
+lavapipe means nothing; placement, allocations and correctness are real. On a CPU-only build they are skipped,
+and say why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from cli_helpers import invoke, pair_args, stored
+
+from gguf_bench.decoding.loop import Verify
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.engines.llama_cpp import gpu_devices
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.measure.quality import distribution_check, mul_prompts, run_eval
+from gguf_bench.options import ALL_LAYERS
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not gpu_devices(), reason="this llama-cpp-python build sees no GPU device "
+                                 "(CPU-only build; `gguf-bench build-gpu --vulkan` makes one that uses Mesa's lavapipe)")]
+GREEDY = SamplingConfig()
+TOTAL = 5  # the tiny models' 4 blocks + the output layer, as llama.cpp counts them
+
+
+def loaded(files, ngl: int, ngld: int, name: str = "tiny") -> LoadedPair:
+    return LoadedPair(PairFiles(*files, name), LoadConfig(ngl=ngl, ngld=ngld, n_ctx=256, threads=2))
+
+
+@pytest.mark.parametrize(("ngl", "ngld"), [(0, ALL_LAYERS), (2, 0), (3, 1), (ALL_LAYERS, ALL_LAYERS)])
+def test_layers_go_where_asked_for_target_and_draft_apart(tiny_pairs, ngl, ngld):
+    with loaded(tiny_pairs["middle"], ngl, ngld) as pair:
+        for model, asked in ((pair.target, ngl), (pair.draft, ngld)):
+            want = min(asked, TOTAL)
+            where = model.placement
+            assert where.layers == f"{want}/{TOTAL}", where
+            on_device = where.device_mib()
+            if want:
+                device = gpu_devices()[0].name
+                assert on_device.get(device, 0) > 0 and where.model_mib.get(device, 0) > 0, where
+                assert where.kv_mib.get(device, 0) > 0, where  # the offloaded layers' KV cache is on the device
+            else:
+                assert not any(where.model_mib.get(d.name) for d in gpu_devices()), where
+        offload = pair.offload()
+        assert (offload.target, offload.draft) == (pair.target.placement.layers, pair.draft.placement.layers)
+
+
+@pytest.mark.parametrize("level", ["high", "middle"])
+def test_greedy_speculative_equals_the_target_alone_split_across_devices(tiny_pairs, level):
+    """Target split between the CPU and the device, draft all on the device; sequential verification reads only
+    one-token decodes, so the output is the target alone's on the same placement. `middle` rejects about half
+    the drafts: every rejection rewinds both KV caches, part of them on the device."""
+    with loaded(tiny_pairs[level], 2, ALL_LAYERS) as pair:
+        prompt = pair.prompt_tokens("The quick brown fox")
+        regular = pair.generate("target", prompt, 48, 4, GREEDY)
+        spec = pair.generate("speculative", prompt, 48, 4, GREEDY, verify=Verify.SEQUENTIAL)
+        assert spec.tokens == regular.tokens
+        assert spec.rounds > 0 and (level == "high" or spec.accepted < spec.drafted)  # rejections happened
+
+
+def test_rewinds_with_the_whole_kv_cache_on_the_device(tiny_pairs):
+    with loaded(tiny_pairs["low"], ALL_LAYERS, ALL_LAYERS) as pair:
+        prompt = pair.prompt_tokens("Once upon a time")
+        regular = pair.generate("target", prompt, 40, 6, GREEDY)
+        spec = pair.generate("speculative", prompt, 40, 6, GREEDY, verify=Verify.SEQUENTIAL)
+        assert spec.tokens == regular.tokens and spec.accepted < spec.drafted / 2
+
+
+def test_eval_and_the_distribution_check_on_an_offloaded_pair(tiny_pairs):
+    with loaded(tiny_pairs["low"], 3, ALL_LAYERS, "low") as pair:
+        exact = run_eval(pair, mul_prompts(4, seed=1), 4, GREEDY, n_predict=12, verify=Verify.SEQUENTIAL)
+        assert exact.identical == exact.n and exact.loop_errors == 0
+        batched = run_eval(pair, mul_prompts(4, seed=1), 4, GREEDY, n_predict=12)
+        assert batched.loop_errors == 0 and batched.identical + batched.batch_numerics == batched.n
+        check = distribution_check(pair, pair.prompt_tokens("Hi"), 4, 1000, 3, SamplingConfig(1.0, top_k=5, seed=3))
+        assert check.same, check.p_values
+
+
+def test_time_inside_llama_cpp_includes_the_device(tiny_pairs):
+    """llama_decode returns before the device has finished; the engine waits for it (llama_synchronize) inside
+    the timed region. Without that, the device's work showed as time outside llama.cpp: 500-1200% of the time
+    inside it on this pair."""
+    with loaded(tiny_pairs["high"], ALL_LAYERS, ALL_LAYERS) as pair:
+        prompt = pair.prompt_tokens("Hello")
+        pair.generate("speculative", prompt, 8, 4, GREEDY)
+        res = pair.generate("speculative", prompt, 48, 4, GREEDY)
+    assert res.overhead_pct < 100, (res.target_decode_s, res.draft_decode_s, res.decode_s)
+
+
+def test_run_records_the_placement_llama_cpp_reported(tiny_pairs, isolated):
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "12", "-ngl", "2", "-ngld", "all", "--name", "placed")
+    assert result.exit_code == 0, result.output
+    assert "target placement: 2/5 layers on GPU" in result.output and "draft placement: 5/5 layers on GPU" in result.output
+    record = stored(isolated / "results" / "placed.jsonl")[-1]
+    offload = record["offload"]
+    assert (offload["target"], offload["draft"]) == ("2/5", "5/5")
+    device = gpu_devices()[0].name
+    assert offload["target_placement"]["model_mib"][device] > 0 and offload["draft_placement"]["kv_mib"][device] > 0
+    assert record["env"]["devices"] and record["env"]["gpu"] == gpu_devices()[0].description
+
+
+def test_info_names_the_device_and_says_what_to_set_when_it_sees_none(tiny_pairs):
+    seen = invoke("info", str(tiny_pairs["high"][0]))
+    assert "GPU offload: yes" in seen.output and gpu_devices()[0].name in seen.output
+    env = {k: v for k, v in os.environ.items() if k != "GGML_VK_VISIBLE_DEVICES"}
+    hidden = subprocess.run([sys.executable, "-m", "gguf_bench.cli", "info", str(tiny_pairs["high"][0])], env=env,
+                            capture_output=True, text=True)
+    if "llvmpipe" in gpu_devices()[0].description:  # lavapipe is a CPU-type device: unseen without the variable
+        assert "sees no device" in hidden.stdout and "GGML_VK_VISIBLE_DEVICES=0" in hidden.stdout, hidden.stdout
