@@ -15,6 +15,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # ggml-vulkan uses a CPU-type device (Mesa's lavapipe, on machines without a GPU) only when told to; set before
 # llama.cpp initializes its backends. No effect on CPU-only or CUDA builds.
 os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+# ggml-vulkan's op fusion (vendored 0c1e570) segfaults on lavapipe in a batched decode of 3+ tokens after the
+# context was rewound to 0 and refilled (found here: tests/test_offload.py, a 5-token verify batch at -ngl 3);
+# GGML_VK_DISABLE_FUSION=1 avoids it. The README's Vulkan section says so.
+os.environ.setdefault("GGML_VK_DISABLE_FUSION", "1")
 
 # Draft noise levels for tiny pairs, measured (greedy, K=4): ~100%, ~55%, ~7% acceptance.
 NOISE = {"high": 0.0, "middle": 0.05, "low": 0.3}

@@ -33,8 +33,8 @@ def build_gpu(vulkan: Annotated[bool, typer.Option("--vulkan", help="the Vulkan 
     cached = build.cached_wheel(backend, version)
     started = time.monotonic()
     what = "installing the cached" if cached else "compiling"
-    err.print(f"{what} llama-cpp-python {version} with {backend}" + ("" if cached else f" (log: {log}; about 30 minutes "
-              "on 2 cores for Vulkan)"), markup=False)
+    err.print(f"{what} llama-cpp-python {version} with {backend}" + ("" if cached else f" (log: {log}; 5 to 30 minutes "
+              "on 2 cores)"), markup=False)
     with err.status(f"{what} llama-cpp-python {version} with {backend} ..."):
         wheel = build.build_wheel(backend, version, log, jobs)
         build.install(wheel, log)

@@ -45,7 +45,7 @@ class Placement:
         out: dict[str, float] = {}
         for part in (self.model_mib, self.kv_mib, self.compute_mib):
             for name, mib in part.items():
-                if name not in HOST_BUFFERS and not name.endswith("_Host"):
+                if _is_device(name):
                     out[name] = out.get(name, 0.0) + mib
         return out
 
@@ -60,6 +60,10 @@ class Placement:
         return "; ".join(parts)
 
 
+def _is_device(buffer: str) -> bool:
+    return buffer not in HOST_BUFFERS and not buffer.endswith("_Host")
+
+
 def parse(lines: Iterable[str], n_layers: int) -> Placement:
     """The Placement of a model with `n_layers` blocks from llama.cpp's load and context log lines."""
     out = Placement(layers=f"0/{n_layers + 1}")
@@ -70,7 +74,7 @@ def parse(lines: Iterable[str], n_layers: int) -> Placement:
         elif m := _BUFFER.search(line):
             part = parts[m[2]]
             part[m[1]] = round(part.get(m[1], 0.0) + float(m[3]), 2)
-        elif m := _MOVED.search(line):
+        elif (m := _MOVED.search(line)) and _is_device(m[4]):  # from a device (not a host buffer's fallback)
             others = int(m[3])
             out.kept_on_cpu.append(f"{m[1]} ({m[2]})" + (f" and {others} more" if others else "") + f": {m[4]} -> {m[5]}")
     return out
