@@ -139,3 +139,16 @@ def p_mins(spec: str | float) -> list[float]:
         if not 0.0 <= p < 1.0:
             raise ConfigError(f"--draft-p-min must be in [0, 1) (0 = off), got {p:g}")
     return list(dict.fromkeys(values))
+
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]i?b?)?$", re.I)
+_UNITS = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def byte_size(text: str, what: str = "--vram") -> int:
+    """'24GB', '24 GiB', '8000MB', '512MiB' -> bytes (GB = 10^9, GiB = 2^30; a bare number is GB)."""
+    m = _SIZE.match(str(text).strip())
+    if not m:
+        raise ConfigError(f"bad {what} '{text}': give a size like 24GB, 24GiB or 8000MB")
+    unit = (m[2] or "g").lower().removesuffix("b") or "g"
+    return int(float(m[1]) * _UNITS[unit])

@@ -26,6 +26,9 @@ from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.measure.quality import distribution_check, mul_prompts, run_eval
 from gguf_bench.options import ALL_LAYERS
 
+if os.environ.get("GGUF_BENCH_REQUIRE_GPU") and not gpu_devices():  # CI's Vulkan step: skipping would hide a failure
+    raise RuntimeError("GGUF_BENCH_REQUIRE_GPU is set but this llama-cpp-python build sees no GPU device")
+
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_devices(), reason="this llama-cpp-python build sees no GPU device "
                                  "(CPU-only build; `gguf-bench build-gpu --vulkan` makes one that uses Mesa's lavapipe)")]
@@ -118,3 +121,19 @@ def test_info_names_the_device_and_says_what_to_set_when_it_sees_none(tiny_pairs
                             capture_output=True, text=True)
     if "llvmpipe" in gpu_devices()[0].description:  # lavapipe is a CPU-type device: unseen without the variable
         assert "sees no device" in hidden.stdout and "GGML_VK_VISIBLE_DEVICES=0" in hidden.stdout, hidden.stdout
+
+
+@pytest.mark.parametrize("ngl", [1, 3, ALL_LAYERS])
+def test_planner_weights_and_kv_equal_llama_cpps_buffers(tiny_pairs, ngl):
+    """The header-only prediction (models/memory.py) against what llama.cpp allocated on the device."""
+    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.models.gguf import tensor_table
+    from gguf_bench.models.memory import MIB, Shape, device_bytes
+
+    path = tiny_pairs["middle"][0]
+    predicted = device_bytes(Shape.from_header(*tensor_table(path)), ngl, 256)
+    with Model(path, ngl, 256, 2) as model:
+        where, device = model.placement, gpu_devices()[0].name
+        assert where.layers == f"{predicted.layers}/{predicted.total_layers}"
+        assert where.model_mib.get(device, 0) == pytest.approx(predicted.weights / MIB, abs=0.02)
+        assert where.kv_mib.get(device, 0) == pytest.approx(predicted.kv / MIB, abs=0.02)

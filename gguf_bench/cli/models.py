@@ -8,13 +8,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from gguf_bench import options
 from gguf_bench.cli.app import command, console
 from gguf_bench.cli.options import RegistryOpt
 from gguf_bench.cli.progress import DownloadProgress
-from gguf_bench.engines.llama_cpp import llama_versions, offload_status, quantize, read_info
+from gguf_bench.engines.llama_cpp import gpu_devices, llama_versions, offload_status, quantize, read_info
 from gguf_bench.errors import BenchError
+from gguf_bench.models import memory
 from gguf_bench.models.download import fetch, locate
 from gguf_bench.models.gguf import compatibility
+from gguf_bench.models.headers import file_header, read_header
+from gguf_bench.models.memory import MIB
 from gguf_bench.models.pairs import resolve_for_info
 from gguf_bench.models.registry import load_registry
 from gguf_bench.models.tiny import make_pair
@@ -97,3 +101,57 @@ def make_test_pair(out_dir: Annotated[Path, typer.Argument(help="folder to write
         raise BenchError(f"--noise must be >= 0, got {noise}")
     target, draft = make_pair(out_dir, noise=noise, seed=seed)
     console.print(f"target: {target}\ndraft:  {draft}")
+
+
+@command
+def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the registry (default: its default pair)")] = None,
+         target: Annotated[Path | None, typer.Option("--target", help="target GGUF file (instead of a pair name)")] = None,
+         draft: Annotated[Path | None, typer.Option("--draft", help="draft GGUF file (with --target)")] = None,
+         vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for: 24GB, 24GiB, 8000MB "
+                                                  "(default: what this machine's first GPU device reports)")] = None,
+         ctx_size: Annotated[int, typer.Option("--ctx-size", "--ctx", "-c", help="context size of each model")] = 4096,
+         margin: Annotated[str, typer.Option("--margin", help="memory kept free for what llama.cpp does not account "
+                                             "(the driver's context, allocator slack)")] = "512MiB",
+         registry: RegistryOpt = None) -> None:
+    """For each -ngld, the largest -ngl that fits the device, and what each term costs, from the GGUF headers
+    alone (for a hub model, its first megabytes: nothing is downloaded)."""
+    budget, where = _budget(vram)
+    usable = budget - options.byte_size(margin, "--margin")
+    shapes, names = _plan_shapes(pair, target, draft, registry)
+    rows = memory.plan(shapes[0], shapes[1], usable, ctx_size, [0, 1, shapes[1].total_layers // 2, options.ALL_LAYERS])
+    table = Table(title=f"{names[0]} + {names[1]}: device memory at -c {ctx_size} ({where}, {margin} kept free)",
+                  caption="MiB; weights, KV cache and compute buffer on the device; compute is an estimate (the "
+                          "other terms are arithmetic on the header)")
+    for col in ("-ngld", "draft", "largest -ngl", "target weights", "KV", "compute", "total", "free"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        t = r.target
+        table.add_row(f"{r.draft.layers}/{r.draft.total_layers}", f"{r.draft.total / MIB:.0f}",
+                      f"{t.layers}/{t.total_layers}" if t else f"0/{shapes[0].total_layers}", *(
+                          [f"{t.weights / MIB:.0f}", f"{t.kv / MIB:.0f}", f"{t.compute / MIB:.0f}"] if t else ["–"] * 3),
+                      f"{r.used / MIB:.0f}", f"{(r.budget - r.used) / MIB:.0f}")
+    console.print(table)
+
+
+def _budget(vram: str | None) -> tuple[int, str]:
+    if vram:
+        return options.byte_size(vram), f"--vram {vram}"
+    gpus = gpu_devices()
+    if not gpus:
+        raise BenchError("this machine has no GPU device llama.cpp can use: give the device's memory, e.g. --vram 24GB")
+    return gpus[0].memory_total, f"{gpus[0].name} {gpus[0].memory_total / MIB:.0f} MiB"
+
+
+def _plan_shapes(pair, target, draft, registry) -> tuple[tuple[memory.Shape, memory.Shape], tuple[str, str]]:
+    if target or draft:
+        if not (target and draft):
+            raise BenchError("--target and --draft go together: give both files, or a pair name instead")
+        for path in (target, draft):
+            if not path.is_file():
+                raise BenchError(f"model file {path} does not exist")
+        return (memory.Shape.from_header(*file_header(target)), memory.Shape.from_header(*file_header(draft))), \
+            (target.name, draft.name)
+    reg = load_registry(registry)
+    chosen = reg.pair(pair or reg.default)
+    shapes = tuple(memory.Shape.from_header(*read_header(ref, reg)) for ref in (chosen.target, chosen.draft))
+    return shapes, (chosen.target.name, chosen.draft.name)

@@ -133,13 +133,17 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
           ray_resources: Annotated[str | None, typer.Option("--ray-resources", help="node resources each unit needs: "
                                    "KEY:N,... or accelerator_type:A100")] = None,
           spec_types: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_mins: PMinOpt = "0",
-          n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16) -> None:
+          n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16,
+          vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
+                          "settings predicted not to fit are skipped, with the reason in their records (default: the "
+                          "GPU device's own figure)")] = None) -> None:
     """Sweep drafting strategy x draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
                 nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
                 prompts=prompts.choose(prompt_ids, prompts_file), repetitions=repetitions, n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
-                strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap))
+                strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
+                vram=options.byte_size(vram) if vram else None)
     name, out = results_path(name, resume)
     if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
         return _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task,

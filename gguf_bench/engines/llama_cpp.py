@@ -391,7 +391,8 @@ def _ggml() -> ctypes.CDLL | None:
                             ("ggml_backend_reg_count", ctypes.c_size_t, []), ("ggml_backend_reg_get", vp, [ctypes.c_size_t]),
                             ("ggml_backend_reg_name", cp, [vp]), ("ggml_backend_reg_dev_count", ctypes.c_size_t, [vp]),
                             ("ggml_backend_dev_backend_reg", vp, [vp]), ("ggml_backend_reg_get_proc_address", vp, [vp, cp]),
-                            ("ggml_backend_buft_name", cp, [vp])):
+                            ("ggml_backend_buft_name", cp, [vp]), ("ggml_backend_dev_buffer_type", vp, [vp]),
+                            ("ggml_backend_buft_get_max_size", ctypes.c_size_t, [vp])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
     return lib
@@ -423,6 +424,17 @@ def devices() -> list[Device]:
         out.append(Device(lib.ggml_backend_dev_name(dev).decode(), lib.ggml_backend_dev_description(dev).decode(),
                           DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "?"), total.value, free.value))
     return out
+
+
+def max_alloc(device_index: int = 0) -> int | None:
+    """The largest buffer the `device_index`-th GPU device allocates (lavapipe: 1 GiB; its storage buffers, which
+    bound a single weight, stop at 128 MiB); None: no GPU."""
+    lib = _ggml()
+    gpus = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())] if lib else []
+    gpus = [d for d in gpus if lib.ggml_backend_dev_type(d) != CPU_DEVICE]
+    if device_index >= len(gpus):
+        return None
+    return int(lib.ggml_backend_buft_get_max_size(lib.ggml_backend_dev_buffer_type(gpus[device_index])))
 
 
 def gpu_devices() -> list[Device]:

@@ -16,9 +16,12 @@ from gguf_bench.decoding.divergence import Identity, compare_greedy
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
+from gguf_bench.engines.llama_cpp import gpu_devices
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles, check_compatible
 from gguf_bench.measure.prompts import Prompt
+from gguf_bench.models.gguf import tensor_table
+from gguf_bench.models.memory import Shape, fits
 from gguf_bench.options import layers_label
 from gguf_bench.results.records import Mode, Offload, RunConfig, RunMetrics, RunRecord
 from gguf_bench.results.store import append_record, default_name, ensure_results_dir, environment, models_record, now_iso, read_records
@@ -39,6 +42,7 @@ class Grid:
     n_ctx: int = 2048
     threads: int | None = None
     with_draft_alone: bool = True
+    vram: int | None = None  # device bytes to plan for (None: the first GPU device's own figure, on a GPU build)
     verify: Verify = Verify.BATCHED
     strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
 
@@ -152,11 +156,36 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
             if cell_key(files.name, files, cell.config(grid, load), cell.mode) not in skip]
     events.start(len(todo), len(plan) - len(todo))
     static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
+    budget = _device_budget(grid)
     for load in grid.settings():
         cells = [c for lo, c in todo if lo == load]
-        if cells:
-            events.loading(load)
-            yield from _run_setting(files, grid, load, cells, static)
+        if not cells:
+            continue
+        if budget is not None and (why := _does_not_fit(files, load, grid.n_ctx, budget)):
+            for cell in cells:  # kept in the results, with the reason, instead of a crash mid-sweep
+                yield _record(static, files, grid, load, cell, None, None, f"skipped: {why}")
+            continue
+        events.loading(load)
+        yield from _run_setting(files, grid, load, cells, static)
+
+
+def _device_budget(grid: Grid) -> int | None:
+    """Bytes a setting may put on the device: --vram, else what this build's first GPU device reports; None on a
+    CPU-only build (which ignores -ngl)."""
+    if grid.vram is not None:
+        return grid.vram
+    gpus = gpu_devices() if any(lo.ngl or lo.ngld for lo in grid.settings()) else []
+    return gpus[0].memory_total if gpus else None
+
+
+def _does_not_fit(files: PairFiles, load: LoadConfig, n_ctx: int, budget: int) -> str | None:
+    """Why this offload setting cannot fit the device (models/memory.py's prediction from the headers), or None."""
+    if not (load.ngl or load.ngld):
+        return None
+    target = Shape.from_header(*tensor_table(files.target))
+    draft = Shape.from_header(*tensor_table(files.draft)) if files.draft else None
+    why = fits(target, draft, load.ngl, load.ngld, n_ctx, budget)
+    return f"{load.label}: {why}; lower -ngl/-ngld or --ctx-size" if why else None
 
 
 def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cell], static: dict) -> Iterator[RunRecord]:

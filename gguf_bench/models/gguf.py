@@ -126,53 +126,70 @@ def tensor_table(path: Path) -> tuple[dict[str, object], list[TensorInfo]]:
     """The scalar and string metadata and the tensor table of a GGUF file, read from its header alone.
     gguf.GGUFReader parses every array value (20 s for a 262k-token vocabulary); this skips them."""
     import mmap
+
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        return header_table(buf, str(path))
+
+
+class HeaderCutShort(ModelError):
+    """The bytes given end before the header does: read more of the file."""
+
+
+def header_table(buf, where: str = "the file") -> tuple[dict[str, object], list[TensorInfo]]:
+    """tensor_table of the first bytes of a GGUF file (a bytes-like prefix: enough for the header)."""
     import struct
 
     import gguf
 
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        pos = 0
+    try:
+        return _parse_header(buf, where, gguf, struct)
+    except (struct.error, IndexError) as exc:
+        raise HeaderCutShort(f"{where}: the header goes on past the {len(buf)} bytes read") from exc
 
-        def take(fmt: str):
-            nonlocal pos
-            values = struct.unpack_from("<" + fmt, buf, pos)
-            pos += struct.calcsize("<" + fmt)
-            return values[0] if len(values) == 1 else values
 
-        def string() -> str:
-            nonlocal pos
-            n = take("Q")
-            pos += n
-            return bytes(buf[pos - n:pos]).decode("utf-8", "replace")
+def _parse_header(buf, where: str, gguf, struct) -> tuple[dict[str, object], list[TensorInfo]]:
+    pos = 0
 
-        def value(vtype: gguf.GGUFValueType):
-            nonlocal pos
-            if vtype == gguf.GGUFValueType.STRING:
-                return string()
-            if vtype == gguf.GGUFValueType.ARRAY:
-                itype, n = gguf.GGUFValueType(take("I")), take("Q")
-                if itype.name in _STRUCT:  # skipped whole: a 262k-entry score array costs nothing
-                    pos += n * struct.calcsize(_STRUCT[itype.name])
-                elif itype == gguf.GGUFValueType.STRING:  # a vocabulary: hop over each length-prefixed string
-                    for _ in range(n):
-                        pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
-                else:
-                    for _ in range(n):
-                        value(itype)
-                return None
-            return take(_STRUCT[vtype.name])
+    def take(fmt: str):
+        nonlocal pos
+        values = struct.unpack_from("<" + fmt, buf, pos)
+        pos += struct.calcsize("<" + fmt)
+        return values[0] if len(values) == 1 else values
 
-        if take("4s") != b"GGUF":
-            raise ModelError(f"{path} is not a GGUF file (no GGUF magic at its start)")
-        _version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
-        meta = {}
-        for _ in range(n_kv):
-            key, vtype = string(), gguf.GGUFValueType(take("I"))
-            meta[key] = value(vtype)
-        tensors = []
-        for _ in range(n_tensors):
-            name, n_dims = string(), take("I")
-            shape = tuple(take("Q") for _ in range(n_dims))
-            ttype, _offset = take("I"), take("Q")
-            tensors.append(TensorInfo(name, gguf.GGMLQuantizationType(ttype).name, shape))
+    def string() -> str:
+        nonlocal pos
+        n = take("Q")
+        pos += n
+        return bytes(buf[pos - n:pos]).decode("utf-8", "replace")
+
+    def value(vtype: gguf.GGUFValueType):
+        nonlocal pos
+        if vtype == gguf.GGUFValueType.STRING:
+            return string()
+        if vtype == gguf.GGUFValueType.ARRAY:
+            itype, n = gguf.GGUFValueType(take("I")), take("Q")
+            if itype.name in _STRUCT:  # skipped whole: a 262k-entry score array costs nothing
+                pos += n * struct.calcsize(_STRUCT[itype.name])
+            elif itype == gguf.GGUFValueType.STRING:  # a vocabulary: hop over each length-prefixed string
+                for _ in range(n):
+                    pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
+            else:
+                for _ in range(n):
+                    value(itype)
+            return None
+        return take(_STRUCT[vtype.name])
+
+    if take("4s") != b"GGUF":
+        raise ModelError(f"{where} is not a GGUF file (no GGUF magic at its start)")
+    _version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
+    meta = {}
+    for _ in range(n_kv):
+        key, vtype = string(), gguf.GGUFValueType(take("I"))
+        meta[key] = value(vtype)
+    tensors = []
+    for _ in range(n_tensors):
+        name, n_dims = string(), take("I")
+        shape = tuple(take("Q") for _ in range(n_dims))
+        ttype, _offset = take("I"), take("Q")
+        tensors.append(TensorInfo(name, gguf.GGMLQuantizationType(ttype).name, shape))
     return meta, tensors

@@ -9,9 +9,8 @@ shared/notes/offload-memory.md):
   rows of n_head_kv x head size, f16; the cache holds n_ctx cells rounded up to 256 (gguf-bench loads Gemma 3's
   sliding-window layers with swa_full, so they hold as many);
 - the compute buffer is what the scheduler reserves for the worst graph of one ubatch (n_ubatch = 512 tokens):
-  estimated from the largest activations that are alive at once (`compute_estimate`), the one term here that is
-  not arithmetic on the header. llama.cpp's own log (engines/placement.py) is what it is checked against
-  (scripts/bench_plan.py).
+  estimated (`compute_estimate`), the one term here that is not arithmetic on the header. llama.cpp's own log
+  (engines/placement.py) is what every term is checked against (scripts/bench_plan.py).
 """
 
 from __future__ import annotations
@@ -115,17 +114,16 @@ def kv_bytes_per_layer(shape: Shape, n_ctx: int) -> int:
     return kv_cells(n_ctx) * shape.n_head_kv * (shape.head_k + shape.head_v) * KV_BYTES
 
 
-def compute_estimate(shape: Shape, n_ctx: int, on_device: int) -> int:
-    """The device's compute buffer for one ubatch: 0 with nothing offloaded; else the live activations of the
-    worst node: attention scores (n_kv x ubatch x heads, f32, flash attention off) next to the layer input
-    and the two FFN halves, plus the logits of the ubatch's last token."""
-    if on_device == 0:
-        return 0
-    n_kv = kv_cells(n_ctx)
-    scores = n_kv * UBATCH * shape.n_head * 4
-    ffn = 2 * shape.n_ff * UBATCH * 4
-    residual = 2 * shape.n_embd * UBATCH * 4
-    return max(scores, ffn) + residual + shape.n_vocab * 4
+def compute_estimate(shape: Shape, n_ctx: int) -> int:
+    """The device's compute buffer for one ubatch (n_ubatch = 512 tokens), flash attention on (llama.cpp's default,
+    auto): four FFN-wide f32 activations alive at once, and the attention mask over the cache (f16, twice).
+    Reserved on a GPU build even at -ngl 0, where large matmuls of CPU weights run on the device (op offload).
+    The one term that is not arithmetic on the header: its coefficients were read off llama.cpp's buffers for
+    gemma-3-270m on Vulkan (scripts/bench_plan.py, within 3% at full offload there); partial offload moves it by a
+    few MiB either way."""
+    ffn = 4 * shape.n_ff * UBATCH * 4
+    mask = 2 * kv_cells(n_ctx) * UBATCH * 2
+    return ffn + mask
 
 
 def device_bytes(shape: Shape, ngl: int, n_ctx: int, max_alloc: int | None = None) -> DeviceBytes:
@@ -136,7 +134,7 @@ def device_bytes(shape: Shape, ngl: int, n_ctx: int, max_alloc: int | None = Non
     output = sum(b for b in shape.output_tensors if max_alloc is None or b <= max_alloc) if k else 0
     weights = output + sum(shape.block_bytes[i] for i in blocks)
     kv = len(blocks) * kv_bytes_per_layer(shape, n_ctx)
-    return DeviceBytes(k, shape.total_layers, weights, kv, compute_estimate(shape, n_ctx, k))
+    return DeviceBytes(k, shape.total_layers, weights, kv, compute_estimate(shape, n_ctx))
 
 
 def largest_fit(shape: Shape, budget: int, n_ctx: int, max_alloc: int | None = None) -> DeviceBytes | None:
@@ -148,3 +146,43 @@ def largest_fit(shape: Shape, budget: int, n_ctx: int, max_alloc: int | None = N
             break
         best = need
     return best
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """For one -ngld: the draft's device bytes and the largest -ngl of the target that still fits beside it."""
+
+    ngld: int
+    draft: DeviceBytes
+    target: DeviceBytes | None  # None: the draft alone leaves no room even for the target's output layer
+    budget: int
+
+    @property
+    def used(self) -> int:
+        return self.draft.total + (self.target.total if self.target else 0)
+
+
+def plan(target: Shape, draft: Shape, budget: int, n_ctx: int, nglds: list[int], max_alloc: int | None = None) -> list[PlanRow]:
+    """Each -ngld in `nglds` (distinct layer counts only), with the largest -ngl that fits `budget` bytes."""
+    rows, seen = [], set()
+    for ngld in nglds:
+        d = device_bytes(draft, ngld, n_ctx, max_alloc)
+        if d.layers in seen:
+            continue
+        seen.add(d.layers)
+        room = budget - d.total
+        rows.append(PlanRow(d.layers, d, largest_fit(target, room, n_ctx, max_alloc) if room > 0 else None, budget))
+    return rows
+
+
+def fits(target: Shape, draft: Shape | None, ngl: int, ngld: int, n_ctx: int, budget: int,
+         max_alloc: int | None = None) -> str | None:
+    """None when target at -ngl and draft at -ngld fit `budget` bytes; else why not, in one line."""
+    t = device_bytes(target, ngl, n_ctx, max_alloc)
+    d = device_bytes(draft, ngld, n_ctx, max_alloc) if draft else None
+    need = t.total + (d.total if d else 0)
+    if need <= budget:
+        return None
+    return (f"predicted {need / MIB:.0f} MiB on the device (target {t.layers}/{t.total_layers} layers {t.total / MIB:.0f} MiB"
+            + (f", draft {d.layers}/{d.total_layers} layers {d.total / MIB:.0f} MiB" if d else "")
+            + f") > {budget / MIB:.0f} MiB available")

@@ -1,0 +1,66 @@
+"""GGUF headers of registry models without downloading them: the cached file when there is one, else the first
+megabytes of the file on the hub (HTTP range reads through huggingface_hub's session), read until the header
+ends. A 70B file's header is a few MB; its weights are never fetched."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gguf_bench.errors import DownloadError
+from gguf_bench.models.download import _hub_error_message, _hub_filename, locate
+from gguf_bench.models.gguf import HeaderCutShort, TensorInfo, header_table, tensor_table
+from gguf_bench.models.registry import HubSource, ModelRef, Registry
+
+FIRST_READ = 8 * 2**20  # $GGUF_BENCH_HEADER_READ overrides it (tests read a tiny header in pieces)
+LARGEST_HEADER = 256 * 2**20
+
+Header = tuple[dict[str, object], list[TensorInfo]]
+
+
+def read_header(ref: ModelRef, registry: Registry) -> Header:
+    """The metadata and tensor table of a registry model: from its cached file, or from the hub."""
+    path = locate(ref, registry)
+    if path is not None:
+        return tensor_table(path)
+    if not isinstance(ref.source, HubSource):
+        raise DownloadError(f"model '{ref.name}' is not downloaded and not on the hub ({ref.source.label}): "
+                            f"run `gguf-bench download` for its pair first")
+    return hub_header(ref.source)
+
+
+def file_header(path: Path) -> Header:
+    return tensor_table(path)
+
+
+def hub_header(src: HubSource) -> Header:
+    name = _hub_filename(src, online=True)
+    n = int(os.environ.get("GGUF_BENCH_HEADER_READ", FIRST_READ))
+    while True:
+        data = _first_bytes(src, name, n)
+        try:
+            return header_table(data, f"{src.repo}/{name}")
+        except HeaderCutShort:
+            if len(data) < n or n >= LARGEST_HEADER:  # the whole file, or an absurd header: not a GGUF we can read
+                raise
+            n *= 4
+
+
+def _first_bytes(src: HubSource, name: str, n: int) -> bytes:
+    """The first n bytes of a hub file, by a range request (a server that ignores Range is read only that far)."""
+    from huggingface_hub import constants, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    url = hf_hub_url(src.repo, name, revision=src.revision, endpoint=constants.ENDPOINT)
+    headers = {**build_hf_headers(), "Range": f"bytes=0-{n - 1}"}
+    out = bytearray()
+    try:
+        with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=60) as resp:
+            resp.raise_for_status()
+            for chunk in resp.iter_bytes():
+                out += chunk
+                if len(out) >= n:
+                    break
+    except Exception as exc:  # unreachable, gated, missing: one line, as a download says it
+        raise DownloadError(_hub_error_message(src, name, exc)) from None
+    return bytes(out[:n])
