@@ -27,3 +27,7 @@ class ConfigError(BenchError):
 
 class ResultsError(BenchError):
     """The results folder cannot be made or written, or appending a record failed."""
+
+
+class BusyError(BenchError):
+    """Another gguf-bench process is writing the same results file."""

@@ -55,10 +55,15 @@ class SweepProgress:
         self.task = self.progress.add_task("cells", total=None)
         self.events = SweepEvents(start=self.start, cell=self.cell, loading=self.loading)
 
-    def start(self, total: int, skipped: int) -> None:
+    def start(self, total: int, skipped: int, stored: int) -> None:
         self.progress.update(self.task, total=total)
-        if skipped:
-            self.progress.console.print(f"resuming: {skipped} cells already done, {total} to go")
+        if stored:  # --resume of a file that holds cells: say how many belong to this grid
+            other = stored - skipped
+            self.progress.console.print(
+                f"resuming: {skipped} cells already done, {total} to go" + (
+                    f"; {other} of the {stored} cells in the file are not in this grid (another -K, -n, --temp, "
+                    "prompt or setting): they stay in the file, and `report` shows them beside this grid's"
+                    if other else ""), markup=False)
 
     def loading(self, load: LoadConfig) -> None:
         self.progress.console.print(f"loading models with {load.label}")

@@ -52,11 +52,16 @@ from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
 from gguf_bench.measure import prompts
 from gguf_bench.measure.distributed import failure_message, sweep_on_ray
-from gguf_bench.measure.sweep import Grid, iter_records, measured, results_path, run_sweep, single_run_grid
+from gguf_bench.measure.sweep import Grid, iter_records, measured, results_path, run_path, run_sweep, single_run_grid
 from gguf_bench.results import report as rep
 from gguf_bench.results.plots import check_plot, plot
 from gguf_bench.results.records import RunRecord, to_dict
-from gguf_bench.results.store import default_name, ensure_results_dir, read_records, results_dir, try_append_records
+from gguf_bench.results.store import (
+    exclusive,
+    read_records,
+    results_dir,
+    try_append_records,
+)
 
 
 @command
@@ -73,8 +78,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         spec_type: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_min: PMinOpt = "0",
         n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process."""
-    name = options.results_name(name or default_name("run"))
-    out = ensure_results_dir() / f"{name}.jsonl"  # before any work: can results be stored?
+    out = run_path(name)  # before any work: a new file, in a folder that can hold it
     grid = single_run_grid(options.one_draft_length(k), ngl, ngld, options.temperature(temp),
                            prompts.from_options(prompt, prompt_file, chat), repetitions=repetitions,
                            n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
@@ -82,9 +86,11 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                                                                 k_schedule, k_cap))
     files = pair_files(pair, target, draft, registry, need_draft=any(s.uses_model for s in grid.strategies))
     warn_offload(*grid.ngls, *grid.nglds)
-    with console.status(f"running {files.name} ..."):
-        records = measured(list(iter_records("run", files, grid)))
-    unsaved = try_append_records(out, records)  # a failed write still prints the result, then exits 1
+    with exclusive(out):  # no other process writes NAME while this runs
+        out = run_path(out.stem)  # nor did one create it since
+        with console.status(f"running {files.name} ..."):
+            records = measured(list(iter_records("run", files, grid)))
+        unsaved = try_append_records(out, records)  # a failed write still prints the result, then exits 1
     if json_out:
         console.print_json(json.dumps([to_dict(r) for r in records], default=str))
     else:
@@ -98,6 +104,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                 console.print(r.metrics.text, markup=False)
     if unsaved:
         raise unsaved
+    (err if json_out else console).print(f"stored {len(records)} runs in {out}", markup=False)
 
 
 def _placement_lines(record: RunRecord) -> None:
@@ -145,6 +152,11 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
                 vram=options.byte_size(vram) if vram else None)
     name, out = results_path(name, resume)
+    with exclusive(out):  # from here to the last record: no other process writes NAME
+        _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task, ray_resources)
+
+
+def _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task, ray_resources) -> None:
     if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
         return _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task,
                              ray_resources)

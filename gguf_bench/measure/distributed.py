@@ -351,7 +351,7 @@ def run_ray_sweep(name: str, pairs: list[PairSource], grid: Grid, out: Path, res
     written = cells_done(records)
     units = plan_units(pairs, grid, records)
     todo = [u for u in units if u.todo]
-    events.start(sum(u.todo for u in todo), sum(len(u.skip) for u in units))
+    events.start(sum(u.todo for u in todo), sum(len(u.skip) for u in units), len(written))
     summary = RaySummary(out, units=len(todo))
     if not todo:
         return summary

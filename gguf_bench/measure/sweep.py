@@ -24,7 +24,16 @@ from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import Shape, fits
 from gguf_bench.options import layers_label
 from gguf_bench.results.records import Mode, Offload, RunConfig, RunMetrics, RunRecord
-from gguf_bench.results.store import append_record, default_name, ensure_results_dir, environment, models_record, now_iso, read_records
+from gguf_bench.results.store import (
+    append_record,
+    default_name,
+    ensure_results_dir,
+    environment,
+    exclusive,
+    models_record,
+    now_iso,
+    read_records,
+)
 
 
 @dataclass(frozen=True)
@@ -108,14 +117,21 @@ def results_path(name: str | None, resume: bool) -> tuple[str, Path]:
     return name, out
 
 
+def run_path(name: str | None) -> Path:
+    """`run`'s results file, in a folder proven writable: always a new file. A run never adds to a file that exists
+    (a sweep's would pool the run's records with its own in `report`)."""
+    name = options.results_name(name or default_name("run"))
+    out = ensure_results_dir() / f"{name}.jsonl"
+    if out.exists():
+        raise ConfigError(f"{out} already exists and `run` stores its records in a new file; choose another --name "
+                          "(or leave it out: run-TIMESTAMP)")
+    return out
+
+
 def cell_key(pair: str, files: PairFiles, config: RunConfig, mode: Mode) -> str:
     ident = {"pair": pair, "target": files.target.name, "draft": files.draft.name if files.draft else None,
              "mode": str(mode), **config.cell_fields()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
-
-
-def done_keys(path: Path) -> set[str]:
-    return cells_done(read_records(path)) if path.is_file() else set()
 
 
 def cells_done(records: list) -> set[str]:
@@ -127,19 +143,24 @@ def cells_done(records: list) -> set[str]:
 class SweepEvents:
     """Callbacks the CLI uses to show progress (the sweep itself prints nothing)."""
 
-    start: Callable[[int, int], None] = lambda total, skipped: None
+    # cells to run, cells of the grid already in the file, cells the file holds (of this grid or another one)
+    start: Callable[[int, int, int], None] = lambda total, skipped, stored: None
     cell: Callable[[RunRecord], None] = lambda record: None
     loading: Callable[[LoadConfig], None] = lambda load: None
 
 
 def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
               events: SweepEvents = SweepEvents()) -> Path:
-    """Run every cell not already in `out`; append each record as soon as it is measured."""
-    if out.exists() and not resume:
-        raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
-    for record in iter_records(name, files, grid, done_keys(out), events):
-        append_record(out, record)
-        events.cell(record)
+    """Run every cell not already in `out`; append each record as soon as it is measured. The whole sweep holds
+    `out`'s writer lock: a second process on the same name fails at once (BusyError) instead of writing beside it."""
+    with exclusive(out):
+        if out.exists() and not resume:
+            raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
+        stored = read_records(out) if out.is_file() else []
+        mine = {r.cell for r in stored if isinstance(r, RunRecord) and r.cell and r.pair == files.name}
+        for record in iter_records(name, files, grid, mine, events):
+            append_record(out, record)
+            events.cell(record)
     return out
 
 
@@ -154,7 +175,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
     plan = [(load, cell) for load in grid.settings() for cell in cells_for(grid, files.draft is not None)]
     todo = [(load, cell) for load, cell in plan
             if cell_key(files.name, files, cell.config(grid, load), cell.mode) not in skip]
-    events.start(len(todo), len(plan) - len(todo))
+    events.start(len(todo), len(plan) - len(todo), len(skip))
     static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
     budget = _device_budget(grid)
     for load in grid.settings():

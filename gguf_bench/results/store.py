@@ -8,7 +8,9 @@ starts on a new line.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import functools
 import json
 import os
@@ -19,7 +21,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gguf_bench.errors import ResultsError
+from gguf_bench.errors import BusyError, ResultsError
 from gguf_bench.models.files import file_sha256
 from gguf_bench.results.records import CalibrationRecord, Environment, EvalRecord, ModelFile, Models, Record, RunRecord, parse, to_dict
 
@@ -66,6 +68,39 @@ def _whence(folder: Path) -> str:
     if folder != results_dir():
         return "given folder"
     return "from $GGUF_BENCH_RESULTS" if os.environ.get("GGUF_BENCH_RESULTS") else "the default; $GGUF_BENCH_RESULTS moves it"
+
+
+# Results files this process holds the writer's lock of (path -> the lock file's descriptor).
+_locked: dict[Path, int] = {}
+
+
+@contextlib.contextmanager
+def exclusive(path: Path):
+    """Be the only gguf-bench process writing results file `path` while the block runs: an exclusive flock on
+    `NAME.jsonl.lock` beside it, released when the block ends (or the process dies). Another process that holds it
+    makes this raise BusyError at once. Re-entrant within one process (a sweep over several pairs)."""
+    key = Path(path).absolute()
+    if key in _locked:
+        yield
+        return
+    lock = key.with_name(key.name + ".lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ResultsError(f"cannot lock {path} for writing: {_os_reason(exc, lock)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise BusyError(f"another gguf-bench process is writing {key.stem} ({path}); wait for it to finish, "
+                        "or choose another --name") from None
+    _locked[key] = fd
+    try:
+        yield
+    finally:
+        del _locked[key]
+        os.close(fd)  # releases the lock
 
 
 # Files this process has appended to. If one vanishes mid-run (its folder removed), appending says so

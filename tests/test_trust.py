@@ -1,0 +1,93 @@
+"""Results a person can trust (issue 23): one writer per results file, runs that never pool silently into another
+file, resumes that say what they resume, and statistics and tables that do not overclaim."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from cli_helpers import assert_user_error, invoke, pair_args, stored
+
+
+def sweep_args(files, name, *extra):
+    return ["sweep", *pair_args(files), "--name", name, "--prompt-ids", "code-short,chat-short", *extra]
+
+
+def cli(*args):
+    return [sys.executable, "-m", "gguf_bench.cli", *args]
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), stderr
+    return lines[0]
+
+
+# --- 1. one writer per results file ------------------------------------------------------------------
+
+
+def test_two_sweeps_started_at_once_with_one_name_never_both_write(tiny_pairs, isolated):
+    args = cli(*sweep_args(tiny_pairs["middle"], "twin", "-K", "1,2", "-n", "24"))
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 1], outs
+    loser = next(err for p, (_, err) in zip(procs, outs) if p.returncode == 1)
+    line = one_error_line(loser)
+    assert "another gguf-bench process is writing twin" in line or "already exists" in line, line
+    counts = Counter(r["cell"] for r in stored(isolated / "results" / "twin.jsonl"))
+    assert len(counts) == 2 * (2 + 2) and set(counts.values()) == {1}, counts  # 2 prompts x (target, draft, K=1, K=2)
+
+
+def test_resume_while_the_sweep_still_runs_is_refused(tiny_pairs, isolated):
+    args = cli(*sweep_args(tiny_pairs["low"], "busy", "-K", "1-4", "-n", "200", "-r", "2"))
+    out = isolated / "results" / "busy.jsonl"
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
+        time.sleep(0.05)
+    assert first.poll() is None, "the first sweep ended before the test could resume it"
+    second = subprocess.run(args + ["--resume"], capture_output=True, text=True, env=os.environ.copy(), timeout=300)
+    assert second.returncode == 1, second.stdout + second.stderr
+    line = one_error_line(second.stderr)
+    assert "another gguf-bench process is writing busy" in line and "--name" in line, line
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    counts = Counter(r["cell"] for r in stored(out))
+    assert len(counts) == 2 * 2 * (2 + 4) and set(counts.values()) == {1}, counts
+
+
+# --- 2. run keeps to its own file and says where; resume says what it resumes ----------------------------
+
+
+def test_run_refuses_an_existing_file_and_says_where_it_stored(tiny_pairs, isolated):
+    files = tiny_pairs["high"]
+    small = ["--prompt-ids", "code-short", "-n", "8", "-K", "2", "--no-draft-alone"]
+    assert invoke("sweep", *pair_args(files), "--name", "s", *small).exit_code == 0
+    before = (isolated / "results" / "s.jsonl").read_text()
+    assert_user_error(invoke("run", *pair_args(files), "-n", "8", "--name", "s"), "s.jsonl already exists", "another --name")
+    assert (isolated / "results" / "s.jsonl").read_text() == before  # nothing pooled into the sweep's file
+    ran = invoke("run", *pair_args(files), "-n", "8", "--name", "r")
+    assert ran.exit_code == 0, ran.output
+    assert f"stored 3 runs in {isolated / 'results' / 'r.jsonl'}" in " ".join(ran.output.split())
+    as_json = invoke("run", *pair_args(files), "-n", "8", "--name", "r2", "--json")
+    assert as_json.stdout.lstrip().startswith("[") and "stored 3 runs in" in as_json.stderr
+
+
+def test_resume_with_another_grid_says_how_much_of_the_file_it_matches(tiny_pairs, isolated):
+    files = tiny_pairs["high"]
+    base = [*pair_args(files), "--name", "g", "--prompt-ids", "code-short", "-n", "8", "--no-draft-alone"]
+    assert invoke("sweep", *base, "-K", "1").exit_code == 0  # target alone + K=1: 2 cells
+    same = invoke("sweep", *base, "-K", "1", "--resume")
+    assert "resuming: 2 cells already done, 0 to go" in same.output and "not in this grid" not in same.output
+    other = invoke("sweep", *base, "-K", "2", "--resume")
+    assert other.exit_code == 0, other.output
+    text = " ".join(other.output.split())
+    assert "resuming: 1 cells already done, 1 to go; 1 of the 2 cells in the file are not in this grid" in text, text
+    longer = invoke("sweep", *base, "-K", "1", "-n", "12", "--resume")
+    text = " ".join(longer.output.split())
+    assert "resuming: 0 cells already done, 2 to go; 3 of the 3 cells in the file are not in this grid" in text, text
+
