@@ -3,6 +3,7 @@ file, resumes that say what they resume, and statistics and tables that do not o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,4 +91,26 @@ def test_resume_with_another_grid_says_how_much_of_the_file_it_matches(tiny_pair
     longer = invoke("sweep", *base, "-K", "1", "-n", "12", "--resume")
     text = " ".join(longer.output.split())
     assert "resuming: 0 cells already done, 2 to go; 3 of the 3 cells in the file are not in this grid" in text, text
+
+
+# --- 4. tune never recommends a slowdown --------------------------------------------------------------
+
+
+def test_tune_says_run_the_target_alone_when_no_k_beats_it(tiny_pairs):
+    """The low pair's draft is as large as its target and agrees with it 7% of the time: every K is slower."""
+    args = ["tune", *pair_args(tiny_pairs["low"]), "-K", "1-3", "-n", "16", "--prompt-ids", "code-short", "--threads", "2",
+            "-c", "256", "--reps", "1"]
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert all(r["predicted_gain_pct"] < 0 for r in doc["rows"])  # the situation this test is about
+    assert not any(r["best"] for r in doc["rows"])
+    best = doc["best"]
+    assert best["k"] == 0 and best["strategy"] == "run the target alone" and best["predicted_gain_pct"] == 0.0
+    assert best["predicted_tokens_per_s"] == max(r["predicted_baseline_tokens_per_s"] for r in doc["rows"])
+    table = invoke(*args)
+    assert table.exit_code == 0, table.output
+    line = " ".join(table.stdout.split("recommended:")[1].split())
+    assert line.startswith("run the target alone (-ngl 0,") and "no draft length is predicted to beat it" in line, line
+    assert "★" not in table.stdout
 

@@ -305,7 +305,11 @@ def test_tune_json_shape_and_stored_record(tiny_pairs, isolated):
     for row in doc["rows"]:
         assert {"k", "ngl", "ngld", "predicted_tokens_per_s", "predicted_gain_pct", "best"} <= set(row)
     assert set(doc["best"]) == {"k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct"}
-    assert doc["best"]["predicted_tokens_per_s"] == max(r["predicted_tokens_per_s"] for r in doc["rows"])
+    fastest = max(doc["rows"], key=lambda r: r["predicted_tokens_per_s"])
+    if fastest["predicted_tokens_per_s"] > max(r["predicted_baseline_tokens_per_s"] for r in doc["rows"]):  # the fastest K
+        assert doc["best"]["predicted_tokens_per_s"] == fastest["predicted_tokens_per_s"] and fastest["best"]
+    else:  # no K beats the target alone: never a slowdown (tests/test_trust.py)
+        assert doc["best"]["strategy"] == "run the target alone" and not any(r["best"] for r in doc["rows"])
     assert len(doc["settings"][0]["verify_curve"]) == 4 and doc["settings"][0]["verify_curve"][0] == 1.0
     records = stored(isolated / "results" / "tj.jsonl")
     assert [r["kind"] for r in records] == ["calibration"]
@@ -319,7 +323,8 @@ def test_tune_several_strategies_in_one_table(tiny_pairs):
     rows = json.loads(result.stdout)["rows"]
     assert {r["strategy"] for r in rows if r["k"] == 2} == {"draft K=2", "draft heuristic K=2..3", "ngram(1-4) K=2",
                                                             "ngram(1-4) heuristic K=2..3"}
-    assert sum(r["best"] for r in rows) == 1
+    beats = max(r["predicted_tokens_per_s"] for r in rows) > max(r["predicted_baseline_tokens_per_s"] for r in rows)
+    assert sum(r["best"] for r in rows) == int(beats)  # none when no setting beats the target alone
     table = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-2", "-n", "12", "--prompt-ids", "code-short",
                    "--threads", "2", "-c", "256", "--reps", "1", "--spec-type", "draft,ngram")
     assert table.exit_code == 0, table.output
@@ -332,14 +337,14 @@ def test_tune_check_prints_measured_next_to_predicted_and_stores_the_runs(tiny_p
                     "--threads", "2", "-c", "256", "--reps", "1", "--check", "--name", "tc", "--plot", str(plot))
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "recommended: -K " in out and "predicted tokens/s" in out
+    assert "recommended: " in out and "predicted tokens/s" in out  # a K, or the target alone naming the fastest K
     assert "--check: predicted against measured" in out and "measured tokens/s" in out and "target alone" in out
     assert plot.stat().st_size > 0
     records = stored(isolated / "results" / "tc.jsonl")
     assert records[0]["kind"] == "calibration"
     runs = records[1:]
     assert {r["mode"] for r in runs} == {"target", "speculative"} and all(r["sweep"] == "tc" for r in runs)
-    rec_k = int(out.split("recommended: -K ")[1].split()[0])
+    rec_k = int(out.split("recommended: ")[1].split("-K ")[1].split()[0])
     assert rec_k in {r["config"]["k"] for r in runs if r["mode"] == "speculative"}
     check_report_shows_predictions(isolated / "results", records, tmp_path)
 

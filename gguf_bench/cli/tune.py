@@ -30,7 +30,7 @@ from gguf_bench.cli.progress import pair_files
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import prompts
 from gguf_bench.measure.calibrate import TuneEvents, calibrate_settings, run_check
-from gguf_bench.results.costmodel import best, prediction_rows, strategies
+from gguf_bench.results.costmodel import best, prediction_rows, recommend, strategies
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
 from gguf_bench.results.store import default_name, ensure_results_dir
@@ -79,6 +79,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         calibrations = calibrate_settings(files, k_list, ngl_list, ngld_list, chosen, n_predict, ctx_size, threads, reps,
                                           name, out, events)
         top_cal, top = best(calibrations, predicted)
+        rec = recommend(calibrations, predicted)  # never a slowdown: the target alone when no K beats it
         checked = None
         if check:  # sweep measures the draft model with a fixed K: check the best of those
             check_cal, check_top = best(calibrations)
@@ -90,16 +91,23 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         sys.stdout.write(json.dumps(_json(files.name, out, calibrations, predicted, checked), default=str) + "\n")
     else:
         for cal in calibrations:
-            console.print(prediction_table(cal, predicted, top_cal, top))
+            console.print(prediction_table(cal, predicted, top_cal, top if rec.speculative else None))
             console.print(components_line(cal), markup=False)
             if cal.fit is not None and abs(cal.fit - 1) > 0.1:
                 err.print(f"Warning: -ngl {cal.ngl} -ngld {cal.ngld}: the calibration's own K={max(cal.ks)} runs took "
                           f"{1 / cal.fit:.2f}x what its decode timings predict: the machine's speed changed while "
                           "calibrating (other work running?); tune again when it is idle", markup=False)
         how = "" if len(predicted) == 1 else f" ({top.strategy})"
-        console.print(f"recommended: -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}: predicted "
-                      f"{top.tokens_per_s:.2f} tokens/s, {top.gain_pct:+.1f}% over the target alone "
-                      f"({top.baseline_tokens_per_s:.2f}); calibration stored in {out}", markup=False)
+        if rec.speculative:
+            console.print(f"recommended: -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}: predicted "
+                          f"{top.tokens_per_s:.2f} tokens/s, {top.gain_pct:+.1f}% over the target alone "
+                          f"({top.baseline_tokens_per_s:.2f}); calibration stored in {out}", markup=False)
+        else:
+            console.print(f"recommended: run the target alone (-ngl {rec.cal.ngl}, predicted "
+                          f"{rec.baseline_tokens_per_s:.2f} tokens/s): no draft length is predicted to beat it; the "
+                          f"fastest, -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}, is predicted at "
+                          f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%); calibration stored in {out}",
+                          markup=False)
         if checked is not None:
             console.print(check_table(checked, check_top.k))
     if plot:
@@ -174,7 +182,10 @@ def check_table(rows: list[dict], top_k: int) -> Table:
 
 def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: list[dict] | None) -> dict:
     rows = prediction_rows(calibrations, strategies)
-    top = next(r for r in rows if r["best"])
+    rec = recommend(calibrations, strategies)
+    top = next((r for r in rows if r["best"]), None) or {  # no K beats the target alone: run it alone
+        "k": 0, "ngl": rec.cal.ngl, "ngld": None, "strategy": "run the target alone",
+        "predicted_tokens_per_s": rec.baseline_tokens_per_s, "predicted_gain_pct": 0.0}
     doc = {"pair": pair, "results": str(out),
            "settings": [{"ngl": c.ngl, "ngld": c.ngld, "t_target_s": c.timings.t_target, "t_draft_s": c.timings.t_draft,
                          "t_draft2_s": c.timings.t_draft2, "draft_cost_ratio": c.timings.draft_cost_ratio(),

@@ -331,9 +331,42 @@ def best(calibrations: Sequence[Calibration], strategies: Sequence[Strategy] = (
     return max(options, key=lambda o: o[1].tokens_per_s)
 
 
+@dataclass(frozen=True)
+class Recommendation:
+    """What `tune` recommends: the fastest speculative setting when it is predicted to beat the target alone (the
+    fastest target alone over the calibrated settings), else the target alone: never a slowdown."""
+
+    fastest_cal: Calibration
+    fastest: Prediction  # the fastest speculative setting, whether it beats the target alone or not
+    baseline_cal: Calibration  # the setting whose target alone is fastest
+    baseline_tokens_per_s: float
+
+    @property
+    def speculative(self) -> bool:
+        """False: no draft length is predicted to beat the target alone; run the target alone."""
+        return self.fastest.tokens_per_s > self.baseline_tokens_per_s
+
+    @property
+    def cal(self) -> Calibration:
+        return self.fastest_cal if self.speculative else self.baseline_cal
+
+    @property
+    def prediction(self) -> Prediction | None:
+        """The recommended speculative prediction; None: the target alone."""
+        return self.fastest if self.speculative else None
+
+
+def recommend(calibrations: Sequence[Calibration], strategies: Sequence[Strategy] = (DEFAULT_STRATEGY,)) -> Recommendation:
+    cal, top = best(calibrations, strategies)
+    baselines = [(c, c.predict(min(c.ks)).baseline_tokens_per_s) for c in calibrations]
+    base_cal, base = max(baselines, key=lambda b: b[1])
+    return Recommendation(cal, top, base_cal, base)
+
+
 def prediction_rows(calibrations: Sequence[Calibration], strategies: Sequence[Strategy] = (DEFAULT_STRATEGY,)) -> list[dict]:
-    """Flat rows (what `tune --json` prints), the best one marked."""
-    top = best(calibrations, strategies) if calibrations else None
+    """Flat rows (what `tune --json` prints), the recommended one marked (none: run the target alone)."""
+    rec = recommend(calibrations, strategies) if calibrations else None
+    top = (rec.fastest_cal, rec.fastest) if rec is not None and rec.speculative else None
     rows = []
     for cal in calibrations:
         for p in cal.predictions(strategies):
