@@ -1,4 +1,4 @@
-"""Quality evidence: Wald intervals, eval prompts and answers, the distribution check."""
+"""Quality evidence: Wilson intervals, the distribution check's power, eval prompts and answers, the distribution check."""
 
 from __future__ import annotations
 
@@ -9,24 +9,48 @@ from gguf_bench.decoding.sampling import SamplingConfig, draw
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.measure.quality import (
+    compare_samples,
+    detectable_tv,
     distribution_check,
     mul_prompts,
     parse_answer,
     run_eval,
     two_proportion_p_value,
-    wald_interval,
+    wilson_interval,
 )
 
 
-def test_wald_interval_against_hand_computed_values():
-    # p = 0.8, n = 100: 1.96 * sqrt(0.8 * 0.2 / 100) = 0.0784
-    p, lo, hi = wald_interval(80, 100)
-    assert p == 0.8 and lo == pytest.approx(0.8 - 0.078399, abs=1e-5) and hi == pytest.approx(0.878399, abs=1e-5)
-    # p = 0.5, n = 25: 1.96 * 0.1 = 0.196
-    assert wald_interval(12.5, 25)[1:] == pytest.approx((0.304, 0.696), abs=1e-3)
-    assert wald_interval(0, 10) == (0.0, 0.0, 0.0)  # Wald's known degenerate case at the edges
-    assert wald_interval(10, 10) == (1.0, 1.0, 1.0)
-    assert wald_interval(1, 10)[1] == 0.0  # clipped at 0: 0.1 - 0.186 < 0
+def test_wilson_interval_against_hand_computed_values():
+    # p = 0.8, n = 100, z^2 = 3.8415: centre (0.8 + 0.019208) / 1.038415 = 0.78890,
+    # half 1.96 * sqrt(0.0016 + 0.000096) / 1.038415 = 0.07773
+    p, lo, hi = wilson_interval(80, 100)
+    assert p == 0.8 and lo == pytest.approx(0.71117, abs=1e-5) and hi == pytest.approx(0.86663, abs=1e-5)
+    # at the edges Wald collapses to [0, 0] and [1, 1]; Wilson gives z^2 / (n + z^2) of room: 3.8415 / 8.8415 at n = 5
+    assert wilson_interval(0, 5) == pytest.approx((0.0, 0.0, 0.43448), abs=1e-5)
+    assert wilson_interval(5, 5) == pytest.approx((1.0, 0.56552, 1.0), abs=1e-5)
+    assert wilson_interval(1, 10)[1] > 0  # Wald's 0.1 - 0.186 is clipped to 0; Wilson stays above it
+
+
+def test_detectable_tv_is_detected_with_80_percent_power():
+    """The least favourable difference for the chi-square test (|p_i - q_i| proportional to p_i + q_i) at the total
+    variation detectable_tv names is detected in about 80% of trials; half of it far less often."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n, trials = 200, 300
+    tv = detectable_tv(n, 3, 0.01)  # 4 categories, one position (no Bonferroni)
+
+    def rate(t: float) -> float:
+        d = np.array([1, 1, -1, -1]) * t / 4  # p - q = +-t/2 on 4 cells of mass 1/4 each: total variation t
+        p, q = 0.25 + d, 0.25 - d
+        hits = 0
+        for _ in range(trials):
+            a, b = rng.choice(4, n, p=p).tolist(), rng.choice(4, n, p=q).tolist()
+            hits += compare_samples([a], [b]).p_values[0] < 0.01
+        return hits / trials
+
+    assert 0.7 <= rate(tv) <= 0.92
+    assert rate(tv / 2) < 0.35
 
 
 def test_two_proportion_test():

@@ -114,3 +114,21 @@ def test_tune_says_run_the_target_alone_when_no_k_beats_it(tiny_pairs):
     assert line.startswith("run the target alone (-ngl 0,") and "no draft length is predicted to beat it" in line, line
     assert "★" not in table.stdout
 
+
+# --- 5. statistics that do not overclaim ---------------------------------------------------------------
+
+
+def test_eval_at_zero_correct_gives_a_wilson_interval_not_zero_width(tiny_pairs):
+    result = invoke("eval", *pair_args(tiny_pairs["low"]), "--nb-prompts", "5", "-n", "6", "--name", "e0")
+    assert result.exit_code == 0, result.output
+    assert "95% Wilson interval" in result.output and "Wald" not in result.output
+    rows = [ln for ln in result.output.splitlines() if "0/5" in ln]  # random weights: no product is right
+    assert len(rows) == 2 and all("[0.0%, 43.4%]" in ln for ln in rows), result.output
+
+
+def test_check_dist_with_few_samples_says_it_cannot_tell(tiny_pairs):
+    result = invoke("check-dist", *pair_args(tiny_pairs["middle"]), "--samples", "30", "-m", "3")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "not enough samples to tell" in text and "matches the target's distribution" not in text, text
+    assert "detectable TV" in text

@@ -50,7 +50,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          name: Annotated[str | None, typer.Option("--name", help="store in results/NAME.jsonl")] = None,
          json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
          verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None) -> None:
-    """Multiplication benchmark: regular vs speculative success rates with 95% Wald intervals."""
+    """Multiplication benchmark: regular vs speculative success rates with 95% Wilson intervals."""
     config = EvalConfig(nb_prompts=options.nb_prompts(nb_prompts), seed=seed, temperature=options.temperature(temp),
                         top_k=top_k, top_p=top_p, k=options.one_draft_length(k),
                         ngl=options.layers_label(options.layers(ngl)), ngld=options.layers_label(options.layers(ngld)),
@@ -69,7 +69,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
             raise unsaved
         return
     table = Table(title=f"multiplication benchmark: {files.name}, {res.n} prompts, T={temp:g}, K={config.k}")
-    for col in ("generation", "correct", "success rate", "95% Wald interval"):
+    for col in ("generation", "correct", "success rate", "95% Wilson interval"):
         table.add_column(col, justify="left" if col == "generation" else "right")
     for mode, ok in (("regular (target alone)", res.regular_ok), ("speculative", res.speculative_ok)):
         p, lo, hi = res.interval("regular" if mode.startswith("regular") else "speculative")
@@ -100,12 +100,14 @@ def check_dist(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt =
     with loaded, console.status(f"sampling {samples} x {m} tokens each way ..."):
         check = distribution_check(loaded, loaded.prompt_tokens(prompt), m, samples, k_one, cfg)
     table = Table(title=f"{files.name}: next {m} tokens, {samples} samples each, T={temp:g}, K={k_one}")
-    for col in ("position", "chi-square p", "total variation"):
+    for col in ("position", "chi-square p", "total variation", "detectable TV"):
         table.add_column(col, justify="right")
-    for j, (p, tv) in enumerate(zip(check.p_values, check.tv_distance), 1):
-        table.add_row(str(j), f"{p:.3g}", f"{tv:.3f}")
+    for j, (p, tv, least) in enumerate(zip(check.p_values, check.tv_distance, check.detectable), 1):
+        table.add_row(str(j), f"{p:.3g}", f"{tv:.3f}", f"{least:.3f}")
     console.print(table)
     console.print(check.verdict())
+    console.print("detectable TV: the smallest total variation the test detects with 80% power at this sample size",
+                  markup=False)
     if not check.same:
         raise typer.Exit(2)
 

@@ -1,10 +1,11 @@
 """Evidence that speculative generation keeps the target's output quality.
 
 - The multiplication benchmark (as in llama-ssp): success rates of regular and speculative
-  generation with 95% Wald intervals, a two-proportion z-test, and at temperature 0 the share of
+  generation with 95% Wilson intervals, a two-proportion z-test, and at temperature 0 the share of
   prompts whose speculative output is identical to the regular one.
 - A distribution check: sample the next m tokens many times both ways and compare the token
-  distributions position by position with a two-sample chi-square test.
+  distributions position by position with a two-sample chi-square test, and say how large a difference
+  (in total variation) the test could have detected: a test too weak to tell says so instead of 'matches'.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import math
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import chi2_contingency, norm
+from scipy.optimize import brentq
+from scipy.stats import chi2, chi2_contingency, ncx2, norm
 
 from gguf_bench.decoding.divergence import BATCH_NUMERICS, LOOP_ERROR, compare_greedy, describe
 from gguf_bench.decoding.loop import GenerationResult, OnRound, Verify
@@ -68,13 +70,15 @@ def parse_answer(text: str) -> int | None:
     return int(digits.replace(",", ""))
 
 
-def wald_interval(successes: int, n: int) -> tuple[float, float, float]:
-    """(p, low, high): p +- 1.96 sqrt(p (1 - p) / n), clipped to [0, 1]."""
+def wilson_interval(successes: int, n: int) -> tuple[float, float, float]:
+    """(p, low, high): the 95% Wilson score interval. Unlike Wald's p +- 1.96 sqrt(p (1 - p) / n) it does not
+    collapse to [0, 0] at 0 successes (or [1, 1] at n), and it keeps its coverage at small n."""
     if n < 1:
         raise ValueError("n must be >= 1")
-    p = successes / n
-    half = Z95 * math.sqrt(p * (1 - p) / n)
-    return p, max(0.0, p - half), min(1.0, p + half)
+    p, z2 = successes / n, Z95 * Z95
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return p, max(0.0, centre - half), min(1.0, centre + half)
 
 
 def two_proportion_p_value(s1: int, n1: int, s2: int, n2: int) -> float:
@@ -99,7 +103,7 @@ class EvalResult:
     rows: list[EvalRow]
 
     def interval(self, mode: str) -> tuple[float, float, float]:
-        return wald_interval(self.regular_ok if mode == "regular" else self.speculative_ok, self.n)
+        return wilson_interval(self.regular_ok if mode == "regular" else self.speculative_ok, self.n)
 
     @property
     def p_value(self) -> float:
@@ -176,6 +180,7 @@ class DistributionCheck:
     samples: int
     p_values: list[float]  # per position 1..m
     tv_distance: list[float]  # total-variation distance of the two empirical distributions, per position
+    dfs: list[int] = field(default_factory=list)  # degrees of freedom of each position's chi-square test
 
     @property
     def p_value(self) -> float:
@@ -184,14 +189,58 @@ class DistributionCheck:
 
     @property
     def same(self) -> bool:
-        return self.p_value >= 0.01
+        return self.p_value >= ALPHA
+
+    @property
+    def detectable(self) -> list[float]:
+        """Per position: the smallest total variation the test detects with 80% power at this sample size."""
+        return [detectable_tv(self.samples, df, ALPHA / self.m) for df in (self.dfs or [1] * self.m)]
+
+    @property
+    def can_tell(self) -> bool:
+        """Whether the test was strong enough for 'no difference found' to say anything (up to WEAK_TV)."""
+        return max(self.detectable) <= WEAK_TV
 
     def verdict(self) -> str:
-        if self.same:
-            return (f"no evidence of a difference (p = {self.p_value:.3g} over {self.m} positions, "
-                    f"{self.samples} samples each): speculative sampling matches the target's distribution")
-        return (f"the distributions differ (p = {self.p_value:.2g}): speculative sampling does NOT reproduce "
-                "the target's distribution, which points to a bug in the sampler")
+        if not self.same:
+            return (f"the distributions differ (p = {self.p_value:.2g}): speculative sampling does NOT reproduce "
+                    "the target's distribution, which points to a bug in the sampler")
+        found = f"no evidence of a difference (p = {self.p_value:.3g} over {self.m} positions, {self.samples} samples each)"
+        weakest = max(self.detectable)
+        more = f"--samples {samples_to_detect(MATCH_TV, max(self.dfs or [1]), ALPHA / self.m)} would detect {MATCH_TV:g}"
+        if not self.can_tell:
+            return (f"{found}, but not enough samples to tell: with {self.samples} samples the test detects (80% power) "
+                    f"only differences of total variation {weakest:.2f} or more; {more}")
+        if weakest > MATCH_TV:
+            return (f"{found}: no difference of total variation {weakest:.2f} or more (80% power); smaller ones would "
+                    f"go unseen; {more}")
+        return (f"{found}: speculative sampling matches the target's distribution (a difference of total variation "
+                f"{weakest:.2f} or more would have been detected with 80% power)")
+
+
+ALPHA = 0.01  # the check's significance level, over all positions (Bonferroni)
+POWER = 0.8
+MATCH_TV = 0.1  # 'matches' needs a test that detects this total variation (or less) with POWER
+WEAK_TV = 0.25  # a test that cannot detect this much cannot tell
+
+
+def _noncentrality(df: int, alpha: float, power: float = POWER) -> float:
+    """The chi-square noncentrality at which a level-alpha test with df degrees of freedom rejects with `power`."""
+    crit = chi2.ppf(1 - alpha, df)
+    return float(brentq(lambda lam: ncx2.sf(crit, df, lam) - power, 1e-9, 1e4))
+
+
+def detectable_tv(samples: int, df: int, alpha: float, power: float = POWER) -> float:
+    """The smallest total variation the two-sample chi-square test (`samples` per side, df degrees of freedom, level
+    alpha) detects with `power`, whatever the difference's shape. With n per side the test's noncentrality is
+    n * sum((p_i - q_i)^2 / (p_i + q_i)), which Cauchy-Schwarz bounds below by 2 n TV^2: any difference of total
+    variation at least sqrt(lambda / 2n) is detected."""
+    return math.sqrt(_noncentrality(max(1, df), alpha, power) / (2 * samples))
+
+
+def samples_to_detect(tv: float, df: int, alpha: float, power: float = POWER) -> int:
+    """Samples per side for detectable_tv to reach `tv`."""
+    return math.ceil(_noncentrality(max(1, df), alpha, power) / (2 * tv * tv))
 
 
 def sample_positions(generate: Callable[[int], list[int]], m: int, samples: int) -> list[list[int]]:
@@ -206,7 +255,7 @@ def sample_positions(generate: Callable[[int], list[int]], m: int, samples: int)
 
 def compare_samples(a: list[list[int]], b: list[list[int]]) -> DistributionCheck:
     """Two-sample chi-square per position; tokens seen fewer than 5 times in all are pooled."""
-    p_values, tvs = [], []
+    p_values, tvs, dfs = [], [], []
     for col_a, col_b in zip(a, b):
         cats, inv = np.unique(np.array(col_a + col_b), return_inverse=True)
         ca = np.bincount(inv[: len(col_a)], minlength=len(cats))
@@ -216,7 +265,8 @@ def compare_samples(a: list[list[int]], b: list[list[int]]) -> DistributionCheck
         table = np.array([np.append(ca[common], ca[~common].sum()), np.append(cb[common], cb[~common].sum())])
         table = table[:, table.sum(axis=0) > 0]
         p_values.append(1.0 if table.shape[1] < 2 else float(chi2_contingency(table)[1]))
-    return DistributionCheck(m=len(a), samples=len(a[0]), p_values=p_values, tv_distance=tvs)
+        dfs.append(max(1, table.shape[1] - 1))
+    return DistributionCheck(m=len(a), samples=len(a[0]), p_values=p_values, tv_distance=tvs, dfs=dfs)
 
 
 def distribution_check(pair: LoadedPair, prompt: list[int], m: int, samples: int, k: int,
