@@ -128,7 +128,7 @@ def test_sweep_stores_every_cell_and_resume_does_nothing_twice(tiny_pairs, isola
     # 2 temps x 2 prompts x 2 reps x (target + draft + 3 K)
     assert len(records) == 2 * 2 * 2 * 5 and len({r["cell"] for r in records}) == len(records)
     assert all(r["env"]["llama_cpp_python"] and r["models"]["target"]["sha256"] for r in records)
-    assert "K=3" in first.output and "★" in first.output
+    assert "K=3" in first.output and ("★" in first.output or "! unreliable" in first.output)  # busy: no star
     again = runner.invoke(app, args + ["--resume"])
     assert again.exit_code == 0 and "40 cells already done, 0 to go" in again.output
     assert len(stored(out)) == 40
@@ -202,7 +202,8 @@ def test_report_formats_and_plot(tiny_pairs, isolated, tmp_path):
     csv_path = tmp_path / "r.csv"
     assert runner.invoke(app, ["report", results, "--format", "csv", "-o", str(csv_path)]).exit_code == 0
     frame = pd.read_csv(csv_path)
-    assert set(frame["mode"]) == {"target", "draft", "speculative"} and frame["best_k"].sum() == 1
+    flagged = frame["unreliable"].fillna("").ne("").any()  # a busy machine stars no best K (test_trust.py)
+    assert set(frame["mode"]) == {"target", "draft", "speculative"} and frame["best_k"].sum() == (0 if flagged else 1)
     as_json = json.loads(runner.invoke(app, ["report", results, "--format", "json"]).stdout)
     assert len(as_json) == len(frame)
     lines = runner.invoke(app, ["report", results, "--format", "jsonl"]).stdout.splitlines()

@@ -132,3 +132,66 @@ def test_check_dist_with_few_samples_says_it_cannot_tell(tiny_pairs):
     text = " ".join(result.output.split())
     assert "not enough samples to tell" in text and "matches the target's distribution" not in text, text
     assert "detectable TV" in text
+
+
+# --- 6. a busy machine is called out ---------------------------------------------------------------------
+
+
+def hand_record(mode, tps, k=0, rep=0, load1=0.2, main=1.0, wall=2.0):
+    return {"pair": "P", "mode": mode, "config": {"k": k, "n_predict": 64, "prompt_id": "p", "repetition": rep},
+            "metrics": {"tokens_per_s": tps, "ms_per_token": 1000 / tps},
+            "offload": {"target": "0/29", "draft": "0/29"},
+            "models": {"target": {"file": "t.gguf"}, "draft": {"file": "d.gguf"}},
+            "load": {"load1_before": load1, "load1_after": load1, "wall_s": wall, "cpu_s": 2 * main * wall,
+                     "main_cpu_s": main * wall, "cpu_count": 2}}
+
+
+def test_report_flags_spread_and_load_and_stars_no_best_beside_them():
+    from gguf_bench.results.records import Load, RunRecord, parse
+    from gguf_bench.results.report import rich_table, summarize, to_frame
+
+    quiet = [hand_record("target", 10), hand_record("target", 10.4, rep=1), hand_record("speculative", 14, k=2),
+             hand_record("speculative", 14.2, k=2, rep=1), hand_record("speculative", 12, k=4),
+             hand_record("speculative", 12.1, k=4, rep=1)]
+    rec = parse(quiet[0])
+    assert isinstance(rec, RunRecord) and isinstance(rec.load, Load) and rec.load.main_share == 1.0
+    s = summarize(to_frame(quiet))
+    assert (s["unreliable"] == "").all() and s["best_k"].sum() == 1
+
+    spread = quiet[:5] + [hand_record("speculative", 30, k=4, rep=1)]  # K=4: 12 and 30 tokens/s
+    s = summarize(to_frame(spread)).set_index(["mode", "k"])
+    assert s.loc[("speculative", 4), "unreliable"] == "spread" and not s["best_k"].any()
+
+    busy = quiet[:5] + [hand_record("speculative", 12.1, k=4, rep=1, load1=3.5)]  # load average 3.5 on 2 cores
+    assert summarize(to_frame(busy)).set_index(["mode", "k"]).loc[("speculative", 4), "unreliable"] == "busy"
+    starved = quiet[:5] + [hand_record("speculative", 12.1, k=4, rep=1, main=0.4)]  # the thread got 40% of the time
+    summary = summarize(to_frame(starved))
+    assert summary.set_index(["mode", "k"]).loc[("speculative", 4), "unreliable"] == "busy"
+    from rich.console import Console
+
+    console = Console(width=100, record=True)
+    console.print(rich_table(summary, width=100))
+    text = console.export_text()
+    assert "K=4 !" in text and "★" not in text and "! unreliable: the machine was busy" in text, text
+
+
+def test_a_sweep_beside_a_cpu_hog_records_the_load_and_flags_its_rows(tiny_pairs, isolated):
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(1)
+        result = invoke("sweep", *pair_args(tiny_pairs["middle"]), "--name", "hog", "--prompt-ids", "code-short",
+                        "-K", "1,2", "-n", "48", "-r", "2", "--threads", "2")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "hog.jsonl")
+    for r in records:
+        load = r["load"]
+        assert load["wall_s"] > 0 and load["cpu_s"] > 0 and load["main_cpu_s"] > 0 and load["cpu_count"] >= 1
+        assert load["load1_before"] is not None and load["load1_after"] is not None
+        assert load["main_cpu_s"] < 0.75 * load["wall_s"], load  # the hogs took their share of the cores
+    text = " ".join(result.output.split())
+    assert "! unreliable:" in text and "the machine was busy" in text and "★" not in text, result.output
+    assert " ! " in result.output or "!\n" in result.output

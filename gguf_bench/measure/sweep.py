@@ -7,8 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gguf_bench import options
@@ -23,7 +24,7 @@ from gguf_bench.measure.prompts import Prompt
 from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import Shape, fits
 from gguf_bench.options import layers_label
-from gguf_bench.results.records import Mode, Offload, RunConfig, RunMetrics, RunRecord
+from gguf_bench.results.records import Load, Mode, Offload, RunConfig, RunMetrics, RunRecord
 from gguf_bench.results.store import (
     append_record,
     default_name,
@@ -228,17 +229,41 @@ def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cel
         for cell in cells:
             cfg = cell.config(grid, load).sampling()
             try:
-                res = pair.generate(cell.mode, tokens[cell.prompt.id], grid.n_predict, cell.k, cfg, verify=grid.verify,
-                                    strategy=cell.strategy)
+                with LoadMeter() as meter:
+                    res = pair.generate(cell.mode, tokens[cell.prompt.id], grid.n_predict, cell.k, cfg,
+                                        verify=grid.verify, strategy=cell.strategy)
                 identity = None
                 if cfg.greedy and cell.mode == Mode.TARGET:
                     greedy_target[cell.prompt.id] = res.tokens
                 if cfg.greedy and cell.mode == Mode.SPECULATIVE:
                     identity = _identity(pair, tokens[cell.prompt.id], res, grid, greedy_target, cell.prompt.id)
                 measured = RunMetrics.from_result(res, pair.target.detokenize(res.tokens), identity)
-                yield _record(static, files, grid, load, cell, measured, offload, None)
+                yield replace(_record(static, files, grid, load, cell, measured, offload, None), load=meter.load)
             except (BenchError, MemoryError) as exc:
                 yield _record(static, files, grid, load, cell, None, offload, str(exc))
+
+
+class LoadMeter:
+    """The machine's load over a block: the 1-minute load average before and after, and the CPU time the process and
+    the calling thread got against the block's wall time (records.Load)."""
+
+    def __enter__(self) -> LoadMeter:
+        self.load = Load(load1_before=_load1(), cpu_count=os.cpu_count())
+        self._cpu, self._main, self._wall = time.process_time(), time.thread_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.load.wall_s = time.perf_counter() - self._wall
+        self.load.cpu_s = time.process_time() - self._cpu
+        self.load.main_cpu_s = time.thread_time() - self._main
+        self.load.load1_after = _load1()
+
+
+def _load1() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
 
 
 def _identity(pair: LoadedPair, prompt: list[int], spec, grid: Grid, greedy_target: dict, prompt_id: str) -> Identity:

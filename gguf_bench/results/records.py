@@ -120,6 +120,31 @@ class Node:
     gpu_offload: bool | None = None
 
 
+@dataclass
+class Load:
+    """The load one run measured under (measure.sweep.LoadMeter): the 1-minute load average before and after, and the
+    CPU time the process (every thread) and its generating thread got against the run's wall time."""
+
+    load1_before: float | None = None
+    load1_after: float | None = None
+    wall_s: float | None = None
+    cpu_s: float | None = None  # the process: every thread, llama.cpp's included
+    main_cpu_s: float | None = None  # the thread that generates (Python, and llama.cpp's worker 0)
+    cpu_count: int | None = None
+
+    @property
+    def load1(self) -> float | None:
+        """The higher of the two load averages."""
+        known = [x for x in (self.load1_before, self.load1_after) if x is not None]
+        return max(known) if known else None
+
+    @property
+    def main_share(self) -> float | None:
+        """The generating thread's CPU time over wall time: about 1 on a CPU-only run with the machine to itself (it
+        runs Python or computes, spinning at llama.cpp's barriers); well below 1 when it had to wait for a core."""
+        return self.main_cpu_s / self.wall_s if self.wall_s and self.main_cpu_s is not None else None
+
+
 # --- runs --------------------------------------------------------------------------------------
 
 
@@ -221,6 +246,7 @@ class RunRecord:
     env: Environment = field(default_factory=Environment)
     models: Models = field(default_factory=Models)
     node: Node | None = None  # where a distributed sweep ran it
+    load: Load | None = None  # the machine's load over the run (records before issue 23 have none)
     kind: Kind = Kind.RUN
 
     def __post_init__(self) -> None:
@@ -279,6 +305,9 @@ def run_row(run: RunRecord) -> dict:
         "target_offload": offload.target, "draft_offload": offload.draft,
         "target_file": models.target.file if models.target else None, "draft_file": models.draft.file if models.draft else None,
         "host": run.host, "cpu": run.env.cpu, "gpu": run.env.gpu,
+        "load1": run.load.load1 if run.load else None, "main_cpu_share": run.load.main_share if run.load else None,
+        "cpu_share": run.load.cpu_s / run.load.wall_s if run.load and run.load.wall_s and run.load.cpu_s is not None else None,
+        "cpu_count": (run.load.cpu_count if run.load else None) or run.env.cpu_count,
     }
 
 

@@ -33,6 +33,8 @@ from gguf_bench.results.text import number_text, speed_text
 SETTING = ["pair", "host", "ngl", "ngld", "temperature", "n_predict"]  # what a baseline must share with its row
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 FORMATS = ("md", "csv", "json", "jsonl")
+SPREAD = 0.25  # std/mean of a row's runs above which they disagree too much to rank the row
+MAIN_SHARE = 0.75  # a CPU-only run whose generating thread got less of the wall time than this shared the CPU
 
 
 @dataclass
@@ -81,6 +83,8 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         df = df.assign(strategy=df["mode"].map(lambda m: "draft" if m == "speculative" else ""))
     setting = SETTING + (["prompt_id"] if by_prompt else [])
     keys = setting + ["mode", "strategy", "k"]
+    for col in ("load1", "main_cpu_share", "cpu_count"):  # the load a run measured under (none in older files)
+        df = df.assign(**{col: pd.to_numeric(df[col], errors="coerce") if col in df else float("nan")})
     ok = df[df["error"].isna()]
     failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
     agg = ok.groupby(keys, dropna=False).agg(
@@ -89,7 +93,8 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         tokens_per_round=("tokens_per_round", "mean"), overhead_pct=("overhead_pct", "mean"),
         target_offload=("target_offload", "first"), draft_offload=("draft_offload", "first"),
         target_file=("target_file", "first"), draft_file=("draft_file", "first"), cpu=("cpu", "first"),
-        gpu=("gpu", "first"))
+        gpu=("gpu", "first"), load1=("load1", "max"), main_cpu_share=("main_cpu_share", "min"),
+        cpu_count=("cpu_count", "max"))
     agg = agg.join(failed, how="outer").reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
@@ -97,8 +102,10 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         columns={"tokens_per_s": "baseline_tokens_per_s", "tokens_per_s_std": "baseline_std"})
     agg = agg.merge(base, on=setting, how="left")
     agg["gain_pct"] = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"])
+    agg["unreliable"] = agg.apply(_unreliable, axis=1)
+    flagged = agg.groupby(setting, dropna=False)["unreliable"].transform(lambda s: bool((s != "").any()))
     agg["best_k"] = False
-    spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna()]
+    spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna() & ~flagged]  # no best among unreliable rows
     spec = spec[spec.groupby(setting, dropna=False)["k"].transform("size") > 1]  # a choice of K to make
     if not spec.empty:
         agg.loc[spec.groupby(setting, dropna=False)["tokens_per_s"].idxmax(), "best_k"] = True
@@ -106,6 +113,21 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
     agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
     return agg.drop(columns=["_order", "_default"]).reset_index(drop=True)
+
+
+def _unreliable(row: pd.Series) -> str:
+    """Why a row cannot be trusted: 'spread' (its runs disagree: std/mean above SPREAD), 'busy' (the machine had other
+    work: a load average above its cores, or on a CPU-only run a generating thread that got less than MAIN_SHARE of
+    the wall time), both comma-joined, or ''."""
+    why = []
+    mean, std = row["tokens_per_s"], row["tokens_per_s_std"]
+    if pd.notna(std) and pd.notna(mean) and mean > 0 and std / mean > SPREAD:
+        why.append("spread")
+    cpu_only = all(part.strip().startswith("0/") for part in offload_label(row).split("+"))
+    if ((pd.notna(row["load1"]) and pd.notna(row["cpu_count"]) and row["load1"] > row["cpu_count"])
+            or (cpu_only and pd.notna(row["main_cpu_share"]) and row["main_cpu_share"] < MAIN_SHARE)):
+        why.append("busy")
+    return ",".join(why)
 
 
 def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, calibrations: list[CalibrationRecord]) -> pd.DataFrame:
@@ -186,7 +208,8 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     offloads = summary.apply(offload_label, axis=1)
     show_offload = width >= 120 or offloads[summary["mode"] == "speculative"].nunique() > 1
     columns = {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else str(v) for v in summary[c]] for c in varying}
-    columns["run"] = [row_label(r) + (" ★" if r["best_k"] else "") for _, r in summary.iterrows()]
+    columns["run"] = [row_label(r) + (" ★" if r["best_k"] else "") + (" !" if r.get("unreliable") else "")
+                      for _, r in summary.iterrows()]
     if show_offload:
         columns["GPU layers"] = list(offloads)
     columns |= {
@@ -240,7 +263,14 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool) -> str:
             target += f" ({first['target_offload']} on GPU)"
             draft += f" ({first['draft_offload']})"
         lines += [f"target {target}"] + ([f"draft  {draft}"] if isinstance(first["draft_file"], str) else [])
-    lines.append("★ best K · gain vs target alone" + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
+    legend = (["★ best K"] if summary["best_k"].any() else []) + ["gain vs target alone"]
+    lines.append(" · ".join(legend) + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
+    reasons = set(",".join(summary["unreliable"]).split(",")) - {""} if "unreliable" in summary else set()
+    if reasons:
+        why = [f"runs spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
+        why += ["the machine was busy (load average above its cores, or the generating thread got under "
+                f"{MAIN_SHARE:.0%} of the wall time)"] if "busy" in reasons else []
+        lines.append(f"! unreliable: {' and '.join(why)}; no best K is starred beside such rows")
     if "predicted_tokens_per_s" in summary:
         lines.append("pred.: tokens/s that `gguf-bench tune` predicted for the setting")
     return "\n".join(lines)
@@ -272,6 +302,7 @@ def to_markdown(summary: pd.DataFrame) -> str:
     for _, row in summary.iterrows():
         gain = "" if row["mode"] == "target" else number_text(row["gain_pct"], "{:+.1f}%")
         best = " **(best K)**" if row["best_k"] else ""
+        best += f" (unreliable: {row['unreliable']})" if row.get("unreliable") else ""
         pred = f"{speed_text(row['predicted_tokens_per_s'])} | " if predicted else ""
         lines.append(f"| {model_label(row)}{best} | {offload_label(row)} | {_tps(row)} | {pred}{gain} | "
                      f"{number_text(row['acceptance'], '{:.1%}')} | {number_text(row['temperature'], '{:g}')} |")
