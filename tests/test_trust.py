@@ -195,3 +195,29 @@ def test_a_sweep_beside_a_cpu_hog_records_the_load_and_flags_its_rows(tiny_pairs
     text = " ".join(result.output.split())
     assert "! unreliable:" in text and "the machine was busy" in text and "★" not in text, result.output
     assert " ! " in result.output or "!\n" in result.output
+
+
+# --- 3. tables never hide what tells rows apart -------------------------------------------------------
+
+
+def test_report_at_80_columns_keeps_t_n_and_host_and_truncates_no_cell():
+    from rich.console import Console
+
+    from gguf_bench.results.report import rich_table, summarize, to_frame
+
+    rows = []
+    for pair in ("gemma-270m-f32+q4km", "qwen-coder-1.5b-f16+q2k"):
+        for n in (16, 64):
+            for temp in (0.0, 0.7):
+                for mode, k, tps in (("target", 0, 10.0), ("draft", 0, 30.0), ("speculative", 4, 13.0)):
+                    r = hand_record(mode, tps, k=k)
+                    r["pair"] = pair
+                    r["config"] |= {"n_predict": n, "temperature": temp}
+                    r["node"] = {"host": "rtx3060-box"}
+                    rows.append(r)
+    console = Console(width=80, record=True)
+    console.print(rich_table(summarize(to_frame(rows)), width=80, show_host=True))
+    text = console.export_text()
+    header = next(ln for ln in text.splitlines() if "tokens/s" in ln).split()
+    assert {"pair", "host", "T", "n", "run", "tokens/s", "gain"} <= set(header), text
+    assert "…" not in text and max(map(len, text.splitlines())) <= 80, text

@@ -222,13 +222,15 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
         "ovh": [number_text(v, "{:.1f}%") for v in summary["overhead_pct"]],
         "runs": [f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else "") for _, r in summary.iterrows()],
     }
-    for optional in ("ovh", "tok/rnd", "runs"):
+    # still too wide: drop what does not tell rows apart, never a column that does (pair, host, T, n, prompt)
+    for optional in ("ovh", "tok/rnd", "runs", "ms/tok", "pred.", "accept"):
         if _width(columns) <= width:
             break
-        del columns[optional]
+        columns.pop(optional, None)
+    tight = _width(columns) > width  # still too wide: one space between columns instead of three
     table = Table(title=_title(summary, varying, title), caption=_caption(summary, show_offload, "ovh" in columns),
                   box=box.SIMPLE_HEAD,
-                  show_edge=False, padding=(0, 1), pad_edge=False, title_justify="left", caption_justify="left")
+                  show_edge=False, padding=(0, 0) if tight else (0, 1), pad_edge=False, title_justify="left", caption_justify="left")
     for name in columns:
         table.add_column(name, justify="left" if name in ("run", "pair", "host", "prompt") else "right", no_wrap=True)
     best = list(summary["best_k"])
