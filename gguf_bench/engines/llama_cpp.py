@@ -137,7 +137,6 @@ class Model:
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_layers = llama_cpp.llama_model_n_layer(self._model)
-        self.n_gpu_layers = min(mparams.n_gpu_layers, self.n_layers + 1)  # +1: llama.cpp counts the output layer
         threads = n_threads or max(1, os.cpu_count() or 1)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx

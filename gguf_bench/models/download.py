@@ -138,7 +138,7 @@ def _cached_names(src: HubSource) -> list[str]:
     return [p.name for p in snapshot.glob("*.gguf")] if commit and snapshot.is_dir() else []
 
 
-def _hub_filename(src: HubSource, online: bool) -> str | None:
+def hub_filename(src: HubSource, online: bool) -> str | None:
     """The file to fetch: `file`, or the one that `pattern` picks from the repo (online) or the cache."""
     if src.file:
         return src.file
@@ -150,14 +150,14 @@ def _hub_filename(src: HubSource, online: bool) -> str | None:
     try:
         names = list(HfApi().list_repo_files(src.repo, revision=src.revision))
     except Exception as exc:  # translated like a download error (unreachable, gated, missing, offline)
-        raise DownloadError(_hub_error_message(src, src.pattern, exc)) from None
+        raise DownloadError(hub_error_message(src, src.pattern, exc)) from None
     return pick_file(src, names)
 
 
 def _hub_cached(src: HubSource) -> Path | None:
     from huggingface_hub import try_to_load_from_cache
 
-    name = _hub_filename(src, online=False)
+    name = hub_filename(src, online=False)
     if name is None:
         return None
     paths = [try_to_load_from_cache(src.repo, f, revision=src.revision) for f in split_parts(name)]
@@ -179,12 +179,12 @@ def _fetch_hub(src: HubSource, progress: Progress) -> tuple[Path, bool]:
     hf_logging.set_verbosity_error()  # its retry warnings would bury our one-line errors
     drop_orphaned_partials(src.repo)
     paths = []
-    for name in split_parts(_hub_filename(src, online=True)):
+    for name in split_parts(hub_filename(src, online=True)):
         try:
             paths.append(Path(hf_hub_download(src.repo, name, revision=src.revision,
                                               tqdm_class=_tqdm_for(progress))))
         except Exception as exc:  # huggingface_hub raises many types; translate the ones users meet
-            raise DownloadError(_hub_error_message(src, name, exc)) from None
+            raise DownloadError(hub_error_message(src, name, exc)) from None
     drop_orphaned_partials(src.repo)  # again: one too fresh to judge before a long transfer is old enough now
     if src.sha256:
         verify(paths[0], src.sha256, progress)
@@ -223,7 +223,7 @@ def drop_orphaned_partials(repo: str) -> int:
     return freed
 
 
-def _hub_error_message(src: HubSource, name: str, exc: Exception) -> str:
+def hub_error_message(src: HubSource, name: str, exc: Exception) -> str:
     from huggingface_hub import errors
 
     where = f"{src.repo}/{name}" + (f"@{src.revision}" if src.revision else "")

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from gguf_bench.errors import DownloadError
-from gguf_bench.models.download import _hub_error_message, _hub_filename, locate
+from gguf_bench.models.download import hub_error_message, hub_filename, locate
 from gguf_bench.models.gguf import HeaderCutShort, TensorInfo, header_table, tensor_table
 from gguf_bench.models.registry import HubSource, ModelRef, Registry
 
@@ -34,7 +34,7 @@ def file_header(path: Path) -> Header:
 
 
 def hub_header(src: HubSource) -> Header:
-    name = _hub_filename(src, online=True)
+    name = hub_filename(src, online=True)
     n = int(os.environ.get("GGUF_BENCH_HEADER_READ", FIRST_READ))
     while True:
         data = _first_bytes(src, name, n)
@@ -62,5 +62,5 @@ def _first_bytes(src: HubSource, name: str, n: int) -> bytes:
                 if len(out) >= n:
                     break
     except Exception as exc:  # unreachable, gated, missing: one line, as a download says it
-        raise DownloadError(_hub_error_message(src, name, exc)) from None
+        raise DownloadError(hub_error_message(src, name, exc)) from None
     return bytes(out[:n])
