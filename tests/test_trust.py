@@ -221,3 +221,38 @@ def test_report_at_80_columns_keeps_t_n_and_host_and_truncates_no_cell():
     header = next(ln for ln in text.splitlines() if "tokens/s" in ln).split()
     assert {"pair", "host", "T", "n", "run", "tokens/s", "gain"} <= set(header), text
     assert "…" not in text and max(map(len, text.splitlines())) <= 80, text
+
+
+def test_offload_groups_the_build_ignored_are_labelled_and_explained():
+    """`sweep -ngl 0,all` on a CPU-only build: two groups, both placed 0/5. The table names what each group asked
+    for beside what llama.cpp placed, and says in one caption line that the build ignored -ngl/-ngld."""
+    from rich.console import Console
+
+    from gguf_bench.results.report import render, rich_table, summarize, to_frame
+
+    rows = []
+    for ngl in (0, "all"):
+        for mode, k, tps in (("target", 0, 10.0), ("speculative", 4, 13.0)):
+            r = hand_record(mode, tps, k=k)
+            r["config"] |= {"ngl": ngl, "ngld": 0}
+            r["offload"] = {"target": "0/5", "draft": "0/5"}
+            rows.append(r)
+    summary = summarize(to_frame(rows))
+    for width in (80, 120):
+        console = Console(width=width, record=True)
+        console.print(rich_table(summary, width=width))
+        text = console.export_text()
+        lines = text.splitlines()
+        header = next(ln for ln in lines if "tokens/s" in ln).split()
+        assert "-ngl" in header and "GPU" in header, text
+        body = [ln.split() for ln in lines if "0/5" in ln]
+        assert len(body) == 4 and len({tuple(b) for b in body}) == 4, text  # no two rows look the same
+        assert any("all" in b for b in body) and any("0/5" in b for b in body), text
+        assert "this llama.cpp build has no GPU device: -ngl/-ngld were ignored" in " ".join(text.split()), text
+        assert "…" not in text and max(map(len, lines)) <= width, text
+    md = render(summary, "md")
+    assert "0/5 (asked -ngl all -ngld 0)" in md and md.count("asked") == 2, md
+    placed = [r | {"offload": {"target": "5/5" if r["config"]["ngl"] == "all" else "0/5", "draft": "0/5"}} for r in rows]
+    console = Console(width=80, record=True)
+    console.print(rich_table(summarize(to_frame(placed)), width=80))
+    assert "ignored" not in console.export_text() and "asked" not in render(summarize(to_frame(placed)), "md")

@@ -195,7 +195,8 @@ def _tps(row: pd.Series) -> str:
 
 # --- rich tables ----------------------------------------------------------------------------
 
-_VARYING = {"pair": "pair", "host": "host", "temperature": "T", "n_predict": "n", "prompt_id": "prompt"}
+_VARYING = {"pair": "pair", "host": "host", "temperature": "T", "n_predict": "n", "prompt_id": "prompt", "ngl": "-ngl",
+            "ngld": "-ngld"}
 
 
 def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_host: bool = False) -> Table:
@@ -206,7 +207,8 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     varying = [c for c in _VARYING if c in summary.columns
                and (summary[c].nunique(dropna=False) > 1 or (c == "host" and show_host))]
     offloads = summary.apply(offload_label, axis=1)
-    show_offload = width >= 120 or offloads[summary["mode"] == "speculative"].nunique() > 1
+    requested = "ngl" in varying or "ngld" in varying  # the groups differ by what was asked: show what was placed
+    show_offload = width >= 120 or requested or offloads[summary["mode"] == "speculative"].nunique() > 1
     columns = {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else str(v) for v in summary[c]] for c in varying}
     columns["run"] = [row_label(r) + (" ★" if r["best_k"] else "") + (" !" if r.get("unreliable") else "")
                       for _, r in summary.iterrows()]
@@ -222,7 +224,8 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
         "ovh": [number_text(v, "{:.1f}%") for v in summary["overhead_pct"]],
         "runs": [f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else "") for _, r in summary.iterrows()],
     }
-    # still too wide: drop what does not tell rows apart, never a column that does (pair, host, T, n, prompt)
+    # still too wide: drop what does not tell rows apart, never a column that does (pair, host, T, n, prompt, -ngl,
+    # -ngld, and the layers placed beside them)
     for optional in ("ovh", "tok/rnd", "runs", "ms/tok", "pred.", "accept"):
         if _width(columns) <= width:
             break
@@ -237,6 +240,38 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     for i, cells in enumerate(zip(*columns.values())):
         table.add_row(*cells, style="bold" if best[i] else None)
     return table
+
+
+def short_of_request(row: pd.Series) -> bool:
+    """Whether llama.cpp placed fewer layers than -ngl/-ngld asked for, on the models this row ran (a CPU-only build
+    places none: it ignores them)."""
+    checks = [] if row["mode"] == "draft" else [(row["ngl"], row["target_offload"])]
+    if row["mode"] != "target":
+        checks.append((row["ngld"], row["draft_offload"]))
+    return any(_placed_fewer(asked, placed) for asked, placed in checks)
+
+
+def _placed_fewer(asked, placed) -> bool:
+    """asked: 'all' or a number; placed: 'N/total' as llama.cpp counts (anything else, a run without a model: False)."""
+    try:
+        on, total = map(int, str(placed).split("/"))
+        want = total if str(asked).lower() in ("all", "max", "-1") else min(int(asked), total)
+    except ValueError:
+        return False
+    return on < want
+
+
+def _offload_line(summary: pd.DataFrame) -> str | None:
+    """One caption line when some row got fewer GPU layers than it asked for; None when every row got what it asked."""
+    if not {"ngl", "ngld"} <= set(summary.columns):
+        return None
+    short = summary[summary.apply(short_of_request, axis=1)]
+    if short.empty:
+        return None
+    on_cpu = short.apply(offload_label, axis=1).str.split(" + ").map(lambda ps: all(p.startswith("0/") or "/" not in p for p in ps))
+    if on_cpu.all():
+        return "this llama.cpp build has no GPU device: -ngl/-ngld were ignored"
+    return "GPU layers: what llama.cpp placed, fewer than -ngl/-ngld asked"
 
 
 def _width(columns: dict[str, list[str]]) -> int:
@@ -265,6 +300,8 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool) -> str:
             target += f" ({first['target_offload']} on GPU)"
             draft += f" ({first['draft_offload']})"
         lines += [f"target {target}"] + ([f"draft  {draft}"] if isinstance(first["draft_file"], str) else [])
+    if offload := _offload_line(summary):
+        lines.append(offload)
     legend = (["★ best K"] if summary["best_k"].any() else []) + ["gain vs target alone"]
     lines.append(" · ".join(legend) + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
     reasons = set(",".join(summary["unreliable"]).split(",")) - {""} if "unreliable" in summary else set()
@@ -306,7 +343,8 @@ def to_markdown(summary: pd.DataFrame) -> str:
         best = " **(best K)**" if row["best_k"] else ""
         best += f" (unreliable: {row['unreliable']})" if row.get("unreliable") else ""
         pred = f"{speed_text(row['predicted_tokens_per_s'])} | " if predicted else ""
-        lines.append(f"| {model_label(row)}{best} | {offload_label(row)} | {_tps(row)} | {pred}{gain} | "
+        asked = f" (asked -ngl {row['ngl']} -ngld {row['ngld']})" if "ngl" in row and short_of_request(row) else ""
+        lines.append(f"| {model_label(row)}{best} | {offload_label(row)}{asked} | {_tps(row)} | {pred}{gain} | "
                      f"{number_text(row['acceptance'], '{:.1%}')} | {number_text(row['temperature'], '{:g}')} |")
     return "\n".join(lines) + "\n"
 
