@@ -20,7 +20,7 @@ from gguf_bench.models.gguf import compatibility
 from gguf_bench.models.headers import file_header, read_header
 from gguf_bench.models.memory import MIB
 from gguf_bench.models.pairs import resolve_for_info
-from gguf_bench.models.registry import load_registry
+from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import make_pair
 from gguf_bench.results.text import size_text
 
@@ -52,12 +52,21 @@ def download(pairs: Annotated[list[str] | None, typer.Argument(help="pair names 
     if not pairs and not all_pairs:
         raise BenchError("name at least one pair, or pass --all; `gguf-bench models` lists them")
     chosen = list(reg.pairs.values()) if all_pairs else [reg.pair(p) for p in pairs]
-    refs = {ref.name: ref for pair in chosen for ref in (pair.target, pair.draft)}
-    for ref in refs.values():
+    refs: dict[str, ModelRef] = {}
+    for ref in (ref for pair in chosen for ref in (pair.target, pair.draft)):
+        _with_bases(ref, reg, refs)
+    for ref in refs.values():  # a derived model's source first: each says whether this call fetched it
         with DownloadProgress() as progress:
             got = fetch(ref, reg, progress, quantize)
         verb = "fetched" if got.did_work else "already cached, nothing to do:"
         console.print(f"{ref.name}: {verb} {got.path}")
+
+
+def _with_bases(ref: ModelRef, reg, out: dict[str, ModelRef]) -> None:
+    """Add `ref` to `out` after the models it is derived from."""
+    if isinstance(ref.source, DerivedSource):
+        _with_bases(reg.base_of(ref), reg, out)
+    out.setdefault(ref.name, ref)
 
 
 @command

@@ -24,9 +24,13 @@ from gguf_bench.measure.sweep import SweepEvents
 from gguf_bench.models.pairs import PairFiles, resolve
 from gguf_bench.results.records import RunRecord
 
+STEP_LINE_BYTES = 10_000_000  # where no bar can draw, a step of known size below this passes without a line
+
 
 class DownloadProgress:
-    """A rich progress display fed by download.Progress callbacks."""
+    """A rich progress display fed by download.Progress callbacks; where stderr is not a terminal (a log, CI), where
+    no bar can draw, one line per step that can take a while ('quantize X -> F32 ...', 'download X ... (253 MB)')
+    so that minutes of work are never silent."""
 
     def __init__(self):
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
@@ -36,14 +40,18 @@ class DownloadProgress:
     def __call__(self, desc: str, done: int, total: int | None) -> None:
         if desc not in self.tasks:
             self.tasks[desc] = self.progress.add_task(desc, total=total)
+            if not err.is_terminal and (total is None or total >= STEP_LINE_BYTES):
+                err.print(f"{desc} ..." + (f" ({total / 1e6:,.0f} MB)" if total else ""), markup=False)
         self.progress.update(self.tasks[desc], completed=done, total=total)
 
     def __enter__(self):
-        self.progress.start()
+        if err.is_terminal:  # elsewhere the bar would only leave blank lines
+            self.progress.start()
         return self
 
     def __exit__(self, *exc):
-        self.progress.stop()
+        if err.is_terminal:
+            self.progress.stop()
 
 
 class SweepProgress:
@@ -70,7 +78,7 @@ class SweepProgress:
 
     def cell(self, r: RunRecord) -> None:
         c, m = r.config, r.metrics
-        what = f"{r.mode:<11} K={c.k:<2} T={c.temperature:g} {c.prompt_id} rep {c.repetition}"
+        what = f"{r.label:<12} T={c.temperature:g} {c.prompt_id} rep {c.repetition}"
         if r.error:
             self.progress.console.print(f"  [red]failed[/red] {what}: {r.error}")
         else:

@@ -182,7 +182,7 @@ def _fetch_hub(src: HubSource, progress: Progress) -> tuple[Path, bool]:
     for name in split_parts(hub_filename(src, online=True)):
         try:
             paths.append(Path(hf_hub_download(src.repo, name, revision=src.revision,
-                                              tqdm_class=_tqdm_for(progress))))
+                                              tqdm_class=_tqdm_for(progress, f"download {name}"))))
         except Exception as exc:  # huggingface_hub raises many types; translate the ones users meet
             raise DownloadError(hub_error_message(src, name, exc)) from None
     drop_orphaned_partials(src.repo)  # again: one too fresh to judge before a long transfer is old enough now
@@ -253,15 +253,15 @@ def _hf_cache() -> str:
     return str(constants.HF_HUB_CACHE)
 
 
-def _tqdm_for(progress: Progress):
-    """A tqdm class that reports to `progress` instead of drawing its own bar."""
+def _tqdm_for(progress: Progress, desc: str):
+    """A tqdm class that reports to `progress` as `desc` instead of drawing its own bar."""
     from tqdm.auto import tqdm
 
     class _Reporter(tqdm):
         def __init__(self, *args, **kwargs):
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
-            self._desc = kwargs.get("desc") or "download"
+            self._desc = desc
             self._total = kwargs.get("total")
             self._done = kwargs.get("initial", 0) or 0
 

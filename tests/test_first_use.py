@@ -1,0 +1,61 @@
+"""What a new user meets first (issue 23, point 7): progress that is never silent, words that say what happened,
+--version, --results-dir, and the same token text and layer count in every command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from cli_helpers import invoke, pair_args
+
+from hubserver import HubServer
+
+# --- download: "fetched" for what this call fetched, and a line per step where no bar can draw ---------------
+
+
+def test_download_says_fetched_for_a_source_it_fetched_for_a_derived_model(tmp_path, tiny_pairs):
+    """The pair's target is derived from its draft: the draft is fetched for the target, then is not 'already
+    cached' seconds later. Output to a pipe (not a terminal) gets one line per step."""
+    draft = tiny_pairs["middle"][1]
+    reg = tmp_path / "models.yaml"
+    reg.write_text("default: p\nmodels:\n  d: {hf: {repo: acme/tiny-GGUF, file: tiny-draft.gguf}}\n"
+                   "  t: {derive: {from: d, quant: F16}}\npairs:\n  p: {target: t, draft: d}\n")
+    with HubServer() as hub:
+        hub.state.files["acme/tiny-GGUF"] = {"tiny-draft.gguf": draft.read_bytes()}
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HUB_ETAG_TIMEOUT": "5",
+               "HF_HUB_DOWNLOAD_TIMEOUT": "5"}
+        args = [sys.executable, "-m", "gguf_bench.cli", "download", "p", "--registry", str(reg)]
+        first = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+        again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["d", "t"], first.stdout  # the source first, each once
+    assert all(": fetched " in ln for ln in lines) and "already cached" not in first.stdout, first.stdout
+    steps = first.stderr.splitlines()
+    assert steps == ["quantize tiny-draft.gguf -> F16 ..."], first.stderr  # the 1 MB download is too short to announce
+    assert again.returncode == 0 and again.stdout.count("already cached, nothing to do") == 2, again.stdout
+    assert again.stderr == "", again.stderr  # nothing to do: no step lines
+
+
+def test_a_long_step_gets_one_line_where_no_bar_can_draw(capsys):
+    from gguf_bench.cli.progress import DownloadProgress
+
+    with DownloadProgress() as progress:
+        for done in range(0, 253_113_024, 8 << 20):
+            progress("assemble gemma-3-270m-q4_k_m.gguf", done, 253_113_024)
+        progress("quantize gemma-3-270m-q4_k_m.gguf -> F32", 0, None)
+    assert capsys.readouterr().err.splitlines() == ["assemble gemma-3-270m-q4_k_m.gguf ... (253 MB)",
+                                                    "quantize gemma-3-270m-q4_k_m.gguf -> F32 ..."]
+
+
+# --- progress lines -------------------------------------------------------------------------------------
+
+
+def test_sweep_progress_says_target_alone_not_k0(tiny_pairs):
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "--name", "p", "--prompt-ids", "code-short", "-n", "8",
+                    "-K", "2", "-t", "1")
+    assert result.exit_code == 0, result.output
+    progress = [ln.strip() for ln in result.output.splitlines() if " rep 0:" in ln]
+    assert [ln.split(" T=")[0].strip() for ln in progress] == ["target alone", "draft alone", "K=2"], result.output
+    assert "K=0" not in result.output
