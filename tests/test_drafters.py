@@ -331,7 +331,7 @@ def test_distribution_check_catches_a_stop_on_the_drawn_tokens_probability(middl
     """Why p-min looks at the distribution before drawing: stopping on the drawn token's own probability
     keeps only likely draft tokens, which are then no sample of p, and the output drifts from the target."""
 
-    def biased_propose(self, history, k, sampler):
+    def biased_propose(self, history, k, sampler, schedule=None):
         drafted, p_rows = [], []
         feed = history[self.model.n_past:]
         for _ in range(k):

@@ -31,10 +31,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from gguf_bench.decoding.protocols import NO_DRAFT, Draft, Drafter, LanguageModel
+from gguf_bench.decoding.protocols import NO_DRAFT, Draft, Drafter, LanguageModel, Schedule
 
 if TYPE_CHECKING:
     from gguf_bench.decoding.sampling import Sampler
+
+
+MATCH_CAP = 64  # n-gram match lengths are measured up to this many tokens
 
 
 # --- drafters --------------------------------------------------------------------------------
@@ -56,16 +59,31 @@ class ModelDrafter:
         self.model.rewind(0)
         self.model.eval(prompt, 1)
 
-    def propose(self, history: list[int], k: int, sampler: Sampler) -> Draft:
-        """Up to k tokens continuing `history`, stopping after an end-of-generation token."""
+    def propose(self, history: list[int], k: int, sampler: Sampler, schedule: Schedule | None = None) -> Draft:
+        """Up to k tokens continuing `history`, stopping after an end-of-generation token. A schedule with
+        signals is asked before the first decode and after each one, from the confidences seen so far,
+        whether to keep that position and go on (schedules.CostK)."""
         point_mass = self.n_min > 1  # see the module's note on n-min at T > 0 (greedy drafts are point masses anyway)
         drafted: list[int] = []
         p_rows: list = []
+        sized = schedule is not None and schedule.signals
+        confidences: list[float] = []
+        if sized and schedule.length("model", confidences, 0, k) == 0:
+            k = 0  # not worth a draft decode this round
         feed = history[self.model.n_past:]  # x0, and what earlier rounds did not feed (accepted drafts, n-gram rounds)
-        for _ in range(k):
+        while len(drafted) < k:
             logits = self.model.eval(feed, 1)[0]
-            if self.p_min > 0 and sampler.confidence(logits) < self.p_min:
-                break  # decided from the distribution before drawing: exact (module note)
+            if self.p_min > 0 or sized:
+                confidence = sampler.confidence(logits)
+                if confidence < self.p_min:
+                    break  # decided from the distribution before drawing: exact (module note)
+                if sized:  # keep this position, and go on? decided before drawing it: exact, as p-min
+                    confidences.append(confidence)
+                    want = schedule.length("model", confidences, len(confidences), k)
+                    if want <= len(drafted):
+                        break
+                    if want == len(drafted) + 1:
+                        k = want  # keep this one, then stop
             if point_mass:
                 tok = sampler.top1(logits)
             else:
@@ -100,9 +118,39 @@ class NgramDrafter:
     def sync(self, n_valid: int) -> None:
         pass
 
-    def propose(self, history: list[int], k: int, sampler: Sampler | None = None) -> Draft:
-        tokens = self.lookup(history, k)
+    def propose(self, history: list[int], k: int, sampler: Sampler | None = None, schedule: Schedule | None = None) -> Draft:
+        """The lookup's draft; with a schedule that takes signals, the best-scored continuation instead, cut
+        where the schedule says (`scored`)."""
+        if schedule is not None and schedule.signals:
+            tokens, lengths = self.scored(history, k)
+            tokens = tokens[:schedule.length("ngram", lengths, 0, len(tokens))] if tokens else tokens
+        else:
+            tokens = self.lookup(history, k)
         return Draft(tokens, None, "ngram") if tokens else NO_DRAFT
+
+    def scored(self, history: Sequence[int], k: int) -> tuple[list[int], list[int]]:
+        """The continuation after the earlier place whose match with the history's end is longest (at least
+        n_min tokens; ties: the most recent), up to k tokens and never past the end of the history, and the
+        match length behind each of its positions (the match plus the draft tokens before it, should those be
+        accepted): what the cost schedule scores it by, so a one-token match drafts little and a long copy far.
+        n_max does not cap the match here: a longer match is better evidence of a copy."""
+        if k < 1 or len(history) < 2:
+            return [], []
+        h = np.asarray(history)
+        ends = np.flatnonzero(h[:-1] == h[-1])  # earlier places where a match can end
+        if not ends.size:
+            return [], []
+        span = min(MATCH_CAP, len(h) - 1)
+        back = ends[:, None] - np.arange(span)  # [places, span]: positions compared with h[-1], h[-2], ...
+        same = (back >= 0) & (h[np.maximum(back, 0)] == h[len(h) - 1 - np.arange(span)])
+        lengths = np.cumprod(same, axis=1).sum(axis=1)  # each place's match length (capped)
+        best = int(np.flatnonzero(lengths == lengths.max())[-1])
+        m = int(lengths[best])
+        if m < self.n_min:
+            return [], []
+        start = int(ends[best]) + 1
+        tokens = [int(t) for t in h[start:start + k]]
+        return tokens, [min(m + i, MATCH_CAP) for i in range(len(tokens))]
 
     def lookup(self, history: Sequence[int], k: int) -> list[int]:
         if k < 1:
@@ -128,9 +176,9 @@ class ChainDrafter:
         for d in self.drafters:
             d.start(prompt)
 
-    def propose(self, history: list[int], k: int, sampler: Sampler) -> Draft:
+    def propose(self, history: list[int], k: int, sampler: Sampler, schedule: Schedule | None = None) -> Draft:
         for d in self.drafters:
-            draft = d.propose(history, k, sampler)
+            draft = d.propose(history, k, sampler, schedule)
             if draft.tokens:
                 return draft
         return NO_DRAFT

@@ -7,7 +7,8 @@ token, whose KV entry is not written yet in the target.
   2. target decodes [x0, d1..dk] -> k+1 logit rows                     (1 target eval)
   3. accept a prefix of d1..dk, then one more token from the target
   4. rewind the target's KV cache to just after the last accepted token; the drafter follows
-  5. the K schedule sees (k, accepted) and sets the next round's K (schedules.py)
+  5. the K schedule sees (k, accepted) and sets the next round's K (schedules.py); a cost schedule
+     also sizes the draft in step 1, token by token, from measured costs and the draft's confidence
 
 Verification comes in two modes. `batched` decodes the K+1 tokens in one llama_decode: what is
 benchmarked. `sequential` decodes them one at a time and copies each row, so every logit the
@@ -61,6 +62,7 @@ class GenerationResult:
     draft_lengths: list[int] = field(default_factory=list)  # draft_lengths[n]: rounds that drafted n tokens
     draft_sources: dict[str, int] = field(default_factory=dict)  # rounds drafted by each source ("model", "ngram")
     verify_log: list[tuple[int, list[int]]] = field(default_factory=list)  # per round: (position of x0, [x0, d1..dk])
+    predicted_tokens_per_s: float | None = None  # a cost schedule's prediction for its rounds (schedules.CostK)
 
     @property
     def n_tokens(self) -> int:
@@ -183,7 +185,7 @@ def generate_speculative(target: LanguageModel, drafter: Drafter, prompt: Sequen
         base = len(history) - 1  # position of x0
         # A round yields at most k_round + 1 tokens: draft no more than are still wanted.
         k_round = min(schedule.k, n_predict - len(res.tokens) - 1)
-        drafted, p_rows, source = drafter.propose(history, k_round, sampler)
+        drafted, p_rows, source = drafter.propose(history, k_round, sampler, schedule)  # a cost schedule sizes it here
         batch = [x0, *drafted]
         res.verify_log.append((base, batch))
         n_acc, nxt = sampler.accept(verify_logits(target, batch, verify), p_rows, drafted)  # rows [k+1, V]
@@ -194,6 +196,7 @@ def generate_speculative(target: LanguageModel, drafter: Drafter, prompt: Sequen
         done = _append(res, history, drafted[:n_acc] + [nxt], [True] * n_acc + [False], target, n_predict, on_round)
         x0 = nxt
     _finish(res, t1, sampler, clock0, target, *drafter.models)
+    res.predicted_tokens_per_s = schedule.predicted_tokens_per_s
     return res
 
 

@@ -41,24 +41,31 @@ class Draft(NamedTuple):
 NO_DRAFT = Draft([], None, "")
 
 
+class Schedule(Protocol):
+    """The draft length of the next round, updated after each round from what it drafted and accepted.
+    A schedule with `signals` also sizes a round as it is drafted: the drafter reports a signal per
+    position (the draft's confidence, an n-gram's match length) and asks `length` (schedules.CostK)."""
+
+    k: int  # the next round's draft length
+    max_k: int  # the longest draft it can ever ask for (per-position counts and context checks)
+    signals: bool  # whether drafters should report per-position signals and ask `length`
+    predicted_tokens_per_s: float | None  # what the schedule predicted for the rounds so far (None: it predicts nothing)
+
+    def length(self, source: str, signals: Sequence[float], decoded: int, k: int) -> int:
+        """How many draft tokens (at most k) the round should end with, given the signals so far."""
+
+    def update(self, n_drafted: int, n_accepted: int) -> None: ...
+
+
 class Drafter(Protocol):
-    """Proposes a round's draft: `start(prompt)` once, `propose(history, k, sampler)` each round (up to k
-    tokens continuing `history`, which ends with x0), `sync(n_valid)` after each round (positions >= n_valid
-    of the history changed)."""
+    """Proposes a round's draft: `start(prompt)` once, `propose(history, k, sampler, schedule)` each round (up
+    to k tokens continuing `history`, which ends with x0; a schedule with signals sizes it as it goes),
+    `sync(n_valid)` after each round (positions >= n_valid of the history changed)."""
 
     models: list[LanguageModel]  # the models it decodes with (their llama_decode time is the draft's)
 
     def start(self, prompt: Sequence[int]) -> None: ...
 
-    def propose(self, history: list[int], k: int, sampler: Sampler) -> Draft: ...
+    def propose(self, history: list[int], k: int, sampler: Sampler, schedule: Schedule | None = None) -> Draft: ...
 
     def sync(self, n_valid: int) -> None: ...
-
-
-class Schedule(Protocol):
-    """The draft length of the next round, updated after each round from what it drafted and accepted."""
-
-    k: int  # the next round's draft length
-    max_k: int  # the longest draft it can ever ask for (per-position counts and context checks)
-
-    def update(self, n_drafted: int, n_accepted: int) -> None: ...

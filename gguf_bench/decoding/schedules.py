@@ -1,23 +1,60 @@
-"""Draft length per round: `FixedK` (every round drafts up to K) or `HeuristicK` (Hugging Face's
+"""Draft length per round: `FixedK` (every round drafts up to K), `HeuristicK` (Hugging Face's
 "heuristic" schedule: K += 2 after a round whose every draft token was accepted, K -= 1 otherwise, within
-[1, k_cap]; reset at the start of every generation, which HF calls "heuristic_transient")."""
+[1, k_cap]; reset at the start of every generation, which HF calls "heuristic_transient"), and `CostK`
+(each round's length chosen, token by token, to maximize expected tokens per second on this machine).
+
+Cost schedule (`--k-schedule cost`, cap K). One round that keeps L draft tokens:
+
+    tokens(L) = 1 + sum_{i=1..L} prod_{j<=i} a_j          a_j: P(position j accepted | reached)
+    time(L)   = max(L, decoded) * t_draft + t_verify(L + 1) + round_overhead
+
+t_draft and t_verify(b) are measured on this machine (`Costs`: tune's calibration, or the warm-up's);
+t_draft is 0 for an n-gram draft, and `decoded` counts draft decodes already paid for this round. The
+round keeps the L in 0..K with the highest tokens(L) / time(L). L = 0 is a plain target step at the
+target alone's cost, so a round is never predicted slower than the target alone.
+
+a_j comes from a signal the drafter reports per position, mapped through hit rates learned from this
+run's rounds (`HitRates`: per signal bin, a Beta prior centred on the signal's own guess, updated with
+every position a round reached):
+  - draft model: the draft's top-token probability (llama.cpp's draft sampler, the p-min signal), read
+    before the token is drawn. The drafter asks after every draft decode whether to keep that position
+    and go on; positions not decoded yet are assumed like the last one seen (before the first decode:
+    the run's hit rate at position 1). A round that drafts nothing is probed now and then (every 4,
+    8, ... 64 such rounds) so a pessimistic estimate can recover;
+  - n-gram: the length of the match behind the position (the match found plus the draft tokens before
+    it), so a one-token match drafts little and a long copy drafts far.
+The schedule changes only how many tokens are drafted, never which are accepted: the model's stop is
+decided from distributions before each draw (exact at T > 0, as p-min), an n-gram draft is a function
+of the history.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gguf_bench.errors import ConfigError
 from gguf_bench.options import draft_length
 
 
 class FixedK:
     """Every round drafts up to k tokens."""
 
+    signals = False  # drafters report no per-position signals to it
+    predicted_tokens_per_s = None
+
     def __init__(self, k: int):
         self.k = self.max_k = draft_length(k)
+
+    def length(self, source: str, signals: Sequence[float], decoded: int, k: int) -> int:
+        return k
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
         pass
 
 
-class HeuristicK:
+class HeuristicK(FixedK):
     """Hugging Face's heuristic: +2 after a round that accepted its whole (non-empty) draft, -1 after one
     that did not; between 1 and cap. Rounds without a draft leave K alone."""
 
@@ -27,3 +64,124 @@ class HeuristicK:
     def update(self, n_drafted: int, n_accepted: int) -> None:
         if n_drafted:
             self.k = min(self.k + 2, self.max_k) if n_accepted == n_drafted else max(1, self.k - 1)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds one round's steps take on this machine: t_draft per draft-model token, t_verify[b-1] for the
+    target's decode of b tokens with b logit rows (measured for each b: the curve need not rise with b),
+    round_overhead per round besides them. source: 'calibration' (tune's) or 'warm-up' (measured at load)."""
+
+    t_draft: float
+    t_verify: tuple[float, ...]
+    round_overhead: float = 0.0
+    source: str = ""
+
+    @property
+    def k_max(self) -> int:
+        return len(self.t_verify) - 1
+
+
+class HitRates:
+    """P(accepted | reached) per key: a Beta prior of `weight` observations centred on the signal's own guess,
+    plus what the rounds observed."""
+
+    def __init__(self, weight: float = 2.0):
+        self.weight = weight
+        self.counts: dict[tuple, list[int]] = {}  # key -> [accepted, reached]
+
+    def estimate(self, key: tuple, prior: float) -> float:
+        acc, n = self.counts.get(key, (0, 0))
+        return (acc + self.weight * prior) / (n + self.weight)
+
+    def observe(self, key: tuple, accepted: bool) -> None:
+        c = self.counts.setdefault(key, [0, 0])
+        c[0] += accepted
+        c[1] += 1
+
+
+def _signal_key(source: str, signal: float) -> tuple[tuple, float]:
+    """(hit-rate key, prior) of one position's signal: a confidence in [0, 1] (model) or a match length (n-gram)."""
+    if source == "ngram":
+        m = int(signal)
+        return ("ngram", m if m <= 4 else 3 + min(int(math.log2(m)), 6)), m / (m + 2.0)
+    return ("model", min(int(signal * 10), 9)), float(signal)
+
+
+PROBE_FIRST, PROBE_LAST = 4, 64  # rounds without a draft before the model drafts one anyway: 4, 8, ... 64
+
+
+class CostK:
+    """Each round keeps the draft length in 0..cap with the highest expected tokens per second (module note)."""
+
+    signals = True  # drafters report per-position signals and ask `length` as they go
+
+    def __init__(self, cap: int, costs: Costs):
+        self.k = self.max_k = draft_length(cap)
+        if costs.k_max < cap:
+            raise ConfigError(f"the cost schedule needs verify costs up to a batch of {cap + 1}; they were measured "
+                              f"up to {costs.k_max + 1}")
+        self.costs, self.rates = costs, HitRates()
+        self.tokens = self.seconds = 0.0  # the chosen rounds' predicted tokens and seconds, summed
+        self._probe, self._skipped = PROBE_FIRST, 0
+        self._round: tuple = ("", [], 0)  # the last `length` call: (source, keys, decoded)
+        self._plan: tuple = ([], None, 0.0, 0)  # (a known, a assumed beyond, t_draft, decoded)
+
+    @property
+    def predicted_tokens_per_s(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 else None
+
+    def _rate(self, a: Sequence[float], beyond: float | None, t_draft: float, decoded: int, lo: int, hi: int
+              ) -> tuple[int, float, float]:
+        """(L, tokens(L), time(L)) of the best L in lo..hi; position j > len(a) is accepted with `beyond`."""
+        tv, over = self.costs.t_verify, self.costs.round_overhead
+        best, tokens, reach = (lo, 0.0, 1.0), 1.0, 1.0
+        best_rate = -1.0
+        for n in range(hi + 1):
+            if n:
+                reach *= a[n - 1] if n <= len(a) else beyond
+                tokens += reach
+            if n >= lo:
+                seconds = max(n, decoded) * t_draft + tv[n] + over
+                if tokens / seconds > best_rate:
+                    best, best_rate = (n, tokens, seconds), tokens / seconds
+        return best
+
+    def length(self, source: str, signals: Sequence[float], decoded: int, k: int) -> int:
+        """The draft length to aim for, at most k, given the signals of the positions drafted so far.
+
+        A draft model calls it before its first decode (no signals) and after each decode (decoded = the
+        signals' count): the answer is then len(signals) - 1 (drop the position just seen and stop),
+        len(signals) (keep it and stop) or more (go on). An n-gram calls it once with its whole draft:
+        the answer is how many of its tokens to keep."""
+        keyed = [_signal_key(source, s) for s in signals]
+        a = [self.rates.estimate(key, prior) for key, prior in keyed]
+        k = min(k, self.costs.k_max)
+        if source == "model":
+            t_draft, lo, hi = self.costs.t_draft, max(0, len(a) - 1), k
+            beyond = a[-1] if a else self.rates.estimate(("model", "first"), 0.5)
+        else:
+            t_draft, lo, hi, beyond = 0.0, 0, min(k, len(a)), None
+        n = self._rate(a, beyond, t_draft, decoded, lo, hi)[0]
+        if source == "model" and not a and n == 0 and k > 0:
+            self._skipped += 1
+            if self._skipped >= self._probe:  # look at the draft's confidence again, now and then
+                self._skipped, self._probe, n = 0, min(2 * self._probe, PROBE_LAST), 1
+        self._round = (source, [key for key, _ in keyed], decoded)
+        self._plan = (a, beyond, t_draft, decoded)
+        return n
+
+    def update(self, n_drafted: int, n_accepted: int) -> None:
+        """Learn from the round (positions 1..n_accepted accepted, the next one rejected), and add its prediction."""
+        source, keys, _ = self._round
+        for i, key in enumerate(keys[:min(n_drafted, n_accepted + 1)]):
+            self.rates.observe(key, i < n_accepted)
+        if n_drafted and source == "model":
+            self.rates.observe(("model", "first"), n_accepted > 0)
+            if n_accepted:
+                self._probe = PROBE_FIRST
+        a, beyond, t_draft, decoded = self._plan  # the decodes a dropped position cost are counted too
+        _, tokens, seconds = self._rate(a, beyond or 0.0, t_draft, decoded, n_drafted, n_drafted)
+        self.tokens += tokens
+        self.seconds += seconds
+        self._round, self._plan = ("", [], 0), ([], None, 0.0, 0)

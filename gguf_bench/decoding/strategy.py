@@ -8,12 +8,12 @@ from dataclasses import asdict, dataclass
 from gguf_bench import options
 from gguf_bench.decoding.drafters import ChainDrafter, ModelDrafter, NgramDrafter
 from gguf_bench.decoding.protocols import Drafter, LanguageModel, Schedule
-from gguf_bench.decoding.schedules import FixedK, HeuristicK
+from gguf_bench.decoding.schedules import CostK, Costs, FixedK, HeuristicK
 from gguf_bench.errors import ConfigError
 
 SPEC_TYPES = ("draft", "ngram", "ngram,draft")
 SPEC_ALIASES = {"ngram+draft": "ngram,draft"}  # the chain's name inside comma-separated sweep lists
-K_SCHEDULES = ("fixed", "heuristic")
+K_SCHEDULES = ("fixed", "heuristic", "cost")  # cost: -K is the cap, each round sized by schedules.CostK
 
 
 def _fmt(x: float) -> str:
@@ -91,12 +91,19 @@ class Strategy:
         drafter = ModelDrafter(model, self.p_min, self.n_min)
         return ChainDrafter(ngram, drafter) if self.uses_ngram else drafter
 
-    def schedule(self, k: int) -> Schedule:
+    def schedule(self, k: int, costs: Costs | None = None) -> Schedule:
+        """costs: this machine's step costs, which the cost schedule needs (measure/costs.py finds or measures them)."""
+        if self.k_schedule == "cost":
+            if costs is None:
+                raise ConfigError("--k-schedule cost needs this machine's verify costs: run it through a loaded pair "
+                                  "(measure.pair.LoadedPair measures them), or pass Costs")
+            return CostK(k, costs)
         return HeuristicK(k, self.k_cap) if self.k_schedule == "heuristic" else FixedK(k)
 
     @property
     def name(self) -> str:
-        """The strategy without its K: 'draft', 'ngram(1-4)', 'ngram(1-4)+draft', 'draft p-min 0.8', 'draft heuristic'."""
+        """The strategy without its K: 'draft', 'ngram(1-4)', 'ngram(1-4)+draft', 'draft p-min 0.8', 'draft heuristic',
+        'ngram(1-4) cost'."""
         parts = []
         if self.uses_ngram:
             parts.append(f"ngram({self.ngram_min}-{self.ngram_max})")
@@ -107,12 +114,13 @@ class Strategy:
             words.append(f"p-min {_fmt(self.p_min)}")
         if self.uses_model and self.n_min > 1:
             words.append(f"n-min {self.n_min}")
-        if self.k_schedule == "heuristic":
-            words.append("heuristic")
+        if self.k_schedule in ("heuristic", "cost"):
+            words.append(self.k_schedule)
         return " ".join(words)
 
     def label(self, k: int) -> str:
-        """A report row's name: 'draft K=8', 'ngram(1-4) K=16', 'draft p-min 0.8 K=16', 'draft heuristic K=4..16'."""
+        """A report row's name: 'draft K=8', 'ngram(1-4) K=16', 'draft p-min 0.8 K=16', 'draft heuristic K=4..16',
+        'draft cost K=16' (K: the cost schedule's cap)."""
         if self.k_schedule == "heuristic":
             return f"{self.name} K={min(k, self.k_cap)}..{self.k_cap}"
         return f"{self.name} K={k}"

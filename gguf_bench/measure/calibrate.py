@@ -9,7 +9,6 @@ What the record predicts is results/costmodel.py's.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from gguf_bench.decoding.loop import GenerationResult
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.engines.llama_cpp import Model, gpu_offload_supported, read_info
 from gguf_bench.errors import ConfigError, ModelError
+from gguf_bench.measure.costs import DecodeTimer
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles, check_compatible
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import Grid, iter_records, measured
@@ -55,69 +55,6 @@ def check_k_range(ks: Sequence[int]) -> None:
         raise ConfigError("no draft lengths given (-K)")
     if min(ks) < 1:
         raise ConfigError("draft lengths (-K) must be >= 1")
-
-
-def _timed_eval(model: Model, tokens: list[int], n_logits: int) -> tuple[float, float]:
-    """(wall seconds, seconds inside llama_decode) of one loop step: eval, then argmax of each row read."""
-    clock, t = model.llama_decode_s, time.perf_counter()
-    np.argmax(model.eval(tokens, n_logits), axis=1)
-    return time.perf_counter() - t, model.llama_decode_s - clock
-
-
-def _filler(prompts: list[list[int]], n: int) -> list[int]:
-    """n tokens from the prompts, repeated: content does not change a decode's cost, position does."""
-    pool = [t for p in prompts for t in p]
-    return (pool * (n // len(pool) + 1))[:n]
-
-
-def _medians(samples: list[tuple[float, float]]) -> tuple[float, float]:
-    return statistics.median(w for w, _ in samples), statistics.median(i for _, i in samples)
-
-
-class DecodeTimer:
-    """t_draft, t_draft2 and t_verify(b) for b = 1..k_max+1: median wall seconds of synthetic rounds.
-
-    Taken at the mean prompt length + n_predict/2, the position a generation passes halfway. One
-    repetition: the draft decodes 2 tokens (the catch-up after a full round) and is rewound; then for
-    each b the draft decodes 1 token and the target b tokens with b logit rows, and both are rewound.
-    The models alternate as in the loop (their CPU thread pools share the cores), batch sizes are
-    interleaved, and `run` is called between the calibration's generation runs, so that a slow
-    spell of the machine spreads over every measurement instead of inflating one.
-    Every b is measured, never fitted: the curve need not rise with b. With repacked weights (CPU_REPACK)
-    llama.cpp multiplies a batch of 4 rows or more with its gemm kernel, 4 rows at a time, and the rest
-    with gemv one row at a time (ggml-cpu/repack.cpp), so 3 tokens can cost more than 4.
-    """
-
-    def __init__(self, prompts: list[list[int]], n_predict: int, k_max: int):
-        self.position = round(statistics.fmean(len(p) for p in prompts)) + n_predict // 2
-        fill = _filler(prompts, self.position + max(k_max + 1, 3))
-        self.context, self.batch = fill[:self.position], fill[self.position:]
-        self.verify: dict[int, list[tuple[float, float]]] = {b: [] for b in range(1, k_max + 2)}
-        self.draft1: list[tuple[float, float]] = []
-        self.draft2: list[tuple[float, float]] = []
-
-    def run(self, pair: LoadedPair, reps: int) -> None:
-        target, draft, batch, pos = pair.target, pair.draft, self.batch, self.position
-        for model in (target, draft):
-            model.rewind(0)
-            model.eval(self.context, 1)
-        for _ in range(reps):
-            self.draft2.append(_timed_eval(draft, batch[:2], 1))
-            draft.rewind(pos)
-            for b, samples in self.verify.items():
-                self.draft1.append(_timed_eval(draft, batch[2:3], 1))
-                draft.rewind(pos)
-                samples.append(_timed_eval(target, batch[:b], b))
-                target.rewind(pos)
-        for model in (target, draft):
-            model.rewind(0)
-
-    def result(self) -> dict:
-        t_verify = [_medians(v) for v in self.verify.values()]
-        (t_draft, t_draft_in), (t_draft2, _) = _medians(self.draft1), _medians(self.draft2)
-        return {"position": self.position, "samples": len(self.draft2),
-                "t_verify_s": [w for w, _ in t_verify], "t_draft_s": t_draft, "t_draft2_s": t_draft2,
-                "verify_python_s": [max(0.0, w - i) for w, i in t_verify], "draft_python_s": max(0.0, t_draft - t_draft_in)}
 
 
 def _spread(total: int, parts: int) -> list[int]:

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from gguf_bench.decoding.loop import GenerationResult, OnRound, Verify, generate_regular, generate_speculative
 from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.schedules import Costs
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.llama_cpp import Model, read_info
 from gguf_bench.errors import ConfigError
+from gguf_bench.measure.costs import measure_costs, stored_costs
 from gguf_bench.models.gguf import check_compatible as check_vocabularies
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.options import layers_label
@@ -47,6 +49,7 @@ class LoadedPair:
         self.load = load
         self.target = Model(files.target, load.ngl, load.n_ctx, load.threads)
         self.draft: Model | None = None
+        self.costs: Costs | None = None  # this machine's step costs, for the cost schedule (step_costs)
         try:
             if files.draft is not None:
                 self.draft = Model(files.draft, load.ngld, load.n_ctx, load.threads)
@@ -89,10 +92,20 @@ class LoadedPair:
                 raise ConfigError("the draft alone needs a draft model (--draft FILE, or a pair)")
             return generate_regular(self.draft, prompt, n_predict, cfg, on_round)
         strategy.check(k, self.draft is not None)
-        res = generate_speculative(self.target, strategy.drafter(self.draft), prompt, n_predict, strategy.schedule(k), cfg,
-                                   on_round, verify)
+        costs = self.step_costs(prompt, n_predict, strategy.max_k(k)) if strategy.k_schedule == "cost" else None
+        res = generate_speculative(self.target, strategy.drafter(self.draft), prompt, n_predict, strategy.schedule(k, costs),
+                                   cfg, on_round, verify)
         res.strategy = strategy.label(k)
         return res
+
+    def step_costs(self, prompt: list[int], n_predict: int, k_max: int) -> Costs:
+        """The draft's cost per token and the target's verify cost for batches of 1..k_max+1: tune's calibration when
+        one is stored for this pair, host and offload, else measured now (once per loaded pair, at the position a
+        generation from `prompt` passes halfway; the sweep's warm-up asks first)."""
+        if self.costs is None or self.costs.k_max < k_max:
+            self.costs = (stored_costs(self.files, self.load.ngl, self.load.ngld, self.load.threads, k_max)
+                          or measure_costs(self, prompt, n_predict, k_max))
+        return self.costs
 
     def close(self) -> None:
         self.target.close()

@@ -1,0 +1,158 @@
+"""The cost schedule (--k-schedule cost, schedules.CostK): its choices by hand and on fake models, n-gram drafts
+scored by their match, greedy identity and the distribution check on a tiny real pair, costs from a stored
+calibration or measured at load."""
+
+from __future__ import annotations
+
+import pytest
+from test_drafters import EXACT, REPETITIVE, UnsureLM, load, strategy_check
+from test_loop_fake import PROMPT, FakeLM
+
+from gguf_bench.decoding.drafters import ModelDrafter, NgramDrafter
+from gguf_bench.decoding.loop import generate_regular, generate_speculative
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.schedules import CostK, Costs, FixedK
+from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.errors import ConfigError
+
+GREEDY = SamplingConfig()
+K = 8
+LINEAR = Costs(t_draft=0.5, t_verify=tuple(float(b) for b in range(1, K + 2)))  # a batch costs its tokens
+FREE = Costs(t_draft=0.01, t_verify=(1.0,) * (K + 1))  # a batch of K+1 costs what one token does
+
+
+# --- choices by hand -------------------------------------------------------------------------------
+
+def test_no_draft_when_a_batch_costs_its_tokens():
+    s = CostK(K, LINEAR)
+    assert s.length("model", [], 0, K) == 0  # before any decode: drafting cannot pay
+    assert s.length("ngram", [64, 65, 66], 0, 3) == 0  # even a long copy: tokens(L) <= L + 1 at (L + 1) times the cost
+    assert s.length("model", [0.999], 1, K) == 1  # the decode is paid: a sure token is worth keeping
+
+
+def test_a_free_verify_and_a_sure_draft_go_to_the_cap():
+    s = CostK(K, FREE)
+    assert s.length("model", [0.99], 1, K) == K
+    assert s.length("ngram", [30 + i for i in range(K)], 0, K) == K
+
+
+def test_drafts_stop_at_an_unsure_position_and_weak_matches_draft_little():
+    costs = Costs(0.05, (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8, 3.1, 3.4))  # each extra row +30%
+    s = CostK(K, costs)
+    assert s.length("model", [0.95, 0.95, 0.1], 3, K) == 2  # drop the unsure third position
+    assert s.length("model", [0.95, 0.95], 2, K) > 2  # sure so far: go on
+    weak = s.length("ngram", [1, 2, 3, 4, 5, 6, 7, 8], 0, 8)  # a one-token match
+    strong = s.length("ngram", [40 + i for i in range(8)], 0, 8)
+    assert weak <= 2 < strong
+
+
+def test_the_non_monotone_verify_curve_is_used_as_measured():
+    # 3 rows cost more than 4 (llama.cpp's repacked gemm starts at 4 rows): with sure tokens, 3 drafts beat 2
+    costs = Costs(0.0, (1.0, 1.99, 3.0, 2.0, 4.5))
+    s = CostK(4, costs)
+    assert s.length("ngram", [60, 61, 62, 63], 0, 4) == 3
+    assert s.length("ngram", [60, 61], 0, 2) == 0  # 1 or 2 drafts would lose, and 3 are not there to be had
+
+
+def test_hit_rates_learn_from_the_rounds():
+    s = CostK(K, Costs(0.05, (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8, 3.1, 3.4)))
+    before = s.length("ngram", [2] * 8, 0, 8)  # a 2-token match: prior 1/2 per position
+    for _ in range(20):  # such drafts were accepted whole, every time
+        s.length("ngram", [2] * 8, 0, 8)
+        s.update(8, 8)
+    assert s.length("ngram", [2] * 8, 0, 8) > before
+    assert s.predicted_tokens_per_s is not None and s.predicted_tokens_per_s > 1.0
+
+
+def test_needs_costs_up_to_the_cap():
+    with pytest.raises(ConfigError, match="batch of 9"):
+        CostK(8, Costs(0.1, (1.0, 1.5)))
+    with pytest.raises(ConfigError, match="needs this machine's verify costs"):
+        Strategy(k_schedule="cost").schedule(8)
+    assert Strategy(k_schedule="cost").label(16) == "draft cost K=16"
+    assert Strategy("ngram", k_schedule="cost", k_cap=4).canonical() == Strategy("ngram", k_schedule="cost")
+
+
+# --- on fake models ---------------------------------------------------------------------------------
+
+def test_on_fakes_it_drafts_nothing_when_verify_costs_its_tokens():
+    target, draft = FakeLM(), FakeLM(lambda pos: pos % 2 == 0)  # a draft that is wrong half the time
+    spec = generate_speculative(target, ModelDrafter(draft), PROMPT, 80, CostK(K, LINEAR), GREEDY)
+    assert spec.tokens == generate_regular(FakeLM(), PROMPT, 80, GREEDY).tokens
+    assert spec.draft_lengths[0] >= 0.85 * spec.rounds  # a few probes at most
+    assert sum(spec.draft_lengths[2:]) == 0
+    assert spec.predicted_tokens_per_s is not None
+
+
+def test_on_fakes_it_drafts_to_the_cap_with_a_free_verify_and_a_sure_draft():
+    spec = generate_speculative(FakeLM(), ModelDrafter(FakeLM()), PROMPT, 90, CostK(K, FREE), GREEDY)
+    assert spec.tokens == generate_regular(FakeLM(), PROMPT, 90, GREEDY).tokens
+    assert spec.draft_lengths[K] >= spec.rounds - 3  # all but the first round (prior) and the short last ones
+    assert spec.acceptance == 1.0
+
+
+def test_on_fakes_it_stops_before_unsure_positions():
+    unsure = lambda pos: pos % 5 == 0  # noqa: E731
+    costs = Costs(0.05, tuple(1.0 + 0.1 * b for b in range(K + 1)))
+    spec = generate_speculative(FakeLM(), ModelDrafter(UnsureLM(unsure)), PROMPT, 80, CostK(K, costs), GREEDY)
+    assert spec.tokens == generate_regular(FakeLM(), PROMPT, 80, GREEDY).tokens
+    for base, batch in spec.verify_log:  # a draft token at an unsure position (probability about 0.23) is not kept
+        assert not any(unsure(base + 1 + i) for i in range(len(batch) - 1))
+    assert sum(spec.draft_lengths[2:]) > 0
+
+
+def test_ngram_on_fakes_drafts_what_it_found():
+    prompt = PROMPT * 4
+    spec = generate_speculative(FakeLM(), NgramDrafter(1, 3), prompt, 40, CostK(K, FREE), GREEDY)
+    assert spec.tokens == generate_regular(FakeLM(), prompt, 40, GREEDY).tokens
+    assert spec.draft_sources.get("ngram", 0) > 0
+
+
+def test_ngram_scored_takes_the_longest_match_and_stops_at_the_end():
+    ngram = NgramDrafter(1, 2)
+    #          0  1  2  3  4  5  6  7  8  9
+    history = [7, 5, 6, 1, 3, 5, 6, 2, 7, 5, 6]
+    # (5, 6) ends at 2 and at 6; at 2 the match goes on back to 7: length 3, so 1, 3, 5, ... follow
+    assert ngram.scored(history, 3) == ([1, 3, 5], [3, 4, 5])
+    assert ngram.lookup(history, 3) == [2, 7, 5]  # the lookup: the most recent match of up to n_max tokens
+    assert ngram.scored([4, 4, 4], 5) == ([4], [2])  # the match at 1: one token follows before the end
+    assert NgramDrafter(3, 4).scored(history, 3) == ([1, 3, 5], [3, 4, 5])
+    assert NgramDrafter(4, 4).scored(history, 3) == ([], [])  # no match of n_min tokens
+    assert ngram.scored([9], 5) == ([], []) and ngram.scored([1, 2, 3], 0) == ([], [])
+
+
+def test_fixed_schedules_take_no_signals():
+    assert FixedK(4).signals is False and FixedK(4).length("model", [0.1], 1, 4) == 4
+
+
+# --- tiny real pair ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def middle(tiny_pairs):
+    with load(tiny_pairs["middle"]) as pair:
+        yield pair
+
+
+@pytest.mark.parametrize("spec_type", ["draft", "ngram", "ngram,draft"])
+@pytest.mark.parametrize("text", [REPETITIVE, "Once upon a time"])
+def test_greedy_identity_with_the_cost_schedule(middle, spec_type, text):
+    strategy = Strategy(spec_type, k_schedule="cost")
+    prompt = middle.prompt_tokens(text)
+    regular = middle.generate("target", prompt, 60, 8, GREEDY)
+    spec = middle.generate("speculative", prompt, 60, 8, GREEDY, verify=EXACT, strategy=strategy)
+    assert spec.tokens == regular.tokens
+    assert spec.strategy == strategy.label(8) and sum(spec.draft_lengths) == spec.rounds
+    assert spec.predicted_tokens_per_s is not None and middle.costs.source == "warm-up"
+    assert middle.costs.k_max >= 8 and all(t > 0 for t in middle.costs.t_verify)
+
+
+def test_sampled_generation_matches_the_target_with_the_cost_schedule(middle):
+    # a free verify makes the schedule draft: the check then tests its stops, decided before each draw
+    saved, middle.costs = middle.costs, Costs(1e-4, (1e-3,) * 9, 0.0, "test")
+    try:
+        sources: dict = {}
+        check = strategy_check(middle, middle.prompt_tokens("Once upon a time"), Strategy(k_schedule="cost"), sources=sources)
+    finally:
+        middle.costs = saved
+    assert check.same, (check.p_values, check.tv_distance)
+    assert sources.get("model", 0) >= 300, sources
