@@ -59,3 +59,43 @@ def test_sweep_progress_says_target_alone_not_k0(tiny_pairs):
     progress = [ln.strip() for ln in result.output.splitlines() if " rep 0:" in ln]
     assert [ln.split(" T=")[0].strip() for ln in progress] == ["target alone", "draft alone", "K=2"], result.output
     assert "K=0" not in result.output
+
+
+# --- info: the same token text and layer count as everywhere else ---------------------------------------------
+
+
+def test_info_shows_token_text_as_run_does_and_layers_as_tables_count_them(tiny_pairs, monkeypatch):
+    """A token text like '[multimodal]' is the file's text, never rich markup (it printed b'' where run printed
+    b'[multimodal]'); layers read '5 (4 blocks + output)', as tables show 0/5, not '4'."""
+    import dataclasses
+
+    import gguf_bench.cli.models as cli_models
+    from gguf_bench.engines.llama_cpp import read_info
+    from gguf_bench.measure.pair import check_compatible
+    from gguf_bench.models.pairs import PairFiles
+
+    target, draft = tiny_pairs["high"]
+
+    def with_token5(path):
+        info = read_info(path)
+        tokens = list(info.tokens)
+        tokens[5] = b"[multimodal]" if path == target else b"<unused0>"
+        return dataclasses.replace(info, tokens=tuple(tokens))
+
+    monkeypatch.setattr(cli_models, "read_info", with_token5)
+    result = invoke("info", str(target), str(draft))
+    assert result.exit_code == 0, result.output
+    assert "token 5 differs: b'[multimodal]' / b'<unused0>'" in result.output, result.output
+    assert "compatible: NO (token text from id 5 differ)" in result.output
+    layers = next(ln for ln in result.output.splitlines() if ln.startswith("layers"))
+    assert layers.count("5 (4 blocks + output)") == 2, layers
+
+    import gguf_bench.measure.pair as pair_module
+
+    monkeypatch.setattr(pair_module, "read_info", with_token5)
+    try:
+        check_compatible(PairFiles(target, draft, "p"))
+    except Exception as exc:  # what run and sweep print: the same text
+        assert "token 5 differs: b'[multimodal]' / b'<unused0>'" in str(exc)
+    else:
+        raise AssertionError("the pair should be refused")

@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from gguf_bench import options
 from gguf_bench.cli.app import command, console
@@ -74,27 +76,34 @@ def info(items: Annotated[list[str], typer.Argument(help="a pair name, or GGUF p
          registry: RegistryOpt = None) -> None:
     """Show the llama.cpp build, each model's architecture/layers/vocabulary, and pair compatibility."""
     paths, labels = resolve_for_info(items, registry)
-    console.print(f"llama-cpp-python {llama_versions()['llama_cpp_python']}, GPU offload: {offload_status()}")
+    console.print(f"llama-cpp-python {llama_versions()['llama_cpp_python']}, GPU offload: {offload_status()}", markup=False)
     infos = [read_info(p) for p in paths]
-    table = Table()
-    table.add_column("")
-    for label in labels:
-        table.add_column(label, overflow="fold")
-    rows = [("file", lambda i: str(i.path)), ("architecture", lambda i: i.architecture),
-            ("name", lambda i: i.name), ("layers (-ngl counts these)", lambda i: str(i.n_layers)),
+    heads = ([label.split(":")[0] for label in labels] if len(labels) == 2  # target, draft
+             else ["model"] if len(labels) == 1 else [f"model {n}" for n in range(1, len(labels) + 1)])
+    for head, i in zip(heads, infos):  # the long texts on lines of their own: a table column would fold them
+        console.print(f"{head}: {i.name} ({i.path})", markup=False, soft_wrap=True)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("", no_wrap=True)
+    for head in heads:
+        table.add_column(head, no_wrap=True)
+    rows = [("architecture", lambda i: i.architecture),
+            ("layers -ngl counts", lambda i: f"{i.n_layers + 1} ({i.n_layers} blocks + output)"),
             ("vocabulary", lambda i: f"{i.n_vocab} ({i.vocab_type})"), ("quant", lambda i: i.quant),
             ("file size", lambda i: size_text(i.file_size)), ("BOS / EOS", lambda i: f"{i.bos_id} / {i.eos_id}"),
             ("context length", lambda i: str(i.context_length))]
     for name, get in rows:
-        table.add_row(name, *[get(i) for i in infos])
+        table.add_row(name, *[Text(get(i)) for i in infos])
     console.print(table)
     if len(infos) == 2:
         rules = compatibility(*infos)
-        check = Table(title="draft/target vocabulary compatibility (llama.cpp rules)")
-        for col in ("rule", "ok", "target / draft"):
-            check.add_column(col, overflow="fold")
+        console.print()
+        check = Table(title="draft/target vocabulary compatibility (llama.cpp rules)", box=box.SIMPLE_HEAD, pad_edge=False,
+                      show_edge=False, title_justify="left")
+        check.add_column("rule", no_wrap=True)
+        check.add_column("ok", no_wrap=True)
+        check.add_column("target / draft")  # token texts are the file's: printed as they are, never as markup
         for rule in rules:
-            check.add_row(rule.name, "yes" if rule.ok else "[bold red]NO[/bold red]", rule.detail)
+            check.add_row(rule.name, Text("yes") if rule.ok else Text("NO", style="bold red"), Text(rule.detail))
         console.print(check)
         failed = [r.name for r in rules if not r.ok]
         console.print("compatible: yes" if not failed else f"compatible: NO ({', '.join(failed)} differ)")
