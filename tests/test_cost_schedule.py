@@ -5,6 +5,7 @@ calibration or measured at load."""
 from __future__ import annotations
 
 import pytest
+from cli_helpers import stored
 from test_drafters import EXACT, REPETITIVE, UnsureLM, load, strategy_check
 from test_loop_fake import PROMPT, FakeLM
 
@@ -156,3 +157,52 @@ def test_sampled_generation_matches_the_target_with_the_cost_schedule(middle):
         middle.costs = saved
     assert check.same, (check.p_values, check.tv_distance)
     assert sources.get("model", 0) >= 300, sources
+
+
+# --- costs from a stored calibration; sweep, records and report --------------------------------------
+
+def test_costs_come_from_a_stored_calibration_of_the_same_setting(tiny_pairs, isolated):
+    from gguf_bench.measure.costs import stored_costs
+    from gguf_bench.models.pairs import PairFiles
+    from gguf_bench.results.records import CalibrationConfig, CalibrationRecord, CalibrationTimings
+    from gguf_bench.results.store import append_record, environment, models_record
+
+    target, draft = tiny_pairs["middle"]
+    files = PairFiles(target, draft, "tiny")
+    record = CalibrationRecord(pair="tiny", config=CalibrationConfig(ngl=0, ngld=0, threads=1, ks=[8], k_max=8),
+                               timings=CalibrationTimings(t_draft_s=0.5, t_verify_s=[1.0 + b for b in range(9)],
+                                                          round_overhead_s=0.01),
+                               time="2026-01-01T00:00:00+00:00", env=environment(), models=models_record(target, draft))
+    (isolated / "results").mkdir(exist_ok=True)
+    append_record(isolated / "results" / "tune-x.jsonl", record)
+    costs = stored_costs(files, 0, 0, 1, 8)
+    assert costs is not None and costs.source == "calibration" and costs.t_draft == 0.5 and costs.k_max == 8
+    assert stored_costs(files, 0, 0, 1, 16) is None  # measured up to a batch of 9 only
+    assert stored_costs(files, 0, 0, 2, 8) is None  # other threads
+    assert stored_costs(PairFiles(target, target, "tiny"), 0, 0, 1, 8) is None  # another draft file
+    with load(tiny_pairs["middle"]) as pair:  # a loaded pair takes them instead of measuring
+        spec = pair.generate("speculative", pair.prompt_tokens("Once upon a time"), 20, 8, GREEDY,
+                             strategy=Strategy(k_schedule="cost"))
+        assert pair.costs == costs and spec.costs_source == "calibration"
+        assert spec.draft_lengths[0] >= spec.rounds - 3  # its costs: a batch costs its tokens; no draft (a probe or two)
+
+
+def test_sweep_stores_the_prediction_and_report_shows_it(tiny_pairs, isolated):
+    from test_drafters import cli
+
+    from gguf_bench.results.records import parse
+
+    files = tiny_pairs["middle"]
+    result = cli("sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", "cs", "-n", "24", "-K", "4",
+                 "--prompt-ids", "code-edit", "--spec-type", "draft,ngram", "--k-schedule", "fixed,cost", "--no-draft-alone")
+    assert result.exit_code == 0, result.output
+    runs = [parse(r) for r in stored(isolated / "results" / "cs.jsonl")]
+    cost = [r for r in runs if r.strategy is not None and r.strategy.k_schedule == "cost"]
+    assert {r.label for r in cost} == {"draft cost K=4", "ngram(1-4) cost K=4"}
+    assert all(r.metrics.predicted_tokens_per_s > 0 and r.metrics.costs_source == "warm-up" for r in cost)
+    assert all(sum(r.metrics.draft_lengths) == r.metrics.rounds and len(r.metrics.draft_lengths) == 5 for r in cost)
+    fixed = [r for r in runs if r.strategy is not None and r.strategy.k_schedule == "fixed"]
+    assert fixed and all(r.metrics.predicted_tokens_per_s is None for r in fixed)
+    table = cli("report", str(isolated / "results" / "cs.jsonl"))
+    assert table.exit_code == 0 and "draft cost K=4" in table.output and "pred." in table.output
+    assert "what the cost schedule predicted" in table.output

@@ -29,6 +29,7 @@ def test_runs_of_the_first_version_read_as_runs():
     spec = runs[2]
     assert spec.label == "K=2" and spec.strategy_name == "draft" and spec.metrics.tokens_per_s > 0
     assert spec.metrics.overhead_pct is None and spec.metrics.identity is None
+    assert spec.metrics.predicted_tokens_per_s is None and spec.metrics.costs_source is None  # before the cost schedule
 
 
 def test_runs_with_strategies_keep_their_resume_keys():

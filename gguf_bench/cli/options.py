@@ -56,7 +56,9 @@ PMinOpt = Annotated[str, typer.Option("--draft-p-min", help="stop a model draft 
                     "(top-10 softmax) is below P, as llama.cpp; 0 = off; in [0, 1)")]
 DraftMinOpt = Annotated[int, typer.Option("--draft-min", help="drop model drafts shorter than N (0 = off)")]
 KScheduleOpt = Annotated[str, typer.Option("--k-schedule", help="fixed: every round drafts up to K; heuristic: Hugging "
-                         "Face's rule, K+2 after a fully accepted round, K-1 otherwise, from -K within [1, --k-cap]")]
+                         "Face's rule, K+2 after a fully accepted round, K-1 otherwise, from -K within [1, --k-cap]; "
+                         "cost: each round drafts 0..K tokens, token by token, as this machine's verify cost (tune's "
+                         "calibration, else measured at load) and the draft's confidence predict the most tokens/s")]
 KCapOpt = Annotated[int, typer.Option("--k-cap", help="largest K the heuristic schedule reaches")]
 
 # --- where results go -------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ class GenerationResult:
     draft_sources: dict[str, int] = field(default_factory=dict)  # rounds drafted by each source ("model", "ngram")
     verify_log: list[tuple[int, list[int]]] = field(default_factory=list)  # per round: (position of x0, [x0, d1..dk])
     predicted_tokens_per_s: float | None = None  # a cost schedule's prediction for its rounds (schedules.CostK)
+    costs_source: str = ""  # where that schedule's step costs came from ('calibration', 'warm-up')
 
     @property
     def n_tokens(self) -> int:

@@ -96,6 +96,7 @@ class LoadedPair:
         res = generate_speculative(self.target, strategy.drafter(self.draft), prompt, n_predict, strategy.schedule(k, costs),
                                    cfg, on_round, verify)
         res.strategy = strategy.label(k)
+        res.costs_source = costs.source if costs is not None else ""
         return res
 
     def step_costs(self, prompt: list[int], n_predict: int, k_max: int) -> Costs:

@@ -276,6 +276,9 @@ def _identity(pair: LoadedPair, prompt: list[int], spec, grid: Grid, greedy_targ
 def _warm_up(pair: LoadedPair, prompt: list[int], grid: Grid) -> None:
     """One short run through both models (every drafter), so the first measured cell pays no start-up costs."""
     cfg = SamplingConfig(grid.temperatures[0], grid.top_k, grid.top_p, grid.seed)
+    costly = [s for s in grid.strategies if s.k_schedule == "cost"]
+    if costly:  # the cost schedule's step costs: tune's calibration, else measured here, before any cell is timed
+        pair.step_costs(prompt, grid.n_predict, max(s.max_k(k) for s in costly for k in grid.ks))
     for strategy in {s.spec_type: s for s in grid.strategies}.values():  # each drafter once (the n-gram decodes nothing)
         pair.generate(Mode.SPECULATIVE, prompt, min(16, grid.n_predict), max(grid.ks), cfg, strategy=strategy)
 

@@ -214,6 +214,10 @@ class RunMetrics:
     draft_lengths: list[int] | None = None  # rounds per draft length (speculative runs)
     draft_sources: dict[str, int] | None = None  # rounds per drafter ("model", "ngram")
     identity: Identity | None = None  # greedy speculative runs: output equal to the target alone's?
+    # --k-schedule cost: the tokens/s its cost model predicted for the rounds it chose, and where its step costs came
+    # from ('calibration': tune's, 'warm-up': measured at load); None for other schedules and older records
+    predicted_tokens_per_s: float | None = None
+    costs_source: str | None = None
 
     @classmethod
     def from_result(cls, res: GenerationResult, text: str, identity: Identity | None = None) -> RunMetrics:
@@ -229,7 +233,8 @@ class RunMetrics:
             accepted_at=list(res.accepted_at), reached_at=list(res.reached_at), text=text,
             strategy=res.strategy or None if speculative else None,
             draft_lengths=list(res.draft_lengths) if speculative else None,
-            draft_sources=dict(res.draft_sources) if speculative else None, identity=identity)
+            draft_sources=dict(res.draft_sources) if speculative else None, identity=identity,
+            predicted_tokens_per_s=res.predicted_tokens_per_s, costs_source=res.costs_source or None)
 
 
 @dataclass
@@ -301,6 +306,7 @@ def run_row(run: RunRecord) -> dict:
         "n_tokens": m.n_tokens if run.metrics else None,
         "accepted_at": m.accepted_at if run.metrics else None, "reached_at": m.reached_at if run.metrics else None,
         "draft_lengths": m.draft_lengths, "category": cfg.category,
+        "schedule_predicted_tokens_per_s": m.predicted_tokens_per_s,
         "identical": m.identity.identical if m.identity else None, "error": run.error,
         "target_offload": offload.target, "draft_offload": offload.draft,
         "target_file": models.target.file if models.target else None, "draft_file": models.draft.file if models.draft else None,

@@ -83,7 +83,7 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         df = df.assign(strategy=df["mode"].map(lambda m: "draft" if m == "speculative" else ""))
     setting = SETTING + (["prompt_id"] if by_prompt else [])
     keys = setting + ["mode", "strategy", "k"]
-    for col in ("load1", "main_cpu_share", "cpu_count"):  # the load a run measured under (none in older files)
+    for col in ("load1", "main_cpu_share", "cpu_count", "schedule_predicted_tokens_per_s"):  # none in older files
         df = df.assign(**{col: pd.to_numeric(df[col], errors="coerce") if col in df else float("nan")})
     ok = df[df["error"].isna()]
     failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
@@ -94,7 +94,7 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         target_offload=("target_offload", "first"), draft_offload=("draft_offload", "first"),
         target_file=("target_file", "first"), draft_file=("draft_file", "first"), cpu=("cpu", "first"),
         gpu=("gpu", "first"), load1=("load1", "max"), main_cpu_share=("main_cpu_share", "min"),
-        cpu_count=("cpu_count", "max"))
+        cpu_count=("cpu_count", "max"), schedule_predicted_tokens_per_s=("schedule_predicted_tokens_per_s", "mean"))
     agg = agg.join(failed, how="outer").reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
@@ -216,7 +216,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
         columns["GPU layers"] = list(offloads)
     columns |= {
         "tokens/s": [_tps(r) for _, r in summary.iterrows()],
-        **({"pred.": [speed_text(v) for v in summary["predicted_tokens_per_s"]]} if "predicted_tokens_per_s" in summary else {}),
+        **({"pred.": [speed_text(v) for v in pred]} if (pred := _predicted(summary)) is not None else {}),
         "ms/tok": [number_text(v) for v in summary["ms_per_token"]],
         "accept": [number_text(v, "{:.1%}") for v in summary["acceptance"]],
         "tok/rnd": [number_text(v) for v in summary["tokens_per_round"]],
@@ -312,7 +312,16 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool) -> str:
         lines.append(f"! unreliable: {' and '.join(why)}; no best K is starred beside such rows")
     if "predicted_tokens_per_s" in summary:
         lines.append("pred.: tokens/s that `gguf-bench tune` predicted for the setting")
+    if summary.get("schedule_predicted_tokens_per_s", pd.Series(dtype=float)).notna().any():
+        lines.append("pred. of a 'cost' row: what the cost schedule predicted for the rounds it chose")
     return "\n".join(lines)
+
+
+def _predicted(summary: pd.DataFrame) -> pd.Series | None:
+    """Per row, tune's prediction, else the cost schedule's own for its rounds; None where no row has either."""
+    cols = [summary[c] for c in ("predicted_tokens_per_s", "schedule_predicted_tokens_per_s") if c in summary]
+    pred = cols[0].combine_first(cols[1]) if len(cols) == 2 else cols[0] if cols else None
+    return pred if pred is not None and pred.notna().any() else None
 
 
 def eval_table(evals: list[EvalRecord]) -> Table:
