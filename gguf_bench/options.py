@@ -61,6 +61,20 @@ def layer_list(spec: str | int, what: str = "-ngl") -> list[int]:
     return int_list(spec, what, {w: ALL_LAYERS for w in _ALL_WORDS})
 
 
+PYTHON_ENGINE, SERVER_ENGINE = "python", "server"  # gguf-bench's own loop; llama.cpp's llama-server
+ENGINES = (PYTHON_ENGINE, SERVER_ENGINE)
+
+
+def engines(text: str) -> tuple[str, ...]:
+    """--engine: python, server, or both (python first)."""
+    word = str(text).strip().lower()
+    if word == "both":
+        return ENGINES
+    if word not in ENGINES:
+        raise ConfigError(f"unknown --engine '{text}'; choose python, server or both")
+    return (word,)
+
+
 def layers_label(n: int) -> str | int:
     """How a layer count is stored and shown: 'all' or the number."""
     return "all" if n == ALL_LAYERS else n

@@ -25,6 +25,10 @@ NglsOpt = Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target GPU l
 NgldsOpt = Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft GPU layers")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads (default: all cores)")]
 CtxOpt = Annotated[int, typer.Option("--ctx-size", "-c", help="context size of each model")]
+EngineOpt = Annotated[str, typer.Option("--engine", help="who generates: python (gguf-bench's loop), server (llama.cpp's "
+                      "llama-server, a process per setting), or both, side by side on the same files")]
+ServerBinOpt = Annotated[Path | None, typer.Option("--server-bin", help="the llama-server to run (default: llama-server "
+                         "on PATH, else the one `gguf-bench build-server` made)")]
 
 # --- what is generated ------------------------------------------------------------------------------
 KOpt = Annotated[str, typer.Option("--draft-max", "-K", help="draft length K")]

@@ -16,6 +16,7 @@ from gguf_bench.cli.options import (
     CtxOpt,
     DraftMinOpt,
     DraftOpt,
+    EngineOpt,
     KCapOpt,
     KOpt,
     KScheduleOpt,
@@ -36,6 +37,7 @@ from gguf_bench.cli.options import (
     RegistryOpt,
     RepsOpt,
     SeedOpt,
+    ServerBinOpt,
     SpecTypeOpt,
     TargetOpt,
     TempOpt,
@@ -76,14 +78,17 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                                                  "(default: run-TIMESTAMP)")] = None,
         verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None,
         spec_type: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_min: PMinOpt = "0",
-        n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16) -> None:
-    """Target alone, draft alone and speculative on one prompt, measured in one process."""
+        n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16, engine: EngineOpt = "python",
+        server_bin: ServerBinOpt = None) -> None:
+    """Target alone, draft alone and speculative on one prompt, measured in one process (and in llama-server with
+    --engine server|both)."""
     out = run_path(name)  # before any work: a new file, in a folder that can hold it
     grid = single_run_grid(options.one_draft_length(k), ngl, ngld, options.temperature(temp),
                            prompts.from_options(prompt, prompt_file, chat), repetitions=repetitions,
                            n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
                            verify=verify, strategies=strategies(spec_type, ngram_min, ngram_max, p_min, n_min,
-                                                                k_schedule, k_cap))
+                                                                k_schedule, k_cap),
+                           engines=options.engines(engine), server_bin=server_bin)
     files = pair_files(pair, target, draft, registry, need_draft=any(s.uses_model for s in grid.strategies))
     warn_offload(*grid.ngls, *grid.nglds)
     with exclusive(out):  # no other process writes NAME while this runs
@@ -141,6 +146,7 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
                                    "KEY:N,... or accelerator_type:A100")] = None,
           spec_types: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_mins: PMinOpt = "0",
           n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16,
+          engine: EngineOpt = "python", server_bin: ServerBinOpt = None,
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None) -> None:
@@ -150,13 +156,15 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
                 prompts=prompts.choose(prompt_ids, prompts_file), repetitions=repetitions, n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
-                vram=options.byte_size(vram) if vram else None)
+                vram=options.byte_size(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin)
     name, out = results_path(name, resume)
     with exclusive(out):  # from here to the last record: no other process writes NAME
         _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task, ray_resources)
 
 
 def _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task, ray_resources) -> None:
+    if ray_address and options.SERVER_ENGINE in grid.engines:
+        raise BenchError("--engine server runs on this machine only, not through --ray")
     if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
         return _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task,
                              ray_resources)

@@ -1,4 +1,5 @@
-"""`gguf-bench build-gpu`: llama-cpp-python with a GPU backend, built from its own sdist into this environment."""
+"""`gguf-bench build-gpu`: llama-cpp-python with a GPU backend, built from its own sdist into this environment;
+`gguf-bench build-server`: llama-server from the same sources, on the same ggml."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Annotated
 import typer
 
 from gguf_bench.cli.app import command, console, err
-from gguf_bench.engines import build
+from gguf_bench.engines import build, server_build
+from gguf_bench.engines.llama_server import probe
 from gguf_bench.errors import BenchError
 
 
@@ -45,3 +47,23 @@ def build_gpu(vulkan: Annotated[bool, typer.Option("--vulkan", help="the Vulkan 
     else:
         err.print("Warning: the build has the backend but sees no GPU device; `gguf-bench info` says what to set",
                   markup=False)
+
+
+@command
+def build_server(jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="parallel compile jobs (default: all "
+                                                          "cores)")] = None) -> None:
+    """Build llama-server from the installed llama-cpp-python's own llama.cpp sources, on the ggml it installed (CPU,
+    Vulkan or CUDA, as `build-gpu` left it), into the cache; a second call does nothing."""
+    version = build.installed_version()
+    where = server_build.build_dir(version)
+    if (binary := server_build.cached_binary()) is None:
+        where.mkdir(parents=True, exist_ok=True)
+        log = where / "build.log"
+        err.print(f"compiling llama-server {version} ({server_build.backend()}) into {where} (log: {log}; about 15 "
+                  "minutes on 2 cores)", markup=False)
+        started = time.monotonic()
+        with err.status("compiling llama-server ..."):
+            binary = server_build.build_server(log, jobs)
+        err.print(f"built in {time.monotonic() - started:.0f} s", markup=False)
+    version_line = probe(binary, server_build.library_env())
+    console.print(f"llama-server: {binary} ({version_line}, {server_build.backend()})", markup=False)

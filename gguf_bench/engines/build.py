@@ -54,6 +54,7 @@ def _tool(name: str) -> Callable[[], bool]:
 
 COMMON = [Requirement("CMake", "cmake", _tool("cmake")), Requirement("a C++ compiler (g++)", "g++", _tool("g++"))]
 REQUIREMENTS = {
+    "cpu": COMMON,  # llama-server on the installed ggml (server_build.py)
     "vulkan": COMMON + [
         Requirement("the GLSL compiler glslc", "glslc", _tool("glslc")),
         Requirement("Vulkan headers and loader", "libvulkan-dev", _file("/usr/include/vulkan/vulkan.hpp")),
@@ -74,7 +75,7 @@ def missing(backend: str) -> list[Requirement]:
 
 def check_requirements(backend: str) -> None:
     """One line naming what is missing and the command that installs it."""
-    if backend not in BACKENDS:
+    if backend not in REQUIREMENTS:
         raise BenchError(f"unknown backend '{backend}'; choose from {', '.join(BACKENDS)}")
     lacking = missing(backend)
     if lacking:

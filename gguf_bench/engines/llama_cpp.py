@@ -105,7 +105,86 @@ def gpu_offload_supported() -> bool:
     return bool(_llama().llama_supports_gpu_offload())
 
 
-class Model:
+class Vocabulary:
+    """A model's tokenizer and chat template, loaded without its weights (vocab_only): what the server engine needs
+    to send the loop's very prompt tokens. `Model` is one too."""
+
+    def __init__(self, path: Path):
+        llama_cpp = _llama()
+        self._lib = llama_cpp
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelError(f"model file {self.path} does not exist")
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.vocab_only = True
+        _log_tail.clear()
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelError(f"llama.cpp could not read {self.path}: {_last_error()}")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        for _ in range(2):  # a negative result is the size needed
+            buf = (self._lib.llama_token * n_max)()
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, True)
+            if n >= 0:
+                return list(buf[:n])
+            n_max = -n
+        raise ModelError(f"could not tokenize the prompt with {self.path.name}")
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        out = bytearray()
+        buf = ctypes.create_string_buffer(256)
+        for tok in tokens:
+            n = self._lib.llama_token_to_piece(self._vocab, tok, buf, len(buf), 0, False)
+            out += buf.raw[:max(n, 0)]
+        return out.decode("utf-8", "replace")
+
+    def has_chat_template(self) -> bool:
+        return bool(self._lib.llama_model_chat_template(self._model, None))
+
+    def chat_prompt(self, user_text: str) -> str:
+        """`user_text` wrapped in the model's own chat template (as one user turn)."""
+        tmpl = self._lib.llama_model_chat_template(self._model, None)
+        if not tmpl:
+            raise ModelError(f"{self.path.name} has no chat template; drop --chat")
+        msg = (self._lib.llama_chat_message * 1)()
+        msg[0].role = b"user"
+        msg[0].content = user_text.encode("utf-8")
+        size = 4 * len(user_text) + 1024
+        buf = ctypes.create_string_buffer(size)
+        n = self._lib.llama_chat_apply_template(tmpl, msg, 1, True, buf, size)
+        if n < 0:
+            raise ModelError(f"llama.cpp does not support the chat template of {self.path.name}; drop --chat")
+        if n > size:
+            buf = ctypes.create_string_buffer(n + 1)
+            n = self._lib.llama_chat_apply_template(tmpl, msg, 1, True, buf, n + 1)
+        return buf.raw[:n].decode("utf-8", "replace")
+
+    def close(self) -> None:
+        if getattr(self, "_model", None):
+            self._lib.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> Vocabulary:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Model(Vocabulary):
     """A GGUF model with one context and one sequence, driven token batch by token batch."""
 
     def __init__(self, path: Path, n_gpu_layers: int = 0, n_ctx: int = 2048, n_threads: int | None = None,
@@ -151,6 +230,7 @@ class Model:
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
+            self._model = None
             raise ModelError(f"llama.cpp could not create a context for {self.path} "
                              f"(n_ctx={n_ctx}): {_last_error()}; try a smaller --ctx-size")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
@@ -207,69 +287,18 @@ class Model:
                 raise ModelError(f"{self.path.name}: this model's KV cache cannot be rewound to {n_past}")
             self.n_past = n_past  # never forward: positions not decoded stay undecoded
 
-    def is_eog(self, token: int) -> bool:
-        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
-
-    # --- text ---
-
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
-        n_max = len(data) + 16
-        for _ in range(2):  # a negative result is the size needed
-            buf = (self._lib.llama_token * n_max)()
-            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, True)
-            if n >= 0:
-                return list(buf[:n])
-            n_max = -n
-        raise ModelError(f"could not tokenize the prompt with {self.path.name}")
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        out = bytearray()
-        buf = ctypes.create_string_buffer(256)
-        for tok in tokens:
-            n = self._lib.llama_token_to_piece(self._vocab, tok, buf, len(buf), 0, False)
-            out += buf.raw[:max(n, 0)]
-        return out.decode("utf-8", "replace")
-
-    def has_chat_template(self) -> bool:
-        return bool(self._lib.llama_model_chat_template(self._model, None))
-
-    def chat_prompt(self, user_text: str) -> str:
-        """`user_text` wrapped in the model's own chat template (as one user turn)."""
-        tmpl = self._lib.llama_model_chat_template(self._model, None)
-        if not tmpl:
-            raise ModelError(f"{self.path.name} has no chat template; drop --chat")
-        msg = (self._lib.llama_chat_message * 1)()
-        msg[0].role = b"user"
-        msg[0].content = user_text.encode("utf-8")
-        size = 4 * len(user_text) + 1024
-        buf = ctypes.create_string_buffer(size)
-        n = self._lib.llama_chat_apply_template(tmpl, msg, 1, True, buf, size)
-        if n < 0:
-            raise ModelError(f"llama.cpp does not support the chat template of {self.path.name}; drop --chat")
-        if n > size:
-            buf = ctypes.create_string_buffer(n + 1)
-            n = self._lib.llama_chat_apply_template(tmpl, msg, 1, True, buf, n + 1)
-        return buf.raw[:n].decode("utf-8", "replace")
-
     def close(self) -> None:
         if getattr(self, "_ctx", None):
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self._ctx)
-            self._lib.llama_model_free(self._model)
             self._ctx = None
+        super().close()
 
     def __enter__(self) -> Model:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 # llama.cpp ends every failed load with these; the line that says why comes before them

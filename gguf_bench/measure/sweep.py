@@ -19,12 +19,24 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.llama_cpp import gpu_devices
 from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure import server
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles, check_compatible
 from gguf_bench.measure.prompts import Prompt
+from gguf_bench.measure.server import ServerEngine
 from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import Shape, fits
 from gguf_bench.options import layers_label
-from gguf_bench.results.records import Load, Mode, Offload, RunConfig, RunMetrics, RunRecord
+from gguf_bench.results.records import (
+    ENGINES,
+    PYTHON_ENGINE,
+    SERVER_ENGINE,
+    Load,
+    Mode,
+    Offload,
+    RunConfig,
+    RunMetrics,
+    RunRecord,
+)
 from gguf_bench.results.store import (
     append_record,
     default_name,
@@ -55,6 +67,8 @@ class Grid:
     vram: int | None = None  # device bytes to plan for (None: the first GPU device's own figure, on a GPU build)
     verify: Verify = Verify.BATCHED
     strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
+    engines: tuple[str, ...] = (PYTHON_ENGINE,)  # who generates: gguf-bench's loop, llama-server, or both
+    server_bin: Path | None = None  # the llama-server to run (None: engines/server_build.find_server's choice)
 
     def __post_init__(self) -> None:
         for k in self.ks:
@@ -63,6 +77,12 @@ class Grid:
         object.__setattr__(self, "strategies", strategies)
         for s in strategies:
             s.check(max(self.ks), has_draft_model=True)
+        for engine in self.engines:
+            if engine not in ENGINES:
+                raise ConfigError(f"unknown --engine '{engine}'; choose from {', '.join(ENGINES)} or both")
+        if SERVER_ENGINE in self.engines:
+            for s in strategies:
+                server.check_strategy(s)
         options.repetitions(self.repetitions)
         options.n_predict(self.n_predict)
         for t in self.temperatures:
@@ -80,6 +100,7 @@ class Cell:
     prompt: Prompt
     repetition: int
     strategy: Strategy = DEFAULT_STRATEGY
+    engine: str = PYTHON_ENGINE
 
     def config(self, grid: Grid, load: LoadConfig) -> RunConfig:
         # the default strategy and verify mode are left out (None), so that cells (and --resume keys) of sweeps
@@ -91,19 +112,21 @@ class Cell:
                          repetition=self.repetition,
                          strategy=self.strategy if speculative and self.strategy != DEFAULT_STRATEGY else None,
                          verify=str(grid.verify) if speculative and grid.verify != Verify.BATCHED else None,
-                         category=self.prompt.category or None)
+                         category=self.prompt.category or None,
+                         engine=self.engine if self.engine != PYTHON_ENGINE else None)
 
 
-def cells_for(grid: Grid, has_draft: bool = True) -> list[Cell]:
-    """Cells of one offload setting, in run order: per repetition, baseline then each strategy and K."""
+def cells_for(grid: Grid, has_draft: bool = True, engine: str = PYTHON_ENGINE) -> list[Cell]:
+    """Cells of one offload setting and engine, in run order: per repetition, baseline then each strategy and K
+    (the server engine has no draft-alone runs)."""
     cells = []
     for temp in grid.temperatures:
         for prompt in grid.prompts:
             for rep in range(grid.repetitions):
-                cells.append(Cell(Mode.TARGET, 0, temp, prompt, rep))
-                if grid.with_draft_alone and has_draft:
-                    cells.append(Cell(Mode.DRAFT, 0, temp, prompt, rep))
-                cells += [Cell(Mode.SPECULATIVE, k, temp, prompt, rep, s) for s in grid.strategies for k in grid.ks]
+                cells.append(Cell(Mode.TARGET, 0, temp, prompt, rep, engine=engine))
+                if grid.with_draft_alone and has_draft and engine == PYTHON_ENGINE:
+                    cells.append(Cell(Mode.DRAFT, 0, temp, prompt, rep, engine=engine))
+                cells += [Cell(Mode.SPECULATIVE, k, temp, prompt, rep, s, engine) for s in grid.strategies for k in grid.ks]
     return cells
 
 
@@ -173,22 +196,30 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
     for s in grid.strategies:  # a target alone (no --draft) drafts by n-gram only
         s.check(max(grid.ks), has_draft_model=files.draft is not None)
     _check_memory(files, grid)
-    plan = [(load, cell) for load in grid.settings() for cell in cells_for(grid, files.draft is not None)]
+    plan = [(load, cell) for load in grid.settings() for engine in grid.engines
+            for cell in cells_for(grid, files.draft is not None, engine)]
     todo = [(load, cell) for load, cell in plan
             if cell_key(files.name, files, cell.config(grid, load), cell.mode) not in skip]
     events.start(len(todo), len(plan) - len(todo), len(skip))
     static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
     budget = _device_budget(grid)
+    server_engine = ServerEngine(grid.server_bin) if SERVER_ENGINE in grid.engines and todo else None
     for load in grid.settings():
-        cells = [c for lo, c in todo if lo == load]
-        if not cells:
-            continue
-        if budget is not None and (why := _does_not_fit(files, load, grid.n_ctx, budget)):
-            for cell in cells:  # kept in the results, with the reason, instead of a crash mid-sweep
-                yield _record(static, files, grid, load, cell, None, None, f"skipped: {why}")
-            continue
-        events.loading(load)
-        yield from _run_setting(files, grid, load, cells, static)
+        for engine in grid.engines:
+            cells = [c for lo, c in todo if lo == load and c.engine == engine]
+            if not cells:
+                continue
+            if budget is not None and (why := _does_not_fit(files, load, grid.n_ctx, budget)):
+                for cell in cells:  # kept in the results, with the reason, instead of a crash mid-sweep
+                    yield _record(static, files, grid, load, cell, None, None, f"skipped: {why}")
+                continue
+            events.loading(load)
+            if engine == SERVER_ENGINE:
+                def make_record(cell, measured, offload, error, load=load):
+                    return _record(static, files, grid, load, cell, measured, offload, error)
+                yield from server_engine.run_setting(files, grid, load, cells, make_record)
+            else:
+                yield from _run_setting(files, grid, load, cells, static)
 
 
 def _device_budget(grid: Grid) -> int | None:

@@ -26,6 +26,7 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.placement import Placement
 from gguf_bench.errors import BenchError
+from gguf_bench.options import ENGINES, PYTHON_ENGINE, SERVER_ENGINE  # noqa: F401 (re-exported)
 from gguf_bench.results import legacy
 
 
@@ -121,6 +122,16 @@ class Node:
 
 
 @dataclass
+class Server:
+    """The llama-server process a server-engine run went through (measure/server.py)."""
+
+    command: list[str] = field(default_factory=list)  # its exact command line (the port aside, what to deploy)
+    version: str | None = None  # `llama-server --version`'s first line
+    build_info: str | None = None  # /props build_info
+    speculative: bool | None = None  # /slots: whether it held a draft context
+
+
+@dataclass
 class Load:
     """The load one run measured under (measure.sweep.LoadMeter): the 1-minute load average before and after, and the
     CPU time the process (every thread) and its generating thread got against the run's wall time."""
@@ -168,16 +179,23 @@ class RunConfig:
     strategy: Strategy | None = None  # None: the draft model with a fixed K (and runs of other modes)
     verify: str | None = None  # None: batched (what is benchmarked)
     category: str | None = None  # the prompt's category (not part of the cell's identity)
+    engine: str | None = None  # who generated: None is gguf-bench's Python loop, 'server' llama-server
 
     def cell_fields(self) -> dict:
-        """What identifies the cell: the stored config without `category`, and without a default strategy or
-        verify mode (so that keys of files written before those existed stay the same)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("strategy", "verify", "category")}
+        """What identifies the cell: the stored config without `category`, and without a default strategy, verify
+        mode or engine (so that keys of files written before those existed stay the same)."""
+        optional = ("strategy", "verify", "engine")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category")}
         if self.strategy is not None:
             out["strategy"] = self.strategy.params()
-        if self.verify is not None:
-            out["verify"] = self.verify
+        for name in ("verify", "engine"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
+
+    @property
+    def engine_name(self) -> str:
+        return self.engine or PYTHON_ENGINE
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_k, self.top_p, self.seed + self.repetition)
@@ -252,6 +270,7 @@ class RunRecord:
     models: Models = field(default_factory=Models)
     node: Node | None = None  # where a distributed sweep ran it
     load: Load | None = None  # the machine's load over the run (records before issue 23 have none)
+    server: Server | None = None  # the llama-server process of a server-engine run
     kind: Kind = Kind.RUN
 
     def __post_init__(self) -> None:
@@ -297,7 +316,7 @@ def run_row(run: RunRecord) -> dict:
     cfg, m = run.config, run.metrics or RunMetrics()
     offload, models = run.offload or Offload(None, None), run.models
     return {
-        "sweep": run.sweep, "time": run.time, "pair": run.pair, "mode": str(run.mode), "k": run.k,
+        "sweep": run.sweep, "time": run.time, "pair": run.pair, "engine": cfg.engine_name, "mode": str(run.mode), "k": run.k,
         "strategy": run.strategy_name, "ngl": str(cfg.ngl), "ngld": str(cfg.ngld),
         "temperature": cfg.temperature, "n_predict": cfg.n_predict, "prompt_id": cfg.prompt_id,
         "repetition": cfg.repetition, "threads": cfg.threads,

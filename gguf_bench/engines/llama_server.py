@@ -1,0 +1,293 @@
+"""llama.cpp's llama-server as an engine: one process per setting, driven over HTTP.
+
+What the server does with a request is fixed when it starts (per-request `speculative.*` fields are compiled out in
+llama.cpp's server-schema.cpp), so every draft length, p-min, strategy and offload is its own process. A `Server`
+starts one (`Launch.argv`: only the flag names llama.cpp uses since its 2026 rename), waits for `/health`, confirms
+through `/slots` that a draft context exists when one was asked for, and answers `/completion` requests with token-id
+prompts, every sampler field set (the server's defaults are temperature 0.8 and a penalty chain) and the prompt cache
+off. Each completion diffs `/metrics` around itself: the speculative counters give its rounds and accepted tokens per
+draft position. The process dies with its parent (PR_SET_PDEATHSIG), and `close` stops it on every path out.
+
+Timing: `timings.predicted_ms` runs from the first generated token to the last, and `predicted_n` counts the first
+token, so `predicted_n / predicted_ms` is gguf-bench's own tokens/s (the loop's decode time also starts after the
+token the prompt's logits give). The server's own `predicted_per_second` divides by `predicted_n - 1`: not used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from gguf_bench.engines import placement
+from gguf_bench.errors import BenchError
+
+SPEC_FLAGS = ("--spec-type", "--spec-draft-n-max")  # what a server older than llama.cpp's 2026 flag rename lacks
+START_TIMEOUT_S = 300.0
+REQUEST_TIMEOUT_S = 600.0
+_PORT_IN_USE = re.compile(r"couldn't bind|address already in use|bind.*failed", re.IGNORECASE)
+_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([-+\d.eE]+)$')
+
+
+class ServerError(BenchError):
+    """llama-server is missing, too old, could not start, or failed a request."""
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """How the server drafts: llama-server's --spec-type and the settings that go with it."""
+
+    spec_type: str = "none"  # none, draft-simple (a draft model), ngram-simple (prompt lookup)
+    n_max: int = 0  # the longest draft
+    p_min: float = 0.0  # draft-simple: stop drafting below this draft probability
+    n_min: int = 0  # draft-simple: a shorter draft is thrown away
+    ngram_n: int = 0  # ngram-simple: the length of the pattern it looks up
+
+    def flags(self) -> list[str]:
+        if self.spec_type == "none":
+            return ["--spec-type", "none"]
+        if self.spec_type == "draft-simple":
+            return ["--spec-type", "draft-simple", "--spec-draft-n-max", str(self.n_max), "--spec-draft-n-min", str(self.n_min),
+                    "--spec-draft-p-min", f"{self.p_min:g}"]
+        if self.spec_type == "ngram-simple":
+            return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(self.ngram_n),
+                    "--spec-ngram-simple-size-m", str(self.n_max), "--spec-ngram-simple-min-hits", "1"]
+        raise ServerError(f"the server engine cannot draft with --spec-type {self.spec_type}")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One server process: the files, the speculation and the settings, as llama-server's command line."""
+
+    binary: Path
+    target: Path
+    draft: Path | None
+    speculation: Speculation
+    ngl: str  # 'all' or a number, as llama-server takes it
+    ngld: str
+    n_ctx: int
+    threads: int
+    repack: bool = True  # False: --no-repack (where gguf-bench turns llama.cpp's extra buffer types off)
+    port: int = 0
+
+    def argv(self) -> list[str]:
+        cmd = [str(self.binary), "-m", str(self.target)]
+        if self.draft is not None and self.speculation.spec_type == "draft-simple":
+            cmd += ["-md", str(self.draft), "-ngld", self.ngld, "-td", str(self.threads)]
+        cmd += self.speculation.flags()
+        # one slot, nothing fitted or cached behind our back, the sliding-window cache kept whole (as the loop does);
+        # -lv 4: llama.cpp's load lines (layers, buffers per device), which placement.parse reads
+        cmd += ["-ngl", self.ngl, "-c", str(self.n_ctx), "-b", "512", "-ub", "512", "-np", "1", "-fit", "off",
+                "--swa-full", "-t", str(self.threads), "-lv", "4", "--metrics", "--cache-ram", "0", "--no-webui",
+                "--host", "127.0.0.1", "--port", str(self.port)]
+        if not self.repack:
+            cmd.append("--no-repack")
+        return cmd
+
+
+@dataclass
+class Completion:
+    """One /completion request's answer, with the server's counters over it."""
+
+    tokens: list[int]
+    text: str
+    prompt_n: int
+    prompt_ms: float
+    cache_n: int
+    predicted_n: int
+    predicted_ms: float
+    stop_type: str
+    rounds: int = 0  # verification steps (spec_decode_num_drafts_total over the request)
+    drafted: int = 0
+    accepted: int = 0
+    accepted_at: list[int] = field(default_factory=list)  # rounds that accepted draft position i
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when gguf-bench dies (kill -9 included), so no server outlives it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Server:
+    """A running llama-server (a context manager: the process stops on every way out)."""
+
+    def __init__(self, launch: Launch, env: dict[str, str] | None = None, timeout_s: float = START_TIMEOUT_S):
+        self.launch = launch if launch.port else _with_port(launch, free_port())
+        self.argv = self.launch.argv()
+        self._log_file = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
+        self.log_path = Path(self._log_file.name)
+        self.base = f"http://127.0.0.1:{self.launch.port}"
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
+        try:
+            self._wait_ready(timeout_s)
+            self.props = self._get("/props")
+            self.speculative = bool(self._get("/slots")[0].get("speculative"))
+        except BaseException:
+            self.close()
+            raise
+
+    # --- lifecycle ---
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerError(self._exit_reason())
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass  # 503 while loading, refused before the socket is bound
+            time.sleep(0.1)
+        raise ServerError(f"llama-server did not become ready within {timeout_s:.0f} s; its log: {self.log_path}")
+
+    def _exit_reason(self) -> str:
+        tail = self.log_tail()
+        if any(_PORT_IN_USE.search(line) for line in tail):
+            return f"llama-server could not listen on port {self.launch.port}: it is in use; choose another --server-port"
+        errors = [line for line in tail if re.search(r"error|failed|invalid|unknown", line, re.IGNORECASE)]
+        why = errors[-1] if errors else (tail[-1] if tail else "no output")
+        return f"llama-server exited with code {self.proc.returncode}: {why.strip()} (log: {self.log_path})"
+
+    def log_tail(self, n: int = 40) -> list[str]:
+        try:
+            return self.log_path.read_text(errors="replace").splitlines()[-n:]
+        except OSError:
+            return []
+
+    def load_log(self) -> list[str]:
+        return self.log_path.read_text(errors="replace").splitlines()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        """SIGTERM (a graceful shutdown), SIGKILL after 10 s; the log file is kept only when the server failed."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
+
+    def remove_log(self) -> None:
+        self.log_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- requests ---
+
+    def _request(self, path: str, body: dict | None = None) -> bytes:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
+                return r.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:300]
+            raise ServerError(f"llama-server answered {exc.code} to {path}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            if self.proc.poll() is not None:
+                raise ServerError(self._exit_reason()) from None
+            raise ServerError(f"llama-server did not answer {path}: {exc}") from None
+
+    def _get(self, path: str):
+        return json.loads(self._request(path))
+
+    def metrics(self) -> dict:
+        """The Prometheus counters, without the `llamacpp:` prefix; per-position ones as 'name[i]'."""
+        out: dict[str, float] = {}
+        for line in self._request("/metrics").decode().splitlines():
+            if m := _METRIC.match(line.strip()):
+                out[m[1] + (f"[{m[2]}]" if m[2] is not None else "")] = float(m[3])
+        return out
+
+    def complete(self, prompt: Sequence[int], n_predict: int, temperature: float, top_k: int, top_p: float,
+                 seed: int) -> Completion:
+        """Generate from a token-id prompt, cold (no prompt cache), with every sampler field set: top-k, then the
+        temperature, then top-p on the tempered distribution (the loop's order), nothing else."""
+        before = self.metrics()
+        body = {"prompt": list(prompt), "n_predict": n_predict, "cache_prompt": False, "return_tokens": True,
+                "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": 0.0, "typical_p": 1.0,
+                "seed": seed, "samplers": ["top_k", "temperature", "top_p"], "repeat_penalty": 1.0,
+                "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+                "top_n_sigma": -1.0, "n_probs": 0, "stream": False}
+        answer = json.loads(self._request("/completion", body))
+        delta = _delta(before, self.metrics())
+        t = answer["timings"]
+        n_pos = max((int(k[k.index("[") + 1:-1]) + 1 for k in delta if k.startswith("spec_decode_num_accepted_tokens_per_pos")),
+                    default=0)
+        return Completion(
+            tokens=list(answer.get("tokens") or []), text=answer.get("content", ""), prompt_n=int(t["prompt_n"]),
+            prompt_ms=float(t["prompt_ms"]), cache_n=int(t.get("cache_n", 0)), predicted_n=int(t["predicted_n"]),
+            predicted_ms=float(t["predicted_ms"]), stop_type=str(answer.get("stop_type", "")),
+            rounds=int(delta.get("spec_decode_num_drafts_total", 0)),
+            drafted=int(delta.get("spec_decode_num_draft_tokens_total", 0)),
+            accepted=int(delta.get("spec_decode_num_accepted_tokens_total", 0)),
+            accepted_at=[int(delta.get(f"spec_decode_num_accepted_tokens_per_pos_total[{i}]", 0)) for i in range(n_pos)])
+
+    def placements(self, target_layers: int, draft_layers: int | None) -> tuple[placement.Placement, placement.Placement | None]:
+        """Where llama.cpp put each model, from the server's load log (the target loads first, then the draft)."""
+        lines = self.load_log()
+        starts = [i for i, line in enumerate(lines) if "llama_model_loader: loaded meta data" in line]
+        if draft_layers is None or len(starts) < 2:
+            return placement.parse(lines, target_layers), None
+        return placement.parse(lines[:starts[1]], target_layers), placement.parse(lines[starts[1]:], draft_layers)
+
+
+def _with_port(launch: Launch, port: int) -> Launch:
+    return replace(launch, port=port)
+
+
+def _delta(before: dict, after: dict) -> dict:
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
+
+
+def probe(binary: Path, env: dict[str, str] | None = None) -> str:
+    """Check that `binary` runs and knows the flags gguf-bench passes; return its version line."""
+    try:
+        out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, **(env or {})})
+    except OSError as exc:
+        raise ServerError(f"cannot run {binary}: {exc.strerror or exc}") from None
+    except subprocess.TimeoutExpired:
+        raise ServerError(f"{binary} --help did not finish within 60 s") from None
+    text = out.stdout + out.stderr
+    lacking = [f for f in SPEC_FLAGS if f not in text]
+    if lacking:
+        raise ServerError(f"{binary} is too old or not llama-server: its --help lacks {', '.join(lacking)} (llama.cpp "
+                          "renamed the speculative flags in 2026); run `gguf-bench build-server` or pass a newer --server-bin")
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, **(env or {})})
+    lines = [line for line in (version.stdout + version.stderr).splitlines() if line.startswith("version")]
+    return lines[0].strip() if lines else "version unknown"

@@ -1,0 +1,117 @@
+"""Build llama-server from the installed llama-cpp-python's own sources: `gguf-bench build-server`.
+
+The llama.cpp tree vendored in the llama-cpp-python sdist is configured as the top-level project with
+`LLAMA_USE_SYSTEM_GGML=ON`, pointed at the ggml that llama-cpp-python installed (its `lib/cmake/ggml`), so only
+libllama, common and the server are compiled (linked in statically) and the server runs on the very ggml libraries the
+Python engine loads: the same kernels, the same backend (CPU, Vulkan or CUDA: whatever `build-gpu` installed). A
+difference between the two engines comes from the decoding loop, never from the kernels. At run time the server is
+started with the Python engine's library folder first on LD_LIBRARY_PATH (`library_env`).
+
+Offline: no OpenSSL (HTTPS only serves `-hf` downloads), no prebuilt web UI (it would be downloaded from the hub),
+no tests or examples. The binary and the build log go to `~/.cache/gguf-bench/llama.cpp-<version>/<backend>/`; a
+second call finds the binary and does nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from gguf_bench.engines import build
+from gguf_bench.errors import BenchError
+from gguf_bench.models.files import cache_dir
+
+BINARY = "llama-server"
+CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_USE_SYSTEM_GGML=ON",
+               "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+               "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF"]
+
+
+def llama_cpp_libs() -> Path:
+    """The folder of the ggml/llama libraries the Python engine loads (llama_cpp/lib)."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise BenchError("llama-cpp-python is not installed in this environment: pip install -e . first")
+    return Path(next(iter(spec.submodule_search_locations))) / "lib"
+
+
+def ggml_cmake_dir() -> Path:
+    """llama-cpp-python installs ggml's CMake package beside itself (site-packages/lib/cmake/ggml)."""
+    path = llama_cpp_libs().parent.parent / "lib" / "cmake" / "ggml"
+    if not (path / "ggml-config.cmake").is_file():
+        raise BenchError(f"llama-cpp-python's ggml CMake package is not at {path}; reinstall llama-cpp-python from its "
+                         "sdist (pip install --force-reinstall --no-binary llama-cpp-python llama-cpp-python)")
+    return path
+
+
+def backend() -> str:
+    """The GPU backend the installed ggml has ('cuda', 'vulkan'), else 'cpu': part of the cache folder's name."""
+    libs = llama_cpp_libs()
+    for name in build.BACKENDS:
+        if any(libs.glob(f"libggml-{name}.so*")):
+            return name
+    return "cpu"
+
+
+def build_dir(version: str | None = None) -> Path:
+    return cache_dir() / f"llama.cpp-{version or build.installed_version()}" / backend()
+
+
+def cached_binary() -> Path | None:
+    path = build_dir() / BINARY
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def library_env() -> dict[str, str]:
+    """What a server built here needs to load the Python engine's ggml (and, for lavapipe, see the device)."""
+    libs = str(llama_cpp_libs())
+    env = {"LD_LIBRARY_PATH": os.pathsep.join(p for p in (libs, os.environ.get("LD_LIBRARY_PATH")) if p)}
+    if backend() == "vulkan":
+        env.update(build.vulkan_env())
+    return env
+
+
+def build_server(log: Path, jobs: int | None = None) -> Path:
+    """Compile llama-server into the cache; the cached binary if it is there."""
+    if (binary := cached_binary()) is not None:
+        return binary
+    build.check_requirements("cpu")
+    version = build.installed_version()
+    src = build.sources(version, log) / "vendor" / "llama.cpp"
+    out = build_dir(version)
+    tree = out / "build"
+    out.mkdir(parents=True, exist_ok=True)
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    _run(["cmake", "-S", str(src), "-B", str(tree), *generator, *CMAKE_FLAGS, f"-Dggml_DIR={ggml_cmake_dir()}"], log)
+    _run(["cmake", "--build", str(tree), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 1)], log)
+    shutil.copy2(tree / "bin" / BINARY, out / BINARY)
+    shutil.rmtree(tree, ignore_errors=True)  # a few hundred MB of objects; the binary is all that is used
+    return out / BINARY
+
+
+def _run(cmd: list[str], log: Path) -> None:
+    with open(log, "a") as out:
+        out.write("$ " + " ".join(cmd) + "\n")
+        out.flush()
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise BenchError(f"`{' '.join(cmd[:3])} ...` failed (exit {rc}); the log is {log}")
+
+
+def find_server(explicit: Path | None) -> tuple[Path, dict[str, str]]:
+    """The llama-server to run and the environment it needs: --server-bin, else `llama-server` on PATH, else the one
+    `build-server` made."""
+    if explicit is not None:
+        if not explicit.is_file() or not os.access(explicit, os.X_OK):
+            raise BenchError(f"--server-bin {explicit} is not an executable file")
+        return explicit, library_env() if explicit == cached_binary() else {}
+    on_path = shutil.which(BINARY)
+    if on_path:
+        return Path(on_path), {}
+    if (binary := cached_binary()) is not None:
+        return binary, library_env()
+    raise BenchError("no llama-server found (not on PATH, not built): run `gguf-bench build-server` "
+                     "(about 15 minutes on 2 cores, once), or pass --server-bin PATH")
