@@ -11,6 +11,11 @@ target alone's:
   categories  a pair over the built-in categories: fixed K, p-min, the heuristic schedule, n-gram
               drafts; per prompt the best fixed K against the best adaptive setting
               python scripts/bench_strategies.py categories --pair qwen-coder-1.5b-f16+q2k -n 128 --repeat 2
+  cost        issue 24: the target alone, fixed K and --k-schedule cost at several caps, per prompt category;
+              per prompt each cap against the target alone (target: >= 0.97x) and the best fixed K (within 5%),
+              the rounds per draft length and the schedule's predicted tokens/s beside the measured
+              python scripts/bench_strategies.py cost --pair qwen-coder-1.5b-f16+q2k -n 128 --repeat 2
+              python scripts/bench_strategies.py cost --spec-type ngram --model qwen2.5-coder-1.5b-instruct-q4_k_m
 
 Settings are measured interleaved (every setting once, then again) so that a change in the machine's
 load touches all of them alike. Models come from the registry (fetched if missing) or --target/--draft.
@@ -60,8 +65,10 @@ def pair_paths(name: str) -> tuple[Path, Path]:
 
 
 def measure(pair: LoadedPair, prompt: list[int], settings: list[Setting], n: int, repeat: int) -> dict[str, dict]:
-    """Per setting: tokens/s of every repetition, acceptance, tokens per round, identity with the target alone."""
-    out: dict[str, dict] = {s.name: {"tps": [], "acc": [], "tpr": [], "same": [], "hist": None, "src": None} for s in settings}
+    """Per setting: tokens/s of every repetition, acceptance, tokens per round, identity with the target alone,
+    rounds per draft length (summed over repetitions) and a cost schedule's predicted tokens/s."""
+    out: dict[str, dict] = {s.name: {"tps": [], "acc": [], "tpr": [], "same": [], "hist": None, "src": None, "pred": []}
+                            for s in settings}
     reference = None
     pair.generate("target", prompt, 8, 1, GREEDY)  # warm-up: the first decodes are slow
     for rep in range(repeat):
@@ -76,7 +83,10 @@ def measure(pair: LoadedPair, prompt: list[int], settings: list[Setting], n: int
             row["acc"].append(res.acceptance if res.drafted else float("nan"))
             row["tpr"].append(res.tokens_per_round if res.rounds else 1.0)
             row["same"].append(reference is None or res.tokens == reference)
-            row["hist"], row["src"] = res.draft_lengths, res.draft_sources
+            row["hist"] = [a + b for a, b in zip(row["hist"], res.draft_lengths)] if row["hist"] else list(res.draft_lengths)
+            row["src"] = res.draft_sources
+            if res.predicted_tokens_per_s is not None:
+                row["pred"].append(res.predicted_tokens_per_s)
             print(f"  rep {rep + 1} {s.name:32s} {res.tokens_per_s:7.2f} tok/s  ({res.n_tokens} tokens)", file=sys.stderr, flush=True)
     return out
 
@@ -148,6 +158,65 @@ def run_categories(args) -> None:
     print("\n".join(summary), flush=True)
 
 
+def cost_settings(args) -> tuple[list[Setting], list[str], list[str]]:
+    base = Strategy(args.spec_type, args.ngram_min, args.ngram_max)
+    fixed = [Setting(base.label(k), k, base) for k in args.k]
+    cost = Strategy(args.spec_type, args.ngram_min, args.ngram_max, k_schedule="cost")
+    capped = [Setting(cost.label(k), k, cost) for k in args.caps]
+    return [Setting("target alone"), *fixed, *capped], [s.name for s in fixed], [s.name for s in capped]
+
+
+def histogram(counts: list[int] | None) -> str:
+    """Rounds per draft length, the lengths that occurred: '0:12 1:3 4:20'."""
+    return " ".join(f"{n}:{c}" for n, c in enumerate(counts or []) if c) or "-"
+
+
+def run_cost(args) -> None:
+    if args.spec_type == "ngram":
+        target, draft = args.target or model_path(args.model), None
+        name = target.name
+    else:
+        target, draft = (args.target, args.draft) if args.target else pair_paths(args.pair)
+        name = f"{target.name}+{draft.name}" if args.target else args.pair
+    settings, fixed, capped = cost_settings(args)
+    summary = ["| prompt (category) | target alone | best fixed K | " + " | ".join(f"cost K={k}" for k in args.caps)
+               + " | worst cost / alone | best cost / best fixed |", "|---" * (5 + len(args.caps)) + "|"]
+    ratios_alone, ratios_fixed = [], []
+    with LoadedPair(PairFiles(target, draft, name), LoadConfig(n_ctx=args.ctx, threads=args.threads)) as pair:
+        prompts = builtin(args.prompt_ids.split(","))
+        first = pair.prompt_tokens(prompts[0].text, prompts[0].chat and pair.target.has_chat_template())
+        t0 = time.perf_counter()
+        costs = pair.step_costs(first, args.n, max(args.caps))  # before any timed run, as the sweep's warm-up does
+        curve = " ".join(f"{1000 * t:.1f}" for t in costs.t_verify)
+        print(f"costs ({costs.source}, {time.perf_counter() - t0:.0f} s): draft {1000 * costs.t_draft:.2f} ms/token; "
+              f"verify ms for batches 1..{costs.k_max + 1}: {curve}\n", flush=True)
+        for prompt in prompts:
+            tokens = pair.prompt_tokens(prompt.text, prompt.chat and pair.target.has_chat_template())
+            print(f"{prompt.id}: {len(tokens)} prompt tokens", file=sys.stderr)
+            t0 = time.perf_counter()
+            rows = measure(pair, tokens, settings, args.n, args.repeat)
+            print(table(f"{name}, {args.spec_type}, prompt {prompt.id} ({prompt.category}, {len(tokens)} tokens), greedy, "
+                        f"-n {args.n}, {args.threads} threads, {args.repeat} repetitions ({time.perf_counter() - t0:.0f} s)",
+                        rows, "target alone"), flush=True)
+            print("\n| cost setting | predicted tokens/s | measured | rounds per draft length (all repetitions) |\n|---|---|---|---|")
+            for s in capped:
+                r = rows[s]
+                pred = f"{statistics.median(r['pred']):.1f}" if r["pred"] else "-"
+                print(f"| {s} | {pred} | {statistics.median(r['tps']):.1f} | {histogram(r['hist'])} |")
+            print(flush=True)
+            base = statistics.median(rows["target alone"]["tps"])
+            f_name, f_tps = best(rows, fixed)
+            caps = [statistics.median(rows[s]["tps"]) for s in capped]
+            ratios_alone.append(min(caps) / base)
+            ratios_fixed.append(max(caps) / f_tps)
+            summary.append(f"| {prompt.id} ({prompt.category}) | {base:.1f} | {f_name}: {f_tps:.1f} | "
+                           + " | ".join(f"{c:.1f} ({c / base:.2f}x)" for c in caps)
+                           + f" | {ratios_alone[-1]:.2f}x | {ratios_fixed[-1]:.2f}x |")
+    print("\n".join(summary))
+    print(f"\nevery cap >= 0.97x the target alone on {sum(r >= 0.97 for r in ratios_alone)}/{len(ratios_alone)} prompts; "
+          f"best cap within 5% of the best fixed K on {sum(r >= 0.95 for r in ratios_fixed)}/{len(ratios_fixed)}", flush=True)
+
+
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
@@ -159,7 +228,7 @@ def floats(text: str) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="experiment", required=True)
-    for name in ("ngram", "categories"):
+    for name in ("ngram", "categories", "cost"):
         p = sub.add_parser(name)
         p.add_argument("--target", type=Path)
         p.add_argument("-n", type=int, default=160 if name == "ngram" else 128)
@@ -184,10 +253,18 @@ def main() -> None:
     cat.add_argument("--also", type=lambda t: t.split(";") if t else [], default=["ngram", "ngram,draft"],
                      help="other spec types, ';'-separated, at --ngram-k")
     cat.add_argument("--ngram-k", type=int, default=16)
+    cost = sub.choices["cost"]
+    cost.add_argument("--spec-type", default="draft", choices=["draft", "ngram", "ngram,draft"])
+    cost.add_argument("--pair", default="qwen-coder-1.5b-f16+q2k", help="with --spec-type draft or ngram,draft")
+    cost.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m", help="with --spec-type ngram")
+    cost.add_argument("--draft", type=Path)
+    cost.add_argument("--prompt-ids", default="chat-multiturn,translation,summarization,qa,math,rag,code-edit")
+    cost.add_argument("-K", dest="k", type=ints, default=[2, 4, 8, 16], help="fixed draft lengths")
+    cost.add_argument("--caps", type=ints, default=[4, 8, 16, 32], help="the cost schedule's caps (-K)")
     args = ap.parse_args()
-    if args.experiment == "categories" and args.target and not args.draft:
-        ap.error("--target needs --draft for the categories experiment")
-    (run_ngram if args.experiment == "ngram" else run_categories)(args)
+    if args.experiment in ("categories", "cost") and args.target and not args.draft and getattr(args, "spec_type", "") != "ngram":
+        ap.error(f"--target needs --draft for the {args.experiment} experiment (or --spec-type ngram)")
+    {"ngram": run_ngram, "categories": run_categories, "cost": run_cost}[args.experiment](args)
 
 
 if __name__ == "__main__":

@@ -41,3 +41,11 @@ def test_bench_strategies_ngram_on_a_tiny_model(tiny_pairs):
     out = script("bench_strategies.py", "ngram", "--target", str(target), "-K", "2", "-n", "12", "--repeat", "1",
                  "--prompt-ids", "code-short")
     assert "| target alone |" in out and "| ngram" in out
+
+
+def test_bench_strategies_cost_on_a_tiny_pair(tiny_pairs):
+    target, draft = tiny_pairs["middle"]
+    out = script("bench_strategies.py", "cost", "--target", str(target), "--draft", str(draft), "-K", "2", "--caps", "4,8",
+                 "-n", "8", "--repeat", "1", "--threads", "1", "--prompt-ids", "code-short")
+    assert "costs (warm-up" in out and "| draft cost K=4 |" in out and "| draft cost K=8 |" in out
+    assert "worst cost / alone" in out and "rounds per draft length" in out
