@@ -109,7 +109,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                 console.print(r.metrics.text, markup=False)
     if unsaved:
         raise unsaved
-    (err if json_out else console).print(f"stored {len(records)} runs in {out}", markup=False)
+    (err if json_out else console).print(f"stored {len(records)} runs in {out}", markup=False, soft_wrap=True)
 
 
 def _placement_lines(record: RunRecord) -> None:

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from gguf_bench import options
 from gguf_bench.cli.app import command, console, err
@@ -91,7 +94,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         sys.stdout.write(json.dumps(_json(files.name, out, calibrations, predicted, checked), default=str) + "\n")
     else:
         for cal in calibrations:
-            console.print(prediction_table(cal, predicted, top_cal, top if rec.speculative else None))
+            console.print(prediction_table(cal, predicted, top_cal, top if rec.speculative else None, console.width))
             console.print(components_line(cal), markup=False)
             if cal.fit is not None and abs(cal.fit - 1) > 0.1:
                 err.print(f"Warning: -ngl {cal.ngl} -ngld {cal.ngld}: the calibration's own K={max(cal.ks)} runs took "
@@ -101,64 +104,86 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         if rec.speculative:
             console.print(f"recommended: -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}: predicted "
                           f"{top.tokens_per_s:.2f} tokens/s, {top.gain_pct:+.1f}% over the target alone "
-                          f"({top.baseline_tokens_per_s:.2f}); calibration stored in {out}", markup=False)
+                          f"({top.baseline_tokens_per_s:.2f})", markup=False)
         else:
             console.print(f"recommended: run the target alone (-ngl {rec.cal.ngl}, predicted "
                           f"{rec.baseline_tokens_per_s:.2f} tokens/s): no draft length is predicted to beat it; the "
                           f"fastest, -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}, is predicted at "
-                          f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%); calibration stored in {out}",
-                          markup=False)
+                          f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%)", markup=False)
+        console.print(f"calibration stored in {out}", markup=False, soft_wrap=True)  # a path is never folded
         if checked is not None:
-            console.print(check_table(checked, check_top.k))
+            console.print(check_table(checked, check_top.k if rec.speculative else None, console.width))
     if plot:
         written = plot_tune(calibrations, predicted, checked, plot)
         (err if json_out else console).print(f"wrote {written}", markup=False)
 
 
-def prediction_table(cal, strategies: list, top_cal, top) -> Table:
+def prediction_table(cal, strategies: list, top_cal, top, width: int = 80) -> Group:
     """One row per K: why it is fast or slow (acceptance, draft and verify cost) and the prediction of
-    each strategy (with one strategy, its tokens per round and round time too)."""
+    each strategy (with one strategy, its tokens per round and round time too). Fits `width` without wrapping a
+    cell: the gaps narrow first, then verify × and K·c go (never K or a prediction)."""
     tm = cal.timings
     base = cal.predict(min(cal.ks)).baseline_tokens_per_s
-    table = Table(title=f"tune {cal.pair}, -ngl {cal.ngl} -ngld {cal.ngld}: predicted tokens/s (greedy, n={cal.n_predict}, "
-                        f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone {speed_text(base)})",
-                  caption="a_K: acceptance of draft position K once reached; K·c: a round's draft cost in target "
-                          "decodes; verify ×: t_verify(K+1)/t_verify(1)" + _strategies_caption(strategies))
     one = len(strategies) == 1
-    for col in ("K", "a_K", "K·c", "verify ×") + (("tok/round", "ms/round", "tokens/s", "gain %") if one else ()):
-        table.add_column(col, justify="right")
-    if not one:
-        for st in strategies:
-            table.add_column(strategy_heading(st), justify="right")
     by_k: dict[int, list] = {}
     for p in cal.predictions(strategies):
         by_k.setdefault(p.k, []).append(p)
+    columns: dict[str, list[str]] = {
+        "K": [str(k) for k in by_k], "a_K": [number_text(cal.a[k - 1] if k <= len(cal.a) else None, "{:.0%}") for k in by_k],
+        "K·c": [number_text(k * tm.draft_cost_ratio()) for k in by_k], "verify ×": [number_text(tm.verify_curve()[k]) for k in by_k]}
+    if one:
+        columns |= {"tok/round": [], "ms/round": [], "tokens/s": [], "gain %": []}
+    else:
+        columns |= {strategy_heading(st): [] for st in strategies}
     for k, preds in by_k.items():
         labels = {p.strategy: p for p in preds}
-        row_best = cal is top_cal and top in preds
-        cells = []
         for st in strategies:
             p = labels.get(st.label(k))
             star = " ★" if p is not None and p == top and cal is top_cal else ""
-            if p is None:
-                cells.append("–")
-            elif one:
-                cells += [number_text(p.tokens_per_round), number_text(p.round_ms, "{:.1f}"), speed_text(p.tokens_per_s) + star,
-                          number_text(p.gain_pct, "{:+.1f}")]
+            if one:
+                cells = ["–"] * 4 if p is None else [number_text(p.tokens_per_round), number_text(p.round_ms, "{:.1f}"),
+                                                     speed_text(p.tokens_per_s) + star, number_text(p.gain_pct, "{:+.1f}")]
+                for name, cell in zip(("tok/round", "ms/round", "tokens/s", "gain %"), cells):
+                    columns[name].append(cell)
             else:
-                cells.append(f"{speed_text(p.tokens_per_s)} ({number_text(p.gain_pct, '{:+.0f}')}%){star}")
-        a_k = cal.a[k - 1] if k <= len(cal.a) else None
-        table.add_row(str(k), number_text(a_k, "{:.0%}"), number_text(k * tm.draft_cost_ratio()),
-                      number_text(tm.verify_curve()[k]), *cells, style="bold" if row_best else None)
-    return table
+                columns[strategy_heading(st)].append("–" if p is None else
+                                                     f"{speed_text(p.tokens_per_s)} ({number_text(p.gain_pct, '{:+.0f}')}%){star}")
+    for optional in ("verify ×", "K·c"):  # too wide even with one space between columns
+        if _width(columns, 1) <= width:
+            break
+        columns.pop(optional)
+    legend = (["a_K: acceptance of draft position K once reached"]
+              + (["K·c: a round's draft cost in target decodes"] if "K·c" in columns else [])
+              + (["verify ×: t_verify(K+1)/t_verify(1)"] if "verify ×" in columns else []) + _strategies_caption(strategies))
+    table = Table(title=f"tune {cal.pair}, -ngl {cal.ngl} -ngld {cal.ngld}: predicted tokens/s (greedy, n={cal.n_predict}, "
+                        f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone {speed_text(base)})",
+                  **_layout(columns, width))
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+    for k, cells in zip(by_k, zip(*columns.values())):
+        table.add_row(*cells, style="bold" if cal is top_cal and top in by_k[k] else None)
+    return Group(table, Text("\n".join(legend)))  # a line each: a caption would wrap at the table's width
 
 
-def _strategies_caption(strategies: list) -> str:
+def _width(columns: dict[str, list[str]], gap: int) -> int:
+    """Rendered width: each column's widest cell or header, `gap` characters between columns."""
+    return sum(max(len(name), *map(len, cells)) for name, cells in columns.items()) + gap * (len(columns) - 1)
+
+
+def _layout(columns: dict[str, list[str]], width: int) -> dict:
+    """A rule under the header and no other lines; three spaces between columns, or two, or one where more would not
+    fit (the divider is one of them)."""
+    gap = next((g for g in (3, 2) if _width(columns, g) <= width), 1)
+    return dict(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left",
+                padding={3: (0, 1), 2: (0, 1, 0, 0), 1: (0, 0)}[gap])
+
+
+def _strategies_caption(strategies: list) -> list[str]:
     if len(strategies) == 1:
-        return ""
+        return []
     ngram = next((st for st in strategies if st.spec_type == "ngram"), None)
-    return ("; cells: tokens/s (gain %); h<=C: heuristic K from K up to C"
-            + (f"; ngram: lookup of {ngram.ngram_min}-{ngram.ngram_max} tokens" if ngram else ""))
+    return (["cells: tokens/s (gain %)", "h<=C: heuristic K from K up to C"]
+            + ([f"ngram: lookup of {ngram.ngram_min}-{ngram.ngram_max} tokens"] if ngram else []))
 
 
 def components_line(cal) -> str:
@@ -169,15 +194,23 @@ def components_line(cal) -> str:
             f"{1000 * tm.round_overhead:.2f} ms")
 
 
-def check_table(rows: list[dict], top_k: int) -> Table:
-    table = Table(title="--check: predicted against measured (mean over prompts, as sweep measures)")
-    for col in ("K", "predicted tokens/s", "measured tokens/s", "error %", "measured gain %", "runs"):
-        table.add_column(col, justify="right")
+def check_table(rows: list[dict], top_k: int | None, width: int = 80) -> Group:
+    """Predicted beside measured for the K --check ran; ★ beside the recommended K (none when the target alone is)."""
+    columns: dict[str, list[str]] = {"K": [], "predicted tok/s": [], "measured tok/s": [], "error %": [], "gain %": [],
+                                     "runs": []}
     for r in rows:
         label = "target alone" if r["k"] == 0 else f"{r['k']}" + (" ★" if r["k"] == top_k else "")
-        table.add_row(label, number_text(r["predicted_tokens_per_s"]), number_text(r["measured_tokens_per_s"]),
-                      number_text(r["error_pct"], "{:+.1f}"), number_text(r["measured_gain_pct"], "{:+.1f}"), str(r["runs"]))
-    return table
+        for name, cell in zip(columns, (label, number_text(r["predicted_tokens_per_s"]), number_text(r["measured_tokens_per_s"]),
+                                        number_text(r["error_pct"], "{:+.1f}"), number_text(r["measured_gain_pct"], "{:+.1f}"),
+                                        str(r["runs"]))):
+            columns[name].append(cell)
+    table = Table(title="--check: predicted against measured (mean over prompts, as sweep measures)",
+                  **_layout(columns, width))
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+    for cells in zip(*columns.values()):
+        table.add_row(*cells)
+    return Group(table, Text("gain %: measured, over the target alone measured"))
 
 
 def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: list[dict] | None) -> dict:

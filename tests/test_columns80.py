@@ -1,0 +1,87 @@
+"""At 80 columns (issue 23, point 3), what run, tune, models and info print never hides a column that tells rows
+apart and never wraps a cell: every name stays whole on one line. Tiny pairs keep it fast."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from cli_helpers import invoke, pair_args
+
+WIDTH = 80
+
+
+@pytest.fixture
+def columns80(monkeypatch):
+    """The CLI's consoles at 80 columns, as a terminal of 80 columns (or COLUMNS=80) makes them."""
+    from gguf_bench.cli.app import console, err
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    for c in (console, err):
+        monkeypatch.setattr(c, "width", WIDTH)
+
+
+def assert_fits(text: str, *whole: str) -> None:
+    """No line wider than WIDTH but for a path that cannot fit (kept whole at the end of its line), no cell cut short
+    ('…'), and every string of `whole` on one line."""
+    for line in text.splitlines():
+        last = line.split()[-1] if line.strip() else ""
+        assert len(line) <= WIDTH or (last.lstrip("(").startswith("/") and len(line) - len(last) <= WIDTH), (line, text)
+    assert "…" not in text, text
+    for needle in whole:
+        assert needle in text, f"{needle!r} is not whole in:\n{text}"
+
+
+def header(text: str, needle: str) -> list[str]:
+    return next(ln for ln in text.splitlines() if needle in ln).split()
+
+
+def test_models_at_80_columns_keeps_every_name_whole(isolated):
+    from gguf_bench.models.registry import load_registry
+
+    env = {**os.environ, "COLUMNS": str(WIDTH)}
+    proc = subprocess.run([sys.executable, "-m", "gguf_bench.cli", "models"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    reg = load_registry(None)
+    names = [n for pair in reg.pairs.values() for n in (pair.name, pair.target.name, pair.draft.name)]
+    assert_fits(proc.stdout, *names, *(ref.source.label for ref in reg.models.values() if ref.name in names))
+    assert f"{reg.default} (default)" in proc.stdout
+
+
+def test_run_at_80_columns_keeps_every_row_label_and_cell_whole(tiny_pairs, columns80):
+    result = invoke("run", *pair_args(tiny_pairs["middle"]), "-n", "12", "-t", "1", "-r", "2", "--spec-type", "ngram,draft",
+                    "--draft-p-min", "0.8", "-K", "8")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert {"run", "tokens/s", "gain"} <= set(header(text, "tokens/s")), text
+    assert_fits(text, "target alone", "draft alone", "ngram(1-4)+draft p-min 0.8 K=8", "stored 6 runs in")
+    rows = [ln for ln in text.splitlines() if ln.startswith(("target alone", "draft alone", "ngram(1-4)"))]
+    assert len(rows) == 3 and all(" ± " in ln for ln in rows), text  # mean ± std on each row's one line
+
+
+def test_tune_at_80_columns_keeps_k_and_every_strategy_and_wraps_no_cell(tiny_pairs, columns80):
+    """Four strategies side by side (their cells wrapped onto a second line before), and --check's table."""
+    result = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-3", "-n", "12", "--prompt-ids", "code-short",
+                    "-t", "2", "-c", "256", "--reps", "1", "--spec-type", "draft,ngram", "--k-schedule", "fixed,heuristic",
+                    "--check")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    head = " ".join(header(text, "h<=3"))
+    assert head.startswith("K a_K") and all(s in head for s in ("draft draft h<=3", "ngram ngram h<=3")), text
+    rows = [ln.split() for ln in text.split("h<=3", 1)[1].splitlines() if ln[:1].isdigit() or ln.strip()[:1].isdigit()]
+    k_rows = [r for r in rows if r[0] in ("1", "2", "3") and sum("%)" in c for c in r) == 4]
+    assert [r[0] for r in k_rows] == ["1", "2", "3"], text  # each K on one line with its four predictions
+    assert {"K", "predicted", "measured", "error", "gain", "runs"} <= set(header(text, "measured tok/s")), text
+    assert_fits(text, "cells: tokens/s (gain %)", "target alone")
+
+
+def test_info_at_80_columns_keeps_paths_and_layer_counts_whole(tiny_pairs, columns80):
+    target, draft = tiny_pairs["middle"]
+    result = invoke("info", str(target), str(draft))
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert ["target", "draft"] in [ln.split() for ln in text.splitlines()], text  # the table's header
+    assert_fits(text, str(target), str(draft), "5 (4 blocks + output)", "266 / 266 (difference 0, at most 128)")
