@@ -29,20 +29,25 @@ from gguf_bench.results.text import size_text
 
 @command
 def models(registry: RegistryOpt = None) -> None:
-    """List the registry's pairs: target and draft, quant, size, and whether they are cached."""
+    """List the registry's pairs: target and draft, quant, size, where each comes from and where it is cached."""
     reg = load_registry(registry)
-    table = Table(title=f"Pairs in {reg.path}")
-    for col in ("pair", "role", "model and source", "quant", "size", "cached at"):
-        table.add_column(col, overflow="fold")
-    for pair in reg.pairs.values():
-        label = pair.name + (" (default)" if pair.name == reg.default else "")
-        for role, ref in (("target", pair.target), ("draft", pair.draft)):
-            path = locate(ref, reg)
-            size = path.stat().st_size if path else ref.size
-            table.add_row(label if role == "target" else "", role, f"{ref.name}\n[dim]{ref.source.label}[/dim]",
-                          ref.quant or "?", size_text(size), str(path) if path else "[dim]not cached[/dim]")
-        table.add_section()
-    console.print(table)
+    members = {pair.name: [(role, ref, locate(ref, reg)) for role, ref in (("target", pair.target), ("draft", pair.draft))]
+               for pair in reg.pairs.values()}
+    cells = {ref.name: (ref.name, ref.quant or "?", size_text(path.stat().st_size if path else ref.size))
+             for rows in members.values() for _, ref, path in rows}
+    widths = [max((len(c[i]) for c in cells.values()), default=0) for i in range(3)]
+    console.print(f"Pairs in {reg.path}", markup=False, soft_wrap=True)
+    # one line per member, its source and cache on lines of their own: no name is ever folded into a narrow column
+    for name, rows in members.items():
+        console.print()
+        console.print(name + (" (default)" if name == reg.default else ""), style="bold", markup=False, soft_wrap=True)
+        for role, ref, path in rows:
+            model, quant, size = cells[ref.name]
+            console.print(f"  {role:<6}  {model:<{widths[0]}}  {quant:<{widths[1]}}  {size:>{widths[2]}}  "
+                          + ("cached" if path else "not cached"), markup=False, soft_wrap=True)
+            console.print(f"          from {ref.source.label}", style="dim", markup=False, soft_wrap=True)
+            if path:
+                console.print(f"          at {path}", style="dim", markup=False, soft_wrap=True)
 
 
 @command
