@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
-from cli_helpers import invoke, pair_args
+from cli_helpers import assert_user_error, invoke, pair_args
 
 from hubserver import HubServer
 
@@ -99,3 +100,69 @@ def test_info_shows_token_text_as_run_does_and_layers_as_tables_count_them(tiny_
         assert "token 5 differs: b'[multimodal]' / b'<unused0>'" in str(exc)
     else:
         raise AssertionError("the pair should be refused")
+
+
+# --- --version, --results-dir, report --format with evaluations only, run --prompt-ids ----------------------
+
+
+def test_version_names_gguf_bench_and_llama_cpp_python():
+    from importlib.metadata import version
+
+    result = invoke("--version")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"gguf-bench {version('gguf-bench')}, llama-cpp-python {version('llama-cpp-python')}"
+
+
+def test_results_dir_option_beats_the_environment_variable(tiny_pairs, isolated, tmp_path):
+    chosen = tmp_path / "chosen"
+    ran = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "8", "-t", "1", "--name", "r", "--results-dir", str(chosen))
+    assert ran.exit_code == 0, ran.output
+    assert (chosen / "r.jsonl").is_file() and not (isolated / "results").exists()  # $GGUF_BENCH_RESULTS untouched
+    assert f"stored 3 runs in {chosen / 'r.jsonl'}" in ran.output
+    shown = invoke("report", "--results-dir", str(chosen))
+    assert shown.exit_code == 0 and "target alone" in shown.stdout, shown.output
+    again = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "8", "-t", "1", "--name", "r")  # no option: the variable
+    assert again.exit_code == 0 and (isolated / "results" / "r.jsonl").is_file(), again.output
+    swept = invoke("sweep", *pair_args(tiny_pairs["high"]), "-n", "8", "-t", "1", "-K", "2", "--prompt-ids", "code-short",
+                   "--no-draft-alone", "--name", "s", "--results-dir", str(chosen))
+    assert swept.exit_code == 0 and (chosen / "s.jsonl").is_file(), swept.output
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    result = invoke("eval", *pair_args(tiny_pairs["high"]), "--nb-prompts", "2", "--results-dir", str(blocked))
+    assert result.exit_code == 1 and f"cannot store results in {blocked} (from --results-dir)" in result.stderr, result.output
+
+
+def test_report_format_writes_files_that_hold_only_evaluations(tiny_pairs, isolated):
+    assert invoke("eval", *pair_args(tiny_pairs["high"]), "--nb-prompts", "3", "-n", "4", "--name", "ev").exit_code == 0
+    md = invoke("report", "--format", "md")
+    assert md.exit_code == 0, md.output
+    lines = md.stdout.splitlines()
+    assert lines[0].startswith("| pair | T | K | regular | speculative |") and len(lines) == 3, md.stdout
+    assert "| 0 | 4 | " in lines[2] and "/3 |" in lines[2], md.stdout
+    csv = invoke("report", "--format", "csv")
+    assert csv.exit_code == 0 and csv.stdout.splitlines()[0].startswith("pair,temperature,k,n,regular_ok"), csv.output
+    assert invoke("run", *pair_args(tiny_pairs["high"]), "-n", "8", "-t", "1", "--name", "r").exit_code == 0
+    both = invoke("report", "--format", "md").stdout
+    assert "(target alone)" in both and "| pair | T | K | regular |" in both, both  # runs, then evaluations
+
+
+def test_run_takes_one_built_in_prompt_by_id(tiny_pairs):
+    """The README's n-gram example: --target alone, --spec-type ngram, --prompt-ids code-edit-hints."""
+    target = str(tiny_pairs["high"][0])
+    result = invoke("run", "--target", target, "--spec-type", "ngram", "-K", "16", "--prompt-ids", "code-edit-hints",
+                    "-n", "8", "-t", "1", "--json")
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.stdout)
+    assert {r["config"]["prompt_id"] for r in records} == {"code-edit-hints"} and records[-1]["config"]["chat"] is True
+    assert_user_error(invoke("run", "--target", target, "--spec-type", "ngram", "--prompt-ids", "code"),
+                      "run measures one prompt, and --prompt-ids code names 2", "sweep --prompt-ids")
+    assert_user_error(invoke("run", "--target", target, "--spec-type", "ngram", "--prompt-ids", "code-short", "-p", "x"),
+                      "give one of --prompt, --prompt-file and --prompt-ids")
+
+
+def test_two_runs_in_one_second_get_two_files(tiny_pairs, isolated):
+    for _ in range(2):  # each well under a second on the tiny pair
+        result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "4", "-t", "1", "-K", "1")
+        assert result.exit_code == 0, result.output
+    files = sorted(p.name for p in (isolated / "results").glob("run-*.jsonl"))
+    assert len(files) == 2, files

@@ -7,6 +7,7 @@ exit status 1 (Ctrl-C: 'Interrupted.' and 130).
 from __future__ import annotations
 
 import functools
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -16,6 +17,22 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                        "and check that speculative decoding keeps its quality.")
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from gguf_bench import __version__
+        from gguf_bench.engines.llama_cpp import llama_versions
+
+        console.print(f"gguf-bench {__version__}, llama-cpp-python {llama_versions()['llama_cpp_python'] or 'not installed'}",
+                      markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="print the versions of gguf-bench and llama-cpp-python")] = False) -> None:
+    pass
 
 
 def command(fn):

@@ -48,6 +48,8 @@ ChatOpt = Annotated[bool, typer.Option("--chat", help="wrap the prompt in the mo
 PromptIdsOpt = Annotated[str | None, typer.Option("--prompt-ids", help="built-in prompts by id or category (chat, "
                          "translation, summarization, qa, math, rag, code-edit, code) or all; default: code-short, "
                          "chat-short, code-long, chat-long")]
+PromptIdOpt = Annotated[str | None, typer.Option("--prompt-ids", "--prompt-id", help="one built-in prompt by id "
+                        "(code-edit-hints, chat-short, ...; `sweep --prompt-ids` takes several)")]
 PromptsFileOpt = Annotated[Path | None, typer.Option("--prompts", help="JSONL prompts: {\"id\", \"prompt\", \"chat\"}")]
 
 # --- drafting strategies (decoding/strategy.py); in `sweep` each takes a comma list, and every combination runs --
@@ -67,4 +69,6 @@ KCapOpt = Annotated[int, typer.Option("--k-cap", help="largest K the heuristic s
 
 # --- where results go -------------------------------------------------------------------------------
 NameOpt = Annotated[str | None, typer.Option("--name", help="store in results/NAME.jsonl")]
+ResultsDirOpt = Annotated[Path | None, typer.Option("--results-dir", help="the folder of results files (default: "
+                          "$GGUF_BENCH_RESULTS, else ./results)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]

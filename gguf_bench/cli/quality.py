@@ -23,6 +23,7 @@ from gguf_bench.cli.options import (
     NPredictOpt,
     PairArg,
     RegistryOpt,
+    ResultsDirOpt,
     SeedOpt,
     TargetOpt,
     TempOpt,
@@ -37,7 +38,7 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.measure.quality import CompareEvents, distribution_check, evaluate, identity_lines
 from gguf_bench.measure.quality import compare as compare_both
 from gguf_bench.results.records import EvalConfig, to_dict
-from gguf_bench.results.store import default_name, ensure_results_dir, try_append_record
+from gguf_bench.results.store import default_name, ensure_results_dir, try_append_record, use_results_dir
 
 
 @command
@@ -49,8 +50,9 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          chat: Annotated[bool, typer.Option("--chat", help="ask through the model's chat template (instruct models)")] = False,
          name: Annotated[str | None, typer.Option("--name", help="store in results/NAME.jsonl")] = None,
          json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-         verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None) -> None:
+         verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Multiplication benchmark: regular vs speculative success rates with 95% Wilson intervals."""
+    use_results_dir(results_dir_opt)
     config = EvalConfig(nb_prompts=options.nb_prompts(nb_prompts), seed=seed, temperature=options.temperature(temp),
                         top_k=top_k, top_p=top_p, k=options.one_draft_length(k),
                         ngl=options.layers_label(options.layers(ngl)), ngld=options.layers_label(options.layers(ngld)),

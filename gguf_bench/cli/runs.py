@@ -31,11 +31,13 @@ from gguf_bench.cli.options import (
     PairArg,
     PairsArg,
     PMinOpt,
+    PromptIdOpt,
     PromptIdsOpt,
     PromptOpt,
     PromptsFileOpt,
     RegistryOpt,
     RepsOpt,
+    ResultsDirOpt,
     SeedOpt,
     ServerBinOpt,
     SpecTypeOpt,
@@ -63,13 +65,14 @@ from gguf_bench.results.store import (
     read_records,
     results_dir,
     try_append_records,
+    use_results_dir,
 )
 
 
 @command
 def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, ngl: NglOpt = "0", ngld: NgldOpt = "0",
         k: KOpt = "4", temp: TempOpt = 0.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0,
-        n_predict: NPredictOpt = 64, prompt: PromptOpt = None,
+        n_predict: NPredictOpt = 64, prompt: PromptOpt = None, prompt_ids: PromptIdOpt = None,
         prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="read the prompt from a file")] = None,
         chat: ChatOpt = False, threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
         show_text: Annotated[bool, typer.Option("--show-text", help="print the generated texts")] = False,
@@ -79,12 +82,13 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None,
         spec_type: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_min: PMinOpt = "0",
         n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16, engine: EngineOpt = "python",
-        server_bin: ServerBinOpt = None) -> None:
+        server_bin: ServerBinOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process (and in llama-server with
     --engine server|both)."""
+    use_results_dir(results_dir_opt)
     out = run_path(name)  # before any work: a new file, in a folder that can hold it
     grid = single_run_grid(options.one_draft_length(k), ngl, ngld, options.temperature(temp),
-                           prompts.from_options(prompt, prompt_file, chat), repetitions=repetitions,
+                           prompts.from_options(prompt, prompt_file, chat, prompt_ids), repetitions=repetitions,
                            n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
                            verify=verify, strategies=strategies(spec_type, ngram_min, ngram_max, p_min, n_min,
                                                                 k_schedule, k_cap),
@@ -149,8 +153,10 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
           engine: EngineOpt = "python", server_bin: ServerBinOpt = None,
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
-                          "GPU device's own figure)")] = None) -> None:
+                          "GPU device's own figure)")] = None,
+          results_dir_opt: ResultsDirOpt = None) -> None:
     """Sweep drafting strategy x draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
+    use_results_dir(results_dir_opt)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
                 nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
                 prompts=prompts.choose(prompt_ids, prompts_file), repetitions=repetitions, n_predict=n_predict,
@@ -217,8 +223,10 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
            plot_metric: Annotated[str, typer.Option("--plot-metric", help="tokens_per_s or gain_pct")] = "tokens_per_s",
            by: Annotated[str | None, typer.Option("--by", help="keep apart: prompt, host, or prompt,host "
                                                   "(hosts are never pooled; --by host shows the column)")] = None,
-           by_prompt: Annotated[bool, typer.Option("--by-prompt", help="the same as --by prompt")] = False) -> None:
+           by_prompt: Annotated[bool, typer.Option("--by-prompt", help="the same as --by prompt")] = False,
+           results_dir_opt: ResultsDirOpt = None) -> None:
     """Summarize stored runs: mean ± std, gain % over the target alone, best draft length; evaluations apart."""
+    use_results_dir(results_dir_opt)
     if fmt is not None and fmt not in rep.FORMATS:
         raise BenchError(f"unknown --format '{fmt}'; choose from {', '.join(rep.FORMATS)}")
     if output and not fmt:
@@ -239,9 +247,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     if summary is not None:
         summary = rep.with_predictions(summary, df, loaded.calibrations)
     if fmt:
-        if summary is None:
-            raise BenchError("--format writes run summaries, and these results hold evaluations only")
-        text = rep.render(summary, fmt)
+        text = rep.render_results(summary, loaded.evals, fmt)  # evaluations alone, or beside the runs in md
         if output:
             output.write_text(text, encoding="utf-8")
             console.print(f"wrote {output}")

@@ -26,6 +26,7 @@ from gguf_bench.cli.options import (
     PairArg,
     PromptsFileOpt,
     RegistryOpt,
+    ResultsDirOpt,
     TargetOpt,
     ThreadsOpt,
 )
@@ -36,7 +37,7 @@ from gguf_bench.measure.calibrate import TuneEvents, calibrate_settings, run_che
 from gguf_bench.results.costmodel import best, prediction_rows, recommend, strategies
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
-from gguf_bench.results.store import default_name, ensure_results_dir
+from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
 from gguf_bench.results.text import number_text, speed_text
 
 
@@ -63,9 +64,10 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4,
          k_cap: Annotated[int | None, typer.Option("--k-cap", help="the heuristic schedule's largest K "
                           "(default: the largest -K)")] = None,
-         registry: RegistryOpt = None) -> None:
+         registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Predict tokens/s for every draft length and offload setting from a short calibration, and
     recommend the fastest, without a full sweep (greedy)."""
+    use_results_dir(results_dir_opt)
     chosen = prompts.choose(prompt_ids, prompts_file)
     k_list = options.draft_lengths(ks)
     predicted = strategies(spec_types, k_schedules, ngram_min, ngram_max, k_cap, k_list)

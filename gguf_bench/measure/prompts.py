@@ -210,10 +210,18 @@ def load_jsonl(path: Path) -> list[Prompt]:
     return prompts
 
 
-def from_options(text: str | None, path: Path | None, chat: bool) -> Prompt:
-    """`--prompt TEXT` or `--prompt-file PATH` (or the default prompt), wrapped in the chat template if `chat`."""
-    if text and path:
-        raise ConfigError("give --prompt or --prompt-file, not both")
+def from_options(text: str | None, path: Path | None, chat: bool, ids: str | None = None) -> Prompt:
+    """`--prompt TEXT`, `--prompt-file PATH` or `--prompt-ids ID` (one built-in prompt; or the default prompt), wrapped
+    in the chat template if `chat` (a built-in chat prompt always is)."""
+    if sum(x is not None for x in (text, path, ids)) > 1:
+        raise ConfigError("give one of --prompt, --prompt-file and --prompt-ids")
+    if ids is not None:
+        chosen = builtin(ids.split(","))
+        if len(chosen) != 1:
+            raise ConfigError(f"run measures one prompt, and --prompt-ids {ids} names {len(chosen)} "
+                              f"({', '.join(p.id for p in chosen[:4])}{', ...' if len(chosen) > 4 else ''}); "
+                              "name one id, or use `gguf-bench sweep --prompt-ids` for several")
+        return Prompt(chosen[0].id, chosen[0].text, chosen[0].chat or chat, chosen[0].category)
     if path:
         if not path.is_file():
             raise ConfigError(f"prompt file {path} not found")

@@ -358,6 +358,37 @@ def to_markdown(summary: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def eval_frame(evals: list[EvalRecord]) -> pd.DataFrame:
+    """One row per stored evaluation, the columns of eval_table as numbers (the greedy checks: None when sampled)."""
+    rows = []
+    for ev in evals:
+        cfg, m, greedy = ev.config, ev.metrics, ev.greedy
+        rows.append({"pair": ev.pair, "temperature": cfg.temperature, "k": cfg.k, "n": m.n, "regular_ok": m.regular_ok,
+                     "speculative_ok": m.speculative_ok, "p_value": m.p_value, "identical": m.identical if greedy else None,
+                     "batch_numerics": m.batch_numerics if greedy else None, "loop_errors": m.loop_errors if greedy else None,
+                     "acceptance": m.acceptance, "time": ev.time})
+    return pd.DataFrame(rows)
+
+
+def eval_markdown(evals: list[EvalRecord]) -> str:
+    """eval_table as a markdown table."""
+    lines = ["| pair | T | K | regular | speculative | p | identical | numerics | loop errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for ev in evals:
+        cfg, m, greedy = ev.config, ev.metrics, ev.greedy
+        lines.append(f"| {ev.pair} | {number_text(cfg.temperature, '{:g}')} | {cfg.k} | {m.regular_ok}/{m.n} | "
+                     f"{m.speculative_ok}/{m.n} | {number_text(m.p_value, '{:.3g}')} | "
+                     + (f"{m.identical}/{m.n} | {m.batch_numerics} | {m.loop_errors} |" if greedy else "– | – | – |"))
+    return "\n".join(lines) + "\n"
+
+
+def render_results(summary: pd.DataFrame | None, evals: list[EvalRecord], fmt: str) -> str:
+    """What --format writes: the run summary; evaluations too in md (a second table), and alone when there are no runs."""
+    if summary is None:
+        return eval_markdown(evals) if fmt == "md" else render(eval_frame(evals), fmt)
+    return render(summary, fmt) + ("\n" + eval_markdown(evals) if fmt == "md" and evals else "")
+
+
 def render(summary: pd.DataFrame, fmt: str) -> str:
     if fmt == "md":
         return to_markdown(summary)

@@ -28,9 +28,18 @@ from gguf_bench.results.records import CalibrationRecord, Environment, EvalRecor
 Stored = RunRecord | EvalRecord | CalibrationRecord
 
 
+_chosen_dir: Path | None = None  # --results-dir of the command this process runs
+
+
+def use_results_dir(folder: Path | None) -> None:
+    """The folder a command's --results-dir names (None: none named) for every later `results_dir()`."""
+    global _chosen_dir
+    _chosen_dir = Path(folder) if folder is not None else None
+
+
 def results_dir() -> Path:
-    """`$GGUF_BENCH_RESULTS`, else ./results."""
-    return Path(os.environ.get("GGUF_BENCH_RESULTS", "results"))
+    """--results-dir (use_results_dir), else `$GGUF_BENCH_RESULTS`, else ./results."""
+    return _chosen_dir or Path(os.environ.get("GGUF_BENCH_RESULTS", "results"))
 
 
 def now_iso() -> str:
@@ -60,14 +69,17 @@ def ensure_results_dir(folder: Path | None = None) -> Path:
     except OSError as exc:
         why = "it is a file, not a folder" if folder.exists() and not folder.is_dir() else _os_reason(exc, folder)
         raise ResultsError(f"cannot store results in {folder} ({_whence(folder)}): {why}; "
-                           "set $GGUF_BENCH_RESULTS to a folder you can write") from None
+                           "give --results-dir (or set $GGUF_BENCH_RESULTS to) a folder you can write") from None
     return folder
 
 
 def _whence(folder: Path) -> str:
     if folder != results_dir():
         return "given folder"
-    return "from $GGUF_BENCH_RESULTS" if os.environ.get("GGUF_BENCH_RESULTS") else "the default; $GGUF_BENCH_RESULTS moves it"
+    if _chosen_dir is not None:
+        return "from --results-dir"
+    return ("from $GGUF_BENCH_RESULTS" if os.environ.get("GGUF_BENCH_RESULTS")
+            else "the default; --results-dir or $GGUF_BENCH_RESULTS moves it")
 
 
 # Results files this process holds the writer's lock of (path -> the lock file's descriptor).
