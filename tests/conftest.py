@@ -80,3 +80,18 @@ def gemma_pair(real_cache) -> tuple[Path, Path]:
 def gemma_q4_q2(real_cache) -> tuple[Path, Path]:
     """gemma-3-270m Q4_K_M target with a Q2_K draft derived from it: frequent rejections."""
     return tuple(_fetch_real(real_cache, "gemma-3-270m-q4_k_m", "gemma-3-270m-q2_k"))
+
+
+@pytest.fixture(scope="session")
+def server_bin(real_cache) -> Path:
+    """llama-server built once per machine and llama-cpp-python version (`gguf-bench build-server`: about 6 minutes
+    on 2 cores the first time) into the shared cache, on this environment's ggml."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
+    try:
+        from gguf_bench.engines.server_build import build_dir, build_server
+
+        build_dir().mkdir(parents=True, exist_ok=True)
+        return build_server(build_dir() / "build.log")
+    finally:
+        mp.undo()

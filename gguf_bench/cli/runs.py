@@ -103,7 +103,10 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
     if json_out:
         console.print_json(json.dumps([to_dict(r) for r in records], default=str))
     else:
-        console.print(rep.rich_table(rep.summarize(rep.to_frame(records)), width=console.width))
+        df = rep.to_frame(records)
+        summary = rep.summarize(df)
+        console.print(rep.rich_table(summary, width=console.width))
+        _engines_side_by_side(summary, df)
         _placement_lines(records[0])
         _greedy_footer(records)
     if show_text and not json_out:
@@ -114,6 +117,13 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
     if unsaved:
         raise unsaved
     (err if json_out else console).print(f"stored {len(records)} runs in {out}", markup=False, soft_wrap=True)
+
+
+def _engines_side_by_side(summary, df) -> None:
+    """With both engines in the results: each K's tokens/s in both, and whether their greedy texts agree."""
+    both = rep.engines_frame(summary)
+    if both is not None:
+        console.print(rep.engines_table(both, rep.greedy_agreement(df)))
 
 
 def _placement_lines(record: RunRecord) -> None:
@@ -188,8 +198,10 @@ def _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address,
         raise typer.Exit(130) from None
     except ResultsError as exc:
         raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
-    console.print(rep.rich_table(rep.summarize(rep.to_frame(read_records(out))), title=f"sweep {name} ({out})",
-                                 width=console.width))
+    df = rep.to_frame(read_records(out))
+    summary = rep.summarize(df)
+    console.print(rep.rich_table(summary, title=f"sweep {name} ({out})", width=console.width))
+    _engines_side_by_side(summary, df)
 
 
 def _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, address, gpus, resources) -> None:
@@ -256,6 +268,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     else:
         if summary is not None:
             console.print(rep.rich_table(summary, width=console.width, show_host="host" in keep))
+            _engines_side_by_side(summary, df)
         if loaded.evals:
             console.print(rep.eval_table(loaded.evals))
     predicted = summary is not None and "predicted_tokens_per_s" in summary  # calibrations shown as pred.

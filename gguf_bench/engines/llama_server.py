@@ -44,6 +44,10 @@ class ServerError(BenchError):
     """llama-server is missing, too old, could not start, or failed a request."""
 
 
+class PortInUse(ServerError):
+    """The port llama-server was told to listen on is taken."""
+
+
 @dataclass(frozen=True)
 class Speculation:
     """How the server drafts: llama-server's --spec-type and the settings that go with it."""
@@ -134,7 +138,17 @@ class Server:
     """A running llama-server (a context manager: the process stops on every way out)."""
 
     def __init__(self, launch: Launch, env: dict[str, str] | None = None, timeout_s: float = START_TIMEOUT_S):
-        self.launch = launch if launch.port else _with_port(launch, free_port())
+        """launch.port 0: a free port, and another one if something takes it before the server binds it."""
+        for attempt in range(3):
+            try:
+                self._start(launch if launch.port else replace(launch, port=free_port()), env, timeout_s)
+                return
+            except PortInUse:
+                if launch.port or attempt == 2:
+                    raise
+
+    def _start(self, launch: Launch, env: dict[str, str] | None, timeout_s: float) -> None:
+        self.launch = launch
         self.argv = self.launch.argv()
         self._log_file = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
         self.log_path = Path(self._log_file.name)
@@ -155,7 +169,7 @@ class Server:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerError(self._exit_reason())
+                raise self._exit_error()
             try:
                 with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
                     if r.status == 200:
@@ -165,13 +179,13 @@ class Server:
             time.sleep(0.1)
         raise ServerError(f"llama-server did not become ready within {timeout_s:.0f} s; its log: {self.log_path}")
 
-    def _exit_reason(self) -> str:
+    def _exit_error(self) -> ServerError:
         tail = self.log_tail()
         if any(_PORT_IN_USE.search(line) for line in tail):
-            return f"llama-server could not listen on port {self.launch.port}: it is in use; choose another --server-port"
+            return PortInUse(f"llama-server could not listen on port {self.launch.port}: another program uses it")
         errors = [line for line in tail if re.search(r"error|failed|invalid|unknown", line, re.IGNORECASE)]
         why = errors[-1] if errors else (tail[-1] if tail else "no output")
-        return f"llama-server exited with code {self.proc.returncode}: {why.strip()} (log: {self.log_path})"
+        return ServerError(f"llama-server exited with code {self.proc.returncode}: {_strip_time(why)} (log: {self.log_path})")
 
     def log_tail(self, n: int = 40) -> list[str]:
         try:
@@ -218,7 +232,7 @@ class Server:
             raise ServerError(f"llama-server answered {exc.code} to {path}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
             if self.proc.poll() is not None:
-                raise ServerError(self._exit_reason()) from None
+                raise self._exit_error() from None
             raise ServerError(f"llama-server did not answer {path}: {exc}") from None
 
     def _get(self, path: str):
@@ -265,8 +279,9 @@ class Server:
         return placement.parse(lines[:starts[1]], target_layers), placement.parse(lines[starts[1]:], draft_layers)
 
 
-def _with_port(launch: Launch, port: int) -> Launch:
-    return replace(launch, port=port)
+def _strip_time(line: str) -> str:
+    """'0.00.346.055 E srv    load_model: failed to ...' -> 'srv    load_model: failed to ...'."""
+    return re.sub(r"^[\d.]+ [A-Z] ", "", line.strip())
 
 
 def _delta(before: dict, after: dict) -> dict:

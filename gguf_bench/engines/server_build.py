@@ -25,6 +25,7 @@ from gguf_bench.errors import BenchError
 from gguf_bench.models.files import cache_dir
 
 BINARY = "llama-server"
+MARKER = "built-by-gguf-bench.txt"  # beside a binary build_server made: it runs on the Python engine's ggml
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_USE_SYSTEM_GGML=ON",
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF"]
@@ -88,6 +89,8 @@ def build_server(log: Path, jobs: int | None = None) -> Path:
     _run(["cmake", "-S", str(src), "-B", str(tree), *generator, *CMAKE_FLAGS, f"-Dggml_DIR={ggml_cmake_dir()}"], log)
     _run(["cmake", "--build", str(tree), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 1)], log)
     shutil.copy2(tree / "bin" / BINARY, out / BINARY)
+    (out / MARKER).write_text(f"llama-cpp-python {version}, {backend()} ggml, LLAMA_USE_SYSTEM_GGML: run it with "
+                              "LD_LIBRARY_PATH set to llama_cpp/lib of the environment that runs it\n")
     shutil.rmtree(tree, ignore_errors=True)  # a few hundred MB of objects; the binary is all that is used
     return out / BINARY
 
@@ -107,7 +110,7 @@ def find_server(explicit: Path | None) -> tuple[Path, dict[str, str]]:
     if explicit is not None:
         if not explicit.is_file() or not os.access(explicit, os.X_OK):
             raise BenchError(f"--server-bin {explicit} is not an executable file")
-        return explicit, library_env() if explicit == cached_binary() else {}
+        return explicit, library_env() if (explicit.parent / MARKER).is_file() else {}
     on_path = shutil.which(BINARY)
     if on_path:
         return Path(on_path), {}

@@ -27,6 +27,7 @@ from gguf_bench.engines.llama_cpp import Vocabulary, read_info, use_extra_buffer
 from gguf_bench.engines.llama_server import Completion, Launch, Server, ServerError, Speculation, probe
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.errors import ConfigError
+from gguf_bench.measure.loadmeter import ServerLoadMeter
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.options import layers_label
 from gguf_bench.results.records import Mode, Offload, RunMetrics, RunRecord
@@ -100,7 +101,9 @@ class ServerEngine:
         for cell in group:
             cfg = cell.config(grid, load).sampling()
             try:
-                comp = server.complete(tokens[cell.prompt.id], grid.n_predict, cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)
+                with ServerLoadMeter(server.proc.pid) as meter:
+                    comp = server.complete(tokens[cell.prompt.id], grid.n_predict, cfg.temperature, cfg.top_k,
+                                           cfg.top_p, cfg.seed)
             except ServerError as exc:
                 yield replace(make_record(cell, None, offload, str(exc)), server=info)
                 if not server.alive():
@@ -114,7 +117,7 @@ class ServerEngine:
                 greedy_target[cell.prompt.id] = comp.tokens
             elif cfg.greedy and cell.prompt.id in greedy_target:
                 identity = _identity(greedy_target[cell.prompt.id], comp.tokens)
-            yield replace(make_record(cell, metrics(comp, cell, identity), offload, None), server=info)
+            yield replace(make_record(cell, metrics(comp, cell, identity), offload, None), server=info, load=meter.load)
 
 
 def _groups(cells: list) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +19,7 @@ from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.llama_cpp import gpu_devices
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure import server
+from gguf_bench.measure.loadmeter import LoadMeter
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles, check_compatible
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.server import ServerEngine
@@ -30,7 +30,6 @@ from gguf_bench.results.records import (
     ENGINES,
     PYTHON_ENGINE,
     SERVER_ENGINE,
-    Load,
     Mode,
     Offload,
     RunConfig,
@@ -47,6 +46,9 @@ from gguf_bench.results.store import (
     now_iso,
     read_records,
 )
+
+
+SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,8 @@ def cell_key(pair: str, files: PairFiles, config: RunConfig, mode: Mode) -> str:
 
 
 def cells_done(records: list) -> set[str]:
-    """Keys of the cells these records hold."""
-    return {r.cell for r in records if isinstance(r, RunRecord) and r.cell}
+    """Keys of the cells these records hold done (measured, or skipped as unable to fit: see _done)."""
+    return {r.cell for r in records if isinstance(r, RunRecord) and r.cell and _done(r)}
 
 
 @dataclass
@@ -188,11 +190,17 @@ def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
         if out.exists() and not resume:
             raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
         stored = read_records(out) if out.is_file() else []
-        mine = {r.cell for r in stored if isinstance(r, RunRecord) and r.cell and r.pair == files.name}
+        mine = {r.cell for r in stored if isinstance(r, RunRecord) and r.cell and r.pair == files.name and _done(r)}
         for record in iter_records(name, files, grid, mine, events):
             append_record(out, record)
             events.cell(record)
     return out
+
+
+def _done(record: RunRecord) -> bool:
+    """Whether --resume leaves the cell alone: it was measured, or skipped because it cannot fit the device. A cell
+    that failed (a load failure, a server that died) runs again."""
+    return record.error is None or record.error.startswith(SKIPPED)
 
 
 def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = frozenset(),
@@ -218,7 +226,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
                 continue
             if budget is not None and (why := _does_not_fit(files, load, grid.n_ctx, budget)):
                 for cell in cells:  # kept in the results, with the reason, instead of a crash mid-sweep
-                    yield _record(static, files, grid, load, cell, None, None, f"skipped: {why}")
+                    yield _record(static, files, grid, load, cell, None, None, f"{SKIPPED}{why}")
                 continue
             events.loading(load)
             if engine == SERVER_ENGINE:
@@ -279,29 +287,6 @@ def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cel
                 yield replace(_record(static, files, grid, load, cell, measured, offload, None), load=meter.load)
             except (BenchError, MemoryError) as exc:
                 yield _record(static, files, grid, load, cell, None, offload, str(exc))
-
-
-class LoadMeter:
-    """The machine's load over a block: the 1-minute load average before and after, and the CPU time the process and
-    the calling thread got against the block's wall time (records.Load)."""
-
-    def __enter__(self) -> LoadMeter:
-        self.load = Load(load1_before=_load1(), cpu_count=os.cpu_count())
-        self._cpu, self._main, self._wall = time.process_time(), time.thread_time(), time.perf_counter()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.load.wall_s = time.perf_counter() - self._wall
-        self.load.cpu_s = time.process_time() - self._cpu
-        self.load.main_cpu_s = time.thread_time() - self._main
-        self.load.load1_after = _load1()
-
-
-def _load1() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
 
 
 def _identity(pair: LoadedPair, prompt: list[int], spec, grid: Grid, greedy_target: dict, prompt_id: str) -> Identity:

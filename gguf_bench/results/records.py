@@ -133,7 +133,7 @@ class Server:
 
 @dataclass
 class Load:
-    """The load one run measured under (measure.sweep.LoadMeter): the 1-minute load average before and after, and the
+    """The load one run measured under (measure.loadmeter.LoadMeter): the 1-minute load average before and after, and the
     CPU time the process (every thread) and its generating thread got against the run's wall time."""
 
     load1_before: float | None = None
@@ -318,7 +318,7 @@ def run_row(run: RunRecord) -> dict:
     return {
         "sweep": run.sweep, "time": run.time, "pair": run.pair, "engine": cfg.engine_name, "mode": str(run.mode), "k": run.k,
         "strategy": run.strategy_name, "ngl": str(cfg.ngl), "ngld": str(cfg.ngld),
-        "temperature": cfg.temperature, "n_predict": cfg.n_predict, "prompt_id": cfg.prompt_id,
+        "temperature": cfg.temperature, "greedy": run.greedy, "n_predict": cfg.n_predict, "prompt_id": cfg.prompt_id,
         "repetition": cfg.repetition, "threads": cfg.threads,
         "tokens_per_s": m.tokens_per_s, "ms_per_token": m.ms_per_token, "acceptance": m.acceptance,
         "tokens_per_round": m.tokens_per_round, "overhead_pct": m.overhead_pct,
@@ -326,7 +326,7 @@ def run_row(run: RunRecord) -> dict:
         "accepted_at": m.accepted_at if run.metrics else None, "reached_at": m.reached_at if run.metrics else None,
         "draft_lengths": m.draft_lengths, "category": cfg.category,
         "schedule_predicted_tokens_per_s": m.predicted_tokens_per_s,
-        "identical": m.identity.identical if m.identity else None, "error": run.error,
+        "identical": m.identity.identical if m.identity else None, "error": run.error, "text": m.text,
         "target_offload": offload.target, "draft_offload": offload.draft,
         "target_file": models.target.file if models.target else None, "draft_file": models.draft.file if models.draft else None,
         "host": run.host, "cpu": run.env.cpu, "gpu": run.env.gpu,

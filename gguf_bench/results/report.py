@@ -18,6 +18,8 @@ from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
 from gguf_bench.results.costmodel import predicted_frame
 from gguf_bench.results.records import (
+    PYTHON_ENGINE,
+    SERVER_ENGINE,
     CalibrationRecord,
     EvalRecord,
     OtherRecord,
@@ -30,7 +32,7 @@ from gguf_bench.results.records import (
 )
 from gguf_bench.results.text import number_text, speed_text
 
-SETTING = ["pair", "host", "ngl", "ngld", "temperature", "n_predict"]  # what a baseline must share with its row
+SETTING = ["pair", "engine", "host", "ngl", "ngld", "temperature", "n_predict"]  # what a baseline must share with its row
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 FORMATS = ("md", "csv", "json", "jsonl")
 SPREAD = 0.25  # std/mean of a row's runs above which they disagree too much to rank the row
@@ -81,6 +83,8 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         raise BenchError("no runs in these results")
     if "strategy" not in df.columns:
         df = df.assign(strategy=df["mode"].map(lambda m: "draft" if m == "speculative" else ""))
+    if "engine" not in df.columns:  # frames made before engines
+        df = df.assign(engine=PYTHON_ENGINE)
     setting = SETTING + (["prompt_id"] if by_prompt else [])
     keys = setting + ["mode", "strategy", "k"]
     for col in ("load1", "main_cpu_share", "cpu_count", "schedule_predicted_tokens_per_s"):  # none in older files
@@ -195,8 +199,8 @@ def _tps(row: pd.Series) -> str:
 
 # --- rich tables ----------------------------------------------------------------------------
 
-_VARYING = {"pair": "pair", "host": "host", "temperature": "T", "n_predict": "n", "prompt_id": "prompt", "ngl": "-ngl",
-            "ngld": "-ngld"}
+_VARYING = {"pair": "pair", "engine": "engine", "host": "host", "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
+            "ngl": "-ngl", "ngld": "-ngld"}
 
 
 def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_host: bool = False) -> Table:
@@ -235,11 +239,75 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
                   box=box.SIMPLE_HEAD,
                   show_edge=False, padding=(0, 0) if tight else (0, 1), pad_edge=False, title_justify="left", caption_justify="left")
     for name in columns:
-        table.add_column(name, justify="left" if name in ("run", "pair", "host", "prompt") else "right", no_wrap=True)
+        table.add_column(name, justify="left" if name in ("run", "pair", "engine", "host", "prompt") else "right", no_wrap=True)
     best = list(summary["best_k"])
     for i, cells in enumerate(zip(*columns.values())):
         table.add_row(*cells, style="bold" if best[i] else None)
     return table
+
+
+# --- engines side by side -------------------------------------------------------------------
+
+SIDE = ["pair", "host", "ngl", "ngld", "temperature", "n_predict"]  # what both engines' rows must share
+
+
+def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
+    """Per setting and run (target alone, each strategy and K): both engines' tokens/s, acceptance and gain over their
+    own target alone, and which K is each engine's best; None unless the summary holds both engines."""
+    if summary.get("engine", pd.Series(dtype=str)).nunique() < 2:
+        return None
+    rows = summary[summary["mode"] != "draft"]
+    keys = SIDE + ["mode", "strategy", "k"]
+    cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k"]
+    py = rows[rows["engine"] == PYTHON_ENGINE][keys + cols]
+    srv = rows[rows["engine"] == SERVER_ENGINE][keys + cols]
+    both = py.merge(srv, on=keys, how="outer", suffixes=("_python", "_server"))
+    both["ratio"] = both["tokens_per_s_python"] / both["tokens_per_s_server"]
+    return both.sort_values(keys, key=lambda c: c.map({"target": 0, "speculative": 1}) if c.name == "mode" else c)
+
+
+def engines_table(both: pd.DataFrame, agreement: list[str]) -> Table:
+    """The side-by-side table (engines_frame) and, under it, whether the two engines' greedy texts agree."""
+    varying = [c for c in SIDE if both[c].nunique(dropna=False) > 1]
+    fixed = [f"{both['pair'].iloc[0]}"] if "pair" not in varying else []
+    fixed += [f"T={number_text(both['temperature'].iloc[0], '{:g}')}"] if "temperature" not in varying else []
+    fixed += [f"n={both['n_predict'].iloc[0]}"] if "n_predict" not in varying else []
+    table = Table(title=" · ".join(["python loop vs llama-server (tokens/s)", *fixed]),
+                  caption="\n".join(["py/srv: python over server · gain: over the same engine's target alone · ★ that "
+                                      "engine's best K", *agreement]),
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left", caption_justify="left")
+    for name in [_VARYING.get(c, c) for c in varying] + ["run", "python", "server", "py/srv", "acc py", "acc srv",
+                                                         "gain py", "gain srv"]:
+        table.add_column(name, justify="left" if name in ("run", "pair", "host") else "right", no_wrap=True)
+    for _, r in both.iterrows():
+        gain = [("" if r["mode"] == "target" else number_text(r[f"gain_pct_{e}"], "{:+.1f}%"))
+                + (" ★" if r[f"best_k_{e}"] is True else "") for e in ("python", "server")]
+        table.add_row(*[str(r[c]) for c in varying], row_label(r), speed_text(r["tokens_per_s_python"]),
+                      speed_text(r["tokens_per_s_server"]), number_text(r["ratio"], "{:.2f}"),
+                      number_text(r["acceptance_python"], "{:.1%}"), number_text(r["acceptance_server"], "{:.1%}"), *gain)
+    return table
+
+
+def greedy_agreement(df: pd.DataFrame) -> list[str]:
+    """For each setting and prompt measured greedily by both engines: whether the target alone's text is the same in
+    both (the first repetition), else where they part."""
+    if "text" not in df.columns or "greedy" not in df.columns or df.get("engine", pd.Series(dtype=str)).nunique() < 2:
+        return []
+    rows = df[(df["mode"] == "target") & df["greedy"].astype(bool) & df["error"].isna() & (df["repetition"] == 0)]
+    out = []
+    for key, group in rows.groupby(SIDE + ["prompt_id"], dropna=False):
+        texts = {e: g["text"].iloc[0] for e, g in group.groupby("engine")}
+        if len(texts) < 2 or any(t is None for t in texts.values()):
+            continue
+        a, b = texts[PYTHON_ENGINE], texts[SERVER_ENGINE]
+        prompt = key[-1]
+        if a == b:
+            out.append(f"greedy text, {prompt}: identical in both engines ({len(a)} characters)")
+        else:
+            at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            out.append(f"greedy text, {prompt}: the engines part at character {at} of {max(len(a), len(b))} "
+                       f"(python {a[at:at + 20]!r} vs server {b[at:at + 20]!r})")
+    return out
 
 
 def short_of_request(row: pd.Series) -> bool:
@@ -281,11 +349,13 @@ def _width(columns: dict[str, list[str]]) -> int:
 
 def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
     fixed = []
-    for c in ("pair", "temperature", "n_predict", "host"):
+    for c in ("pair", "engine", "temperature", "n_predict", "host"):
         if c not in varying and c in summary.columns:
             v = summary[c].iloc[0]
-            if c == "host" and v == "local":
+            if (c == "host" and v == "local") or (c == "engine" and v == PYTHON_ENGINE):
                 continue
+            if c == "engine":
+                v = "llama-server"
             fixed.append(f"T={v:g}" if c == "temperature" else f"n={v}" if c == "n_predict" else str(v))
     return " · ".join(([title] if title else []) + fixed)
 

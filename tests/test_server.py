@@ -1,0 +1,185 @@
+"""The server engine on a real llama-server (built by `gguf-bench build-server` from the installed llama-cpp-python's
+own sources, on its ggml): records, greedy text against the Python loop, resume, faults, and no orphan process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_user_error, invoke, pair_args, stored
+
+from gguf_bench.engines.llama_server import Launch, PortInUse, Server, Speculation
+from gguf_bench.engines.server_build import find_server
+from gguf_bench.measure.prompts import Prompt
+from gguf_bench.measure.sweep import Grid, iter_records
+from gguf_bench.models.pairs import PairFiles
+from gguf_bench.results.records import RunRecord
+from gguf_bench.results.store import read_records
+
+GGUF_BENCH = [sys.executable, "-m", "gguf_bench.cli"]
+PROMPT = "def fibonacci(n):"
+
+
+def servers_running(binary: Path) -> list[int]:
+    """Pids of live processes running `binary` (from /proc)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if cmdline and cmdline[0] == str(binary).encode() and state != "Z":
+                pids.append(int(proc.name))
+    return pids
+
+
+def test_run_both_engines_tiny_pair(tiny_pairs, server_bin, isolated):
+    """Both engines on one prompt: records say which engine made them and, for the server, the exact command line and
+    build; the server confirmed its draft context; the target alone's greedy text is the same in both engines (the
+    same ggml, the same one-token decodes); each engine's speculative text equals its own target alone's or says
+    where it parts."""
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-K", "3", "-n", "16", "-t", "2", "-p", PROMPT,
+                    "--engine", "both", "--server-bin", str(server_bin), "--name", "both")
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "both.jsonl")
+    engines = [(r["config"].get("engine") or "python", r["mode"]) for r in records]
+    assert engines == [("python", "target"), ("python", "draft"), ("python", "speculative"),
+                       ("server", "target"), ("server", "speculative")]
+    server_spec = records[-1]
+    assert server_spec["error"] is None and server_spec["server"]["speculative"] is True
+    command = server_spec["server"]["command"]
+    assert command[0] == str(server_bin) and "-md" in command and command[command.index("--spec-draft-n-max") + 1] == "3"
+    assert "0c1e570" in server_spec["server"]["version"]
+    m = server_spec["metrics"]
+    assert m["verify"] == "sample-and-compare" and m["rounds"] > 0 and m["drafted"] >= m["accepted"] > 0
+    assert sum(m["accepted_at"]) == m["accepted"]
+    assert m["n_tokens"] == 16 and m["tokens_per_s"] > 0
+    assert records[3]["metrics"]["text"] == records[0]["metrics"]["text"]  # target alone: python == server
+    identity = m["identity"]
+    assert identity["identical"] or identity["position"] is not None
+    assert "python loop vs llama-server" in result.stdout and "identical in both engines" in result.stdout
+
+
+def test_sweep_server_resume_runs_only_what_is_missing(tiny_pairs, server_bin, isolated):
+    """A server sweep stores one record per cell (no draft-alone cells: the server has none); a resume runs nothing
+    again; a cell whose server failed runs again on resume."""
+    args = ["sweep", *pair_args(tiny_pairs["middle"]), "-K", "1,2", "-n", "8", "-t", "2", "--prompt-ids", "code-short",
+            "--engine", "server", "--server-bin", str(server_bin), "--name", "srv"]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    out = isolated / "results" / "srv.jsonl"
+    first = stored(out)
+    assert [(r["mode"], r["config"]["k"]) for r in first] == [("target", 0), ("speculative", 1), ("speculative", 2)]
+    assert all(r["error"] is None and r["config"]["engine"] == "server" for r in first)
+    assert invoke(*args, "--resume").exit_code == 0
+    assert len(stored(out)) == 3
+    # a failed cell (as a server that died leaves it) is run again, and only it
+    first[1].update(error="llama-server died", metrics=None)
+    out.write_text("".join(json.dumps(r) + "\n" for r in first))
+    assert invoke(*args, "--resume").exit_code == 0
+    again = stored(out)
+    assert len(again) == 4 and again[-1]["cell"] == first[1]["cell"] and again[-1]["error"] is None
+
+
+def test_server_that_dies_mid_group_keeps_every_record(tiny_pairs, server_bin, isolated):
+    """Kill llama-server after the first measured cell: the rest of its group get an error each, the next group
+    starts a new server and measures; nothing is lost."""
+    target, draft = tiny_pairs["high"]
+    files = PairFiles(target, draft, "tiny")
+    grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", PROMPT)], repetitions=3,
+                n_predict=8, threads=2, engines=("server",), server_bin=server_bin)
+    records = []
+    for record in iter_records("s", files, grid):
+        records.append(record)
+        if len(records) == 1:
+            for pid in servers_running(server_bin):
+                os.kill(pid, signal.SIGKILL)
+    assert [r.mode.value for r in records] == ["target"] * 3 + ["speculative"] * 3
+    assert records[0].error is None
+    assert all(r.error and "llama-server" in r.error for r in records[1:3])
+    assert all(r.error is None for r in records[3:])
+
+
+def test_no_server_outlives_a_killed_sweep(tiny_pairs, server_bin, isolated):
+    """kill -9 of gguf-bench while a server runs: the server goes too (PR_SET_PDEATHSIG); the records written so far
+    stay, and a resume finishes the sweep."""
+    env = {**os.environ, "GGUF_BENCH_RESULTS": str(isolated / "results")}
+    args = ["sweep", *pair_args(tiny_pairs["high"]), "-K", "1,2,3", "-n", "64", "-t", "2", "--prompt-ids", "code-short",
+            "-r", "3", "--engine", "server", "--server-bin", str(server_bin), "--name", "killed"]
+    proc = subprocess.Popen([*GGUF_BENCH, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not servers_running(server_bin) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert servers_running(server_bin), "no llama-server started"
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while servers_running(server_bin) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not servers_running(server_bin)
+    again = subprocess.run([*GGUF_BENCH, *args, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    records = [r for r in read_records(isolated / "results" / "killed.jsonl") if isinstance(r, RunRecord)]
+    assert len({r.cell for r in records if r.error is None}) == 3 * 4
+
+
+def test_missing_and_old_binaries_are_one_line(tiny_pairs, tmp_path, isolated):
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "4", "-p", PROMPT, "--engine", "server",
+                    "--server-bin", str(tmp_path / "nope"))
+    assert_user_error(result, "--server-bin", "not an executable file")
+    old = tmp_path / "llama-server"
+    old.write_text("#!/bin/sh\necho 'usage: llama-server --draft-max N --draft-min N'\n")
+    old.chmod(0o755)
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "4", "-p", PROMPT, "--engine", "server",
+                    "--server-bin", str(old))
+    assert_user_error(result, "too old", "--spec-draft-n-max", "build-server")
+
+
+def test_strategies_the_server_cannot_run_are_refused(tiny_pairs, server_bin, isolated):
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "4", "-p", PROMPT, "--engine", "server",
+                    "--server-bin", str(server_bin), "--k-schedule", "heuristic")
+    assert_user_error(result, "fixed K", "--engine python")
+
+
+def test_port_in_use_and_load_failure(tiny_pairs, server_bin, isolated):
+    """A port another program holds: one line saying so (and a free port is chosen when none was given); a model
+    the server cannot load (a context of a billion tokens): the run fails with the server's own reason."""
+    target, _ = tiny_pairs["high"]
+    binary, env = find_server(server_bin)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        launch = Launch(binary, target, None, Speculation(), "0", "0", 256, 2, port=port)
+        with pytest.raises(PortInUse, match=f"port {port}"):
+            Server(launch, env)
+    result = invoke("run", "--target", str(target), "--spec-type", "ngram", "-n", "4", "-p", PROMPT, "--engine", "server",
+                    "--server-bin", str(server_bin), "--ctx-size", "1000000000", "--name", "huge")
+    assert_user_error(result, "llama-server failed to start", "exited with code")
+    assert not servers_running(server_bin)
+
+
+@pytest.mark.slow
+def test_server_engine_on_gemma(gemma_pair, server_bin, isolated):
+    """The default pair in both engines: the same greedy text from the target alone, and the server's speculative text
+    equal to its own target alone's (or where it parts, said)."""
+    result = invoke("run", *pair_args(gemma_pair), "-K", "4", "-n", "24", "-t", "2", "-p", PROMPT, "--engine", "both",
+                    "--server-bin", str(server_bin), "--name", "gemma")
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "gemma.jsonl")
+    by = {(r["config"].get("engine") or "python", r["mode"]): r for r in records}
+    assert by[("python", "target")]["metrics"]["text"] == by[("server", "target")]["metrics"]["text"]
+    spec = by[("server", "speculative")]["metrics"]
+    assert spec["acceptance"] > 0.3 and spec["identity"] is not None
+    assert spec["identity"]["identical"] or spec["identity"]["position"] is not None
+
