@@ -11,7 +11,7 @@ from gguf_bench.errors import BenchError
 from gguf_bench.results.costmodel import Calibration
 from gguf_bench.results.report import strategy_heading
 
-LINE = ["pair", "host", "ngl", "ngld", "temperature"]  # one line per setting
+LINE = ["pair", "engine", "host", "ngl", "ngld", "temperature"]  # one line per setting (and engine)
 
 
 def position_acceptance(df: pd.DataFrame) -> pd.DataFrame:
