@@ -402,3 +402,74 @@ def test_tune_pair_that_does_not_load_is_one_error_line(tiny_pairs, tmp_path):
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a model")
     assert_user_error(invoke("tune", "--target", str(junk), "--draft", str(draft)), "is not a GGUF file")
+
+
+# --- --k-schedule cost: predicted for n-gram drafting, said so for the draft model ----------------------
+
+
+def test_ngram_cost_schedule_rounds_by_hand():
+    """The cost schedule over a known text: a long copy is drafted where a batch is cheap, nothing where it costs
+    its tokens (each round a plain target step)."""
+    text = tn.Text("p", (F,) * 9, 9, False, prompt=(5, 1, 2, 3, 4, 6, 7, 8, 5), tokens=(1, 2, 3, 4, 6, 7, 8, 9, 9))
+    cheap = tn.Timings(0.0, 0.0, (0.1,) * 5, 0.0)
+    rounds = text.rounds(4, 9, Strategy("ngram", k_schedule="cost"), cheap.costs(False))
+    assert rounds[0] == tn.Round(4, 4, "ngram")  # after 5: the copy 1 2 3 4, all accepted
+    dear = tn.Timings(0.0, 0.0, tuple(0.1 * b for b in range(1, 6)), 0.0)
+    assert all(r == tn.Round(0, 0, "") for r in text.rounds(4, 9, Strategy("ngram", k_schedule="cost"), dear.costs(False)))
+    with pytest.raises(tn.ConfigError, match="n-gram drafting only"):
+        tn.strategies("draft", "cost", 1, 4, None, [1, 2])
+
+
+def test_cost_outlook_recommends_only_a_gain_over_the_best_fixed_k():
+    text = tn.Text("p", (F, T, T, F) * 6, 24, False, prompt=(7, 1, 2, 3, 4, 5, 6, 8) * 2,
+                   tokens=(7, 1, 2, 3, 4, 5, 6, 8) * 3)
+    cal = tn.Calibration("p", "0", "0", 24, (1, 2, 4), TM, (text,), (0.5, 0.5, 0.5, 0.5))
+    ngram = [Strategy("ngram")]
+    (o,) = tn.cost_outlook([cal], ngram)
+    assert o.prediction is not None and o.prediction.strategy.startswith("ngram(1-4) cost K=")
+    assert o.best_fixed == max(cal.predictions(ngram), key=lambda p: p.tokens_per_s)
+    rec = tn.recommend([cal], ngram)
+    assert o.beats(rec) == (o.prediction.tokens_per_s > max(o.best_fixed.tokens_per_s, rec.baseline_tokens_per_s))
+    assert "over the best fixed K: ngram(1-4) K=" in tn.cost_outlook_lines([o])[0]
+    (d,) = tn.cost_outlook([cal])  # the draft model: not predicted, the acceptance-only length said instead
+    assert d.prediction is None and not d.beats(tn.recommend([cal])) and d.length == tn.acceptance_length(cal, 4)
+    assert "not predicted" in tn.cost_outlook_lines([d])[0]
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_ngram_cost_schedule_simulated_equals_the_real_loop(middle_calibration, k):
+    """With the calibration's timings as its costs, the real loop makes the rounds tune simulates."""
+    files, prompts, rec = middle_calibration
+    cal = tn.Calibration.from_record(rec)
+    strategy = Strategy("ngram", k_schedule="cost")
+    costs = cal.timings.costs(False)
+    with LoadedPair(files, LoadConfig(n_ctx=512, threads=2)) as pair:
+        pair.costs = costs
+        for prompt, text in zip(prompts, cal.texts):
+            tokens = pair.prompt_tokens(prompt.text, prompt.chat and pair.target.has_chat_template())
+            res = pair.generate("speculative", tokens, 24, k, SamplingConfig(), strategy=strategy)
+            rounds = text.rounds(k, 24, strategy, costs)
+            got = (len(rounds), sum(r.drafted for r in rounds), sum(r.accepted for r in rounds))
+            assert got == (res.rounds, res.drafted, res.accepted), (prompt.id, k)
+
+
+def test_tune_prints_the_cost_schedule_against_the_best_fixed_k(tiny_pairs):
+    args = (*pair_args(tiny_pairs["middle"]), "-K", "1-3", "-n", "16", "--prompt-ids", "code-short", "--threads", "2",
+            "-c", "256", "--reps", "1")
+    result = invoke("tune", *args, "--spec-type", "draft,ngram", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    draft, ngram = doc["cost_schedule"]
+    assert draft["spec"] == "draft" and not draft["predicted"] and not draft["recommended"]
+    assert ngram["spec"] == "ngram(1-4)" and ngram["predicted"] and ngram["strategy"].startswith("ngram(1-4) cost K=")
+    assert ngram["recommended"] == (ngram["predicted_tokens_per_s"] > max(
+        [r["predicted_tokens_per_s"] for r in doc["rows"]] + [r["predicted_baseline_tokens_per_s"] for r in doc["rows"]]))
+    if ngram["recommended"]:
+        assert doc["best"]["strategy"] == ngram["strategy"] and doc["best"]["k"] == ngram["k_cap"]
+    table = invoke("tune", *args, "--spec-type", "ngram", "--k-schedule", "fixed,cost")
+    assert table.exit_code == 0, table.output
+    assert "ngram(1-4) cost" in table.stdout and "--k-schedule cost (ngram(1-4) cost K=" in table.stdout
+    assert "assumes the calibration's greedy texts" in " ".join(table.stdout.split())
+    plain = invoke("tune", *args)
+    assert "--k-schedule cost (draft): not predicted" in plain.stdout
+    assert "recommended:" in plain.stdout and "--k-schedule cost" not in plain.stdout.split("recommended:")[1]

@@ -34,7 +34,15 @@ from gguf_bench.cli.progress import pair_files
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import prompts
 from gguf_bench.measure.calibrate import TuneEvents, calibrate_settings, run_check
-from gguf_bench.results.costmodel import best, prediction_rows, recommend, strategies
+from gguf_bench.results.costmodel import (
+    best,
+    cost_outlook,
+    cost_outlook_lines,
+    cost_outlook_rows,
+    prediction_rows,
+    recommend,
+    strategies,
+)
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
 from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
@@ -59,8 +67,9 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG: verify cost curve and predicted tokens/s")] = None,
          spec_types: Annotated[str, typer.Option("--spec-type", help="drafting to predict, a list: draft (the draft "
                                "model), ngram (prompt lookup)")] = "draft",
-         k_schedules: Annotated[str, typer.Option("--k-schedule", help="fixed, heuristic, or both: fixed,heuristic "
-                                "(heuristic: K is where each generation starts)")] = "fixed",
+         k_schedules: Annotated[str, typer.Option("--k-schedule", help="fixed, heuristic, cost (n-gram only), a "
+                                "list (heuristic: K is where each generation starts; cost: K is its cap); tune always "
+                                "prints how --k-schedule cost compares with the best fixed K")] = "fixed",
          ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4,
          k_cap: Annotated[int | None, typer.Option("--k-cap", help="the heuristic schedule's largest K "
                           "(default: the largest -K)")] = None,
@@ -85,6 +94,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                                           name, out, events)
         top_cal, top = best(calibrations, predicted)
         rec = recommend(calibrations, predicted)  # never a slowdown: the target alone when no K beats it
+        outlooks = cost_outlook(calibrations, predicted)  # --k-schedule cost against the best fixed K
+        cost_top = max((o for o in outlooks if o.beats(rec)), key=lambda o: o.prediction.tokens_per_s, default=None)
         checked = None
         if check:  # sweep measures the draft model with a fixed K: check the best of those
             check_cal, check_top = best(calibrations)
@@ -93,7 +104,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                           f"sweep cannot run {top.strategy}", markup=False)
             checked = run_check(files, check_cal, check_top.k, chosen, n_predict, ctx_size, threads, name, out, events)
     if json_out:
-        sys.stdout.write(json.dumps(_json(files.name, out, calibrations, predicted, checked), default=str) + "\n")
+        sys.stdout.write(json.dumps(_json(files.name, out, calibrations, predicted, checked, outlooks), default=str) + "\n")
     else:
         for cal in calibrations:
             console.print(prediction_table(cal, predicted, top_cal, top if rec.speculative else None, console.width))
@@ -102,8 +113,17 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                 err.print(f"Warning: -ngl {cal.ngl} -ngld {cal.ngld}: the calibration's own K={max(cal.ks)} runs took "
                           f"{1 / cal.fit:.2f}x what its decode timings predict: the machine's speed changed while "
                           "calibrating (other work running?); tune again when it is idle", markup=False)
+        for line in cost_outlook_lines(outlooks):
+            console.print(line, markup=False)
         how = "" if len(predicted) == 1 else f" ({top.strategy})"
-        if rec.speculative:
+        if cost_top is not None:
+            p, c = cost_top.prediction, cost_top.cal
+            ngram = " --spec-type ngram" + ("" if (ngram_min, ngram_max) == (1, 4) else
+                                            f" --ngram-min {ngram_min} --ngram-max {ngram_max}")
+            console.print(f"recommended: -K {p.k} --k-schedule cost{ngram} -ngl {c.ngl}: predicted {p.tokens_per_s:.2f} "
+                          f"tokens/s, {cost_top.gain_over_fixed_pct:+.1f}% over the best fixed K, {p.gain_pct:+.1f}% over "
+                          f"the target alone ({p.baseline_tokens_per_s:.2f})", markup=False)
+        elif rec.speculative:
             console.print(f"recommended: -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}: predicted "
                           f"{top.tokens_per_s:.2f} tokens/s, {top.gain_pct:+.1f}% over the target alone "
                           f"({top.baseline_tokens_per_s:.2f})", markup=False)
@@ -215,12 +235,16 @@ def check_table(rows: list[dict], top_k: int | None, width: int = 80) -> Group:
     return Group(table, Text("gain %: measured, over the target alone measured"))
 
 
-def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: list[dict] | None) -> dict:
+def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: list[dict] | None, outlooks: list) -> dict:
     rows = prediction_rows(calibrations, strategies)
     rec = recommend(calibrations, strategies)
-    top = next((r for r in rows if r["best"]), None) or {  # no K beats the target alone: run it alone
-        "k": 0, "ngl": rec.cal.ngl, "ngld": None, "strategy": "run the target alone",
-        "predicted_tokens_per_s": rec.baseline_tokens_per_s, "predicted_gain_pct": 0.0}
+    cost = cost_outlook_rows(outlooks, rec)
+    top = (max((r for r in cost if r["recommended"]), key=lambda r: r["predicted_tokens_per_s"], default=None)
+           or next((r for r in rows if r["best"]), None) or {  # no K beats the target alone: run it alone
+               "k": 0, "ngl": rec.cal.ngl, "ngld": None, "strategy": "run the target alone",
+               "predicted_tokens_per_s": rec.baseline_tokens_per_s, "predicted_gain_pct": 0.0})
+    if "k_cap" in top:  # the cost schedule: its cap is the -K to run it with
+        top = dict(top, k=top["k_cap"])
     doc = {"pair": pair, "results": str(out),
            "settings": [{"ngl": c.ngl, "ngld": c.ngld, "t_target_s": c.timings.t_target, "t_draft_s": c.timings.t_draft,
                          "t_draft2_s": c.timings.t_draft2, "draft_cost_ratio": c.timings.draft_cost_ratio(),
@@ -228,6 +252,7 @@ def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: l
                          "a": list(c.a)} for c in calibrations],
            "rows": rows,
            "best": {key: top[key] for key in ("k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct")}}
+    doc["cost_schedule"] = cost  # --k-schedule cost against the best fixed K (predicted for n-gram drafting only)
     if checked is not None:
         doc["check"] = checked
     return doc

@@ -35,10 +35,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gguf_bench.decoding.drafters import NgramDrafter
-from gguf_bench.decoding.schedules import FixedK, HeuristicK
+from gguf_bench.decoding.schedules import CostK, Costs, FixedK, HeuristicK
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.options import ALL_LAYERS, layers_label
@@ -81,6 +81,10 @@ class Timings:
     def verify_curve(self) -> list[float]:
         """t_verify(b) / t_verify(1) for b = 1..: 1.0 flat would be an ideal (GPU-like) verifier."""
         return [t / self.t_verify[0] for t in self.t_verify]
+
+    def costs(self, with_draft: bool) -> Costs:
+        """These timings as the cost schedule reads them (an n-gram draft costs no draft decode)."""
+        return Costs(self.t_draft if with_draft else 0.0, self.t_verify, self.round_overhead, "calibration")
 
     def round_s(self, drafted: int, catch_up: bool) -> float:
         """One round: `drafted` draft decodes (the first a 2-token one after a full round), one verify."""
@@ -128,7 +132,7 @@ class ModelProposals:
     def __len__(self) -> int:
         return len(self.matches)
 
-    def round(self, s: int, k: int) -> Round:
+    def round(self, s: int, k: int, schedule=None) -> Round:
         n, acc = len(self.matches), 0
         while acc < k and s + acc + 1 < n and self.matches[s + acc + 1]:
             acc += 1
@@ -148,8 +152,15 @@ class NgramProposals:
     def __len__(self) -> int:
         return self.n
 
-    def round(self, s: int, k: int) -> Round:
-        draft = self.drafter.lookup(self.prompt + self.tokens[:s + 1], k)
+    def round(self, s: int, k: int, schedule=None) -> Round:
+        """Under a schedule that takes signals (CostK), the scored continuation cut where it says, as
+        NgramDrafter.propose does."""
+        history = self.prompt + self.tokens[:s + 1]
+        if schedule is not None and schedule.signals:
+            draft, lengths = self.drafter.scored(history, k)
+            draft = draft[:schedule.length("ngram", lengths, 0, len(draft))] if draft else draft
+        else:
+            draft = self.drafter.lookup(history, k)
         acc = 0
         while acc < len(draft) and s + acc + 1 < len(self.tokens) and draft[acc] == self.tokens[s + acc + 1]:
             acc += 1
@@ -161,13 +172,14 @@ def simulate(proposals: ModelProposals | NgramProposals, schedule, n_predict: in
 
     Mirrors generate_speculative: a round from token s (x0; s+1 tokens are out) may draft
     min(K, n_predict - (s+1) - 1) tokens, accepts some, the target adds one token of its own, and the
-    schedule (drafters.FixedK or HeuristicK) sets the next K from what was drafted and accepted.
+    schedule (schedules.FixedK, HeuristicK, or CostK for n-gram drafts) sets the next K from what was drafted and
+    accepted.
     """
     n = min(len(proposals), n_predict + int(ends_with_eog))
     rounds: list[Round] = []
     s = 0  # index of x0, the round's first token (in the output, not yet decoded by the target)
     while s < n - 1:
-        r = proposals.round(s, max(0, min(schedule.k, n_predict - s - 2)))
+        r = proposals.round(s, max(0, min(schedule.k, n_predict - s - 2)), schedule)
         rounds.append(r)
         schedule.update(r.drafted, r.accepted)
         s += r.accepted + 1
@@ -198,6 +210,11 @@ def modeled(strategy: Strategy) -> None:
         raise ConfigError(f"tune predicts --spec-type draft or ngram with a fixed or heuristic K (greedy), not "
                           f"'{strategy.label(1)}': with p-min or n-min, or the ngram,draft chain, the draft's "
                           "length after its first miss is not known from the text; measure those with sweep")
+    if strategy.k_schedule == "cost" and strategy.spec_type != "ngram":
+        raise ConfigError("tune predicts --k-schedule cost for n-gram drafting only: with a draft model the schedule "
+                          "sizes each round from the draft's per-token confidence, which the calibration does not record "
+                          "(tune prints what the per-position acceptance alone suggests); measure it with sweep "
+                          "--k-schedule cost")
 
 
 @dataclass(frozen=True)
@@ -212,9 +229,17 @@ class Text:
     prompt: tuple[int, ...] = ()
     tokens: tuple[int, ...] = ()
 
-    def rounds(self, k: int, n_predict: int, strategy: Strategy = DEFAULT_STRATEGY) -> list[Round]:
+    def rounds(self, k: int, n_predict: int, strategy: Strategy = DEFAULT_STRATEGY, costs: Costs | None = None
+               ) -> list[Round]:
+        """costs: the step costs a cost schedule (n-gram only) sizes its rounds by; it starts afresh on each text,
+        as it does on each generation."""
         modeled(strategy)
-        schedule = HeuristicK(k, strategy.k_cap) if strategy.k_schedule == "heuristic" else FixedK(k)
+        if strategy.k_schedule == "cost":
+            if costs is None:
+                raise ConfigError("the cost schedule's rounds depend on the step costs: pass costs")
+            schedule = CostK(k, costs)
+        else:
+            schedule = HeuristicK(k, strategy.k_cap) if strategy.k_schedule == "heuristic" else FixedK(k)
         if strategy.spec_type == "ngram":
             if not self.tokens and self.n_tokens:
                 raise BenchError("this calibration record holds no tokens (written by an older tune): calibrate again "
@@ -226,7 +251,7 @@ class Text:
 
     def decode_s(self, tm: Timings, k: int, n_predict: int, strategy: Strategy = DEFAULT_STRATEGY) -> tuple[float, list[Round]]:
         """Predicted decode time of a speculative run starting at draft length k, and its rounds."""
-        rounds = self.rounds(k, n_predict, strategy)
+        rounds = self.rounds(k, n_predict, strategy, tm.costs(strategy.uses_model))
         total, full = 0.0, False
         for r in rounds:
             if r.source == "model":
@@ -378,6 +403,115 @@ def prediction_rows(calibrations: Sequence[Calibration], strategies: Sequence[St
                          "verify_ratio": cal.timings.verify_curve()[p.k],
                          "best": top is not None and top[0] is cal and top[1] == p})
     return rows
+
+
+@dataclass(frozen=True)
+class CostOutlook:
+    """What tune says about --k-schedule cost for one kind of drafting (spec: 'draft' or an n-gram's name).
+
+    n-gram: predicted exactly as the other strategies (the schedule itself run over the calibration's greedy texts
+    with the calibration's timings as its costs), at the calibrated cap it is fastest with; `prediction` is set.
+    Draft model: not predicted (`prediction` None): the schedule sizes each round from the draft's per-token
+    confidence, which the calibration does not record. `length` is what the per-position acceptance a_j alone
+    suggests (the same every round: the L in 0..K_max with the highest tokens(L) / time(L)), and `approx` that
+    fixed K's prediction (None when L is 0: the target alone)."""
+
+    spec: str
+    cal: Calibration
+    best_fixed_cal: Calibration
+    best_fixed: Prediction  # the same drafting with a fixed K, its fastest setting and K
+    baseline_tokens_per_s: float  # the fastest target alone over the calibrated settings
+    prediction: Prediction | None = None
+    length: int | None = None
+    approx: Prediction | None = None
+
+    @property
+    def gain_over_fixed_pct(self) -> float | None:
+        if self.prediction is None:
+            return None
+        return 100.0 * (self.prediction.tokens_per_s / self.best_fixed.tokens_per_s - 1.0)
+
+    def beats(self, rec: Recommendation) -> bool:
+        """Predicted faster than the best fixed K, than everything `rec` chose from, and than the target alone."""
+        p = self.prediction
+        return (p is not None and p.tokens_per_s > self.best_fixed.tokens_per_s
+                and p.tokens_per_s > max(rec.fastest.tokens_per_s, rec.baseline_tokens_per_s))
+
+
+def acceptance_length(cal: Calibration, cap: int) -> int:
+    """The draft length the cost schedule's formula picks from the calibration's a_j alone (schedules.CostK: tokens(L)
+    / (L t_draft + t_verify(L+1) + overhead), L in 0..cap); a position never reached counts as the last one seen."""
+    tm, a, last = cal.timings, [], 0.0
+    for x in cal.a[:cap]:
+        last = last if x is None else x
+        a.append(last)
+    best_l, best_rate, tokens, reach = 0, -1.0, 1.0, 1.0
+    for n in range(min(cap, len(a), tm.k_max) + 1):
+        if n:
+            reach *= a[n - 1]
+            tokens += reach
+        rate = tokens / (n * tm.t_draft + tm.verify(n + 1) + tm.round_overhead)
+        if rate > best_rate:
+            best_l, best_rate = n, rate
+    return best_l
+
+
+def cost_outlook(calibrations: Sequence[Calibration], strategies: Sequence[Strategy] = (DEFAULT_STRATEGY,)
+                 ) -> list[CostOutlook]:
+    """--k-schedule cost against the best fixed K, once for each kind of drafting among `strategies`."""
+    if not calibrations:
+        return []
+    base = max(c.predict(min(c.ks)).baseline_tokens_per_s for c in calibrations)
+    out = []
+    for st in dict.fromkeys(replace(s, k_schedule="fixed").canonical() for s in strategies):
+        fixed_cal, fixed = best(calibrations, [st])
+        if st.spec_type == "ngram":
+            cost = replace(st, k_schedule="cost").canonical()
+            cal, p = max(((c, c.predict(k, cost)) for c in calibrations for k in c.ks), key=lambda o: o[1].tokens_per_s)
+            out.append(CostOutlook(st.name, cal, fixed_cal, fixed, base, prediction=p))
+        else:
+            options = []
+            for c in calibrations:
+                n = acceptance_length(c, max(c.ks))
+                p = c.predict(n, st) if n else None
+                options.append((p.tokens_per_s if p else c.predict(min(c.ks)).baseline_tokens_per_s, c, n, p))
+            _, cal, n, approx = max(options, key=lambda o: o[0])
+            out.append(CostOutlook(st.name, cal, fixed_cal, fixed, base, length=n, approx=approx))
+    return out
+
+
+def cost_outlook_lines(outlooks: Sequence[CostOutlook]) -> list[str]:
+    """tune's lines on --k-schedule cost: the prediction and what it assumes, or why there is none."""
+    lines = []
+    for o in outlooks:
+        f = o.best_fixed
+        fixed = f"best fixed K: {f.strategy} -ngl {o.best_fixed_cal.ngl} -ngld {o.best_fixed_cal.ngld} ({f.tokens_per_s:.2f})"
+        if o.prediction is not None:
+            p = o.prediction
+            lines.append(f"--k-schedule cost ({p.strategy}, K its cap, -ngl {o.cal.ngl}): predicted {p.tokens_per_s:.2f} "
+                         f"tokens/s, {o.gain_over_fixed_pct:+.1f}% over the {fixed}, {p.gain_pct:+.1f}% over the target "
+                         "alone (assumes the calibration's greedy texts, its timings as the schedule's costs, hit rates "
+                         "learned afresh per prompt)")
+        else:
+            what = (f"draft {o.length} every round ({o.approx.strategy}, {o.approx.tokens_per_s:.2f} tokens/s)"
+                    if o.approx is not None else "not draft at all (the target alone)")
+            lines.append(f"--k-schedule cost ({o.spec}): not predicted: it sizes rounds by the draft's per-token "
+                         f"confidence, which the calibration does not record; by the per-position acceptance alone it "
+                         f"would {what}; {fixed}; measure it with sweep --k-schedule cost")
+    return lines
+
+
+def cost_outlook_rows(outlooks: Sequence[CostOutlook], rec: Recommendation) -> list[dict]:
+    """tune --json's cost_schedule entries."""
+    return [{"spec": o.spec, "predicted": o.prediction is not None,
+             "strategy": o.prediction.strategy if o.prediction else None,
+             "k_cap": o.prediction.k if o.prediction else None, "ngl": o.cal.ngl, "ngld": o.cal.ngld,
+             "predicted_tokens_per_s": o.prediction.tokens_per_s if o.prediction else None,
+             "predicted_gain_pct": o.prediction.gain_pct if o.prediction else None,
+             "gain_over_best_fixed_pct": o.gain_over_fixed_pct,
+             "best_fixed": {"strategy": o.best_fixed.strategy, "k": o.best_fixed.k, "ngl": o.best_fixed_cal.ngl,
+                            "ngld": o.best_fixed_cal.ngld, "predicted_tokens_per_s": o.best_fixed.tokens_per_s},
+             "acceptance_length": o.length, "recommended": o.beats(rec)} for o in outlooks]
 
 
 def predicted_frame(records: Sequence[CalibrationRecord]):
