@@ -47,7 +47,6 @@ from gguf_bench.results.store import (
     read_records,
 )
 
-
 SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
 
 
