@@ -141,6 +141,70 @@ def offload_requested(*layer_values: int) -> bool:
     return any(n != 0 for n in layer_values)
 
 
+# --- context settings (llama.cpp's context params; llama-bench's -fa, -ctk, -ctv, -b, -ub, and -td): lists in sweeps ---
+
+FLASH_ATTN = ("auto", "on", "off")  # llama.cpp's LLAMA_FLASH_ATTN_TYPE_AUTO / ENABLED / DISABLED
+_FLASH_WORDS = {"auto": "auto", "-1": "auto", "on": "on", "1": "on", "true": "on", "off": "off", "0": "off", "false": "off"}
+CACHE_TYPES = ("f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # what llama-server's -ctk takes
+# what llama.cpp uses when an option is not given (records of earlier versions ran with these)
+CONTEXT_DEFAULTS = {"flash_attn": "auto", "cache_type_k": "f16", "cache_type_v": "f16", "batch_size": 512, "ubatch_size": 512}
+
+
+def _words(spec: str) -> list[str]:
+    return [w for w in str(spec).replace(" ", "").lower().split(",") if w]
+
+
+def flash_attns(spec: str) -> list[str]:
+    """-fa: on, off, auto (also 1, 0, -1), a comma list in sweeps."""
+    values = []
+    for word in _words(spec) or [""]:
+        if word not in _FLASH_WORDS:
+            raise ConfigError(f"bad -fa/--flash-attn value '{word}': use on, off or auto (comma-separated in a sweep)")
+        values.append(_FLASH_WORDS[word])
+    return list(dict.fromkeys(values))
+
+
+def cache_types(spec: str, what: str = "-ctk") -> list[str]:
+    """-ctk/-ctv: KV-cache types as llama.cpp names them, a comma list in sweeps."""
+    values = _words(spec) or [""]
+    for word in values:
+        if word not in CACHE_TYPES:
+            raise ConfigError(f"bad {what} cache type '{word}': choose from {', '.join(CACHE_TYPES)}")
+    return list(dict.fromkeys(values))
+
+
+def batch_sizes(spec: str | int, what: str = "-b/--batch-size") -> list[int]:
+    values = int_list(spec, what)
+    for n in values:
+        if n < 1:
+            raise ConfigError(f"{what} must be >= 1, got {n}")
+    return values
+
+
+def thread_counts(spec: str | int, what: str = "-td/--threads-draft") -> list[int]:
+    values = int_list(spec, what)
+    for n in values:
+        if n < 1:
+            raise ConfigError(f"{what} must be >= 1, got {n}")
+    return values
+
+
+def context_axes(flash_attn: str | None = None, cache_type_k: str | None = None, cache_type_v: str | None = None,
+                 batch_size: str | None = None, ubatch_size: str | None = None, threads_draft: str | None = None,
+                 single: bool = False) -> dict[str, list]:
+    """The context options as sweep.Grid's axes ([None]: not given, llama.cpp's default); single: `run`, one value each."""
+    axes = {"flash_attns": (flash_attn, flash_attns, "-fa"), "cache_types_k": (cache_type_k, cache_types, "-ctk"),
+            "cache_types_v": (cache_type_v, cache_types, "-ctv"), "batch_sizes": (batch_size, batch_sizes, "-b"),
+            "ubatch_sizes": (ubatch_size, batch_sizes, "-ub"), "threads_drafts": (threads_draft, thread_counts, "-td")}
+    out: dict[str, list] = {}
+    for name, (spec, parse, flag) in axes.items():
+        values = [None] if spec is None else parse(spec, flag) if parse is not flash_attns else parse(spec)
+        if single and len(values) != 1:
+            raise ConfigError(f"{flag} takes one value here, got '{spec}'; `gguf-bench sweep` takes lists")
+        out[name] = values
+    return out
+
+
 # --- drafting strategies (decoding.strategy): one value for `run`, lists for `sweep` --------------
 
 def p_mins(spec: str | float) -> list[float]:

@@ -12,11 +12,15 @@ import typer
 from gguf_bench import options
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import (
+    BatchOpt,
+    CacheTypeKOpt,
+    CacheTypeVOpt,
     ChatOpt,
     CtxOpt,
     DraftMinOpt,
     DraftOpt,
     EngineOpt,
+    FlashAttnOpt,
     KCapOpt,
     KOpt,
     KScheduleOpt,
@@ -44,9 +48,11 @@ from gguf_bench.cli.options import (
     TargetOpt,
     TempOpt,
     TempsOpt,
+    ThreadsDraftOpt,
     ThreadsOpt,
     TopKOpt,
     TopPOpt,
+    UbatchOpt,
     VerifyOpt,
 )
 from gguf_bench.cli.progress import SweepProgress, pair_files, warn_offload
@@ -82,7 +88,9 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None,
         spec_type: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_min: PMinOpt = "0",
         n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16, engine: EngineOpt = "python",
-        server_bin: ServerBinOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
+        server_bin: ServerBinOpt = None, flash_attn: FlashAttnOpt = None, cache_type_k: CacheTypeKOpt = None,
+        cache_type_v: CacheTypeVOpt = None, batch_size: BatchOpt = None, ubatch_size: UbatchOpt = None,
+        threads_draft: ThreadsDraftOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process (and in llama-server with
     --engine server|both)."""
     use_results_dir(results_dir_opt)
@@ -92,7 +100,9 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                            n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
                            verify=verify, strategies=strategies(spec_type, ngram_min, ngram_max, p_min, n_min,
                                                                 k_schedule, k_cap),
-                           engines=options.engines(engine), server_bin=server_bin)
+                           engines=options.engines(engine), server_bin=server_bin,
+                           **options.context_axes(flash_attn, cache_type_k, cache_type_v, batch_size, ubatch_size,
+                                                  threads_draft, single=True))
     files = pair_files(pair, target, draft, registry, need_draft=any(s.uses_model for s in grid.strategies))
     warn_offload(*grid.ngls, *grid.nglds)
     with exclusive(out):  # no other process writes NAME while this runs
@@ -160,19 +170,25 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
                                    "KEY:N,... or accelerator_type:A100")] = None,
           spec_types: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_mins: PMinOpt = "0",
           n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16,
-          engine: EngineOpt = "python", server_bin: ServerBinOpt = None,
+          engine: EngineOpt = "python", server_bin: ServerBinOpt = None, flash_attns: FlashAttnOpt = None,
+          cache_types_k: CacheTypeKOpt = None, cache_types_v: CacheTypeVOpt = None, batch_sizes: BatchOpt = None,
+          ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None,
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
           results_dir_opt: ResultsDirOpt = None) -> None:
-    """Sweep drafting strategy x draft length x -ngl x -ngld x temperature x prompt; store every run and print the report."""
+    """Sweep drafting strategy x draft length x -ngl x -ngld x context settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
+    x prompt; store every run and print the report."""
     use_results_dir(results_dir_opt)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
                 nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
                 prompts=prompts.choose(prompt_ids, prompts_file), repetitions=repetitions, n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
-                vram=options.byte_size(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin)
+                vram=options.byte_size(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin,
+                **options.context_axes(flash_attns, cache_types_k, cache_types_v, batch_sizes, ubatch_sizes, threads_drafts))
+    for why in grid.left_out():
+        err.print(f"Warning: the sweep leaves out {why}", markup=False)
     name, out = results_path(name, resume)
     with exclusive(out):  # from here to the last record: no other process writes NAME
         _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task, ray_resources)

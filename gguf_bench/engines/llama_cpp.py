@@ -184,11 +184,20 @@ class Vocabulary:
             pass
 
 
+# -ctk/-ctv names (options.CACHE_TYPES) as ggml types (enum ggml_type; the bindings do not name BF16)
+GGML_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6, "q5_1": 7}
+FLASH_ATTN_TYPES = {"auto": -1, "off": 0, "on": 1}  # enum llama_flash_attn_type (LLAMA_FLASH_ATTN_TYPE_AUTO, ...)
+
+
 class Model(Vocabulary):
-    """A GGUF model with one context and one sequence, driven token batch by token batch."""
+    """A GGUF model with one context and one sequence, driven token batch by token batch.
+
+    n_batch/n_ubatch, flash_attn ('auto', 'on', 'off') and the KV-cache types type_k/type_v ('f16', 'q8_0', ...) are
+    llama.cpp's context params of the same names (the defaults are llama.cpp's own)."""
 
     def __init__(self, path: Path, n_gpu_layers: int = 0, n_ctx: int = 2048, n_threads: int | None = None,
-                 n_batch: int = 512):
+                 n_batch: int = 512, n_ubatch: int | None = None, flash_attn: str = "auto", type_k: str = "f16",
+                 type_v: str = "f16"):
         llama_cpp = _llama()
         self._lib = llama_cpp
         self.path = Path(path)
@@ -203,13 +212,15 @@ class Model(Vocabulary):
         _log_tail.clear()
         global _load_log
         _load_log = lines = []
+        context = {"n_batch": n_batch, "n_ubatch": min(n_ubatch or n_batch, n_batch), "flash_attn": flash_attn,
+                   "type_k": type_k, "type_v": type_v}
         try:
-            self._load(llama_cpp, mparams, n_ctx, n_threads, n_batch)
+            self._load(llama_cpp, mparams, n_ctx, n_threads, context)
         finally:
             _load_log = None
         self.placement = placement.parse(lines, self.n_layers)  # where llama.cpp put it, as it reported it
 
-    def _load(self, llama_cpp, mparams, n_ctx: int, n_threads: int | None, n_batch: int) -> None:
+    def _load(self, llama_cpp, mparams, n_ctx: int, n_threads: int | None, context: dict) -> None:
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path}: {_last_error()}")
@@ -218,9 +229,13 @@ class Model(Vocabulary):
         self.n_layers = llama_cpp.llama_model_n_layer(self._model)
         threads = n_threads or max(1, os.cpu_count() or 1)
         cparams = llama_cpp.llama_context_default_params()
+        n_batch = context["n_batch"]
         cparams.n_ctx = n_ctx
         cparams.n_batch = n_batch
-        cparams.n_ubatch = n_batch
+        cparams.n_ubatch = context["n_ubatch"]
+        cparams.flash_attn_type = FLASH_ATTN_TYPES[context["flash_attn"]]
+        cparams.type_k = GGML_CACHE_TYPES[context["type_k"]]
+        cparams.type_v = GGML_CACHE_TYPES[context["type_v"]]
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
@@ -231,8 +246,10 @@ class Model(Vocabulary):
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
             self._model = None
+            settings = (f"-fa {context['flash_attn']} -ctk {context['type_k']} -ctv {context['type_v']} "
+                        f"-b {n_batch} -ub {context['n_ubatch']}")
             raise ModelError(f"llama.cpp could not create a context for {self.path} "
-                             f"(n_ctx={n_ctx}): {_last_error()}; try a smaller --ctx-size")
+                             f"(n_ctx={n_ctx}, {settings}): {_last_error()}; try a smaller --ctx-size or other settings")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = n_batch
         self._mem = llama_cpp.llama_get_memory(self._ctx)

@@ -84,17 +84,29 @@ class Launch:
     threads: int
     repack: bool = True  # False: --no-repack (where gguf-bench turns llama.cpp's extra buffer types off)
     port: int = 0
+    batch: int = 512
+    ubatch: int = 512
+    threads_draft: int | None = None  # None: threads
+    flash_attn: str | None = None  # 'on', 'off', 'auto'; None: the server's default (auto), no flag
+    cache_type_k: str | None = None  # None: the server's default (f16), no flag
+    cache_type_v: str | None = None
 
     def argv(self) -> list[str]:
         cmd = [str(self.binary), "-m", str(self.target)]
         if self.draft is not None and self.speculation.spec_type == "draft-simple":
-            cmd += ["-md", str(self.draft), "-ngld", self.ngld, "-td", str(self.threads)]
+            cmd += ["-md", str(self.draft), "-ngld", self.ngld, "-td", str(self.threads_draft or self.threads)]
+            for flag, value in (("-ctkd", self.cache_type_k), ("-ctvd", self.cache_type_v)):  # the loop's draft: the same
+                if value is not None:
+                    cmd += [flag, value]
         cmd += self.speculation.flags()
         # one slot, nothing fitted or cached behind our back, the sliding-window cache kept whole (as the loop does);
         # -lv 4: llama.cpp's load lines (layers, buffers per device), which placement.parse reads
-        cmd += ["-ngl", self.ngl, "-c", str(self.n_ctx), "-b", "512", "-ub", "512", "-np", "1", "-fit", "off",
-                "--swa-full", "-t", str(self.threads), "-lv", "4", "--metrics", "--cache-ram", "0", "--no-webui",
-                "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["-ngl", self.ngl, "-c", str(self.n_ctx), "-b", str(self.batch), "-ub", str(self.ubatch), "-np", "1",
+                "-fit", "off", "--swa-full", "-t", str(self.threads), "-lv", "4", "--metrics", "--cache-ram", "0",
+                "--no-webui", "--host", "127.0.0.1", "--port", str(self.port)]
+        for flag, value in (("-fa", self.flash_attn), ("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v)):
+            if value is not None:
+                cmd += [flag, value]
         if not self.repack:
             cmd.append("--no-repack")
         return cmd

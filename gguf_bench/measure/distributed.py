@@ -203,8 +203,10 @@ class Unit:
 
 
 def unit_grid(grid: Grid, load: LoadConfig) -> Grid:
-    """The grid of one unit: the same cells under one offload setting."""
-    return replace(grid, ngls=[load.ngl], nglds=[load.ngld])
+    """The grid of one unit: the same cells under one setting (offload and context settings)."""
+    return replace(grid, ngls=[load.ngl], nglds=[load.ngld], flash_attns=[load.flash_attn], cache_types_k=[load.cache_type_k],
+                   cache_types_v=[load.cache_type_v], batch_sizes=[load.batch_size], ubatch_sizes=[load.ubatch_size],
+                   threads_drafts=[load.threads_draft])
 
 
 def plan_units(pairs: list[PairSource], grid: Grid, records: list[Record]) -> list[Unit]:

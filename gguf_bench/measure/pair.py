@@ -16,7 +16,7 @@ from gguf_bench.errors import ConfigError
 from gguf_bench.measure.costs import measure_costs, stored_costs
 from gguf_bench.models.gguf import check_compatible as check_vocabularies
 from gguf_bench.models.pairs import PairFiles
-from gguf_bench.options import layers_label
+from gguf_bench.options import CACHE_TYPES, CONTEXT_DEFAULTS, FLASH_ATTN, layers_label
 from gguf_bench.results.records import Mode, Offload
 
 
@@ -27,17 +27,72 @@ class LoadConfig:
     n_ctx: int = 2048
     threads: int | None = None
     seed: int = 0
+    # context settings; None: llama.cpp's default (options.CONTEXT_DEFAULTS), what runs before these options used
+    flash_attn: str | None = None  # 'on', 'off', 'auto'
+    cache_type_k: str | None = None  # 'f16', 'q8_0', ... (options.CACHE_TYPES)
+    cache_type_v: str | None = None
+    batch_size: int | None = None  # n_batch: the most tokens one llama_decode takes
+    ubatch_size: int | None = None  # n_ubatch: the most it computes at once (llama.cpp clamps it to n_batch)
+    threads_draft: int | None = None  # the draft model's threads (None: --threads)
 
     @property
     def label(self) -> str:
-        """'-ngl 10 -ngld all'."""
-        return f"-ngl {layers_label(self.ngl)} -ngld {layers_label(self.ngld)}"
+        """'-ngl 10 -ngld all', then the context settings given ('-fa on -ctk q8_0')."""
+        given = [f"{flag} {v}" for flag, v in (("-fa", self.flash_attn), ("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v),
+                                               ("-b", self.batch_size), ("-ub", self.ubatch_size), ("-td", self.threads_draft))
+                 if v is not None]
+        return " ".join([f"-ngl {layers_label(self.ngl)} -ngld {layers_label(self.ngld)}", *given])
+
+    @property
+    def n_batch(self) -> int:
+        return self.batch_size or CONTEXT_DEFAULTS["batch_size"]
+
+    @property
+    def n_ubatch(self) -> int:
+        """What llama.cpp computes at once: -ub, never more than -b."""
+        return min(self.ubatch_size or CONTEXT_DEFAULTS["ubatch_size"], self.n_batch)
+
+    @property
+    def draft_threads(self) -> int | None:
+        return self.threads_draft or self.threads
+
+    @property
+    def context(self) -> dict:
+        """The context settings as Model takes them (defaults filled in)."""
+        d = CONTEXT_DEFAULTS
+        return {"n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "flash_attn": self.flash_attn or d["flash_attn"],
+                "type_k": self.cache_type_k or d["cache_type_k"], "type_v": self.cache_type_v or d["cache_type_v"]}
+
+    @property
+    def default_context(self) -> bool:
+        """Whether every context setting is llama.cpp's default (tune's calibrations are measured so)."""
+        c, d = self.context, CONTEXT_DEFAULTS
+        return (c["flash_attn"], c["type_k"], c["type_v"], c["n_batch"], c["n_ubatch"]) == (
+            d["flash_attn"], d["cache_type_k"], d["cache_type_v"], d["batch_size"], d["ubatch_size"]) and (
+            self.draft_threads == self.threads)
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
             raise ConfigError(f"--ctx-size must be >= 16, got {self.n_ctx}")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+        for flag, n in (("--threads", self.threads), ("--threads-draft", self.threads_draft), ("--batch-size", self.batch_size),
+                        ("--ubatch-size", self.ubatch_size)):
+            if n is not None and n < 1:
+                raise ConfigError(f"{flag} must be >= 1, got {n}")
+        if self.flash_attn is not None and self.flash_attn not in FLASH_ATTN:
+            raise ConfigError(f"-fa/--flash-attn takes {', '.join(FLASH_ATTN)}, got '{self.flash_attn}'")
+        for flag, t in (("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v)):
+            if t is not None and t not in CACHE_TYPES:
+                raise ConfigError(f"bad {flag} cache type '{t}': choose from {', '.join(CACHE_TYPES)}")
+
+    def impossible(self) -> str | None:
+        """Why llama.cpp cannot run these settings together, or None (a sweep leaves such combinations out)."""
+        if self.flash_attn == "off" and self.cache_type_v not in (None, "f16", "f32", "bf16"):
+            return (f"-fa off with -ctv {self.cache_type_v}: llama.cpp needs flash attention for a quantized V cache "
+                    "(use -fa on or auto, or -ctv f16)")
+        if self.ubatch_size is not None and self.ubatch_size > self.n_batch:
+            return (f"-ub {self.ubatch_size} with -b {self.n_batch}: llama.cpp computes at most -b tokens at once "
+                    "(use -ub <= -b)")
+        return None
 
 
 class LoadedPair:
@@ -47,12 +102,12 @@ class LoadedPair:
     def __init__(self, files: PairFiles, load: LoadConfig):
         self.files = files
         self.load = load
-        self.target = Model(files.target, load.ngl, load.n_ctx, load.threads)
+        self.target = Model(files.target, load.ngl, load.n_ctx, load.threads, **load.context)
         self.draft: Model | None = None
         self.costs: Costs | None = None  # this machine's step costs, for the cost schedule (step_costs)
         try:
             if files.draft is not None:
-                self.draft = Model(files.draft, load.ngld, load.n_ctx, load.threads)
+                self.draft = Model(files.draft, load.ngld, load.n_ctx, load.draft_threads, **load.context)
         except Exception:
             self.target.close()
             raise
@@ -75,6 +130,9 @@ class LoadedPair:
         return self.target.tokenize(text)
 
     def check_fits(self, n_prompt: int, n_predict: int, k: int) -> None:
+        if k + 1 > self.load.n_batch:
+            raise ConfigError(f"a draft of {k} tokens is verified in one batch of {k + 1}, more than -b {self.load.n_batch}; "
+                              "raise -b/--batch-size or lower -K")
         need = n_prompt + n_predict + k + 1
         if need > self.load.n_ctx:
             raise ConfigError(f"prompt ({n_prompt} tokens) + n_predict ({n_predict}) + draft ({k + 1}) = {need} "
@@ -104,8 +162,9 @@ class LoadedPair:
         one is stored for this pair, host and offload, else measured now (once per loaded pair, at the position a
         generation from `prompt` passes halfway; the sweep's warm-up asks first)."""
         if self.costs is None or self.costs.k_max < k_max:
-            self.costs = (stored_costs(self.files, self.load.ngl, self.load.ngld, self.load.threads, k_max)
-                          or measure_costs(self, prompt, n_predict, k_max))
+            stored = (stored_costs(self.files, self.load.ngl, self.load.ngld, self.load.threads, k_max)
+                      if self.load.default_context else None)  # tune calibrates with llama.cpp's default context
+            self.costs = stored or measure_costs(self, prompt, n_predict, k_max)
         return self.costs
 
     def close(self) -> None:

@@ -82,7 +82,9 @@ class ServerEngine:
 
     def _launch(self, files: PairFiles, load: LoadConfig, spec: Speculation) -> Launch:
         return Launch(self.binary, files.target, files.draft, spec, str(layers_label(load.ngl)), str(layers_label(load.ngld)),
-                      load.n_ctx, load.threads or os.cpu_count() or 1, repack=use_extra_buffers())
+                      load.n_ctx, load.threads or os.cpu_count() or 1, repack=use_extra_buffers(), batch=load.n_batch,
+                      ubatch=load.n_ubatch, threads_draft=load.threads_draft, flash_attn=load.flash_attn,
+                      cache_type_k=load.cache_type_k, cache_type_v=load.cache_type_v)
 
     def _measure(self, server: Server, grid, load: LoadConfig, group: list, tokens: dict, layers: tuple, greedy_target: dict,
                  make_record) -> Iterator[RunRecord]:

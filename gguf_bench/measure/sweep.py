@@ -70,6 +70,13 @@ class Grid:
     strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
     engines: tuple[str, ...] = (PYTHON_ENGINE,)  # who generates: gguf-bench's loop, llama-server, or both
     server_bin: Path | None = None  # the llama-server to run (None: engines/server_build.find_server's choice)
+    # llama.cpp's context settings, swept like -ngl (None: its default, options.CONTEXT_DEFAULTS; -td: --threads)
+    flash_attns: list[str | None] = field(default_factory=lambda: [None])
+    cache_types_k: list[str | None] = field(default_factory=lambda: [None])
+    cache_types_v: list[str | None] = field(default_factory=lambda: [None])
+    batch_sizes: list[int | None] = field(default_factory=lambda: [None])
+    ubatch_sizes: list[int | None] = field(default_factory=lambda: [None])
+    threads_drafts: list[int | None] = field(default_factory=lambda: [None])
 
     def __post_init__(self) -> None:
         for k in self.ks:
@@ -88,9 +95,27 @@ class Grid:
         options.n_predict(self.n_predict)
         for t in self.temperatures:
             SamplingConfig(temperature=t, top_k=self.top_k, top_p=self.top_p)  # validates
+        if not self.settings():  # every combination is one llama.cpp refuses: say why (a sweep leaves such ones out)
+            raise ConfigError(self.left_out()[0])
+        k_max = max(s.max_k(k) for s in strategies for k in self.ks)
+        if k_max + 1 > (n_batch := min(lo.n_batch for lo in self.settings())):
+            raise ConfigError(f"a draft of {k_max} tokens is verified in one batch of {k_max + 1}, more than -b {n_batch}; "
+                              "raise -b/--batch-size or lower -K")
+
+    def _combinations(self) -> list[LoadConfig]:
+        return [LoadConfig(ngl, ngld, self.n_ctx, self.threads, self.seed, fa, ctk, ctv, b, ub, td)
+                for ngl in self.ngls for ngld in self.nglds for fa in self.flash_attns for ctk in self.cache_types_k
+                for ctv in self.cache_types_v for b in self.batch_sizes for ub in self.ubatch_sizes
+                for td in self.threads_drafts]
 
     def settings(self) -> list[LoadConfig]:
-        return [LoadConfig(ngl, ngld, self.n_ctx, self.threads, self.seed) for ngl in self.ngls for ngld in self.nglds]
+        """Each setting a model pair is loaded with: -ngl x -ngld x the context settings, less the combinations llama.cpp
+        cannot run (left_out says why)."""
+        return [lo for lo in self._combinations() if lo.impossible() is None]
+
+    def left_out(self) -> list[str]:
+        """Why each combination that settings() leaves out cannot run, once per reason."""
+        return list(dict.fromkeys(why for lo in self._combinations() if (why := lo.impossible())))
 
 
 @dataclass(frozen=True)
@@ -107,6 +132,8 @@ class Cell:
         # the default strategy and verify mode are left out (None), so that cells (and --resume keys) of sweeps
         # made before those existed stay the same
         speculative = self.mode == Mode.SPECULATIVE
+        # the context settings are stored as llama.cpp ran them (defaults filled in); cell_fields leaves the defaults out
+        context = load.context
         return RunConfig(ngl=layers_label(load.ngl), ngld=layers_label(load.ngld), n_ctx=load.n_ctx, threads=load.threads,
                          seed=load.seed, k=self.k, temperature=self.temperature, top_k=grid.top_k, top_p=grid.top_p,
                          n_predict=grid.n_predict, prompt_id=self.prompt.id, chat=self.prompt.chat,
@@ -114,7 +141,9 @@ class Cell:
                          strategy=self.strategy if speculative and self.strategy != DEFAULT_STRATEGY else None,
                          verify=str(grid.verify) if speculative and grid.verify != Verify.BATCHED else None,
                          category=self.prompt.category or None,
-                         engine=self.engine if self.engine != PYTHON_ENGINE else None)
+                         engine=self.engine if self.engine != PYTHON_ENGINE else None,
+                         flash_attn=context["flash_attn"], cache_type_k=context["type_k"], cache_type_v=context["type_v"],
+                         batch_size=load.n_batch, ubatch_size=load.n_ubatch, threads_draft=load.draft_threads)
 
 
 def cells_for(grid: Grid, has_draft: bool = True, engine: str = PYTHON_ENGINE) -> list[Cell]:

@@ -11,7 +11,8 @@ from gguf_bench.errors import BenchError
 from gguf_bench.results.costmodel import Calibration
 from gguf_bench.results.report import strategy_heading
 
-LINE = ["pair", "engine", "host", "ngl", "ngld", "temperature"]  # one line per setting (and engine)
+LINE = ["pair", "engine", "host", "ngl", "ngld", "flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size",
+        "threads_draft", "temperature"]  # one line per setting (and engine)
 
 
 def position_acceptance(df: pd.DataFrame) -> pd.DataFrame:
@@ -32,7 +33,7 @@ def position_acceptance(df: pd.DataFrame) -> pd.DataFrame:
 
 def _lines(frame: pd.DataFrame) -> list[str]:
     """One line per setting and drafting strategy."""
-    return LINE + (["strategy"] if "strategy" in frame.columns else [])
+    return [c for c in LINE if c in frame.columns] + (["strategy"] if "strategy" in frame.columns else [])
 
 
 def plot(summary: pd.DataFrame, path: Path, metric: str = "tokens_per_s", df: pd.DataFrame | None = None) -> Path:
@@ -80,7 +81,8 @@ def figure(summary: pd.DataFrame, metric: str = "tokens_per_s", df: pd.DataFrame
     lines = _lines(spec)
     for key, grp in spec.groupby(lines, dropna=False):
         label = _line_label(dict(zip(lines, key)), spec)
-        color = _draw_speed(speed, summary, grp, key[:len(LINE)], label, metric)
+        setting = [c for c in lines if c != "strategy"]
+        color = _draw_speed(speed, summary, grp, dict(zip(setting, key)), label, metric)
         if not positions.empty:
             pos = positions[(positions[lines] == pd.Series(key, index=lines)).all(axis=1)]
             accept.plot(pos["position"], pos["acceptance"], marker="o", color=color, label=label)
@@ -98,7 +100,7 @@ def figure(summary: pd.DataFrame, metric: str = "tokens_per_s", df: pd.DataFrame
     return fig
 
 
-def _draw_speed(ax, summary: pd.DataFrame, grp: pd.DataFrame, key: tuple, label: str, metric: str) -> str:
+def _draw_speed(ax, summary: pd.DataFrame, grp: pd.DataFrame, key: dict, label: str, metric: str) -> str:
     grp = grp.sort_values("k")
     err = grp["tokens_per_s_std"] if metric == "tokens_per_s" else None
     line = ax.errorbar(grp["k"], grp[metric], yerr=err, marker="o", capsize=3, label=label)
@@ -108,7 +110,7 @@ def _draw_speed(ax, summary: pd.DataFrame, grp: pd.DataFrame, key: tuple, label:
         known = grp[grp[predicted].notna()]
         ax.plot(known["k"], known[predicted], linestyle=":", marker="x", color=color, label=f"{label}: predicted (tune)")
     if metric == "tokens_per_s":
-        base = summary[(summary["mode"] == "target") & (summary[LINE] == pd.Series(key, index=LINE)).all(axis=1)]
+        base = summary[(summary["mode"] == "target") & (summary[list(key)] == pd.Series(key)).all(axis=1)]
         if not base.empty and not pd.isna(base["tokens_per_s"].iloc[0]):
             mean, std = base["tokens_per_s"].iloc[0], base["tokens_per_s_std"].fillna(0).iloc[0]
             ax.axhspan(mean - std, mean + std, color=color, alpha=0.15)

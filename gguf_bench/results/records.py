@@ -26,7 +26,7 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.placement import Placement
 from gguf_bench.errors import BenchError
-from gguf_bench.options import ENGINES, PYTHON_ENGINE, SERVER_ENGINE  # noqa: F401 (re-exported)
+from gguf_bench.options import CONTEXT_DEFAULTS, ENGINES, PYTHON_ENGINE, SERVER_ENGINE  # noqa: F401 (re-exported)
 from gguf_bench.results import legacy
 
 
@@ -180,18 +180,35 @@ class RunConfig:
     verify: str | None = None  # None: batched (what is benchmarked)
     category: str | None = None  # the prompt's category (not part of the cell's identity)
     engine: str | None = None  # who generated: None is gguf-bench's Python loop, 'server' llama-server
+    # llama.cpp's context settings as the run used them (None: a record from before they were options, which ran with
+    # llama.cpp's defaults, options.CONTEXT_DEFAULTS)
+    flash_attn: str | None = None  # 'auto', 'on', 'off'
+    cache_type_k: str | None = None  # 'f16', 'q8_0', ...
+    cache_type_v: str | None = None
+    batch_size: int | None = None
+    ubatch_size: int | None = None  # what llama.cpp computed at once (never above batch_size)
+    threads_draft: int | None = None  # the draft model's threads (None: `threads`)
 
     def cell_fields(self) -> dict:
         """What identifies the cell: the stored config without `category`, and without a default strategy, verify
-        mode or engine (so that keys of files written before those existed stay the same)."""
-        optional = ("strategy", "verify", "engine")
+        mode, engine or context setting (so that keys of files written before those existed stay the same)."""
+        optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category")}
         if self.strategy is not None:
             out["strategy"] = self.strategy.params()
         for name in ("verify", "engine"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        for name, default in CONTEXT_DEFAULTS.items():
+            if getattr(self, name) not in (None, default):
+                out[name] = getattr(self, name)
+        if self.threads_draft not in (None, self.threads):
+            out["threads_draft"] = self.threads_draft
         return out
+
+    def context(self) -> dict:
+        """The context settings, llama.cpp's defaults where the record has none."""
+        return {name: getattr(self, name) or default for name, default in CONTEXT_DEFAULTS.items()}
 
     @property
     def engine_name(self) -> str:
@@ -319,8 +336,10 @@ def run_row(run: RunRecord) -> dict:
         "sweep": run.sweep, "time": run.time, "pair": run.pair, "engine": cfg.engine_name, "mode": str(run.mode), "k": run.k,
         "strategy": run.strategy_name, "ngl": str(cfg.ngl), "ngld": str(cfg.ngld),
         "temperature": cfg.temperature, "greedy": run.greedy, "n_predict": cfg.n_predict, "prompt_id": cfg.prompt_id,
-        "repetition": cfg.repetition, "threads": cfg.threads,
+        "repetition": cfg.repetition, "threads": cfg.threads, **cfg.context(),
+        "threads_draft": cfg.threads_draft or cfg.threads or run.env.cpu_count or 0,
         "tokens_per_s": m.tokens_per_s, "ms_per_token": m.ms_per_token, "acceptance": m.acceptance,
+        "pp_tokens_per_s": m.prompt_tokens / m.prompt_s if run.metrics and m.prompt_s > 0 else None,
         "tokens_per_round": m.tokens_per_round, "overhead_pct": m.overhead_pct,
         "n_tokens": m.n_tokens if run.metrics else None,
         "accepted_at": m.accepted_at if run.metrics else None, "reached_at": m.reached_at if run.metrics else None,

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
+from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results.costmodel import predicted_frame
 from gguf_bench.results.records import (
     PYTHON_ENGINE,
@@ -32,7 +33,8 @@ from gguf_bench.results.records import (
 )
 from gguf_bench.results.text import number_text, speed_text
 
-SETTING = ["pair", "engine", "host", "ngl", "ngld", "temperature", "n_predict"]  # what a baseline must share with its row
+CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
+SETTING = ["pair", "engine", "host", "ngl", "ngld", *CONTEXT, "temperature", "n_predict"]  # what a baseline must share
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 FORMATS = ("md", "csv", "json", "jsonl")
 SPREAD = 0.25  # std/mean of a row's runs above which they disagree too much to rank the row
@@ -85,15 +87,20 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         df = df.assign(strategy=df["mode"].map(lambda m: "draft" if m == "speculative" else ""))
     if "engine" not in df.columns:  # frames made before engines
         df = df.assign(engine=PYTHON_ENGINE)
+    for col, default in CONTEXT_DEFAULTS.items():  # frames made before the context settings
+        if col not in df.columns:
+            df = df.assign(**{col: default})
+    if "threads_draft" not in df.columns:
+        df = df.assign(threads_draft=0)
     setting = SETTING + (["prompt_id"] if by_prompt else [])
     keys = setting + ["mode", "strategy", "k"]
-    for col in ("load1", "main_cpu_share", "cpu_count", "schedule_predicted_tokens_per_s"):  # none in older files
+    for col in ("load1", "main_cpu_share", "cpu_count", "schedule_predicted_tokens_per_s", "pp_tokens_per_s"):  # none in older files
         df = df.assign(**{col: pd.to_numeric(df[col], errors="coerce") if col in df else float("nan")})
     ok = df[df["error"].isna()]
     failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
     agg = ok.groupby(keys, dropna=False).agg(
         runs=("tokens_per_s", "size"), tokens_per_s=("tokens_per_s", "mean"), tokens_per_s_std=("tokens_per_s", "std"),
-        ms_per_token=("ms_per_token", "mean"), acceptance=("acceptance", "mean"),
+        ms_per_token=("ms_per_token", "mean"), pp_tokens_per_s=("pp_tokens_per_s", "mean"), acceptance=("acceptance", "mean"),
         tokens_per_round=("tokens_per_round", "mean"), overhead_pct=("overhead_pct", "mean"),
         target_offload=("target_offload", "first"), draft_offload=("draft_offload", "first"),
         target_file=("target_file", "first"), draft_file=("draft_file", "first"), cpu=("cpu", "first"),
@@ -143,18 +150,26 @@ def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, calibrations: list
     pred = predicted_frame(calibrations) if calibrations else None
     if pred is None or pred.empty or "prompt_id" in summary.columns:
         return summary
-    prompts = df.groupby(SETTING, dropna=False)["prompt_id"].agg(lambda ids: ",".join(sorted(set(map(str, ids)))))
+    setting = [c for c in SETTING if c in pred.columns]  # a calibration runs with llama.cpp's default context settings
+    default = pd.Series(True, index=df.index)
+    for col, value in CONTEXT_DEFAULTS.items():
+        if col in df.columns:
+            default &= df[col] == value
+    prompts = df[default].groupby(setting, dropna=False)["prompt_id"].agg(lambda ids: ",".join(sorted(set(map(str, ids)))))
     pred = pred.assign(prompts=pred["prompts"].map(lambda p: ",".join(sorted(p.split(",")))))
-    pred = pred.merge(prompts.rename("measured_prompts").reset_index(), on=SETTING, how="inner")
+    pred = pred.merge(prompts.rename("measured_prompts").reset_index(), on=setting, how="inner")
     pred = pred[pred["prompts"] == pred["measured_prompts"]]
-    spec = pred.assign(mode="speculative", strategy="draft")[SETTING + ["mode", "strategy", "k", "predicted_tokens_per_s",
+    spec = pred.assign(mode="speculative", strategy="draft")[setting + ["mode", "strategy", "k", "predicted_tokens_per_s",
                                                                         "predicted_gain_pct"]]
-    base = (pred.drop_duplicates(SETTING)[SETTING + ["predicted_baseline_tokens_per_s"]]
+    base = (pred.drop_duplicates(setting)[setting + ["predicted_baseline_tokens_per_s"]]
             .rename(columns={"predicted_baseline_tokens_per_s": "predicted_tokens_per_s"})
             .assign(mode="target", strategy="", k=0, predicted_gain_pct=float("nan"))[spec.columns])
-    keys = SETTING + ["mode", "strategy", "k"]
-    both = pd.concat([spec, base], ignore_index=True)
-    out = summary.merge(both.astype({c: summary[c].dtype for c in keys if c in summary}), on=keys, how="left")
+    keys = setting + ["mode", "strategy", "k"]
+    both = pd.concat([spec, base], ignore_index=True).assign(**CONTEXT_DEFAULTS)  # predicted for the default settings only
+    keys += [c for c in CONTEXT_DEFAULTS if c in summary]
+    out = summary.merge(both.astype({c: summary[c].dtype for c in keys if c in summary})[keys + ["predicted_tokens_per_s",
+                                                                                          "predicted_gain_pct"]],
+                        on=keys, how="left")
     return out if out["predicted_tokens_per_s"].notna().any() else summary
 
 
@@ -200,7 +215,8 @@ def _tps(row: pd.Series) -> str:
 # --- rich tables ----------------------------------------------------------------------------
 
 _VARYING = {"pair": "pair", "engine": "engine", "host": "host", "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
-            "ngl": "-ngl", "ngld": "-ngld"}
+            "ngl": "-ngl", "ngld": "-ngld", "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
+            "batch_size": "-b", "ubatch_size": "-ub", "threads_draft": "-td"}
 
 
 def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_host: bool = False) -> Table:
@@ -221,6 +237,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     columns |= {
         "tokens/s": [_tps(r) for _, r in summary.iterrows()],
         **({"pred.": [speed_text(v) for v in pred]} if (pred := _predicted(summary)) is not None else {}),
+        **({"pp t/s": [speed_text(v) for v in summary["pp_tokens_per_s"]]} if "pp_tokens_per_s" in summary else {}),
         "ms/tok": [number_text(v) for v in summary["ms_per_token"]],
         "accept": [number_text(v, "{:.1%}") for v in summary["acceptance"]],
         "tok/rnd": [number_text(v) for v in summary["tokens_per_round"]],
@@ -229,17 +246,19 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
         "runs": [f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else "") for _, r in summary.iterrows()],
     }
     # still too wide: drop what does not tell rows apart, never a column that does (pair, host, T, n, prompt, -ngl,
-    # -ngld, and the layers placed beside them)
-    for optional in ("ovh", "tok/rnd", "runs", "ms/tok", "pred.", "accept"):
+    # -ngld, the context settings, and the layers placed beside them)
+    for optional in ("pp t/s", "ovh", "tok/rnd", "runs", "ms/tok", "pred.", "accept"):
         if _width(columns) <= width:
             break
         columns.pop(optional, None)
     tight = _width(columns) > width  # still too wide: one space between columns instead of three
-    table = Table(title=_title(summary, varying, title), caption=_caption(summary, show_offload, "ovh" in columns),
+    table = Table(title=_title(summary, varying, title), caption=_caption(summary, show_offload, "ovh" in columns,
+                                                                         "pp t/s" in columns),
                   box=box.SIMPLE_HEAD,
                   show_edge=False, padding=(0, 0) if tight else (0, 1), pad_edge=False, title_justify="left", caption_justify="left")
     for name in columns:
-        table.add_column(name, justify="left" if name in ("run", "pair", "engine", "host", "prompt") else "right", no_wrap=True)
+        table.add_column(name, justify="left" if name in ("run", "pair", "engine", "host", "prompt", "-fa", "-ctk", "-ctv")
+                         else "right", no_wrap=True)
     best = list(summary["best_k"])
     for i, cells in enumerate(zip(*columns.values())):
         table.add_row(*cells, style="bold" if best[i] else None)
@@ -248,7 +267,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
 
 # --- engines side by side -------------------------------------------------------------------
 
-SIDE = ["pair", "host", "ngl", "ngld", "temperature", "n_predict"]  # what both engines' rows must share
+SIDE = ["pair", "host", "ngl", "ngld", *CONTEXT, "temperature", "n_predict"]  # what both engines' rows must share
 
 
 def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
@@ -295,7 +314,7 @@ def greedy_agreement(df: pd.DataFrame) -> list[str]:
         return []
     rows = df[(df["mode"] == "target") & df["greedy"].astype(bool) & df["error"].isna() & (df["repetition"] == 0)]
     out = []
-    for key, group in rows.groupby(SIDE + ["prompt_id"], dropna=False):
+    for key, group in rows.groupby([c for c in SIDE if c in rows] + ["prompt_id"], dropna=False):
         texts = {e: g["text"].iloc[0] for e, g in group.groupby("engine")}
         if len(texts) < 2 or any(t is None for t in texts.values()):
             continue
@@ -357,10 +376,13 @@ def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
             if c == "engine":
                 v = "llama-server"
             fixed.append(f"T={v:g}" if c == "temperature" else f"n={v}" if c == "n_predict" else str(v))
+    for c, default in CONTEXT_DEFAULTS.items():  # a context setting every row shares, where it is not llama.cpp's default
+        if c not in varying and c in summary.columns and summary[c].iloc[0] != default:
+            fixed.append(f"{_VARYING[c]} {summary[c].iloc[0]}")
     return " · ".join(([title] if title else []) + fixed)
 
 
-def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool) -> str:
+def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp: bool = False) -> str:
     """Files and offload when they are the same for every row, and what the short columns mean."""
     lines = []
     first = summary.iloc[0]
@@ -374,6 +396,8 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool) -> str:
         lines.append(offload)
     legend = (["★ best K"] if summary["best_k"].any() else []) + ["gain vs target alone"]
     lines.append(" · ".join(legend) + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
+    if show_pp:
+        lines.append("pp t/s: prompt tokens per second of prompt processing (speculative rows: both models')")
     reasons = set(",".join(summary["unreliable"]).split(",")) - {""} if "unreliable" in summary else set()
     if reasons:
         why = [f"runs spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
