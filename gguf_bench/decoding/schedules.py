@@ -173,13 +173,15 @@ class CostK:
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
         """Learn from the round (positions 1..n_accepted accepted, the next one rejected), and add its prediction."""
-        source, keys, _ = self._round
+        source, keys, decoded = self._round
         for i, key in enumerate(keys[:min(n_drafted, n_accepted + 1)]):
             self.rates.observe(key, i < n_accepted)
         if n_drafted and source == "model":
             self.rates.observe(("model", "first"), n_accepted > 0)
             if n_accepted:
                 self._probe = PROBE_FIRST
+        elif decoded and source == "model":  # decoded the draft to see its confidence, then drafted nothing:
+            self.rates.observe(("model", "first"), False)  # the look did not pay, so look less before deciding
         a, beyond, t_draft, decoded = self._plan  # the decodes a dropped position cost are counted too
         _, tokens, seconds = self._rate(a, beyond or 0.0, t_draft, decoded, n_drafted, n_drafted)
         self.tokens += tokens
