@@ -154,7 +154,7 @@ def _words(spec: str) -> list[str]:
     return [w for w in str(spec).replace(" ", "").lower().split(",") if w]
 
 
-def flash_attns(spec: str) -> list[str]:
+def flash_attns(spec: str, what: str = "-fa") -> list[str]:
     """-fa: on, off, auto (also 1, 0, -1), a comma list in sweeps."""
     values = []
     for word in _words(spec) or [""]:
@@ -173,15 +173,8 @@ def cache_types(spec: str, what: str = "-ctk") -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def batch_sizes(spec: str | int, what: str = "-b/--batch-size") -> list[int]:
-    values = int_list(spec, what)
-    for n in values:
-        if n < 1:
-            raise ConfigError(f"{what} must be >= 1, got {n}")
-    return values
-
-
-def thread_counts(spec: str | int, what: str = "-td/--threads-draft") -> list[int]:
+def positive_ints(spec: str | int, what: str) -> list[int]:
+    """-b, -ub, -td: whole numbers >= 1, a list or range in sweeps."""
     values = int_list(spec, what)
     for n in values:
         if n < 1:
@@ -194,11 +187,12 @@ def context_axes(flash_attn: str | None = None, cache_type_k: str | None = None,
                  single: bool = False) -> dict[str, list]:
     """The context options as sweep.Grid's axes ([None]: not given, llama.cpp's default); single: `run`, one value each."""
     axes = {"flash_attns": (flash_attn, flash_attns, "-fa"), "cache_types_k": (cache_type_k, cache_types, "-ctk"),
-            "cache_types_v": (cache_type_v, cache_types, "-ctv"), "batch_sizes": (batch_size, batch_sizes, "-b"),
-            "ubatch_sizes": (ubatch_size, batch_sizes, "-ub"), "threads_drafts": (threads_draft, thread_counts, "-td")}
+            "cache_types_v": (cache_type_v, cache_types, "-ctv"), "batch_sizes": (batch_size, positive_ints, "-b"),
+            "ubatch_sizes": (ubatch_size, positive_ints, "-ub"),
+            "threads_drafts": (threads_draft, positive_ints, "-td")}
     out: dict[str, list] = {}
     for name, (spec, parse, flag) in axes.items():
-        values = [None] if spec is None else parse(spec, flag) if parse is not flash_attns else parse(spec)
+        values = [None] if spec is None else parse(spec, flag)
         if single and len(values) != 1:
             raise ConfigError(f"{flag} takes one value here, got '{spec}'; `gguf-bench sweep` takes lists")
         out[name] = values

@@ -377,21 +377,14 @@ def read_info(path: Path) -> GGUFInfo:
 
 def read_metadata(path: Path) -> dict:
     """Metadata and vocabulary as llama.cpp sees them, loading the vocabulary only (fast)."""
-    llama_cpp = _llama()
-    mparams = llama_cpp.llama_model_default_params()
-    mparams.vocab_only = True
-    _log_tail.clear()
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
-    if not model:
-        raise ModelError(f"llama.cpp could not read {path}: {_last_error()}")
-    try:
+    with Vocabulary(path) as v:
+        llama_cpp, model, vocab = v._lib, v._model, v._vocab
         buf = ctypes.create_string_buffer(512)
 
         def meta(key: str) -> str | None:
             n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
             return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
-        vocab = llama_cpp.llama_model_get_vocab(model)
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
         arch = meta("general.architecture") or "unknown"
         return {
@@ -408,8 +401,6 @@ def read_metadata(path: Path) -> dict:
             "add_eos": bool(llama_cpp.llama_vocab_get_add_eos(vocab)),
             "tokens": tuple(llama_cpp.llama_vocab_get_text(vocab, i) for i in range(n_vocab)),
         }
-    finally:
-        llama_cpp.llama_model_free(model)
 
 
 # --- ggml's device registry, through its public C API (the bindings do not wrap it) ---
