@@ -111,26 +111,31 @@ def test_server_that_dies_mid_group_keeps_every_record(tiny_pairs, server_bin, i
 
 def test_no_server_outlives_a_killed_sweep(tiny_pairs, server_bin, isolated):
     """kill -9 of gguf-bench while a server runs: the server goes too (PR_SET_PDEATHSIG); the records written so far
-    stay, and a resume finishes the sweep."""
+    stay, and a resume finishes the sweep. (Each server of this sweep lives about a second on 2 cores: the test
+    polls /proc often and kills as soon as it sees one.)"""
     env = {**os.environ, "GGUF_BENCH_RESULTS": str(isolated / "results")}
     args = ["sweep", *pair_args(tiny_pairs["high"]), "-K", "1,2,3", "-n", "64", "-t", "2", "--prompt-ids", "code-short",
-            "-r", "3", "--engine", "server", "--server-bin", str(server_bin), "--name", "killed"]
-    proc = subprocess.Popen([*GGUF_BENCH, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            "-r", "6", "--engine", "server", "--server-bin", str(server_bin), "--name", "killed"]
+    log = isolated / "sweep.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*GGUF_BENCH, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
-    while not servers_running(server_bin) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert servers_running(server_bin), "no llama-server started"
-    time.sleep(1.0)
+    while not servers_running(server_bin) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert servers_running(server_bin), f"no llama-server seen running (sweep exit {proc.poll()}):\n{log.read_text()}"
     proc.kill()
-    proc.wait()
+    assert proc.wait() == -signal.SIGKILL  # killed mid-sweep, not finished
     deadline = time.monotonic() + 15
     while servers_running(server_bin) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not servers_running(server_bin)
+    killed = isolated / "results" / "killed.jsonl"
+    before = len(read_records(killed)) if killed.exists() else 0
+    assert before < 6 * 4
     again = subprocess.run([*GGUF_BENCH, *args, "--resume"], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
-    records = [r for r in read_records(isolated / "results" / "killed.jsonl") if isinstance(r, RunRecord)]
-    assert len({r.cell for r in records if r.error is None}) == 3 * 4
+    records = [r for r in read_records(killed) if isinstance(r, RunRecord)]
+    assert len({r.cell for r in records if r.error is None}) == 6 * 4
 
 
 def test_missing_and_old_binaries_are_one_line(tiny_pairs, tmp_path, isolated):
