@@ -83,6 +83,38 @@ def test_looks_that_draft_nothing_teach_it_not_to_look():
     assert looks <= 10  # a few looks to learn, then one now and then (4, 8, 16 rounds apart); it used to be all 30
 
 
+def test_a_draft_that_is_far_behind_costs_its_catch_up_batch():
+    """The draft's first decode of a round also feeds the tokens it missed (one batch, priced linear through t_draft and
+    t_draft2): a draft worth a look when in step is not worth one 40 tokens behind; once decoded, the catch-up is paid
+    and a sure token is kept all the same."""
+    costs = Costs(t_draft=0.1, t_verify=tuple(1.0 + 0.05 * b for b in range(K + 1)), t_draft2=0.15)
+    assert costs.catch_up(1) == pytest.approx(0.1) and costs.catch_up(41) == pytest.approx(2.1)
+    s = CostK(K, costs)
+    assert s.length("model", [], 0, K, behind=1) > 0
+    assert s.length("model", [], 0, K, behind=40) == 0
+    assert s.length("model", [0.99], 1, K, behind=40) >= 1
+    assert CostK(K, Costs(0.1, costs.t_verify)).length("model", [], 0, K, behind=40) > 0  # t_draft2 unknown: no price
+
+
+def test_looks_that_hit_at_a_losing_rate_come_less_and_less_often():
+    """Looks forced while the schedule would not draft come after 4, 8, 16, ... rounds; a look that was accepted but
+    leaves drafting not worth it does not shorten the interval again (on Qwen F16 + Q2_K qa such looks came every 4
+    rounds, each paying a catch-up batch); drafting of its own accord does."""
+    costs = Costs(t_draft=0.5, t_verify=tuple(1.0 + 0.5 * b for b in range(K + 1)), t_draft2=0.6)
+    s = CostK(K, costs)
+    looks = []
+    for i in range(130):
+        if s.length("model", [], 0, K) == 0:
+            s.update(0, 0)
+            continue
+        looks.append(i)
+        keep = s.length("model", [0.5], 1, K)
+        s.update(keep, keep)  # kept or not, the token it drafted was accepted
+    assert len(looks) <= 6 and all(b - a >= 4 for a, b in zip(looks, looks[1:]))
+    sure = CostK(K, Costs(0.01, (1.0,) * (K + 1)))  # drafting pays: it drafts every round, no forced looks needed
+    assert all(sure.length("model", [], 0, K) > 0 for _ in range(10))
+
+
 def test_needs_costs_up_to_the_cap():
     with pytest.raises(ConfigError, match="batch of 9"):
         CostK(8, Costs(0.1, (1.0, 1.5)))

@@ -68,9 +68,10 @@ class ModelDrafter:
         p_rows: list = []
         sized = schedule is not None and schedule.signals
         confidences: list[float] = []
-        if sized and schedule.length("model", confidences, 0, k) == 0:
-            k = 0  # not worth a draft decode this round
         feed = history[self.model.n_past:]  # x0, and what earlier rounds did not feed (accepted drafts, n-gram rounds)
+        behind = len(feed) - 1  # the first decode's catch-up: a batch, which a cost schedule prices
+        if sized and schedule.length("model", confidences, 0, k, behind) == 0:
+            k = 0  # not worth a draft decode this round
         while len(drafted) < k:
             logits = self.model.eval(feed, 1)[0]
             if self.p_min > 0 or sized:
@@ -79,7 +80,7 @@ class ModelDrafter:
                     break  # decided from the distribution before drawing: exact (module note)
                 if sized:  # keep this position, and go on? decided before drawing it: exact, as p-min
                     confidences.append(confidence)
-                    want = schedule.length("model", confidences, len(confidences), k)
+                    want = schedule.length("model", confidences, len(confidences), k, behind)
                     if want <= len(drafted):
                         break
                     if want == len(drafted) + 1:

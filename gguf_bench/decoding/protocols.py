@@ -51,7 +51,7 @@ class Schedule(Protocol):
     signals: bool  # whether drafters should report per-position signals and ask `length`
     predicted_tokens_per_s: float | None  # what the schedule predicted for the rounds so far (None: it predicts nothing)
 
-    def length(self, source: str, signals: Sequence[float], decoded: int, k: int) -> int:
+    def length(self, source: str, signals: Sequence[float], decoded: int, k: int, behind: int = 0) -> int:
         """How many draft tokens (at most k) the round should end with, given the signals so far."""
 
     def update(self, n_drafted: int, n_accepted: int) -> None: ...

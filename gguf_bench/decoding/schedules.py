@@ -6,11 +6,16 @@
 Cost schedule (`--k-schedule cost`, cap K). One round that keeps L draft tokens:
 
     tokens(L) = 1 + sum_{i=1..L} prod_{j<=i} a_j          a_j: P(position j accepted | reached)
-    time(L)   = max(L, decoded) * t_draft + t_verify(L + 1) + round_overhead
+    time(L)   = draft(L) + t_verify(L + 1) + round_overhead
+    draft(L)  = t_catch_up(behind + 1) + (max(L, decoded) - 1) * t_draft     (0 when L = decoded = 0)
 
-t_draft and t_verify(b) are measured on this machine (`Costs`: tune's calibration, or the warm-up's);
-t_draft is 0 for an n-gram draft, and `decoded` counts draft decodes already paid for this round. The
-round keeps the L in 0..K with the highest tokens(L) / time(L). L = 0 is a plain target step at the
+t_draft, t_draft2 and t_verify(b) are measured on this machine (`Costs`: tune's calibration, or the
+warm-up's); draft(L) is 0 for an n-gram draft, and `decoded` counts draft decodes already paid for this
+round. The draft model's cache follows the history lazily: its first decode of a round also feeds the
+`behind` tokens it has not seen (accepted tokens of rounds that drafted nothing or little), one batch
+whose cost t_catch_up(b) is taken as linear through the measured t_draft (1 token) and t_draft2 (2
+tokens); a CPU's batches cost less per token as they grow, so this errs on the side of drafting less.
+The round keeps the L in 0..K with the highest tokens(L) / time(L). L = 0 is a plain target step at the
 target alone's cost, so a round is never predicted slower than the target alone.
 
 a_j comes from a signal the drafter reports per position, mapped through hit rates learned from this
@@ -19,8 +24,10 @@ every position a round reached):
   - draft model: the draft's top-token probability (llama.cpp's draft sampler, the p-min signal), read
     before the token is drawn. The drafter asks after every draft decode whether to keep that position
     and go on; positions not decoded yet are assumed like the last one seen (before the first decode:
-    the run's hit rate at position 1). A round that drafts nothing is probed now and then (every 4,
-    8, ... 64 such rounds) so a pessimistic estimate can recover;
+    the run's hit rate at position 1). While the schedule keeps choosing no draft, it looks anyway
+    after 4, then 8, 16, ... 64 more such rounds, so a pessimistic estimate can recover; the interval
+    goes back to 4 only when the schedule drafts of its own accord (a look that merely hit, at a rate
+    still not worth drafting for, is a look that did not pay: each costs a catch-up batch);
   - n-gram: the length of the match behind the position (the match found plus the draft tokens before
     it), so a one-token match drafts little and a long copy drafts far.
 The schedule changes only how many tokens are drafted, never which are accepted: the model's stop is
@@ -47,7 +54,7 @@ class FixedK:
     def __init__(self, k: int):
         self.k = self.max_k = draft_length(k)
 
-    def length(self, source: str, signals: Sequence[float], decoded: int, k: int) -> int:
+    def length(self, source: str, signals: Sequence[float], decoded: int, k: int, behind: int = 0) -> int:
         return k
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
@@ -76,10 +83,15 @@ class Costs:
     t_verify: tuple[float, ...]
     round_overhead: float = 0.0
     source: str = ""
+    t_draft2: float = 0.0  # the draft's decode of 2 tokens; 0: unknown, catch-up batches cost t_draft
 
     @property
     def k_max(self) -> int:
         return len(self.t_verify) - 1
+
+    def catch_up(self, b: int) -> float:
+        """Seconds of one draft decode of b tokens: linear through t_draft (b = 1) and t_draft2 (b = 2)."""
+        return self.t_draft + (b - 1) * max(0.0, self.t_draft2 - self.t_draft)
 
 
 class HitRates:
@@ -125,16 +137,17 @@ class CostK:
         self.tokens = self.seconds = 0.0  # the chosen rounds' predicted tokens and seconds, summed
         self._probe, self._skipped = PROBE_FIRST, 0
         self._round: tuple = ("", [], 0)  # the last `length` call: (source, keys, decoded)
-        self._plan: tuple = ([], None, 0.0, 0)  # (a known, a assumed beyond, t_draft, decoded)
+        self._plan: tuple = ([], None, 0.0, 0, 0)  # (a known, a assumed beyond, t_draft, decoded, behind)
 
     @property
     def predicted_tokens_per_s(self) -> float | None:
         return self.tokens / self.seconds if self.seconds > 0 else None
 
-    def _rate(self, a: Sequence[float], beyond: float | None, t_draft: float, decoded: int, lo: int, hi: int
-              ) -> tuple[int, float, float]:
+    def _rate(self, a: Sequence[float], beyond: float | None, t_draft: float, decoded: int, lo: int, hi: int,
+              behind: int = 0) -> tuple[int, float, float]:
         """(L, tokens(L), time(L)) of the best L in lo..hi; position j > len(a) is accepted with `beyond`."""
         tv, over = self.costs.t_verify, self.costs.round_overhead
+        first = self.costs.catch_up(behind + 1) if t_draft else 0.0  # the round's first draft decode
         best, tokens, reach = (lo, 0.0, 1.0), 1.0, 1.0
         best_rate = -1.0
         for n in range(hi + 1):
@@ -142,18 +155,20 @@ class CostK:
                 reach *= a[n - 1] if n <= len(a) else beyond
                 tokens += reach
             if n >= lo:
-                seconds = max(n, decoded) * t_draft + tv[n] + over
+                decodes = max(n, decoded)
+                seconds = (first + (decodes - 1) * t_draft if decodes else 0.0) + tv[n] + over
                 if tokens / seconds > best_rate:
                     best, best_rate = (n, tokens, seconds), tokens / seconds
         return best
 
-    def length(self, source: str, signals: Sequence[float], decoded: int, k: int) -> int:
+    def length(self, source: str, signals: Sequence[float], decoded: int, k: int, behind: int = 0) -> int:
         """The draft length to aim for, at most k, given the signals of the positions drafted so far.
 
         A draft model calls it before its first decode (no signals) and after each decode (decoded = the
         signals' count): the answer is then len(signals) - 1 (drop the position just seen and stop),
-        len(signals) (keep it and stop) or more (go on). An n-gram calls it once with its whole draft:
-        the answer is how many of its tokens to keep."""
+        len(signals) (keep it and stop) or more (go on). behind: the tokens its first decode feeds besides
+        x0 (its catch-up). An n-gram calls it once with its whole draft: the answer is how many of its
+        tokens to keep."""
         keyed = [_signal_key(source, s) for s in signals]
         a = [self.rates.estimate(key, prior) for key, prior in keyed]
         k = min(k, self.costs.k_max)
@@ -162,13 +177,16 @@ class CostK:
             beyond = a[-1] if a else self.rates.estimate(("model", "first"), 0.5)
         else:
             t_draft, lo, hi, beyond = 0.0, 0, min(k, len(a)), None
-        n = self._rate(a, beyond, t_draft, decoded, lo, hi)[0]
-        if source == "model" and not a and n == 0 and k > 0:
-            self._skipped += 1
-            if self._skipped >= self._probe:  # look at the draft's confidence again, now and then
-                self._skipped, self._probe, n = 0, min(2 * self._probe, PROBE_LAST), 1
+        n = self._rate(a, beyond, t_draft, decoded, lo, hi, behind)[0]
+        if source == "model" and not a and k > 0:
+            if n:  # drafting of its own accord: look often again once it stops
+                self._skipped, self._probe = 0, PROBE_FIRST
+            else:
+                self._skipped += 1
+                if self._skipped >= self._probe:  # look at the draft's confidence again, less often each time
+                    self._skipped, self._probe, n = 0, min(2 * self._probe, PROBE_LAST), 1
         self._round = (source, [key for key, _ in keyed], decoded)
-        self._plan = (a, beyond, t_draft, decoded)
+        self._plan = (a, beyond, t_draft, decoded, behind)
         return n
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
@@ -178,12 +196,10 @@ class CostK:
             self.rates.observe(key, i < n_accepted)
         if n_drafted and source == "model":
             self.rates.observe(("model", "first"), n_accepted > 0)
-            if n_accepted:
-                self._probe = PROBE_FIRST
         elif decoded and source == "model":  # decoded the draft to see its confidence, then drafted nothing:
             self.rates.observe(("model", "first"), False)  # the look did not pay, so look less before deciding
-        a, beyond, t_draft, decoded = self._plan  # the decodes a dropped position cost are counted too
-        _, tokens, seconds = self._rate(a, beyond or 0.0, t_draft, decoded, n_drafted, n_drafted)
+        a, beyond, t_draft, decoded, behind = self._plan  # the decodes a dropped position cost are counted too
+        _, tokens, seconds = self._rate(a, beyond or 0.0, t_draft, decoded, n_drafted, n_drafted, behind)
         self.tokens += tokens
         self.seconds += seconds
-        self._round, self._plan = ("", [], 0), ([], None, 0.0, 0)
+        self._round, self._plan = ("", [], 0), ([], None, 0.0, 0, 0)

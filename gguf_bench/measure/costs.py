@@ -99,7 +99,7 @@ def measure_costs(pair: Any, prompt: list[int], n_predict: int, k_max: int, reps
     timer = DecodeTimer([prompt], n_predict, k_max)
     timer.run(pair, reps)
     r = timer.result()
-    return Costs(r["t_draft_s"], tuple(r["t_verify_s"]), 0.0, "warm-up")
+    return Costs(r["t_draft_s"], tuple(r["t_verify_s"]), 0.0, "warm-up", r["t_draft2_s"])
 
 
 def _same_file(stored, path) -> bool:
@@ -133,4 +133,6 @@ def stored_costs(files: PairFiles, ngl: int, ngld: int, threads: int | None, k_m
     if not found:
         return None
     t = max(found, key=lambda r: r.time or "").timings
-    return Costs(t.t_draft_s if files.draft is not None else 0.0, tuple(t.t_verify_s[:k_max + 1]), t.round_overhead_s, "calibration")
+    with_draft = files.draft is not None
+    return Costs(t.t_draft_s if with_draft else 0.0, tuple(t.t_verify_s[:k_max + 1]), t.round_overhead_s, "calibration",
+                 t.t_draft2_s if with_draft else 0.0)

@@ -84,7 +84,8 @@ class Timings:
 
     def costs(self, with_draft: bool) -> Costs:
         """These timings as the cost schedule reads them (an n-gram draft costs no draft decode)."""
-        return Costs(self.t_draft if with_draft else 0.0, self.t_verify, self.round_overhead, "calibration")
+        return Costs(self.t_draft if with_draft else 0.0, self.t_verify, self.round_overhead, "calibration",
+                     self.t_draft2 if with_draft else 0.0)
 
     def round_s(self, drafted: int, catch_up: bool) -> float:
         """One round: `drafted` draft decodes (the first a 2-token one after a full round), one verify."""
