@@ -256,3 +256,6 @@ def test_sweep_stores_the_prediction_and_report_shows_it(tiny_pairs, isolated):
     table = cli("report", str(isolated / "results" / "cs.jsonl"))
     assert table.exit_code == 0 and "draft cost K=4" in table.output and "pred." in table.output
     assert "what the cost schedule predicted" in table.output
+    for label in ("draft cost K=4", "ngram(1-4) cost K=4"):  # and how many rounds drafted how many tokens, summed
+        summed = [sum(c) for c in zip(*(r.metrics.draft_lengths for r in cost if r.label == label))]
+        assert f"{label}: " + " ".join(f"{n}:{c}" for n, c in enumerate(summed) if c) in table.output

@@ -7,6 +7,7 @@ baseline measured under the same pair, offload, temperature, length and machine.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,7 +107,7 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         target_file=("target_file", "first"), draft_file=("draft_file", "first"), cpu=("cpu", "first"),
         gpu=("gpu", "first"), load1=("load1", "max"), main_cpu_share=("main_cpu_share", "min"),
         cpu_count=("cpu_count", "max"), schedule_predicted_tokens_per_s=("schedule_predicted_tokens_per_s", "mean"))
-    agg = agg.join(failed, how="outer").reset_index()
+    agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
     base = agg[agg["mode"] == "target"][setting + ["tokens_per_s", "tokens_per_s_std"]].rename(
@@ -124,6 +125,27 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
     agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
     return agg.drop(columns=["_order", "_default"]).reset_index(drop=True)
+
+
+def _draft_lengths(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Per setting, the rounds per draft length summed over its runs (a list: index = tokens drafted); None where
+    no run counted them (the target or draft alone, files written before the counts, the server engine)."""
+    def summed(histograms: pd.Series):
+        lists = [h for h in histograms if isinstance(h, list)]
+        if not lists:
+            return None
+        total = [0] * max(len(h) for h in lists)
+        for h in lists:
+            for i, c in enumerate(h):
+                total[i] += c
+        return total
+    column = ok["draft_lengths"] if "draft_lengths" in ok else pd.Series(None, index=ok.index, dtype=object)
+    return ok.assign(draft_lengths=column).groupby(keys, dropna=False)["draft_lengths"].agg(summed)
+
+
+def rounds_by_length(counts) -> str:
+    """'0:12 1:3 4:20': the draft lengths that occurred, with their rounds."""
+    return " ".join(f"{n}:{c}" for n, c in enumerate(counts) if c) if isinstance(counts, list) else ""
 
 
 def _unreliable(row: pd.Series) -> str:
@@ -253,7 +275,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
         columns.pop(optional, None)
     tight = _width(columns) > width  # still too wide: one space between columns instead of three
     table = Table(title=_title(summary, varying, title), caption=_caption(summary, show_offload, "ovh" in columns,
-                                                                         "pp t/s" in columns),
+                                                                         "pp t/s" in columns, varying),
                   box=box.SIMPLE_HEAD,
                   show_edge=False, padding=(0, 0) if tight else (0, 1), pad_edge=False, title_justify="left", caption_justify="left")
     for name in columns:
@@ -382,7 +404,8 @@ def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
     return " · ".join(([title] if title else []) + fixed)
 
 
-def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp: bool = False) -> str:
+def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp: bool = False,
+             varying: Sequence[str] = ()) -> str:
     """Files and offload when they are the same for every row, and what the short columns mean."""
     lines = []
     first = summary.iloc[0]
@@ -408,6 +431,12 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         lines.append("pred.: tokens/s that `gguf-bench tune` predicted for the setting")
     if summary.get("schedule_predicted_tokens_per_s", pd.Series(dtype=float)).notna().any():
         lines.append("pred. of a 'cost' row: what the cost schedule predicted for the rounds it chose")
+    sized = summary[summary["strategy"].fillna("").str.contains("cost")] if "draft_lengths" in summary else summary[:0]
+    counted = [(" ".join([f"{_VARYING[c]} {r[c]}" for c in varying] + [row_label(r)]), rounds_by_length(r["draft_lengths"]))
+               for _, r in sized.iterrows()]
+    if any(text for _, text in counted):
+        lines.append("rounds per draft length (tokens drafted:rounds, all runs) of the 'cost' rows:")
+        lines += [f"  {label}: {text}" for label, text in counted if text]
     return "\n".join(lines)
 
 
