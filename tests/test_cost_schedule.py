@@ -83,17 +83,19 @@ def test_looks_that_draft_nothing_teach_it_not_to_look():
     assert looks <= 10  # a few looks to learn, then one now and then (4, 8, 16 rounds apart); it used to be all 30
 
 
-def test_a_draft_that_is_far_behind_costs_its_catch_up_batch():
+def test_the_catch_up_batch_is_predicted_but_not_weighed():
     """The draft's first decode of a round also feeds the tokens it missed (one batch, priced linear through t_draft and
-    t_draft2): a draft worth a look when in step is not worth one 40 tokens behind; once decoded, the catch-up is paid
-    and a sure token is kept all the same."""
+    t_draft2). The prediction counts it; the choice does not (those tokens are fed by whichever round drafts next:
+    weighing them would make every round without a draft push the next draft further away)."""
     costs = Costs(t_draft=0.1, t_verify=tuple(1.0 + 0.05 * b for b in range(K + 1)), t_draft2=0.15)
     assert costs.catch_up(1) == pytest.approx(0.1) and costs.catch_up(41) == pytest.approx(2.1)
-    s = CostK(K, costs)
-    assert s.length("model", [], 0, K, behind=1) > 0
-    assert s.length("model", [], 0, K, behind=40) == 0
-    assert s.length("model", [0.99], 1, K, behind=40) >= 1
-    assert CostK(K, Costs(0.1, costs.t_verify)).length("model", [], 0, K, behind=40) > 0  # t_draft2 unknown: no price
+    near, far = CostK(K, costs), CostK(K, costs)
+    assert near.length("model", [], 0, K, behind=0) == far.length("model", [], 0, K, behind=40) > 0
+    for s, behind in ((near, 0), (far, 40)):
+        assert s.length("model", [0.99], 1, K, behind=behind) >= 1
+        s.update(1, 1)
+    assert far.seconds == pytest.approx(near.seconds + 2.0)  # 40 more tokens in the batch, 0.05 s each
+    assert far.tokens == near.tokens
 
 
 def test_looks_that_hit_at_a_losing_rate_come_less_and_less_often():

@@ -69,7 +69,7 @@ class ModelDrafter:
         sized = schedule is not None and schedule.signals
         confidences: list[float] = []
         feed = history[self.model.n_past:]  # x0, and what earlier rounds did not feed (accepted drafts, n-gram rounds)
-        behind = len(feed) - 1  # the first decode's catch-up: a batch, which a cost schedule prices
+        behind = len(feed) - 1  # the first decode's catch-up: a batch (a cost schedule's prediction counts it)
         if sized and schedule.length("model", confidences, 0, k, behind) == 0:
             k = 0  # not worth a draft decode this round
         while len(drafted) < k:

@@ -6,17 +6,20 @@
 Cost schedule (`--k-schedule cost`, cap K). One round that keeps L draft tokens:
 
     tokens(L) = 1 + sum_{i=1..L} prod_{j<=i} a_j          a_j: P(position j accepted | reached)
-    time(L)   = draft(L) + t_verify(L + 1) + round_overhead
-    draft(L)  = t_catch_up(behind + 1) + (max(L, decoded) - 1) * t_draft     (0 when L = decoded = 0)
+    time(L)   = max(L, decoded) * t_draft + t_verify(L + 1) + round_overhead
 
-t_draft, t_draft2 and t_verify(b) are measured on this machine (`Costs`: tune's calibration, or the
-warm-up's); draft(L) is 0 for an n-gram draft, and `decoded` counts draft decodes already paid for this
-round. The draft model's cache follows the history lazily: its first decode of a round also feeds the
-`behind` tokens it has not seen (accepted tokens of rounds that drafted nothing or little), one batch
-whose cost t_catch_up(b) is taken as linear through the measured t_draft (1 token) and t_draft2 (2
-tokens); a CPU's batches cost less per token as they grow, so this errs on the side of drafting less.
-The round keeps the L in 0..K with the highest tokens(L) / time(L). L = 0 is a plain target step at the
+t_draft and t_verify(b) are measured on this machine (`Costs`: tune's calibration, or the warm-up's);
+t_draft is 0 for an n-gram draft, and `decoded` counts draft decodes already paid for this round. The
+round keeps the L in 0..K with the highest tokens(L) / time(L). L = 0 is a plain target step at the
 target alone's cost, so a round is never predicted slower than the target alone.
+
+The draft model's cache follows the history lazily: a round's first draft decode also feeds the
+`behind` tokens it has not seen (those of rounds that drafted nothing), one batch. The prediction
+counts that batch (t_catch_up(b), linear through the measured t_draft and t_draft2: 1 and 2 tokens);
+the choice does not: those tokens would be fed by whichever later round drafts, so they are not this
+round's to weigh, and weighing them locks the schedule out (each round without a draft makes the next
+draft dearer: on Qwen F16 + Q2_K chat-multiturn it then drafted in 7 rounds of 42 and ran at 0.90x the
+target alone, against 1.17x without).
 
 a_j comes from a signal the drafter reports per position, mapped through hit rates learned from this
 run's rounds (`HitRates`: per signal bin, a Beta prior centred on the signal's own guess, updated with
@@ -147,7 +150,7 @@ class CostK:
               behind: int = 0) -> tuple[int, float, float]:
         """(L, tokens(L), time(L)) of the best L in lo..hi; position j > len(a) is accepted with `beyond`."""
         tv, over = self.costs.t_verify, self.costs.round_overhead
-        first = self.costs.catch_up(behind + 1) if t_draft else 0.0  # the round's first draft decode
+        first = self.costs.catch_up(behind + 1) if t_draft else 0.0  # the round's first draft decode (module note)
         best, tokens, reach = (lo, 0.0, 1.0), 1.0, 1.0
         best_rate = -1.0
         for n in range(hi + 1):
@@ -167,8 +170,8 @@ class CostK:
         A draft model calls it before its first decode (no signals) and after each decode (decoded = the
         signals' count): the answer is then len(signals) - 1 (drop the position just seen and stop),
         len(signals) (keep it and stop) or more (go on). behind: the tokens its first decode feeds besides
-        x0 (its catch-up). An n-gram calls it once with its whole draft: the answer is how many of its
-        tokens to keep."""
+        x0 (its catch-up; counted in the prediction only). An n-gram calls it once with its whole draft:
+        the answer is how many of its tokens to keep."""
         keyed = [_signal_key(source, s) for s in signals]
         a = [self.rates.estimate(key, prior) for key, prior in keyed]
         k = min(k, self.costs.k_max)
@@ -177,7 +180,7 @@ class CostK:
             beyond = a[-1] if a else self.rates.estimate(("model", "first"), 0.5)
         else:
             t_draft, lo, hi, beyond = 0.0, 0, min(k, len(a)), None
-        n = self._rate(a, beyond, t_draft, decoded, lo, hi, behind)[0]
+        n = self._rate(a, beyond, t_draft, decoded, lo, hi)[0]  # chosen at the marginal cost: no catch-up
         if source == "model" and not a and k > 0:
             if n:  # drafting of its own accord: look often again once it stops
                 self._skipped, self._probe = 0, PROBE_FIRST
