@@ -83,6 +83,19 @@ def test_looks_that_draft_nothing_teach_it_not_to_look():
     assert looks <= 10  # a few looks to learn, then one now and then (4, 8, 16 rounds apart); it used to be all 30
 
 
+def test_before_the_first_decode_each_position_has_its_own_hit_rate():
+    """Acceptance runs in streaks: with position 1 right half the time and every later position right whenever it was
+    reached, a round is worth starting for a long draft; where position 2 always failed, for one token at most."""
+    costs = Costs(t_draft=0.25, t_verify=tuple(1.0 + 0.1 * b for b in range(K + 1)))
+    streaks, singles = CostK(K, costs), CostK(K, costs)
+    for i in range(20):
+        for s, accepted in ((streaks, 4 if i % 2 else 0), (singles, 1 if i % 2 else 0)):
+            s.length("model", [], 0, K)
+            s.update(4, accepted)
+    assert streaks.length("model", [], 0, K) >= 3
+    assert singles.length("model", [], 0, K) <= 1
+
+
 def test_the_catch_up_batch_is_predicted_but_not_weighed():
     """The draft's first decode of a round also feeds the tokens it missed (one batch, priced linear through t_draft and
     t_draft2). The prediction counts it; the choice does not (those tokens are fed by whichever round drafts next:

@@ -474,3 +474,26 @@ def test_tune_prints_the_cost_schedule_against_the_best_fixed_k(tiny_pairs):
     plain = invoke("tune", *args)
     assert "--k-schedule cost (draft): not predicted" in plain.stdout
     assert "recommended:" in plain.stdout and "--k-schedule cost" not in plain.stdout.split("recommended:")[1]
+
+
+def test_tune_check_measures_the_cost_schedule_it_predicts(tiny_pairs, isolated, tmp_path):
+    """--check runs the n-gram cost schedule tune predicted, at the cap it predicted, as sweep does (its costs: the
+    calibration just stored), and prints it beside the prediction; --plot draws both."""
+    plot = tmp_path / "tune.png"
+    result = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-3", "-n", "16", "--prompt-ids", "code-short",
+                    "--threads", "2", "-c", "256", "--reps", "1", "--spec-type", "ngram", "--check", "--json",
+                    "--name", "tcc", "--plot", str(plot))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    (cost,) = [r for r in doc["check"] if "strategy" in r]
+    (outlook,) = [o for o in doc["cost_schedule"] if o["predicted"]]
+    assert cost["strategy"] == outlook["strategy"] and cost["k"] == outlook["k_cap"]
+    assert cost["measured_tokens_per_s"] > 0 and cost["runs"] == 1 and cost["measured_gain_pct"] is not None
+    runs = [r for r in stored(isolated / "results" / "tcc.jsonl") if r["kind"] == "run"]
+    schedule = [r for r in runs if (r["config"].get("strategy") or {}).get("k_schedule") == "cost"]
+    assert len(schedule) == 1 and schedule[0]["config"]["k"] == cost["k"]
+    assert schedule[0]["metrics"]["costs_source"] == "calibration"
+    assert sum(r["mode"] == "target" for r in runs) == 1  # the cost runs add no target alone of their own
+    assert plot.stat().st_size > 0
+    table = invoke("report", str(isolated / "results" / "tcc.jsonl"))
+    assert table.exit_code == 0 and outlook["strategy"] in table.stdout

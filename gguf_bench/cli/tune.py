@@ -33,7 +33,7 @@ from gguf_bench.cli.options import (
 from gguf_bench.cli.progress import pair_files
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import prompts
-from gguf_bench.measure.calibrate import TuneEvents, calibrate_settings, run_check
+from gguf_bench.measure.calibrate import TuneEvents, calibrate_settings, run_check, run_cost_check
 from gguf_bench.results.costmodel import (
     best,
     cost_outlook,
@@ -61,7 +61,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          reps: Annotated[int, typer.Option("--reps", help="repetitions of each decode timing, spread between "
                                                        "the prompts' runs (the median is kept)")] = 6,
          check: Annotated[bool, typer.Option("--check", help="then measure the recommended K and its neighbours "
-                          "the way `sweep` does, and print them next to the prediction")] = False,
+                          "(and the n-gram cost schedule, when predicted) the way `sweep` does, and print them next "
+                          "to the prediction")] = False,
          json_out: Annotated[bool, typer.Option("--json", help="print the predictions as JSON")] = False,
          name: Annotated[str | None, typer.Option("--name", help="store in results/NAME.jsonl")] = None,
          plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG: verify cost curve and predicted tokens/s")] = None,
@@ -103,6 +104,10 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                 err.print(f"Note: --check measures the best draft-model fixed-K setting ({check_top.strategy}); "
                           f"sweep cannot run {top.strategy}", markup=False)
             checked = run_check(files, check_cal, check_top.k, chosen, n_predict, ctx_size, threads, name, out, events)
+            for o in (o for o in outlooks if o.prediction is not None):  # the cost schedule tune predicted, measured too
+                row = run_cost_check(files, o, chosen, n_predict, ctx_size, threads, name, out, events)
+                base = next((r["measured_tokens_per_s"] for r in checked if r["k"] == 0 and r["ngl"] == o.cal.ngl), None)
+                checked.append(row | {"measured_gain_pct": 100.0 * (row["measured_tokens_per_s"] / base - 1.0) if base else None})
     if json_out:
         sys.stdout.write(json.dumps(_json(files.name, out, calibrations, predicted, checked, outlooks), default=str) + "\n")
     else:
@@ -136,7 +141,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         if checked is not None:
             console.print(check_table(checked, check_top.k if rec.speculative else None, console.width))
     if plot:
-        written = plot_tune(calibrations, predicted, checked, plot)
+        written = plot_tune(calibrations, predicted, checked, plot, outlooks)
         (err if json_out else console).print(f"wrote {written}", markup=False)
 
 
@@ -221,7 +226,7 @@ def check_table(rows: list[dict], top_k: int | None, width: int = 80) -> Group:
     columns: dict[str, list[str]] = {"K": [], "predicted tok/s": [], "measured tok/s": [], "error %": [], "gain %": [],
                                      "runs": []}
     for r in rows:
-        label = "target alone" if r["k"] == 0 else f"{r['k']}" + (" ★" if r["k"] == top_k else "")
+        label = r.get("strategy") or ("target alone" if r["k"] == 0 else f"{r['k']}" + (" ★" if r["k"] == top_k else ""))
         for name, cell in zip(columns, (label, number_text(r["predicted_tokens_per_s"]), number_text(r["measured_tokens_per_s"]),
                                         number_text(r["error_pct"], "{:+.1f}"), number_text(r["measured_gain_pct"], "{:+.1f}"),
                                         str(r["runs"]))):

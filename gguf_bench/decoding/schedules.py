@@ -123,6 +123,7 @@ def _signal_key(source: str, signal: float) -> tuple[tuple, float]:
     return ("model", min(int(signal * 10), 9)), float(signal)
 
 
+POSITION_CAP = 8  # positions from the 8th on share one hit rate
 PROBE_FIRST, PROBE_LAST = 4, 64  # rounds without a draft before the model drafts one anyway: 4, 8, ... 64
 
 
@@ -177,11 +178,13 @@ class CostK:
         k = min(k, self.costs.k_max)
         if source == "model":
             t_draft, lo, hi = self.costs.t_draft, max(0, len(a) - 1), k
-            beyond = a[-1] if a else self.rates.estimate(("model", "first"), 0.5)
+            if not a:  # before the first decode: each position's own hit rate, given the one before was accepted
+                a = self._positions(k)
+            beyond = a[-1] if a else None
         else:
             t_draft, lo, hi, beyond = 0.0, 0, min(k, len(a)), None
         n = self._rate(a, beyond, t_draft, decoded, lo, hi)[0]  # chosen at the marginal cost: no catch-up
-        if source == "model" and not a and k > 0:
+        if source == "model" and not signals and k > 0:
             if n:  # drafting of its own accord: look often again once it stops
                 self._skipped, self._probe = 0, PROBE_FIRST
             else:
@@ -192,6 +195,15 @@ class CostK:
         self._plan = (a, beyond, t_draft, decoded, behind)
         return n
 
+    def _positions(self, k: int) -> list[float]:
+        """P(position j accepted | reached) for j = 1..k, learned from this run's rounds: acceptance runs in streaks
+        (a draft that got position 1 right is more often right at 2), so later positions need not be like the first.
+        Each position's prior is the estimate of the one before it (no data: all like position 1)."""
+        rates = [self.rates.estimate(("model", "first"), 0.5)]
+        for j in range(2, k + 1):
+            rates.append(self.rates.estimate(("model", "position", min(j, POSITION_CAP)), rates[-1]))
+        return rates
+
     def update(self, n_drafted: int, n_accepted: int) -> None:
         """Learn from the round (positions 1..n_accepted accepted, the next one rejected), and add its prediction."""
         source, keys, decoded = self._round
@@ -199,6 +211,8 @@ class CostK:
             self.rates.observe(key, i < n_accepted)
         if n_drafted and source == "model":
             self.rates.observe(("model", "first"), n_accepted > 0)
+            for j in range(2, min(n_drafted, n_accepted + 1) + 1):  # the positions after the first that it reached
+                self.rates.observe(("model", "position", min(j, POSITION_CAP)), j <= n_accepted)
         elif decoded and source == "model":  # decoded the draft to see its confidence, then drafted nothing:
             self.rates.observe(("model", "first"), False)  # the look did not pay, so look less before deciding
         a, beyond, t_draft, decoded, behind = self._plan  # the decodes a dropped position cost are counted too

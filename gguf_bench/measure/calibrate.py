@@ -9,6 +9,7 @@ What the record predicts is results/costmodel.py's.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from gguf_bench.options import layers_label
 from gguf_bench.results.costmodel import (
     DEFAULT_REPS,
     Calibration,
+    CostOutlook,
     Text,
     Timings,
     check_ks,
@@ -249,3 +251,24 @@ def run_check(files: PairFiles, cal: Calibration, k: int, prompts: Sequence[Prom
         records.append(record)
         events.step(f"checking: measured {record.label} on {record.config.prompt_id}")
     return check_rows(cal, measured(records, "--check could not measure"))
+
+
+def run_cost_check(files: PairFiles, outlook: CostOutlook, prompts: Sequence[Prompt], n_predict: int, ctx_size: int,
+                   threads: int | None, name: str, out: Path, events: TuneEvents = TuneEvents()) -> dict:
+    """Measure the cost schedule tune predicted (n-gram, at the cap it predicts fastest) as `sweep` does, without a
+    target alone of its own (run_check measures that); its costs are the calibration just stored. A check_rows row."""
+    cal, p = outlook.cal, outlook.prediction
+    grid = Grid(ks=[p.k], ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
+                prompts=list(prompts), n_predict=n_predict, n_ctx=ctx_size, threads=threads, with_draft_alone=False,
+                with_target_alone=False, strategies=[outlook.schedule])
+    events.step(f"checking {p.strategy} as sweep measures it ...")
+    records = []
+    for record in iter_records(name, files, grid):
+        append_record(out, record)
+        records.append(record)
+        events.step(f"checking: measured {record.label} on {record.config.prompt_id}")
+    speeds = [r.tokens_per_s for r in measured(records, "--check could not measure") if not r.error and r.tokens_per_s]
+    tokens_per_s = statistics.fmean(speeds)
+    return {"k": p.k, "strategy": p.strategy, "ngl": cal.ngl, "ngld": cal.ngld, "predicted_tokens_per_s": p.tokens_per_s,
+            "measured_tokens_per_s": tokens_per_s, "error_pct": 100.0 * (p.tokens_per_s / tokens_per_s - 1.0),
+            "runs": len(speeds), "measured_gain_pct": None}

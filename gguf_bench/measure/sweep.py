@@ -65,6 +65,7 @@ class Grid:
     n_ctx: int = 2048
     threads: int | None = None
     with_draft_alone: bool = True
+    with_target_alone: bool = True  # False: no baseline cells (tune --check's cost-schedule runs reuse its own)
     vram: int | None = None  # device bytes to plan for (None: the first GPU device's own figure, on a GPU build)
     verify: Verify = Verify.BATCHED
     strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
@@ -153,7 +154,8 @@ def cells_for(grid: Grid, has_draft: bool = True, engine: str = PYTHON_ENGINE) -
     for temp in grid.temperatures:
         for prompt in grid.prompts:
             for rep in range(grid.repetitions):
-                cells.append(Cell(Mode.TARGET, 0, temp, prompt, rep, engine=engine))
+                if grid.with_target_alone:
+                    cells.append(Cell(Mode.TARGET, 0, temp, prompt, rep, engine=engine))
                 if grid.with_draft_alone and has_draft and engine == PYTHON_ENGINE:
                     cells.append(Cell(Mode.DRAFT, 0, temp, prompt, rep, engine=engine))
                 cells += [Cell(Mode.SPECULATIVE, k, temp, prompt, rep, s, engine) for s in grid.strategies for k in grid.ks]

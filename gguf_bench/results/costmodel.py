@@ -425,6 +425,7 @@ class CostOutlook:
     prediction: Prediction | None = None
     length: int | None = None
     approx: Prediction | None = None
+    schedule: Strategy | None = None  # the strategy predicted (n-gram with --k-schedule cost), -K its prediction's k
 
     @property
     def gain_over_fixed_pct(self) -> float | None:
@@ -469,7 +470,7 @@ def cost_outlook(calibrations: Sequence[Calibration], strategies: Sequence[Strat
         if st.spec_type == "ngram":
             cost = replace(st, k_schedule="cost").canonical()
             cal, p = max(((c, c.predict(k, cost)) for c in calibrations for k in c.ks), key=lambda o: o[1].tokens_per_s)
-            out.append(CostOutlook(st.name, cal, fixed_cal, fixed, base, prediction=p))
+            out.append(CostOutlook(st.name, cal, fixed_cal, fixed, base, prediction=p, schedule=cost))
         else:
             options = []
             for c in calibrations:

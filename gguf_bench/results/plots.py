@@ -3,6 +3,7 @@ and `tune --plot` (the verify cost curve and predicted tokens/s). matplotlib is 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -140,9 +141,11 @@ def _plot_title(spec: pd.DataFrame) -> str:
     return " · ".join(str(p) for p in parts)
 
 
-def plot_tune(calibrations: list[Calibration], strategies: list, checked: list[dict] | None, path: Path) -> Path:
+def plot_tune(calibrations: list[Calibration], strategies: list, checked: list[dict] | None, path: Path,
+              outlooks: Sequence = ()) -> Path:
     """Left: verify cost t_verify(b)/t_verify(1) against b. Right: predicted tokens/s against K (dashed:
-    the target alone), with the --check measurements as crosses."""
+    the target alone), the cost schedule's predictions as stars at their cap (costmodel.CostOutlook), and the
+    --check measurements as crosses (fixed K) and pluses (the cost schedule)."""
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     for cal in calibrations:
@@ -157,10 +160,16 @@ def plot_tune(calibrations: list[Calibration], strategies: list, checked: list[d
                                label=f"predicted{what} {label}")
             colors.append(line.get_color())
         right.axhline(preds[0].baseline_tokens_per_s, color=colors[0], linestyle="--", linewidth=1)
+    for o in outlooks:
+        if o.prediction is not None:
+            right.scatter([o.prediction.k], [o.prediction.tokens_per_s], marker="*", s=140, zorder=3,
+                          label=f"predicted {o.prediction.strategy} (K: its cap) -ngl {o.cal.ngl}")
     if checked:
-        spec = [r for r in checked if r["k"]]
-        right.scatter([r["k"] for r in spec], [r["measured_tokens_per_s"] for r in spec], marker="x", s=60, color="black",
-                      zorder=3, label="measured (--check)")
+        for cost, marker, what in ((False, "x", "measured (--check)"), (True, "P", "measured cost schedule (--check)")):
+            rows = [r for r in checked if r["k"] and ("strategy" in r) == cost]
+            if rows:
+                right.scatter([r["k"] for r in rows], [r["measured_tokens_per_s"] for r in rows], marker=marker, s=60,
+                              color="black", zorder=4, label=what)
     left.plot([1, len(curve)], [1, 1], color="grey", linestyle=":", linewidth=1)
     left.set_xlabel("batch size b (= K + 1 when verifying K draft tokens)")
     left.set_ylabel("t_verify(b) / t_verify(1)")
