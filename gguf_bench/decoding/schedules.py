@@ -27,10 +27,12 @@ every position a round reached):
   - draft model: the draft's top-token probability (llama.cpp's draft sampler, the p-min signal), read
     before the token is drawn. The drafter asks after every draft decode whether to keep that position
     and go on; positions not decoded yet are assumed like the last one seen (before the first decode:
-    the run's hit rate at position 1). While the schedule keeps choosing no draft, it looks anyway
-    after 4, then 8, 16, ... 64 more such rounds, so a pessimistic estimate can recover; the interval
-    goes back to 4 only when the schedule drafts of its own accord (a look that merely hit, at a rate
-    still not worth drafting for, is a look that did not pay: each costs a catch-up batch);
+    the run's hit rate at position 1). The first round, and while the schedule keeps choosing no draft
+    a round after 4, then 8, 16, ... 64 more such rounds, explores: it drafts and verifies at least one
+    token whatever the estimates say, so a pessimistic estimate can recover (a position dropped is never
+    verified, so an under-confident draft, whose confidence bins start low, would otherwise never be
+    seen to be right: gemma's draft on qa drafted 1 round in 16); the interval goes back to 4 only when
+    the schedule drafts of its own accord (each exploring round costs a catch-up batch);
   - n-gram: the length of the match behind the position (the match found plus the draft tokens before
     it), so a one-token match drafts little and a long copy drafts far.
 The schedule changes only how many tokens are drafted, never which are accepted: the model's stop is
@@ -140,6 +142,7 @@ class CostK:
         self.costs, self.rates = costs, HitRates()
         self.tokens = self.seconds = 0.0  # the chosen rounds' predicted tokens and seconds, summed
         self._probe, self._skipped = PROBE_FIRST, 0
+        self._explore = True  # this round verifies a draft token whatever the estimates say (the first, and probes)
         self._round: tuple = ("", [], 0)  # the last `length` call: (source, keys, decoded)
         self._plan: tuple = ([], None, 0.0, 0, 0)  # (a known, a assumed beyond, t_draft, decoded, behind)
 
@@ -178,6 +181,8 @@ class CostK:
         k = min(k, self.costs.k_max)
         if source == "model":
             t_draft, lo, hi = self.costs.t_draft, max(0, len(a) - 1), k
+            if self._explore and a:
+                lo = max(lo, 1)  # an exploring round verifies its first position, whatever its confidence
             if not a:  # before the first decode: each position's own hit rate, given the one before was accepted
                 a = self._positions(k)
             beyond = a[-1] if a else None
@@ -189,8 +194,9 @@ class CostK:
                 self._skipped, self._probe = 0, PROBE_FIRST
             else:
                 self._skipped += 1
-                if self._skipped >= self._probe:  # look at the draft's confidence again, less often each time
+                if self._skipped >= self._probe or self._explore:  # explore again, less often each time
                     self._skipped, self._probe, n = 0, min(2 * self._probe, PROBE_LAST), 1
+                    self._explore = True
         self._round = (source, [key for key, _ in keyed], decoded)
         self._plan = (a, beyond, t_draft, decoded, behind)
         return n
@@ -219,4 +225,4 @@ class CostK:
         _, tokens, seconds = self._rate(a, beyond or 0.0, t_draft, decoded, n_drafted, n_drafted, behind)
         self.tokens += tokens
         self.seconds += seconds
-        self._round, self._plan = ("", [], 0), ([], None, 0.0, 0, 0)
+        self._round, self._plan, self._explore = ("", [], 0), ([], None, 0.0, 0, 0), False
