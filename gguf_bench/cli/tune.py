@@ -104,7 +104,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                 err.print(f"Note: --check measures the best draft-model fixed-K setting ({check_top.strategy}); "
                           f"sweep cannot run {top.strategy}", markup=False)
             checked = run_check(files, check_cal, check_top.k, chosen, n_predict, ctx_size, threads, name, out, events)
-            for o in (o for o in outlooks if o.prediction is not None):  # the cost schedule tune predicted, measured too
+            for o in [o for o in outlooks if o.prediction is not None]:  # the cost schedule tune predicted, measured too
                 row = run_cost_check(files, o, chosen, n_predict, ctx_size, threads, name, out, events)
                 base = next((r["measured_tokens_per_s"] for r in checked if r["k"] == 0 and r["ngl"] == o.cal.ngl), None)
                 checked.append(row | {"measured_gain_pct": 100.0 * (row["measured_tokens_per_s"] / base - 1.0) if base else None})

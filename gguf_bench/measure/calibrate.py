@@ -46,6 +46,7 @@ from gguf_bench.results.records import (
     InLoop,
     Mode,
     PromptText,
+    RunRecord,
 )
 from gguf_bench.results.store import append_record, environment, models_record, now_iso
 
@@ -238,6 +239,16 @@ def calibrate_settings(files: PairFiles, ks: Sequence[int], ngls: Sequence[int],
     return calibrations
 
 
+def _checked(name: str, files: PairFiles, grid: Grid, out: Path, events: TuneEvents) -> list[RunRecord]:
+    """The grid's runs, each stored in `out` as it is measured (as sweep stores them); an error if every one failed."""
+    records = []
+    for record in iter_records(name, files, grid):
+        append_record(out, record)
+        records.append(record)
+        events.step(f"checking: measured {record.label} on {record.config.prompt_id}")
+    return measured(records, "--check could not measure")
+
+
 def run_check(files: PairFiles, cal: Calibration, k: int, prompts: Sequence[Prompt], n_predict: int, ctx_size: int,
               threads: int | None, name: str, out: Path, events: TuneEvents = TuneEvents()) -> list[dict]:
     """Measure K-1, K, K+1 and the target alone as `sweep` does (same cells, same records, stored), next to the
@@ -245,12 +256,7 @@ def run_check(files: PairFiles, cal: Calibration, k: int, prompts: Sequence[Prom
     grid = Grid(ks=check_ks(cal, k), ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
                 prompts=list(prompts), n_predict=n_predict, n_ctx=ctx_size, threads=threads, with_draft_alone=False)
     events.step(f"checking K={', '.join(map(str, grid.ks))} as sweep measures them ...")
-    records = []
-    for record in iter_records(name, files, grid):
-        append_record(out, record)
-        records.append(record)
-        events.step(f"checking: measured {record.label} on {record.config.prompt_id}")
-    return check_rows(cal, measured(records, "--check could not measure"))
+    return check_rows(cal, _checked(name, files, grid, out, events))
 
 
 def run_cost_check(files: PairFiles, outlook: CostOutlook, prompts: Sequence[Prompt], n_predict: int, ctx_size: int,
@@ -262,12 +268,7 @@ def run_cost_check(files: PairFiles, outlook: CostOutlook, prompts: Sequence[Pro
                 prompts=list(prompts), n_predict=n_predict, n_ctx=ctx_size, threads=threads, with_draft_alone=False,
                 with_target_alone=False, strategies=[outlook.schedule])
     events.step(f"checking {p.strategy} as sweep measures it ...")
-    records = []
-    for record in iter_records(name, files, grid):
-        append_record(out, record)
-        records.append(record)
-        events.step(f"checking: measured {record.label} on {record.config.prompt_id}")
-    speeds = [r.tokens_per_s for r in measured(records, "--check could not measure") if not r.error and r.tokens_per_s]
+    speeds = [r.tokens_per_s for r in _checked(name, files, grid, out, events) if not r.error and r.tokens_per_s]
     tokens_per_s = statistics.fmean(speeds)
     return {"k": p.k, "strategy": p.strategy, "ngl": cal.ngl, "ngld": cal.ngld, "predicted_tokens_per_s": p.tokens_per_s,
             "measured_tokens_per_s": tokens_per_s, "error_pct": 100.0 * (p.tokens_per_s / tokens_per_s - 1.0),
