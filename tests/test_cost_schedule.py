@@ -12,7 +12,7 @@ from test_loop_fake import PROMPT, FakeLM
 from gguf_bench.decoding.drafters import ModelDrafter, NgramDrafter
 from gguf_bench.decoding.loop import generate_regular, generate_speculative
 from gguf_bench.decoding.sampling import SamplingConfig
-from gguf_bench.decoding.schedules import CostK, Costs, FixedK
+from gguf_bench.decoding.schedules import Calibration, CostK, Costs, FixedK
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import ConfigError
 
@@ -104,6 +104,56 @@ def test_an_under_confident_draft_is_seen_to_be_right():
     assert all(drafted[-20:]), drafted
 
 
+def drafted_rounds(s: CostK, confidences: list[float], rounds: int) -> list[int]:
+    """Rounds whose every drafted token is right, the draft's confidence cycling through `confidences`: positions kept."""
+    conf = iter(confidences * 1000)
+    out = []
+    for _ in range(rounds):
+        n = drafted_round(s, next(conf))
+        s.update(n, n)
+        out.append(n)
+    return out
+
+
+def drafted_round(s: CostK, confidence: float, k: int = K) -> int:
+    """One round as ModelDrafter asks the schedule, every decoded position at `confidence`: the positions kept."""
+    if s.length("model", [], 0, k) == 0:
+        return 0
+    seen: list[float] = []
+    kept = 0
+    while kept < k:
+        seen.append(confidence)
+        want = s.length("model", seen, len(seen), k)
+        if want <= kept:
+            break
+        if want == kept + 1:
+            k = want
+        kept += 1
+    return kept
+
+
+def test_calibration_learns_from_all_positions_at_once():
+    right, wrong = Calibration(), Calibration()
+    for c in (0.2, 0.3, 0.45, 0.25, 0.35) * 3:
+        right.observe(c, True)  # under-confident: right whatever it says
+        wrong.observe(c + 0.5, False)  # over-confident
+    right.fit()
+    wrong.fit()
+    assert right(0.3) > 0.6 and right(0.9) > right(0.3)  # a confidence never seen is raised too
+    assert wrong(0.9) < 0.5 and wrong(0.3) < 0.3
+
+
+def test_an_under_confident_draft_soon_drafts_long(monkeypatch):
+    """A draft right at every position while its confidence says 0.2 to 0.45 (gemma-3-270m's draft on code-edit): the
+    calibration learns it from all positions at once, and rounds go long within a few. A confidence bin that learns
+    only from its own positions took longer (its rounds kept stopping after one token: 0.91x the best fixed K)."""
+    costs = Costs(t_draft=0.45, t_verify=tuple(1.0 + 0.06 * b for b in range(K + 1)))
+    under = [0.22, 0.34, 0.43, 0.27, 0.38]
+    assert min(drafted_rounds(CostK(K, costs), under, 12)[-4:]) >= 4
+    monkeypatch.setattr(Calibration, "fit", lambda self: None)  # bins alone
+    assert min(drafted_rounds(CostK(K, costs), under, 12)[-4:]) < 4
+
+
 def test_before_the_first_decode_each_position_has_its_own_hit_rate():
     """Acceptance runs in streaks: with position 1 right half the time and every later position right whenever it was
     reached, a round is worth starting for a long draft; where position 2 always failed, for one token at most."""
@@ -178,13 +228,18 @@ def test_on_fakes_it_drafts_to_the_cap_with_a_free_verify_and_a_sure_draft():
     assert spec.acceptance == 1.0
 
 
-def test_on_fakes_it_stops_before_unsure_positions():
+def test_on_fakes_it_learns_to_stop_before_unsure_positions():
+    """A draft unsure (top-token probability about 0.23) and wrong at every 5th position: an unsure token is kept only
+    while its confidence bin rests on few rounds (the optimistic choice tries it and the verification shows it wrong),
+    then no more."""
     unsure = lambda pos: pos % 5 == 0  # noqa: E731
+    draft = UnsureLM(unsure)
+    draft.wrong = unsure
     costs = Costs(0.05, tuple(1.0 + 0.1 * b for b in range(K + 1)))
-    spec = generate_speculative(FakeLM(), ModelDrafter(UnsureLM(unsure)), PROMPT, 80, CostK(K, costs), GREEDY)
-    assert spec.tokens == generate_regular(FakeLM(), PROMPT, 80, GREEDY).tokens
-    for base, batch in spec.verify_log:  # a draft token at an unsure position (probability about 0.23) is not kept
-        assert not any(unsure(base + 1 + i) for i in range(len(batch) - 1))
+    spec = generate_speculative(FakeLM(), ModelDrafter(draft), PROMPT, 120, CostK(K, costs), GREEDY)
+    assert spec.tokens == generate_regular(FakeLM(), PROMPT, 120, GREEDY).tokens
+    kept = [r for r, (base, batch) in enumerate(spec.verify_log) if any(unsure(base + 1 + i) for i in range(len(batch) - 1))]
+    assert len(kept) <= 3 and all(r < len(spec.verify_log) // 2 for r in kept), kept
     assert sum(spec.draft_lengths[2:]) > 0
 
 

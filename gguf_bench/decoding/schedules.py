@@ -25,7 +25,9 @@ a_j comes from a signal the drafter reports per position, mapped through hit rat
 run's rounds (`HitRates`: per signal bin, a Beta prior centred on the signal's own guess, updated with
 every position a round reached):
   - draft model: the draft's top-token probability (llama.cpp's draft sampler, the p-min signal), read
-    before the token is drawn. The drafter asks after every draft decode whether to keep that position
+    before the token is drawn; its guess is the probability calibrated on all of this run's verified
+    positions (`Calibration`: one logit shift, so an under-confident draft is seen to be right at every
+    confidence at once, not bin by bin). The drafter asks after every draft decode whether to keep that position
     and go on; positions not decoded yet are assumed like the last one seen (before the first decode:
     the run's hit rate at position 1). The first round, and while the schedule keeps choosing no draft
     a round after 4, then 8, 16, ... 64 more such rounds, explores: it drafts and verifies at least one
@@ -45,6 +47,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from gguf_bench.errors import ConfigError
 from gguf_bench.options import draft_length
@@ -117,6 +121,40 @@ class HitRates:
         c[1] += 1
 
 
+class Calibration:
+    """A draft model's confidence c as a chance of acceptance: logit(P) = logit(c) + shift, one shift per run (Platt
+    scaling with the slope fixed at 1), fitted by Newton's method to every verified position so far, with a N(0, 1)
+    prior on the shift. A draft right more (or less) often than its confidence says learns it from all its positions
+    at once; a confidence bin learns only from its own (gemma-3-270m's draft on code-edit is right at every position
+    whatever its confidence, 0.2 to 1: with only per-bin learning its rounds kept stopping after one token)."""
+
+    CLIP = 1e-3
+
+    def __init__(self):
+        self.logits: list[float] = []
+        self.hits: list[float] = []
+        self.shift = 0.0
+
+    @classmethod
+    def logit(cls, c: float) -> float:
+        c = min(max(c, cls.CLIP), 1.0 - cls.CLIP)
+        return math.log(c / (1.0 - c))
+
+    def __call__(self, c: float) -> float:
+        return 1.0 / (1.0 + math.exp(-(self.logit(c) + self.shift)))
+
+    def observe(self, c: float, accepted: bool) -> None:
+        self.logits.append(self.logit(c))
+        self.hits.append(float(accepted))
+
+    def fit(self) -> None:
+        x, y, b = np.asarray(self.logits), np.asarray(self.hits), self.shift
+        for _ in range(4):  # maximize sum log-likelihood - b^2 / 2: concave, converges in a few steps
+            p = 1.0 / (1.0 + np.exp(-(x + b)))
+            b -= (float((p - y).sum()) + b) / (float((p * (1.0 - p)).sum()) + 1.0)
+        self.shift = b
+
+
 def _signal_key(source: str, signal: float) -> tuple[tuple, float]:
     """(hit-rate key, prior) of one position's signal: a confidence in [0, 1] (model) or a match length (n-gram)."""
     if source == "ngram":
@@ -139,11 +177,11 @@ class CostK:
         if costs.k_max < cap:
             raise ConfigError(f"the cost schedule needs verify costs up to a batch of {cap + 1}; they were measured "
                               f"up to {costs.k_max + 1}")
-        self.costs, self.rates = costs, HitRates()
+        self.costs, self.rates, self.calibration = costs, HitRates(), Calibration()
         self.tokens = self.seconds = 0.0  # the chosen rounds' predicted tokens and seconds, summed
         self._probe, self._skipped = PROBE_FIRST, 0
         self._explore = True  # this round verifies a draft token whatever the estimates say (the first, and probes)
-        self._round: tuple = ("", [], 0)  # the last `length` call: (source, keys, decoded)
+        self._round: tuple = ("", [], 0, [])  # the last `length` call: (source, keys, decoded, signals)
         self._plan: tuple = ([], None, 0.0, 0, 0)  # (a known, a assumed beyond, t_draft, decoded, behind)
 
     @property
@@ -177,6 +215,8 @@ class CostK:
         x0 (its catch-up; counted in the prediction only). An n-gram calls it once with its whole draft:
         the answer is how many of its tokens to keep."""
         keyed = [_signal_key(source, s) for s in signals]
+        if source == "model":  # each bin's prior: the confidence as calibrated on this run's positions so far
+            keyed = [(key, self.calibration(prior)) for key, prior in keyed]
         a = [self.rates.estimate(key, prior) for key, prior in keyed]
         k = min(k, self.costs.k_max)
         if source == "model":
@@ -197,7 +237,7 @@ class CostK:
                 if self._skipped >= self._probe or self._explore:  # explore again, less often each time
                     self._skipped, self._probe, n = 0, min(2 * self._probe, PROBE_LAST), 1
                     self._explore = True
-        self._round = (source, [key for key, _ in keyed], decoded)
+        self._round = (source, [key for key, _ in keyed], decoded, list(signals))
         self._plan = (a, beyond, t_draft, decoded, behind)
         return n
 
@@ -212,9 +252,13 @@ class CostK:
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
         """Learn from the round (positions 1..n_accepted accepted, the next one rejected), and add its prediction."""
-        source, keys, decoded = self._round
+        source, keys, decoded, signals = self._round
         for i, key in enumerate(keys[:min(n_drafted, n_accepted + 1)]):
             self.rates.observe(key, i < n_accepted)
+            if source == "model":
+                self.calibration.observe(signals[i], i < n_accepted)
+        if source == "model" and n_drafted:
+            self.calibration.fit()
         if n_drafted and source == "model":
             self.rates.observe(("model", "first"), n_accepted > 0)
             for j in range(2, min(n_drafted, n_accepted + 1) + 1):  # the positions after the first that it reached
@@ -225,4 +269,4 @@ class CostK:
         _, tokens, seconds = self._rate(a, beyond or 0.0, t_draft, decoded, n_drafted, n_drafted, behind)
         self.tokens += tokens
         self.seconds += seconds
-        self._round, self._plan, self._explore = ("", [], 0), ([], None, 0.0, 0, 0), False
+        self._round, self._plan, self._explore = ("", [], 0, []), ([], None, 0.0, 0, 0), False
