@@ -35,6 +35,7 @@ from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.models.registry import load_registry
+from gguf_bench.results.report import rounds_by_length
 
 GREEDY = SamplingConfig()
 
@@ -166,11 +167,6 @@ def cost_settings(args) -> tuple[list[Setting], list[str], list[str]]:
     return [Setting("target alone"), *fixed, *capped], [s.name for s in fixed], [s.name for s in capped]
 
 
-def histogram(counts: list[int] | None) -> str:
-    """Rounds per draft length, the lengths that occurred: '0:12 1:3 4:20'."""
-    return " ".join(f"{n}:{c}" for n, c in enumerate(counts or []) if c) or "-"
-
-
 def run_cost(args) -> None:
     if args.spec_type == "ngram":
         target, draft = args.target or model_path(args.model), None
@@ -202,7 +198,7 @@ def run_cost(args) -> None:
             for s in capped:
                 r = rows[s]
                 pred = f"{statistics.median(r['pred']):.1f}" if r["pred"] else "-"
-                print(f"| {s} | {pred} | {statistics.median(r['tps']):.1f} | {histogram(r['hist'])} |")
+                print(f"| {s} | {pred} | {statistics.median(r['tps']):.1f} | {rounds_by_length(r['hist']) or '-'} |")
             print(flush=True)
             base = statistics.median(rows["target alone"]["tps"])
             f_name, f_tps = best(rows, fixed)

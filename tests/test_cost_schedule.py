@@ -12,7 +12,7 @@ from test_loop_fake import PROMPT, FakeLM
 from gguf_bench.decoding.drafters import ModelDrafter, NgramDrafter
 from gguf_bench.decoding.loop import generate_regular, generate_speculative
 from gguf_bench.decoding.sampling import SamplingConfig
-from gguf_bench.decoding.schedules import Calibration, CostK, Costs, FixedK
+from gguf_bench.decoding.schedules import ConfidenceCalibration, CostK, Costs, FixedK
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import ConfigError
 
@@ -133,7 +133,7 @@ def drafted_round(s: CostK, confidence: float, k: int = K) -> int:
 
 
 def test_calibration_learns_from_all_positions_at_once():
-    right, wrong = Calibration(), Calibration()
+    right, wrong = ConfidenceCalibration(), ConfidenceCalibration()
     for c in (0.2, 0.3, 0.45, 0.25, 0.35) * 3:
         right.observe(c, True)  # under-confident: right whatever it says
         wrong.observe(c + 0.5, False)  # over-confident
@@ -150,7 +150,7 @@ def test_an_under_confident_draft_soon_drafts_long(monkeypatch):
     costs = Costs(t_draft=0.45, t_verify=tuple(1.0 + 0.06 * b for b in range(K + 1)))
     under = [0.22, 0.34, 0.43, 0.27, 0.38]
     assert min(drafted_rounds(CostK(K, costs), under, 12)[-4:]) >= 4
-    monkeypatch.setattr(Calibration, "fit", lambda self: None)  # bins alone
+    monkeypatch.setattr(ConfidenceCalibration, "fit", lambda self: None)  # bins alone
     assert min(drafted_rounds(CostK(K, costs), under, 12)[-4:]) < 4
 
 

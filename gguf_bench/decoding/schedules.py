@@ -26,7 +26,7 @@ run's rounds (`HitRates`: per signal bin, a Beta prior centred on the signal's o
 every position a round reached):
   - draft model: the draft's top-token probability (llama.cpp's draft sampler, the p-min signal), read
     before the token is drawn; its guess is the probability calibrated on all of this run's verified
-    positions (`Calibration`: one logit shift, so an under-confident draft is seen to be right at every
+    positions (`ConfidenceCalibration`: one logit shift, so an under-confident draft is seen to be right at every
     confidence at once, not bin by bin). The drafter asks after every draft decode whether to keep that position
     and go on; positions not decoded yet are assumed like the last one seen (before the first decode:
     the run's hit rate at position 1). The first round, and while the schedule keeps choosing no draft
@@ -121,7 +121,7 @@ class HitRates:
         c[1] += 1
 
 
-class Calibration:
+class ConfidenceCalibration:
     """A draft model's confidence c as a chance of acceptance: logit(P) = logit(c) + shift, one shift per run (Platt
     scaling with the slope fixed at 1), fitted by Newton's method to every verified position so far, with a N(0, 1)
     prior on the shift. A draft right more (or less) often than its confidence says learns it from all its positions
@@ -177,11 +177,11 @@ class CostK:
         if costs.k_max < cap:
             raise ConfigError(f"the cost schedule needs verify costs up to a batch of {cap + 1}; they were measured "
                               f"up to {costs.k_max + 1}")
-        self.costs, self.rates, self.calibration = costs, HitRates(), Calibration()
+        self.costs, self.rates, self.calibration = costs, HitRates(), ConfidenceCalibration()
         self.tokens = self.seconds = 0.0  # the chosen rounds' predicted tokens and seconds, summed
         self._probe, self._skipped = PROBE_FIRST, 0
         self._explore = True  # this round verifies a draft token whatever the estimates say (the first, and probes)
-        self._round: tuple = ("", [], 0, [])  # the last `length` call: (source, keys, decoded, signals)
+        self._round: tuple = ("", [], 0)  # the last `length` call: (source, signals, decoded)
         self._plan: tuple = ([], None, 0.0, 0, 0)  # (a known, a assumed beyond, t_draft, decoded, behind)
 
     @property
@@ -237,7 +237,7 @@ class CostK:
                 if self._skipped >= self._probe or self._explore:  # explore again, less often each time
                     self._skipped, self._probe, n = 0, min(2 * self._probe, PROBE_LAST), 1
                     self._explore = True
-        self._round = (source, [key for key, _ in keyed], decoded, list(signals))
+        self._round = (source, list(signals), decoded)
         self._plan = (a, beyond, t_draft, decoded, behind)
         return n
 
@@ -252,14 +252,13 @@ class CostK:
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
         """Learn from the round (positions 1..n_accepted accepted, the next one rejected), and add its prediction."""
-        source, keys, decoded, signals = self._round
-        for i, key in enumerate(keys[:min(n_drafted, n_accepted + 1)]):
-            self.rates.observe(key, i < n_accepted)
+        source, signals, decoded = self._round
+        for i, signal in enumerate(signals[:min(n_drafted, n_accepted + 1)]):  # the positions it reached
+            self.rates.observe(_signal_key(source, signal)[0], i < n_accepted)
             if source == "model":
-                self.calibration.observe(signals[i], i < n_accepted)
-        if source == "model" and n_drafted:
-            self.calibration.fit()
+                self.calibration.observe(signal, i < n_accepted)
         if n_drafted and source == "model":
+            self.calibration.fit()
             self.rates.observe(("model", "first"), n_accepted > 0)
             for j in range(2, min(n_drafted, n_accepted + 1) + 1):  # the positions after the first that it reached
                 self.rates.observe(("model", "position", min(j, POSITION_CAP)), j <= n_accepted)
@@ -269,4 +268,4 @@ class CostK:
         _, tokens, seconds = self._rate(a, beyond or 0.0, t_draft, decoded, n_drafted, n_drafted, behind)
         self.tokens += tokens
         self.seconds += seconds
-        self._round, self._plan, self._explore = ("", [], 0, []), ([], None, 0.0, 0, 0), False
+        self._round, self._plan, self._explore = ("", [], 0), ([], None, 0.0, 0, 0), False

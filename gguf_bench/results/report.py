@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 
 import pandas as pd
@@ -132,13 +133,7 @@ def _draft_lengths(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
     no run counted them (the target or draft alone, files written before the counts, the server engine)."""
     def summed(histograms: pd.Series):
         lists = [h for h in histograms if isinstance(h, list)]
-        if not lists:
-            return None
-        total = [0] * max(len(h) for h in lists)
-        for h in lists:
-            for i, c in enumerate(h):
-                total[i] += c
-        return total
+        return [sum(c) for c in zip_longest(*lists, fillvalue=0)] if lists else None
     column = ok["draft_lengths"] if "draft_lengths" in ok else pd.Series(None, index=ok.index, dtype=object)
     return ok.assign(draft_lengths=column).groupby(keys, dropna=False)["draft_lengths"].agg(summed)
 
