@@ -85,3 +85,28 @@ def test_info_at_80_columns_keeps_paths_and_layer_counts_whole(tiny_pairs, colum
     text = result.stdout
     assert ["target", "draft"] in [ln.split() for ln in text.splitlines()], text  # the table's header
     assert_fits(text, str(target), str(draft), "5 (4 blocks + output)", "266 / 266 (difference 0, at most 128)")
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_titles_and_captions_fold_at_a_separator_or_not_at_all(width):
+    """A long title (a sweep name and its path) and a long caption (busy rows, concurrency) fit the terminal, and every
+    line they break into ends at a separator (' ·', ';', ',', ':'): nothing is cut mid-phrase."""
+    from rich.console import Console
+    from test_trust import hand_record
+
+    from gguf_bench.results.report import rich_table, summarize, to_frame
+
+    records = [hand_record("target", 10), hand_record("speculative", 14, k=2, others=1.3),
+               hand_record("speculative", 12, k=4)]
+    title = "sweep quickstart-longer-name (results/quickstart-longer-name.jsonl)"
+    console = Console(width=width, record=True)
+    console.print(rich_table(summarize(to_frame(records)), title=title, width=width))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= width for line in lines), "\n".join(lines)
+    header_at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("run"))
+    busy_at = next(i for i, line in enumerate(lines) if line.startswith("! unreliable"))
+    for block in (lines[:header_at], lines[busy_at:]):  # the title; the caption's longest line
+        block = [line.rstrip() for line in block if line.strip()]
+        assert all(line[-1] in "·;,:" for line in block[:-1]), "\n".join(lines)
+    text = " ".join(" ".join(lines).split())
+    assert "others used 1.3 of 2 cores" in text and "(results/quickstart-longer-name.jsonl) ·" in text

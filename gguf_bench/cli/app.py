@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from gguf_bench.cli import examples
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Find the draft model, draft length and GPU offload that make a GGUF model fastest, "
                        "and check that speculative decoding keeps its quality.")
@@ -50,7 +52,7 @@ def command(fn):
             err.print("Interrupted.", markup=False)
             raise typer.Exit(130) from None
 
-    return app.command()(wrapper)
+    return app.command(epilog=examples.epilog(fn.__name__.replace("_", "-")))(wrapper)
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from gguf_bench.models.memory import MIB
 from gguf_bench.models.pairs import resolve_for_info
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import make_pair
-from gguf_bench.results.text import size_text
+from gguf_bench.results.text import fit_title, size_text
 
 
 @command
@@ -98,7 +98,7 @@ def info(items: Annotated[list[str], typer.Argument(help="a pair name, or GGUF p
             ("context length", lambda i: str(i.context_length))]
     for name, get in rows:
         table.add_row(name, *[Text(get(i)) for i in infos])
-    console.print(table)
+    console.print(fit_title(table, console.width))
     if len(infos) == 2:
         rules = compatibility(*infos)
         console.print()
@@ -109,7 +109,7 @@ def info(items: Annotated[list[str], typer.Argument(help="a pair name, or GGUF p
         check.add_column("target / draft")  # token texts are the file's: printed as they are, never as markup
         for rule in rules:
             check.add_row(rule.name, Text("yes") if rule.ok else Text("NO", style="bold red"), Text(rule.detail))
-        console.print(check)
+        console.print(fit_title(check, console.width))
         failed = [r.name for r in rules if not r.ok]
         console.print("compatible: yes" if not failed else f"compatible: NO ({', '.join(failed)} differ)")
 
@@ -153,7 +153,7 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
                       f"{t.layers}/{t.total_layers}" if t else f"0/{shapes[0].total_layers}", *(
                           [f"{t.weights / MIB:.0f}", f"{t.kv / MIB:.0f}", f"{t.compute / MIB:.0f}"] if t else ["–"] * 3),
                       f"{r.used / MIB:.0f}", f"{(r.budget - r.used) / MIB:.0f}")
-    console.print(table)
+    console.print(fit_title(table, console.width))
 
 
 def _budget(vram: str | None) -> tuple[int, str]:

@@ -40,6 +40,15 @@ ThreadsDraftOpt = Annotated[str | None, typer.Option("--threads-draft", "-td", h
                             "(default: --threads)")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="who generates: python (gguf-bench's loop), server (llama.cpp's "
                       "llama-server, a process per setting), or both, side by side on the same files")]
+ParallelOpt = Annotated[str | None, typer.Option("--parallel", "-np", help="server engine: llama-server's slots, a list "
+                        "(1,2,4); each slot holds --ctx-size; default: one request at a time on one slot")]
+ClientsOpt = Annotated[str | None, typer.Option("--clients", help="server engine: clients sending their prompts at the "
+                       "same moment, a list (default: as many as --parallel); -r rounds of them")]
+RequestTimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="server engine: seconds one request of a "
+                              "concurrent round may take before its client disconnects")]
+WarmPoolOpt = Annotated[bool, typer.Option("--warm-pool", help="server engine: keep one process for all prompts of an "
+                        "n-gram type whose state outlives a request (ngram-mod, ngram-map-k(4v), ngram-cache), so later "
+                        "prompts start warm; default: a new process per run, cold")]
 ServerBinOpt = Annotated[Path | None, typer.Option("--server-bin", help="the llama-server to run (default: llama-server "
                          "on PATH, else the one `gguf-bench build-server` made)")]
 
@@ -68,7 +77,12 @@ PromptsFileOpt = Annotated[Path | None, typer.Option("--prompts", help="JSONL pr
 # --- drafting strategies (decoding/strategy.py); in `sweep` each takes a comma list, and every combination runs --
 SpecTypeOpt = Annotated[str, typer.Option("--spec-type", help="who drafts: draft (the draft model), ngram (prompt lookup, "
                         "no draft model needed), ngram,draft (n-gram first, the model when it finds nothing; in a "
-                        "sweep list write ngram+draft)")]
+                        "sweep list write ngram+draft); with --engine server also llama-server's own types, spelled as "
+                        "it spells them: draft-simple, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, "
+                        "draft-mtp, draft-eagle3, draft-dflash. -K becomes: --spec-draft-n-max K for draft-* (with "
+                        "--draft-min, --draft-p-min); --spec-<type>-size-m K for ngram-simple, ngram-map-k(4v) (size-n: "
+                        "--ngram-max); --spec-ngram-mod-n-max K for ngram-mod (n-min: --draft-min, else 3/4 K; n-match 24); "
+                        "ngram-cache drafts at most 8, so it runs at K=8 only")]
 NgramMinOpt = Annotated[int, typer.Option("--ngram-min", help="shortest n-gram the lookup matches")]
 NgramMaxOpt = Annotated[int, typer.Option("--ngram-max", help="longest n-gram the lookup matches (tried first)")]
 PMinOpt = Annotated[str, typer.Option("--draft-p-min", help="stop a model draft before a token whose probability "

@@ -39,6 +39,7 @@ from gguf_bench.measure.quality import CompareEvents, distribution_check, evalua
 from gguf_bench.measure.quality import compare as compare_both
 from gguf_bench.results.records import EvalConfig, to_dict
 from gguf_bench.results.store import default_name, ensure_results_dir, try_append_record, use_results_dir
+from gguf_bench.results.text import fit_title
 
 
 @command
@@ -76,7 +77,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     for mode, ok in (("regular (target alone)", res.regular_ok), ("speculative", res.speculative_ok)):
         p, lo, hi = res.interval("regular" if mode.startswith("regular") else "speculative")
         table.add_row(mode, f"{ok}/{res.n}", f"{p:.1%}", f"[{lo:.1%}, {hi:.1%}]")
-    console.print(table)
+    console.print(fit_title(table, console.width))
     verdict = "differ significantly" if res.differ else "do not differ significantly"
     console.print(f"success rates {verdict} (two-proportion z-test p = {res.p_value:.3g}); "
                   f"draft acceptance {res.acceptance:.1%}")
@@ -106,7 +107,7 @@ def check_dist(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt =
         table.add_column(col, justify="right")
     for j, (p, tv, least) in enumerate(zip(check.p_values, check.tv_distance, check.detectable), 1):
         table.add_row(str(j), f"{p:.3g}", f"{tv:.3f}", f"{least:.3f}")
-    console.print(table)
+    console.print(fit_title(table, console.width))
     console.print(check.verdict())
     console.print("detectable TV: the smallest total variation the test detects with 80% power at this sample size",
                   markup=False)

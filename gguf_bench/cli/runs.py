@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
 
 from gguf_bench import options
@@ -16,6 +17,7 @@ from gguf_bench.cli.options import (
     CacheTypeKOpt,
     CacheTypeVOpt,
     ChatOpt,
+    ClientsOpt,
     CtxOpt,
     DraftMinOpt,
     DraftOpt,
@@ -34,6 +36,7 @@ from gguf_bench.cli.options import (
     NPredictOpt,
     PairArg,
     PairsArg,
+    ParallelOpt,
     PMinOpt,
     PromptIdOpt,
     PromptIdsOpt,
@@ -41,6 +44,7 @@ from gguf_bench.cli.options import (
     PromptsFileOpt,
     RegistryOpt,
     RepsOpt,
+    RequestTimeoutOpt,
     ResultsDirOpt,
     SeedOpt,
     ServerBinOpt,
@@ -54,13 +58,14 @@ from gguf_bench.cli.options import (
     TopPOpt,
     UbatchOpt,
     VerifyOpt,
+    WarmPoolOpt,
 )
 from gguf_bench.cli.progress import SweepProgress, pair_files, warn_offload
 from gguf_bench.decoding.divergence import LOOP_ERROR, describe
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
-from gguf_bench.measure import prompts
+from gguf_bench.measure import deploy, prompts
 from gguf_bench.measure.distributed import failure_message, sweep_on_ray
 from gguf_bench.measure.sweep import Grid, iter_records, measured, results_path, run_path, run_sweep, single_run_grid
 from gguf_bench.results import report as rep
@@ -73,6 +78,7 @@ from gguf_bench.results.store import (
     try_append_records,
     use_results_dir,
 )
+from gguf_bench.results.text import fit_title
 
 
 @command
@@ -133,7 +139,19 @@ def _engines_side_by_side(summary, df) -> None:
     """With both engines in the results: each K's tokens/s in both, and whether their greedy texts agree."""
     both = rep.engines_frame(summary)
     if both is not None:
-        console.print(rep.engines_table(both, rep.greedy_agreement(df)))
+        console.print(fit_title(rep.engines_table(both, rep.greedy_agreement(df)), console.width))
+
+
+def _deploy_lines(summary, df, runs: list) -> None:
+    """Each pair's best cell as the llama-server command that reproduces it (measure/deploy.py)."""
+    summary = deploy.with_deploy(summary, df, runs)
+    for _, r in summary[summary["deploy"].notna()].iterrows():
+        where = f" with {int(r['clients'])} clients on {int(r['parallel'])} slots" if pd.notna(r.get("clients")) else ""
+        note = "" if r["engine"] == options.SERVER_ENGINE else " (measured in the Python loop: check it with --engine server)"
+        gain = (f"{r['gain_pct']:+.1f}% over the target alone" if r["mode"] == "speculative"
+                else "no speculative setting gained here, so no speculation")
+        console.print(f"deploy {r['pair']}: {rep.row_label(r)}{where}, {gain}{note}", markup=False)
+        console.print(r["deploy"], markup=False, soft_wrap=True)
 
 
 def _placement_lines(record: RunRecord) -> None:
@@ -172,7 +190,8 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
           n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16,
           engine: EngineOpt = "python", server_bin: ServerBinOpt = None, flash_attns: FlashAttnOpt = None,
           cache_types_k: CacheTypeKOpt = None, cache_types_v: CacheTypeVOpt = None, batch_sizes: BatchOpt = None,
-          ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None,
+          ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None, parallels: ParallelOpt = None,
+          clients: ClientsOpt = None, request_timeout: RequestTimeoutOpt = 600.0, warm_pool: WarmPoolOpt = False,
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
@@ -186,6 +205,9 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
                 vram=options.byte_size(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin,
+                parallels=options.positive_ints(parallels, "--parallel") if parallels else None,
+                clients=options.positive_ints(clients, "--clients") if clients else None,
+                request_timeout_s=request_timeout, warm_pool=warm_pool,
                 **options.context_axes(flash_attns, cache_types_k, cache_types_v, batch_sizes, ubatch_sizes, threads_drafts))
     for why in grid.left_out():
         err.print(f"Warning: the sweep leaves out {why}", markup=False)
@@ -214,10 +236,12 @@ def _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address,
         raise typer.Exit(130) from None
     except ResultsError as exc:
         raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
-    df = rep.to_frame(read_records(out))
+    runs = [r for r in read_records(out) if isinstance(r, RunRecord)]
+    df = rep.to_frame(runs)
     summary = rep.summarize(df)
     console.print(rep.rich_table(summary, title=f"sweep {name} ({out})", width=console.width))
     _engines_side_by_side(summary, df)
+    _deploy_lines(summary, df, runs)
 
 
 def _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, address, gpus, resources) -> None:
@@ -275,6 +299,8 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     if summary is not None:
         summary = rep.with_predictions(summary, df, loaded.calibrations)
     if fmt:
+        if summary is not None and fmt != "md":  # each pair's best cell carries its llama-server command line
+            summary = deploy.with_deploy(summary, df, loaded.runs)
         text = rep.render_results(summary, loaded.evals, fmt)  # evaluations alone, or beside the runs in md
         if output:
             output.write_text(text, encoding="utf-8")
@@ -285,8 +311,9 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         if summary is not None:
             console.print(rep.rich_table(summary, width=console.width, show_host="host" in keep))
             _engines_side_by_side(summary, df)
+            _deploy_lines(summary, df, loaded.runs)
         if loaded.evals:
-            console.print(rep.eval_table(loaded.evals))
+            console.print(fit_title(rep.eval_table(loaded.evals), console.width))
     predicted = summary is not None and "predicted_tokens_per_s" in summary  # calibrations shown as pred.
     unshown = [str(o.kind) for o in loaded.others] + ([] if predicted else [str(c.kind) for c in loaded.calibrations])
     if unshown:

@@ -46,7 +46,7 @@ from gguf_bench.results.costmodel import (
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
 from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
-from gguf_bench.results.text import number_text, speed_text
+from gguf_bench.results.text import fit_title, number_text, speed_text
 
 
 @command
@@ -112,7 +112,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         sys.stdout.write(json.dumps(_json(files.name, out, calibrations, predicted, checked, outlooks), default=str) + "\n")
     else:
         for cal in calibrations:
-            console.print(prediction_table(cal, predicted, top_cal, top if rec.speculative else None, console.width))
+            table = prediction_table(cal, predicted, top_cal, top if rec.speculative else None, console.width)
+            console.print(fit_title(table, console.width))
             console.print(components_line(cal), markup=False)
             if cal.fit is not None and abs(cal.fit - 1) > 0.1:
                 err.print(f"Warning: -ngl {cal.ngl} -ngld {cal.ngld}: the calibration's own K={max(cal.ks)} runs took "
@@ -139,7 +140,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                           f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%)", markup=False)
         console.print(f"calibration stored in {out}", markup=False, soft_wrap=True)  # a path is never folded
         if checked is not None:
-            console.print(check_table(checked, check_top.k if rec.speculative else None, console.width))
+            console.print(fit_title(check_table(checked, check_top.k if rec.speculative else None, console.width), console.width))
     if plot:
         written = plot_tune(calibrations, predicted, checked, plot, outlooks)
         (err if json_out else console).print(f"wrote {written}", markup=False)

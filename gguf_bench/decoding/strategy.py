@@ -11,8 +11,13 @@ from gguf_bench.decoding.protocols import Drafter, LanguageModel, Schedule
 from gguf_bench.decoding.schedules import CostK, Costs, FixedK, HeuristicK
 from gguf_bench.errors import ConfigError
 
-SPEC_TYPES = ("draft", "ngram", "ngram,draft")
+SPEC_TYPES = ("draft", "ngram", "ngram,draft")  # gguf-bench's loop (and llama-server: draft-simple, ngram-simple)
 SPEC_ALIASES = {"ngram+draft": "ngram,draft"}  # the chain's name inside comma-separated sweep lists
+# llama-server's own --spec-type values, spelled as it spells them (--engine server only); see engines/llama_server.py
+# for the size flags each one gets from -K
+SERVER_SPEC_TYPES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+                     "draft-mtp", "draft-eagle3", "draft-dflash")
+SIDECAR_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash")  # server types that read the draft file (-md)
 K_SCHEDULES = ("fixed", "heuristic", "cost")  # cost: -K is the cap, each round sized by schedules.CostK
 
 
@@ -34,9 +39,9 @@ class Strategy:
 
     def __post_init__(self) -> None:
         spec = SPEC_ALIASES.get(self.spec_type, self.spec_type)
-        if spec not in SPEC_TYPES:
-            raise ConfigError(f"unknown --spec-type '{self.spec_type}'; choose from {', '.join(SPEC_TYPES)} "
-                              "(in sweep lists write the chain as ngram+draft)")
+        if spec not in SPEC_TYPES + SERVER_SPEC_TYPES:
+            raise ConfigError(f"unknown --spec-type '{self.spec_type}'; choose from {', '.join(SPEC_TYPES)} (in sweep "
+                              f"lists write the chain as ngram+draft), or with --engine server {', '.join(SERVER_SPEC_TYPES)}")
         object.__setattr__(self, "spec_type", spec)
         if self.ngram_min < 1:
             raise ConfigError(f"--ngram-min must be >= 1, got {self.ngram_min}")
@@ -52,26 +57,40 @@ class Strategy:
             raise ConfigError(f"--k-cap must be >= 1, got {self.k_cap}")
 
     @property
+    def server_only(self) -> bool:
+        """One of llama-server's own types (ngram-mod, draft-mtp, ...): the Python loop cannot run it."""
+        return self.spec_type in SERVER_SPEC_TYPES
+
+    @property
     def uses_model(self) -> bool:
-        return "draft" in self.spec_type.split(",")
+        """Whether it reads the pair's draft file: the loop's draft model, or llama-server's -md."""
+        return "draft" in self.spec_type.split(",") or self.spec_type in SIDECAR_TYPES
 
     @property
     def uses_ngram(self) -> bool:
-        return "ngram" in self.spec_type.split(",")
+        """Whether the loop's n-gram lookup (--ngram-min/--ngram-max) drafts; for llama-server's ngram-simple,
+        ngram-map-k and ngram-map-k4v, --ngram-max is the lookup length."""
+        return "ngram" in self.spec_type.split(",") or self.spec_type in ("ngram-simple", "ngram-map-k", "ngram-map-k4v")
+
+    @property
+    def uses_p_min(self) -> bool:
+        return self.uses_model or self.spec_type in ("draft-mtp", "ngram-mod")
 
     def canonical(self) -> Strategy:
         """The same strategy with the settings it does not use at their defaults (so sweeps can dedupe)."""
         base = Strategy()
         return Strategy(self.spec_type,
-                        self.ngram_min if self.uses_ngram else base.ngram_min,
+                        self.ngram_min if self.uses_ngram and not self.server_only else base.ngram_min,
                         self.ngram_max if self.uses_ngram else base.ngram_max,
-                        self.p_min if self.uses_model else 0.0,
-                        self.n_min if self.uses_model else 0,
+                        self.p_min if self.uses_model or self.spec_type == "draft-mtp" else 0.0,
+                        self.n_min if self.uses_p_min else 0,
                         self.k_schedule,
                         self.k_cap if self.k_schedule == "heuristic" else base.k_cap)
 
     def check(self, k: int, has_draft_model: bool) -> None:
         """Errors that need the run's K and pair."""
+        if self.uses_model and self.server_only and not has_draft_model:
+            raise ConfigError(f"--spec-type {self.spec_type} needs a draft file (-md: --draft FILE, or a pair)")
         if self.uses_model and not has_draft_model:
             raise ConfigError(f"--spec-type {self.spec_type} needs a draft model (--draft FILE, or a pair); "
                               "--spec-type ngram drafts without one")
@@ -83,6 +102,8 @@ class Strategy:
         return self.k_cap if self.k_schedule == "heuristic" else k
 
     def drafter(self, model: LanguageModel | None) -> Drafter:
+        if self.server_only:
+            raise ConfigError(f"--spec-type {self.spec_type} is llama-server's own: run it with --engine server")
         ngram = NgramDrafter(self.ngram_min, self.ngram_max)
         if self.spec_type == "ngram":
             return ngram
@@ -104,6 +125,11 @@ class Strategy:
     def name(self) -> str:
         """The strategy without its K: 'draft', 'ngram(1-4)', 'ngram(1-4)+draft', 'draft p-min 0.8', 'draft heuristic',
         'ngram(1-4) cost'."""
+        if self.server_only:  # llama-server's type, with the settings it was given beside K
+            extra = f"({self.ngram_max})" if self.uses_ngram else ""
+            extra += f" p-min {_fmt(self.p_min)}" if self.p_min > 0 else ""
+            extra += f" n-min {self.n_min}" if self.n_min > 0 else ""
+            return self.spec_type + extra + (f" {self.k_schedule}" if self.k_schedule != "fixed" else "")
         parts = []
         if self.uses_ngram:
             parts.append(f"ngram({self.ngram_min}-{self.ngram_max})")

@@ -33,7 +33,9 @@ from pathlib import Path
 from gguf_bench.engines import placement
 from gguf_bench.errors import BenchError
 
-SPEC_FLAGS = ("--spec-type", "--spec-draft-n-max")  # what a server older than llama.cpp's 2026 flag rename lacks
+SPEC_FLAGS = ("--spec-type", "--spec-draft-n-max")
+BENCH_ONLY = ("-lv", "4", "--metrics", "--cache-ram", "0", "--no-webui")  # what a benchmark needs and a deployment does not
+DEPLOY_PORT = 8080  # what a server older than llama.cpp's 2026 flag rename lacks
 START_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 600.0
 _PORT_IN_USE = re.compile(r"couldn't bind|address already in use|bind.*failed", re.IGNORECASE)
@@ -48,26 +50,60 @@ class PortInUse(ServerError):
     """The port llama-server was told to listen on is taken."""
 
 
+NGRAM_CACHE_K = 8  # ngram-cache drafts at most 8 tokens (hard-coded in llama.cpp's common/speculative.cpp)
+NGRAM_MOD_MATCH = 24  # ngram-mod's lookup length: llama.cpp's default (it warns below 16)
+POOL_TYPES = ("ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")  # keep n-gram state across requests
+# what each --spec-type gets from -K and the n-gram options (shown in --help and the docs)
+SIZE_FLAGS = {
+    "draft-simple": "--spec-draft-n-max K --spec-draft-n-min N (--draft-min) --spec-draft-p-min P (--draft-p-min); -md DRAFT",
+    "draft-mtp": "--spec-draft-n-max K --spec-draft-n-min N --spec-draft-p-min P; the target's own MTP/NextN heads, no -md",
+    "draft-eagle3": "--spec-draft-n-max K --spec-draft-n-min N --spec-draft-p-min P; -md EAGLE3-SIDECAR",
+    "draft-dflash": "--spec-draft-n-max K --spec-draft-n-min N --spec-draft-p-min P; -md DFLASH-SIDECAR",
+    "ngram-simple": "--spec-ngram-simple-size-n NGRAM_MAX --spec-ngram-simple-size-m K --spec-ngram-simple-min-hits 1",
+    "ngram-map-k": "--spec-ngram-map-k-size-n NGRAM_MAX --spec-ngram-map-k-size-m K --spec-ngram-map-k-min-hits 1",
+    "ngram-map-k4v": "--spec-ngram-map-k4v-size-n NGRAM_MAX --spec-ngram-map-k4v-size-m K --spec-ngram-map-k4v-min-hits 1",
+    "ngram-mod": f"--spec-ngram-mod-n-match {NGRAM_MOD_MATCH} --spec-ngram-mod-n-min N (--draft-min; 0: 3/4 of K, "
+                 "llama.cpp's 48/64) --spec-ngram-mod-n-max K",
+    "ngram-cache": f"no size flags: it drafts at most {NGRAM_CACHE_K} tokens, so a sweep runs it once, at K={NGRAM_CACHE_K}",
+}
+
+
 @dataclass(frozen=True)
 class Speculation:
-    """How the server drafts: llama-server's --spec-type and the settings that go with it."""
+    """How the server drafts: llama-server's --spec-type and the size flags that go with it (SIZE_FLAGS)."""
 
-    spec_type: str = "none"  # none, draft-simple (a draft model), ngram-simple (prompt lookup)
-    n_max: int = 0  # the longest draft
-    p_min: float = 0.0  # draft-simple: stop drafting below this draft probability
-    n_min: int = 0  # draft-simple: a shorter draft is thrown away
-    ngram_n: int = 0  # ngram-simple: the length of the pattern it looks up
+    spec_type: str = "none"  # none or one of strategy.SERVER_SPEC_TYPES
+    n_max: int = 0  # the longest draft (-K)
+    p_min: float = 0.0  # draft-*: stop drafting below this draft probability
+    n_min: int = 0  # draft-*: a shorter draft is thrown away; ngram-mod: likewise (0: 3/4 of n_max)
+    ngram_n: int = 0  # ngram-simple, ngram-map-k(4v): the length of the pattern it looks up
+
+    @property
+    def needs_draft_file(self) -> bool:
+        return self.spec_type in ("draft-simple", "draft-eagle3", "draft-dflash")
+
+    @property
+    def pooled(self) -> bool:
+        """Whether its n-gram state outlives a request inside one process (ngram-mod's pool is shared by all slots)."""
+        return self.spec_type in POOL_TYPES
 
     def flags(self) -> list[str]:
-        if self.spec_type == "none":
+        t = self.spec_type
+        if t == "none":
             return ["--spec-type", "none"]
-        if self.spec_type == "draft-simple":
-            return ["--spec-type", "draft-simple", "--spec-draft-n-max", str(self.n_max), "--spec-draft-n-min", str(self.n_min),
+        if t.startswith("draft-"):
+            return ["--spec-type", t, "--spec-draft-n-max", str(self.n_max), "--spec-draft-n-min", str(self.n_min),
                     "--spec-draft-p-min", f"{self.p_min:g}"]
-        if self.spec_type == "ngram-simple":
-            return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(self.ngram_n),
-                    "--spec-ngram-simple-size-m", str(self.n_max), "--spec-ngram-simple-min-hits", "1"]
-        raise ServerError(f"the server engine cannot draft with --spec-type {self.spec_type}")
+        if t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
+            return ["--spec-type", t, f"--spec-{t}-size-n", str(self.ngram_n), f"--spec-{t}-size-m", str(self.n_max),
+                    f"--spec-{t}-min-hits", "1"]
+        if t == "ngram-mod":
+            n_min = self.n_min or (3 * self.n_max) // 4
+            return ["--spec-type", t, "--spec-ngram-mod-n-match", str(NGRAM_MOD_MATCH), "--spec-ngram-mod-n-min",
+                    str(min(n_min, self.n_max)), "--spec-ngram-mod-n-max", str(self.n_max)]
+        if t == "ngram-cache":
+            return ["--spec-type", t]
+        raise ServerError(f"the server engine cannot draft with --spec-type {t}")
 
 
 @dataclass(frozen=True)
@@ -90,26 +126,46 @@ class Launch:
     flash_attn: str | None = None  # 'on', 'off', 'auto'; None: the server's default (auto), no flag
     cache_type_k: str | None = None  # None: the server's default (f16), no flag
     cache_type_v: str | None = None
+    parallel: int = 1  # -np: slots (the context grows with them, so each slot holds n_ctx)
 
     def argv(self) -> list[str]:
         cmd = [str(self.binary), "-m", str(self.target)]
-        if self.draft is not None and self.speculation.spec_type == "draft-simple":
+        if self.draft is not None and self.speculation.needs_draft_file:
             cmd += ["-md", str(self.draft), "-ngld", self.ngld, "-td", str(self.threads_draft or self.threads)]
             for flag, value in (("-ctkd", self.cache_type_k), ("-ctvd", self.cache_type_v)):  # the loop's draft: the same
                 if value is not None:
                     cmd += [flag, value]
         cmd += self.speculation.flags()
-        # one slot, nothing fitted or cached behind our back, the sliding-window cache kept whole (as the loop does);
-        # -lv 4: llama.cpp's load lines (layers, buffers per device), which placement.parse reads
-        cmd += ["-ngl", self.ngl, "-c", str(self.n_ctx), "-b", str(self.batch), "-ub", str(self.ubatch), "-np", "1",
-                "-fit", "off", "--swa-full", "-t", str(self.threads), "-lv", "4", "--metrics", "--cache-ram", "0",
-                "--no-webui", "--host", "127.0.0.1", "--port", str(self.port)]
+        # -np slots of n_ctx each (llama-server splits -c between its slots), nothing fitted or cached behind our back,
+        # the sliding-window cache kept whole (as the loop does); -lv 4: llama.cpp's load lines (layers, buffers per
+        # device), which placement.parse reads
+        cmd += ["-ngl", self.ngl, "-c", str(self.n_ctx * self.parallel), "-b", str(self.batch), "-ub", str(self.ubatch),
+                "-np", str(self.parallel), "-fit", "off", "--swa-full", "-t", str(self.threads), *BENCH_ONLY,
+                "--host", "127.0.0.1", "--port", str(self.port)]
         for flag, value in (("-fa", self.flash_attn), ("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v)):
             if value is not None:
                 cmd += [flag, value]
         if not self.repack:
             cmd.append("--no-repack")
         return cmd
+
+
+def deploy_argv(argv: Sequence[str], target_layers: int | None = None, draft_layers: int | None = None) -> list[str]:
+    """A benchmark's command line as one to deploy: the benchmark-only flags (BENCH_ONLY) out, port DEPLOY_PORT, and
+    -ngl/-ngld 'all' as the layer counts llama.cpp placed (where known), so the line says what it does."""
+    with_value = {BENCH_ONLY[0], BENCH_ONLY[3]}  # -lv 4, --cache-ram 0
+    switches = {BENCH_ONLY[2], BENCH_ONLY[5]}  # --metrics, --no-webui
+    out, args = [], iter(argv)
+    for arg in args:
+        if arg in with_value:
+            next(args, None)
+        elif arg not in switches:
+            out.append(arg)
+            if arg in ("-ngl", "-ngld", "--port"):
+                value = next(args, "")
+                layers = {"-ngl": target_layers, "-ngld": draft_layers}.get(arg)
+                out.append(str(DEPLOY_PORT) if arg == "--port" else str(layers) if value == "all" and layers else value)
+    return out
 
 
 @dataclass
@@ -263,11 +319,7 @@ class Server:
         """Generate from a token-id prompt, cold (no prompt cache), with every sampler field set: top-k, then the
         temperature, then top-p on the tempered distribution (the loop's order), nothing else."""
         before = self.metrics()
-        body = {"prompt": list(prompt), "n_predict": n_predict, "cache_prompt": False, "return_tokens": True,
-                "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": 0.0, "typical_p": 1.0,
-                "seed": seed, "samplers": ["top_k", "temperature", "top_p"], "repeat_penalty": 1.0,
-                "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
-                "top_n_sigma": -1.0, "n_probs": 0, "stream": False}
+        body = completion_body(prompt, n_predict, temperature, top_k, top_p, seed)
         answer = json.loads(self._request("/completion", body))
         delta = _delta(before, self.metrics())
         t = answer["timings"]
@@ -291,6 +343,18 @@ class Server:
         return placement.parse(lines[:starts[1]], target_layers), placement.parse(lines[starts[1]:], draft_layers)
 
 
+def completion_body(prompt: Sequence[int], n_predict: int, temperature: float, top_k: int, top_p: float, seed: int,
+                    stream: bool = False) -> dict:
+    """A cold /completion request (no prompt cache) with every sampler field set: top-k, then the temperature, then
+    top-p on the tempered distribution (the loop's order), nothing else (the server's defaults: temperature 0.8 and a
+    penalty chain)."""
+    return {"prompt": list(prompt), "n_predict": n_predict, "cache_prompt": False, "return_tokens": True,
+            "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": 0.0, "typical_p": 1.0,
+            "seed": seed, "samplers": ["top_k", "temperature", "top_p"], "repeat_penalty": 1.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+            "top_n_sigma": -1.0, "n_probs": 0, "stream": stream}
+
+
 def _strip_time(line: str) -> str:
     """'0.00.346.055 E srv    load_model: failed to ...' -> 'srv    load_model: failed to ...'."""
     return re.sub(r"^[\d.]+ [A-Z] ", "", line.strip())
@@ -300,8 +364,8 @@ def _delta(before: dict, after: dict) -> dict:
     return {k: v - before.get(k, 0.0) for k, v in after.items()}
 
 
-def probe(binary: Path, env: dict[str, str] | None = None) -> str:
-    """Check that `binary` runs and knows the flags gguf-bench passes; return its version line."""
+def help_text(binary: Path, env: dict[str, str] | None = None) -> str:
+    """`llama-server --help`, which lists the flags and --spec-type values this build knows."""
     try:
         out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
                              env={**os.environ, **(env or {})})
@@ -309,7 +373,12 @@ def probe(binary: Path, env: dict[str, str] | None = None) -> str:
         raise ServerError(f"cannot run {binary}: {exc.strerror or exc}") from None
     except subprocess.TimeoutExpired:
         raise ServerError(f"{binary} --help did not finish within 60 s") from None
-    text = out.stdout + out.stderr
+    return out.stdout + out.stderr
+
+
+def probe(binary: Path, env: dict[str, str] | None = None) -> str:
+    """Check that `binary` runs and knows the flags gguf-bench passes; return its version line."""
+    text = help_text(binary, env)
     lacking = [f for f in SPEC_FLAGS if f not in text]
     if lacking:
         raise ServerError(f"{binary} is too old or not llama-server: its --help lacks {', '.join(lacking)} (llama.cpp "

@@ -1,4 +1,9 @@
-"""The machine's load over one measured run (records.Load), for both engines."""
+"""The machine's load over one measured run (records.Load), for both engines.
+
+What judges a run is the CPU time the *rest* of the machine used while it ran: the busy time of every core (Linux
+/proc/stat) minus this process's (and, for the server engine, the server's). The 1-minute load average is stored too,
+but it counts the benchmark's own threads and lingers for minutes after a build has ended, so it is not judged.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,17 @@ from pathlib import Path
 
 from gguf_bench.results.records import Load
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+RESOLUTION_TICKS = 4  # per core: two at each end of a block
+
 
 class LoadMeter:
-    """The machine's load over a block: the 1-minute load average before and after, and the CPU time the process and
-    the calling thread got against the block's wall time (records.Load)."""
+    """The machine's load over a block: the CPU time the process and the calling thread got against the block's wall
+    time, the CPU time every other process on the machine used, and the 1-minute load average before and after."""
 
     def __enter__(self) -> LoadMeter:
         self.load = Load(load1_before=_load1(), cpu_count=os.cpu_count())
+        self._machine = machine_busy_s()
         self._cpu, self._main, self._wall = time.process_time(), time.thread_time(), time.perf_counter()
         return self
 
@@ -22,39 +31,65 @@ class LoadMeter:
         self.load.wall_s = time.perf_counter() - self._wall
         self.load.cpu_s = time.process_time() - self._cpu
         self.load.main_cpu_s = time.thread_time() - self._main
+        self.load.others_cpu_s = _others(self._machine, machine_busy_s(), self.load.cpu_s)
         self.load.load1_after = _load1()
 
 
-def _load1() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
-
-
 class ServerLoadMeter(LoadMeter):
-    """For a run inside llama-server: the load averages and wall time, and the CPU time of the server process
-    (every thread) instead of this one's; no generating-thread share (this process only waits for the answer)."""
+    """For a run inside llama-server: `cpu_s` is the server process's CPU time (every thread) instead of this one's,
+    and both processes count as ours when the rest of the machine is measured; no generating-thread share (this
+    process only waits for the answer)."""
 
     def __init__(self, pid: int):
         self.pid = pid
 
     def __enter__(self) -> ServerLoadMeter:
         super().__enter__()
-        self._server_cpu = _process_cpu_s(self.pid)
+        self._server_cpu = process_cpu_s(self.pid)
         return self
 
     def __exit__(self, *exc) -> None:
         super().__exit__(*exc)
-        after = _process_cpu_s(self.pid)
-        self.load.cpu_s = after - self._server_cpu if after is not None and self._server_cpu is not None else None
-        self.load.main_cpu_s = None
+        after = process_cpu_s(self.pid)
+        server = after - self._server_cpu if after is not None and self._server_cpu is not None else None
+        if self.load.others_cpu_s is not None and server is not None:
+            self.load.others_cpu_s = max(0.0, self.load.others_cpu_s - server)
+        self.load.cpu_s, self.load.main_cpu_s = server, None
 
 
-def _process_cpu_s(pid: int) -> float | None:
+def _others(before: float | None, after: float | None, own_s: float) -> float | None:
+    """The machine's busy seconds over the block less this process's: what other processes used, less what /proc/stat
+    cannot resolve, clamped at 0. /proc/stat samples whole clock ticks while process_time is exact, so each end may
+    be off by a tick or two per core: a run of a few ticks reads 0 whatever ran beside it, and over a run of seconds
+    the margin is a few hundredths of a core."""
+    if before is None or after is None:
+        return None
+    return max(0.0, after - before - own_s - RESOLUTION_TICKS * (os.cpu_count() or 1) / _TICK)
+
+
+def machine_busy_s() -> float | None:
+    """CPU seconds every core has spent busy since boot (Linux /proc/stat: user, nice, system, irq, softirq and steal,
+    the last being time the hypervisor gave to other guests); None elsewhere. Idle and iowait are not busy; guest
+    time is already inside user."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+        return (user + nice + system + irq + softirq + steal) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_cpu_s(pid: int) -> float | None:
     """User + system CPU seconds of a process so far (Linux /proc), None elsewhere."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / _TICK
     except (OSError, IndexError, ValueError):
+        return None
+
+
+def _load1() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
         return None

@@ -17,6 +17,7 @@ from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.llama_cpp import gpu_devices
+from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure import server
 from gguf_bench.measure.loadmeter import LoadMeter
@@ -78,6 +79,12 @@ class Grid:
     batch_sizes: list[int | None] = field(default_factory=lambda: [None])
     ubatch_sizes: list[int | None] = field(default_factory=lambda: [None])
     threads_drafts: list[int | None] = field(default_factory=lambda: [None])
+    # several users at once (server engine only): llama-server's slots (-np) and the clients that send together
+    # (None: as many as slots); parallels None is one request at a time on one slot
+    parallels: list[int] | None = None
+    clients: list[int] | None = None
+    request_timeout_s: float = 600.0  # the longest one request of a concurrent round may take
+    warm_pool: bool = False  # n-gram types whose state outlives a request: one process per group, not per prompt
 
     def __post_init__(self) -> None:
         for k in self.ks:
@@ -92,6 +99,11 @@ class Grid:
         if SERVER_ENGINE in self.engines:
             for s in strategies:
                 server.check_strategy(s)
+        if PYTHON_ENGINE in self.engines:
+            for s in strategies:
+                if s.server_only:
+                    raise ConfigError(f"--spec-type {s.spec_type} is llama-server's own: run it with --engine server")
+        self._check_concurrency()
         options.repetitions(self.repetitions)
         options.n_predict(self.n_predict)
         for t in self.temperatures:
@@ -102,6 +114,24 @@ class Grid:
         if k_max + 1 > (n_batch := min(lo.n_batch for lo in self.settings())):
             raise ConfigError(f"a draft of {k_max} tokens is verified in one batch of {k_max + 1}, more than -b {n_batch}; "
                               "raise -b/--batch-size or lower -K")
+
+    def _check_concurrency(self) -> None:
+        if self.clients and not self.parallels:
+            object.__setattr__(self, "parallels", [1])
+        for n in (self.parallels or []) + (self.clients or []):
+            if n < 1:
+                raise ConfigError(f"--parallel and --clients take counts of 1 or more, got {n}")
+        if self.parallels and PYTHON_ENGINE in self.engines:
+            raise ConfigError("the Python engine generates one stream at a time: --parallel and --clients need "
+                              "--engine server")
+        if self.request_timeout_s <= 0:
+            raise ConfigError(f"--request-timeout must be above 0 seconds, got {self.request_timeout_s:g}")
+
+    def concurrency(self) -> list[tuple[int | None, int | None]]:
+        """(slots, clients) pairs to run: [(None, None)] for one request at a time (no --parallel)."""
+        if not self.parallels:
+            return [(None, None)]
+        return [(n, c) for n in self.parallels for c in (self.clients or [n])]
 
     def _combinations(self) -> list[LoadConfig]:
         return [LoadConfig(ngl, ngld, self.n_ctx, self.threads, self.seed, fa, ctk, ctv, b, ub, td)
@@ -128,6 +158,8 @@ class Cell:
     repetition: int
     strategy: Strategy = DEFAULT_STRATEGY
     engine: str = PYTHON_ENGINE
+    parallel: int | None = None  # server slots of a concurrent round (None: one request at a time)
+    clients: int | None = None
 
     def config(self, grid: Grid, load: LoadConfig) -> RunConfig:
         # the default strategy and verify mode are left out (None), so that cells (and --resume keys) of sweeps
@@ -144,22 +176,30 @@ class Cell:
                          category=self.prompt.category or None,
                          engine=self.engine if self.engine != PYTHON_ENGINE else None,
                          flash_attn=context["flash_attn"], cache_type_k=context["type_k"], cache_type_v=context["type_v"],
-                         batch_size=load.n_batch, ubatch_size=load.n_ubatch, threads_draft=load.draft_threads)
+                         batch_size=load.n_batch, ubatch_size=load.n_ubatch, threads_draft=load.draft_threads,
+                         parallel=self.parallel, clients=self.clients)
 
 
 def cells_for(grid: Grid, has_draft: bool = True, engine: str = PYTHON_ENGINE) -> list[Cell]:
-    """Cells of one offload setting and engine, in run order: per repetition, baseline then each strategy and K
-    (the server engine has no draft-alone runs)."""
+    """Cells of one offload setting and engine, in run order: per concurrency, repetition, baseline then each strategy
+    and K (the server engine has no draft-alone runs; ngram-cache drafts a fixed 8, so it runs at that K only)."""
     cells = []
-    for temp in grid.temperatures:
-        for prompt in grid.prompts:
-            for rep in range(grid.repetitions):
-                if grid.with_target_alone:
-                    cells.append(Cell(Mode.TARGET, 0, temp, prompt, rep, engine=engine))
-                if grid.with_draft_alone and has_draft and engine == PYTHON_ENGINE:
-                    cells.append(Cell(Mode.DRAFT, 0, temp, prompt, rep, engine=engine))
-                cells += [Cell(Mode.SPECULATIVE, k, temp, prompt, rep, s, engine) for s in grid.strategies for k in grid.ks]
+    for parallel, clients in grid.concurrency() if engine == SERVER_ENGINE else [(None, None)]:
+        where = {"engine": engine, "parallel": parallel, "clients": clients}
+        for temp in grid.temperatures:
+            for prompt in grid.prompts:
+                for rep in range(grid.repetitions):
+                    if grid.with_target_alone:
+                        cells.append(Cell(Mode.TARGET, 0, temp, prompt, rep, **where))
+                    if grid.with_draft_alone and has_draft and engine == PYTHON_ENGINE:
+                        cells.append(Cell(Mode.DRAFT, 0, temp, prompt, rep, **where))
+                    cells += [Cell(Mode.SPECULATIVE, k, temp, prompt, rep, s, **where)
+                              for s in grid.strategies for k in _ks(grid, s)]
     return cells
+
+
+def _ks(grid: Grid, strategy: Strategy) -> list[int]:
+    return [NGRAM_CACHE_K] if strategy.spec_type == "ngram-cache" else grid.ks
 
 
 def results_path(name: str | None, resume: bool) -> tuple[str, Path]:
@@ -249,6 +289,8 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
     static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
     budget = _device_budget(grid)
     server_engine = ServerEngine(grid.server_bin) if SERVER_ENGINE in grid.engines and todo else None
+    if server_engine is not None:
+        server.check_files(grid.strategies, files, server_engine.help)
     for load in grid.settings():
         for engine in grid.engines:
             cells = [c for lo, c in todo if lo == load and c.engine == engine]

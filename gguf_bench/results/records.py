@@ -129,12 +129,15 @@ class Server:
     version: str | None = None  # `llama-server --version`'s first line
     build_info: str | None = None  # /props build_info
     speculative: bool | None = None  # /slots: whether it held a draft context
+    pool: str | None = None  # a type whose n-gram state outlives a request (ngram-mod, ...): 'cold' (a new process for
+    # this run) or 'warm' (the process served the group's earlier requests first); None for the other types
 
 
 @dataclass
 class Load:
-    """The load one run measured under (measure.loadmeter.LoadMeter): the 1-minute load average before and after, and the
-    CPU time the process (every thread) and its generating thread got against the run's wall time."""
+    """The load one run measured under (measure.loadmeter.LoadMeter): the CPU time the process (every thread) and its
+    generating thread got against the run's wall time, the CPU time the rest of the machine used meanwhile, and the
+    1-minute load average before and after (stored, not judged: it counts the run's own threads)."""
 
     load1_before: float | None = None
     load1_after: float | None = None
@@ -142,6 +145,7 @@ class Load:
     cpu_s: float | None = None  # the process: every thread, llama.cpp's included
     main_cpu_s: float | None = None  # the thread that generates (Python, and llama.cpp's worker 0)
     cpu_count: int | None = None
+    others_cpu_s: float | None = None  # every other process on the machine (for the server engine: but the server)
 
     @property
     def load1(self) -> float | None:
@@ -154,6 +158,11 @@ class Load:
         """The generating thread's CPU time over wall time: about 1 on a CPU-only run with the machine to itself (it
         runs Python or computes, spinning at llama.cpp's barriers); well below 1 when it had to wait for a core."""
         return self.main_cpu_s / self.wall_s if self.wall_s and self.main_cpu_s is not None else None
+
+    @property
+    def others_cores(self) -> float | None:
+        """How many cores the rest of the machine kept busy, on average over the run (0.5: half of one core)."""
+        return self.others_cpu_s / self.wall_s if self.wall_s and self.others_cpu_s is not None else None
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -188,15 +197,19 @@ class RunConfig:
     batch_size: int | None = None
     ubatch_size: int | None = None  # what llama.cpp computed at once (never above batch_size)
     threads_draft: int | None = None  # the draft model's threads (None: `threads`)
+    # several users at once (server engine): llama-server's slots (-np) and the clients sending at the same moment;
+    # None: one request at a time on one slot (every record before them)
+    parallel: int | None = None
+    clients: int | None = None
 
     def cell_fields(self) -> dict:
         """What identifies the cell: the stored config without `category`, and without a default strategy, verify
         mode, engine or context setting (so that keys of files written before those existed stay the same)."""
-        optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft")
+        optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category")}
         if self.strategy is not None:
             out["strategy"] = self.strategy.params()
-        for name in ("verify", "engine"):
+        for name in ("verify", "engine", "parallel", "clients"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         for name, default in CONTEXT_DEFAULTS.items():
@@ -253,6 +266,13 @@ class RunMetrics:
     # from ('calibration': tune's, 'warm-up': measured at load); None for other schedules and older records
     predicted_tokens_per_s: float | None = None
     costs_source: str | None = None
+    # a round of several clients (server engine, --parallel/--clients): tokens_per_s is the aggregate (every client's
+    # tokens over the round's wall time, prompt processing included); these are per request
+    requests: list[dict] | None = None  # each request's own figures (server_clients.Request.stored)
+    per_request_tokens_per_s: float | None = None  # mean of the requests' decode speeds
+    ttft_s: float | None = None  # mean time to first token, client side (queueing and prompt included)
+    latency_p50_s: float | None = None  # end-to-end latency, client side
+    latency_p95_s: float | None = None
 
     @classmethod
     def from_result(cls, res: GenerationResult, text: str, identity: Identity | None = None) -> RunMetrics:
@@ -352,6 +372,10 @@ def run_row(run: RunRecord) -> dict:
         "load1": run.load.load1 if run.load else None, "main_cpu_share": run.load.main_share if run.load else None,
         "cpu_share": run.load.cpu_s / run.load.wall_s if run.load and run.load.wall_s and run.load.cpu_s is not None else None,
         "cpu_count": (run.load.cpu_count if run.load else None) or run.env.cpu_count,
+        "others_cores": run.load.others_cores if run.load else None,
+        "parallel": cfg.parallel, "clients": cfg.clients, "per_request_tokens_per_s": m.per_request_tokens_per_s,
+        "ttft_s": m.ttft_s, "latency_p95_s": m.latency_p95_s, "pool": run.server.pool if run.server else None,
+        "command": " ".join(run.server.command) if run.server and run.server.command else None,
     }
 
 

@@ -33,14 +33,16 @@ from gguf_bench.results.records import (
     run_label,
     run_row,
 )
-from gguf_bench.results.text import number_text, speed_text
+from gguf_bench.results.text import fit_title, number_text, speed_text
 
 CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
-SETTING = ["pair", "engine", "host", "ngl", "ngld", *CONTEXT, "temperature", "n_predict"]  # what a baseline must share
+CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
+SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", *CONTEXT, "temperature", "n_predict"]  # a baseline shares these
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 FORMATS = ("md", "csv", "json", "jsonl")
 SPREAD = 0.25  # std/mean of a row's runs above which they disagree too much to rank the row
 MAIN_SHARE = 0.75  # a CPU-only run whose generating thread got less of the wall time than this shared the CPU
+OTHERS_CORES = 0.25  # a run beside other processes that kept more than this many cores busy (on average) was disturbed
 
 
 @dataclass
@@ -94,9 +96,13 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
             df = df.assign(**{col: default})
     if "threads_draft" not in df.columns:
         df = df.assign(threads_draft=0)
+    for col in CONCURRENCY + ["per_request_tokens_per_s", "ttft_s", "latency_p95_s"]:  # frames made before them
+        if col not in df.columns:
+            df = df.assign(**{col: None})
     setting = SETTING + (["prompt_id"] if by_prompt else [])
     keys = setting + ["mode", "strategy", "k"]
-    for col in ("load1", "main_cpu_share", "cpu_count", "schedule_predicted_tokens_per_s", "pp_tokens_per_s"):  # none in older files
+    numeric = ("load1", "main_cpu_share", "cpu_count", "others_cores", "schedule_predicted_tokens_per_s", "pp_tokens_per_s")
+    for col in numeric:  # none in older files
         df = df.assign(**{col: pd.to_numeric(df[col], errors="coerce") if col in df else float("nan")})
     ok = df[df["error"].isna()]
     failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
@@ -107,7 +113,10 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         target_offload=("target_offload", "first"), draft_offload=("draft_offload", "first"),
         target_file=("target_file", "first"), draft_file=("draft_file", "first"), cpu=("cpu", "first"),
         gpu=("gpu", "first"), load1=("load1", "max"), main_cpu_share=("main_cpu_share", "min"),
-        cpu_count=("cpu_count", "max"), schedule_predicted_tokens_per_s=("schedule_predicted_tokens_per_s", "mean"))
+        cpu_count=("cpu_count", "max"), others_cores=("others_cores", "max"),
+        per_request_tokens_per_s=("per_request_tokens_per_s", "mean"), ttft_s=("ttft_s", "mean"),
+        latency_p95_s=("latency_p95_s", "mean"),
+        schedule_predicted_tokens_per_s=("schedule_predicted_tokens_per_s", "mean"))
     agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
@@ -145,15 +154,17 @@ def rounds_by_length(counts) -> str:
 
 def _unreliable(row: pd.Series) -> str:
     """Why a row cannot be trusted: 'spread' (its runs disagree: std/mean above SPREAD), 'busy' (the machine had other
-    work: a load average above its cores, or on a CPU-only run a generating thread that got less than MAIN_SHARE of
-    the wall time), both comma-joined, or ''."""
+    work: other processes kept more than OTHERS_CORES cores busy during one of its runs, or on a CPU-only run the
+    generating thread got less than MAIN_SHARE of the wall time), both comma-joined, or ''. Records written before
+    the others' CPU time was measured are judged by their load average against the cores, as they were then."""
     why = []
     mean, std = row["tokens_per_s"], row["tokens_per_s_std"]
     if pd.notna(std) and pd.notna(mean) and mean > 0 and std / mean > SPREAD:
         why.append("spread")
     cpu_only = all(part.strip().startswith("0/") for part in offload_label(row).split("+"))
-    if ((pd.notna(row["load1"]) and pd.notna(row["cpu_count"]) and row["load1"] > row["cpu_count"])
-            or (cpu_only and pd.notna(row["main_cpu_share"]) and row["main_cpu_share"] < MAIN_SHARE)):
+    others = row["others_cores"] > OTHERS_CORES if pd.notna(row["others_cores"]) else (
+        pd.notna(row["load1"]) and pd.notna(row["cpu_count"]) and row["load1"] > row["cpu_count"])
+    if (others or (cpu_only and pd.notna(row["main_cpu_share"]) and row["main_cpu_share"] < MAIN_SHARE)):
         why.append("busy")
     return ",".join(why)
 
@@ -231,7 +242,8 @@ def _tps(row: pd.Series) -> str:
 
 # --- rich tables ----------------------------------------------------------------------------
 
-_VARYING = {"pair": "pair", "engine": "engine", "host": "host", "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
+_VARYING = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np", "clients": "clients",
+            "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
             "ngl": "-ngl", "ngld": "-ngld", "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
             "batch_size": "-b", "ubatch_size": "-ub", "threads_draft": "-td"}
 
@@ -246,7 +258,8 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     offloads = summary.apply(offload_label, axis=1)
     requested = "ngl" in varying or "ngld" in varying  # the groups differ by what was asked: show what was placed
     show_offload = width >= 120 or requested or offloads[summary["mode"] == "speculative"].nunique() > 1
-    columns = {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else str(v) for v in summary[c]] for c in varying}
+    columns = {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else _count(v) if c in CONCURRENCY else str(v)
+                             for v in summary[c]] for c in varying}
     columns["run"] = [row_label(r) + (" ★" if r["best_k"] else "") + (" !" if r.get("unreliable") else "")
                       for _, r in summary.iterrows()]
     if show_offload:
@@ -255,6 +268,8 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
         "tokens/s": [_tps(r) for _, r in summary.iterrows()],
         **({"pred.": [speed_text(v) for v in pred]} if (pred := _predicted(summary)) is not None else {}),
         **({"pp t/s": [speed_text(v) for v in summary["pp_tokens_per_s"]]} if "pp_tokens_per_s" in summary else {}),
+        **({"req t/s": [speed_text(v) for v in summary["per_request_tokens_per_s"]],
+            "p95 s": [number_text(v, "{:.2f}") for v in summary["latency_p95_s"]]} if _concurrent(summary) else {}),
         "ms/tok": [number_text(v) for v in summary["ms_per_token"]],
         "accept": [number_text(v, "{:.1%}") for v in summary["acceptance"]],
         "tok/rnd": [number_text(v) for v in summary["tokens_per_round"]],
@@ -264,7 +279,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     }
     # still too wide: drop what does not tell rows apart, never a column that does (pair, host, T, n, prompt, -ngl,
     # -ngld, the context settings, and the layers placed beside them)
-    for optional in ("pp t/s", "ovh", "tok/rnd", "runs", "ms/tok", "pred.", "accept"):
+    for optional in ("pp t/s", "ovh", "tok/rnd", "runs", "ms/tok", "p95 s", "pred.", "accept"):
         if _width(columns) <= width:
             break
         columns.pop(optional, None)
@@ -279,7 +294,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     best = list(summary["best_k"])
     for i, cells in enumerate(zip(*columns.values())):
         table.add_row(*cells, style="bold" if best[i] else None)
-    return table
+    return fit_title(table, width)
 
 
 # --- engines side by side -------------------------------------------------------------------
@@ -419,9 +434,12 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
     reasons = set(",".join(summary["unreliable"]).split(",")) - {""} if "unreliable" in summary else set()
     if reasons:
         why = [f"runs spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
-        why += ["the machine was busy (load average above its cores, or the generating thread got under "
-                f"{MAIN_SHARE:.0%} of the wall time)"] if "busy" in reasons else []
+        why += [_busy_reason(summary[summary["unreliable"].str.contains("busy")])] if "busy" in reasons else []
         lines.append(f"! unreliable: {' and '.join(why)}; no best K is starred beside such rows")
+    if _concurrent(summary):
+        lines.append("several clients: tokens/s is all clients' tokens over the round's wall time (prompts included); "
+                     "req t/s: each request's own decode speed; p95 s: end-to-end latency")
+        lines += concurrency_lines(summary)
     if "predicted_tokens_per_s" in summary:
         lines.append("pred.: tokens/s that `gguf-bench tune` predicted for the setting")
     if summary.get("schedule_predicted_tokens_per_s", pd.Series(dtype=float)).notna().any():
@@ -433,6 +451,49 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         lines.append("rounds per draft length (tokens drafted:rounds, all runs) of the 'cost' rows:")
         lines += [f"  {label}: {text}" for label, text in counted if text]
     return "\n".join(lines)
+
+
+def _count(v) -> str:
+    """A slot or client count; '-' for rows measured one request at a time."""
+    return "-" if pd.isna(v) else f"{int(v)}"
+
+
+def _concurrent(summary: pd.DataFrame) -> bool:
+    return "parallel" in summary and summary["parallel"].notna().any()
+
+
+def concurrency_lines(summary: pd.DataFrame) -> list[str]:
+    """Where speculation stops paying as clients grow: 'K=4 gains +31% at 1 client, +6% at 2, -18% at 4 (slots = clients)'
+    per speculative row, when the summary holds more than one client count."""
+    rows = summary[summary["clients"].notna()] if "clients" in summary else summary[:0]
+    if rows["clients"].nunique() < 2:
+        return []
+    rest = [c for c in SETTING if c not in CONCURRENCY]
+    lines = []
+    spec = rows[rows["mode"] == "speculative"]
+    for _, group in spec.groupby(rest + ["strategy", "k"], dropna=False, sort=False):
+        group = group.sort_values(["clients", "parallel"])
+        gains = [(int(r["clients"]), int(r["parallel"]), r["gain_pct"]) for _, r in group.iterrows() if pd.notna(r["gain_pct"])]
+        if len(gains) < 2:
+            continue
+        parts = [f"{g:+.0f}% at {c} client{'s' if c > 1 else ''}" + (f" on {n} slot{'s' if n > 1 else ''}" if n != c else "")
+                 for c, n, g in gains]
+        stops = next((c for c, _, g in gains if g <= 0), None)
+        verdict = f"; it stops paying at {stops} clients" if stops else "; it pays at every count measured"
+        lines.append(f"{row_label(group.iloc[0])} gains {', '.join(parts)}{verdict}")
+    return lines
+
+
+def _busy_reason(busy: pd.DataFrame) -> str:
+    """'the machine was busy: others used 1.3 of 2 cores during these runs': what the flagged rows measured."""
+    others, cores = busy["others_cores"].max(), busy["cpu_count"].max()
+    starved = busy["main_cpu_share"].min()
+    parts = [f"others used {others:.1f} of {cores:.0f} cores during these runs"] if pd.notna(others) and others > OTHERS_CORES else []
+    if pd.notna(starved) and starved < MAIN_SHARE:
+        parts.append(f"the generating thread got {starved:.0%} of the wall time")
+    if not parts:  # records without the others' CPU time: judged by their load average
+        parts.append(f"load average {busy['load1'].max():.1f} on {cores:.0f} cores")
+    return "the machine was busy: " + " and ".join(parts)
 
 
 def _predicted(summary: pd.DataFrame) -> pd.Series | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 
 
 def _unknown(x) -> bool:
@@ -31,3 +32,45 @@ def size_text(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1000
     return str(n)
+
+
+# --- titles and captions within the terminal ---------------------------------------------------------------------
+
+_BREAK = re.compile(r"(?<= ·) |(?<=;) |(?<=,) |(?<=:) ")  # a line breaks after ' ·', ';', ',' or ':' (they stay)
+
+
+def fold(text: str, width: int) -> str:
+    """Every line of `text` that is wider than `width` broken after a separator (' · ', '; ', ', ', ': '), the
+    continuation indented by two spaces; a phrase with no separator in it is never cut (a line may stay too wide)."""
+    return "\n".join(part for line in text.splitlines() for part in _fold_line(line, width))
+
+
+def _fold_line(line: str, width: int) -> list[str]:
+    if len(line) <= width:
+        return [line]
+    pieces = _BREAK.split(line)
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 1 + len(piece) <= width:
+            lines[-1] += " " + piece
+        else:
+            lines.append("  " + piece)
+    return lines
+
+
+def fit_title(table, width: int):
+    """A rich Table whose title and caption fit `width` columns, folded at separators (fold), and a table at least as
+    wide as their longest line, so rich never wraps them again at the narrower table's edge. A rich Group: its tables."""
+    if hasattr(table, "renderables"):
+        for part in table.renderables:
+            if hasattr(part, "min_width"):
+                fit_title(part, width)
+        return table
+    longest = 0
+    for attr in ("title", "caption"):
+        text = getattr(table, attr)
+        if isinstance(text, str) and text:
+            setattr(table, attr, fold(text, width))
+            longest = max([longest, *map(len, getattr(table, attr).splitlines())])
+    table.min_width = min(width, max(longest, table.min_width or 0))
+    return table

@@ -1,0 +1,80 @@
+"""The examples each command's `--help` ends with, kept in one place (as `git` and `gh` do).
+
+Every example is a real command of this CLI: tests/test_readme.py parses each one with the real command line, as it
+parses the README's and docs/'s, and checks that every command has some and that they fit an 80-column terminal.
+"""
+
+from __future__ import annotations
+
+EXAMPLES: dict[str, list[str]] = {
+    "models": [
+        "gguf-bench models",
+        "gguf-bench models --registry my-models.yaml",
+    ],
+    "download": [
+        "gguf-bench download gemma-270m-f32+q4km",
+        "gguf-bench download qwen-coder-7b+0.5b     # from the hub, into the HF cache",
+        "gguf-bench download --all",
+    ],
+    "info": [
+        "gguf-bench info gemma-270m-f32+q4km",
+        "gguf-bench info target.gguf draft.gguf     # draft compatibility verdicts",
+    ],
+    "make-test-pair": [
+        "gguf-bench make-test-pair /tmp/tiny --noise 0.05",
+        "gguf-bench info /tmp/tiny/tiny-target.gguf /tmp/tiny/tiny-draft.gguf",
+    ],
+    "plan": [
+        "gguf-bench plan qwen-coder-7b+0.5b --vram 24GB --ctx 4096",
+        "gguf-bench plan --target t.gguf --draft d.gguf --vram 8GB",
+        "gguf-bench plan     # the default pair, on the first GPU the build sees",
+    ],
+    "run": [
+        "gguf-bench run      # default pair, K=4, greedy, 64 tokens",
+        "gguf-bench run qwen-coder-7b+0.5b -ngl all -ngld all -K 8 -n 256 -r 3",
+        "gguf-bench run --target t.gguf --spec-type ngram -K 8 --prompt-ids code-edit",
+    ],
+    "sweep": [
+        "gguf-bench sweep -K 1-8 --name k-scan",
+        "gguf-bench sweep qwen-coder-7b+0.5b -K 2,4,8 -ngl 0,16,all -ngld 0,all -r 3",
+        "gguf-bench sweep --engine both -K 1-8 --prompt-ids code-short --name engines",
+    ],
+    "report": [
+        "gguf-bench report   # every results/*.jsonl",
+        "gguf-bench report results/k-scan.jsonl --by prompt --plot k.png",
+        "gguf-bench report results/ --format md -o table.md",
+    ],
+    "tune": [
+        "gguf-bench tune -K 1-16",
+        "gguf-bench tune qwen-coder-7b+0.5b -K 1-8 -ngl 0,all --check --plot tune.png",
+        "gguf-bench tune --target t.gguf --draft d.gguf -K 1-8 --json",
+    ],
+    "eval": [
+        "gguf-bench eval --nb-prompts 100 --seed 0   # greedy, default pair",
+        "gguf-bench eval qwen-coder-1.5b-f16+q2k --chat --temp 0.7 --json",
+        "gguf-bench eval --verify sequential         # outputs must be identical",
+    ],
+    "check-dist": [
+        'gguf-bench check-dist --prompt "Once upon a time" -m 4 --samples 1000',
+        "gguf-bench check-dist qwen-coder-1.5b-f16+q2k --temp 0.7 --top-p 0.95",
+    ],
+    "compare": [
+        'gguf-bench compare --prompt "def quicksort(xs):" -n 128 -K 6',
+        'gguf-bench compare --prompt "def quicksort(xs):" --verify sequential',
+    ],
+    "build-gpu": [
+        "gguf-bench build-gpu --vulkan --check      # only the system package check",
+        "gguf-bench build-gpu --vulkan",
+        "gguf-bench build-gpu --cuda                # needs nvcc",
+    ],
+    "build-server": [
+        "gguf-bench build-server                    # once; later calls do nothing",
+        "gguf-bench run --engine both -K 4 --prompt-ids code-short",
+    ],
+}
+
+
+def epilog(command: str) -> str | None:
+    """The `Examples:` block for `command`'s --help; `\\b` keeps click from joining its lines into one paragraph."""
+    lines = EXAMPLES.get(command)
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines) if lines else None

@@ -1,0 +1,149 @@
+"""Several clients at once against one running llama-server (engines/llama_server.py).
+
+A round sends one streaming /completion request per client, all released together by a barrier, and waits for every
+answer. Each request is timed from the client's side (time to first token, end-to-end latency) and by the server
+(its `timings`: predicted_n, predicted_ms, prompt_ms, draft_n, draft_n_accepted). The server's /metrics counters are
+per process, so with requests in flight they are read around the whole round only (its verification steps).
+
+Every request is bounded: a socket timeout per read and a deadline for the whole answer. A request that passes its
+deadline is closed by the client (a disconnect mid-response, which llama-server answers by cancelling the slot's
+task); a connection the server drops, or a server that dies, ends that request with one line. Nothing is retried.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from gguf_bench.engines.llama_server import Server, ServerError, completion_body
+
+
+@dataclass
+class Request:
+    """One client's request of a round: client-side times are seconds from the round's start."""
+
+    client: int
+    prompt_id: str
+    sent_s: float = 0.0
+    first_token_s: float | None = None  # when its first generated token arrived
+    end_s: float | None = None  # when its last byte arrived
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.first_token_s - self.sent_s if self.first_token_s is not None else None
+
+    @property
+    def latency_s(self) -> float | None:
+        return self.end_s - self.sent_s if self.end_s is not None else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """The server's decode speed for this request (predicted_n over predicted_ms, as the single-stream engine)."""
+        return 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else None
+
+    def stored(self) -> dict:
+        """What a record keeps of it: everything but the tokens (the text is enough to read)."""
+        out = asdict(self)
+        del out["tokens"]
+        return out
+
+
+@dataclass
+class Round:
+    requests: list[Request]
+    wall_s: float  # from the release to the last answer
+    rounds: int = 0  # verification steps of all requests (the server's counters over the round)
+
+
+class RequestFailed(Exception):
+    pass
+
+
+def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predict: int, temperature: float, top_k: int,
+              top_p: float, seed: int, timeout_s: float) -> Round:
+    """Send every prompt at the same moment, one client each, and wait for all of them (each bounded by timeout_s)."""
+    before = server.metrics()
+    requests = [Request(i, pid) for i, (pid, _) in enumerate(prompts)]
+    barrier = threading.Barrier(len(prompts) + 1)
+    start = [0.0]
+
+    def client(req: Request, tokens: list[int]) -> None:
+        body = completion_body(tokens, n_predict, temperature, top_k, top_p, seed, stream=True)
+        barrier.wait()
+        try:
+            _stream(server, body, req, start[0], timeout_s)
+        except RequestFailed as exc:
+            req.error = str(exc)
+
+    threads = [threading.Thread(target=client, args=(r, t), daemon=True) for r, (_, t) in zip(requests, prompts)]
+    for t in threads:
+        t.start()
+    start[0] = time.perf_counter()
+    barrier.wait()
+    for t in threads:
+        t.join(timeout_s + 30)  # each client gives up by itself at its deadline
+    wall = time.perf_counter() - start[0]
+    try:
+        after = server.metrics()
+        rounds = int(after.get("spec_decode_num_drafts_total", 0) - before.get("spec_decode_num_drafts_total", 0))
+    except ServerError:  # it died during the round: every request says so already
+        rounds = 0
+    return Round(requests, wall, rounds)
+
+
+def _stream(server: Server, body: dict, req: Request, start: float, timeout_s: float) -> None:
+    """One streaming /completion: server-sent events, 'data: {...}' per chunk, the last one with stop and timings."""
+    host, port = server.base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+    deadline = time.perf_counter() + timeout_s
+    req.sent_s = time.perf_counter() - start
+    try:
+        conn.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RequestFailed(f"llama-server answered {resp.status}: {resp.read()[:200].decode('utf-8', 'replace')}")
+        while True:
+            if time.perf_counter() > deadline:
+                raise RequestFailed(f"no full answer within {timeout_s:g} s: disconnected after {len(req.tokens)} tokens")
+            line = resp.readline()
+            if not line:
+                raise RequestFailed(f"llama-server closed the connection after {len(req.tokens)} tokens"
+                                    + ("" if server.alive() else f" (it exited with code {server.proc.returncode})"))
+            if not line.startswith(b"data: "):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("tokens"):
+                req.first_token_s = req.first_token_s or time.perf_counter() - start
+                req.tokens += chunk["tokens"]
+                req.text += chunk.get("content", "")
+            if chunk.get("stop"):
+                req.end_s = time.perf_counter() - start
+                _timings(req, chunk.get("timings") or {})
+                return
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+            raise RequestFailed(f"no answer within {timeout_s:g} s: disconnected after {len(req.tokens)} tokens") from None
+        alive = server.alive()
+        raise RequestFailed(f"the request failed after {len(req.tokens)} tokens: {exc or type(exc).__name__}"
+                            + ("" if alive else f" (llama-server exited with code {server.proc.returncode})")) from None
+    finally:
+        conn.close()
+
+
+def _timings(req: Request, t: dict) -> None:
+    req.prompt_n, req.prompt_ms = int(t.get("prompt_n", 0)), float(t.get("prompt_ms", 0.0))
+    req.predicted_n, req.predicted_ms = int(t.get("predicted_n", 0)), float(t.get("predicted_ms", 0.0))
+    req.draft_n, req.draft_n_accepted = int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0))

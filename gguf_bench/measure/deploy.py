@@ -1,0 +1,92 @@
+"""The llama-server command line that reproduces a measured cell: what to deploy.
+
+For a server-engine record it is the very command the benchmark ran (records.Server.command) less what only a
+benchmark needs (llama_server.deploy_argv); for a Python-loop record it is the command llama-server would need for the
+same files, offload, context settings and drafting (the loop's draft and ngram are llama-server's draft-simple and
+ngram-simple), to be measured with --engine server before it is trusted. -ngl/-ngld 'all' become the layer counts
+llama.cpp placed, and a binary built by `gguf-bench build-server` gets the library path it runs with.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pandas as pd
+
+from gguf_bench.engines.llama_server import Launch, deploy_argv
+from gguf_bench.engines.server_build import MARKER, library_env
+from gguf_bench.errors import ConfigError
+from gguf_bench.measure.server import speculation
+from gguf_bench.results.records import RunRecord
+from gguf_bench.results.report import SETTING
+
+KEYS = SETTING + ["mode", "strategy", "k"]
+
+
+def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) -> pd.DataFrame:
+    """The summary with a `deploy` column: on each pair's best row the command line that reproduces it, empty elsewhere.
+    The best row is the speculative one with the highest gain over its own target alone (at its own concurrency) among
+    rows not flagged unreliable that llama-server can run (a fixed K, no n-gram-then-model chain); where no such row
+    gains, the pair's target alone, so that no slower setting is ever recommended."""
+    out = summary.assign(deploy=None)
+    for _, rows in summary.groupby("pair", sort=False):
+        for index in _candidates(rows):
+            record = _record_of(summary.loc[index], df, runs)
+            try:
+                out.at[index, "deploy"] = command_line(record) if record is not None else None
+            except ConfigError:  # the loop's adaptive schedules and its chain have no llama-server command
+                continue
+            if out.at[index, "deploy"]:
+                break
+    return out
+
+
+def _candidates(rows: pd.DataFrame) -> list:
+    reliable = rows.get("unreliable", pd.Series("", index=rows.index)).fillna("") == ""
+    spec = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0) & reliable]
+    alone = rows[rows["mode"] == "target"]
+    return list(spec.sort_values("gain_pct", ascending=False).index) + list(alone.index[:1])
+
+
+def _record_of(row: pd.Series, df: pd.DataFrame, runs: list[RunRecord]) -> RunRecord | None:
+    """A measured record of the summary row (df is report.to_frame(runs): the same order)."""
+    match = df["error"].isna()
+    for key in KEYS:
+        if key in df and key in row.index:
+            match &= (df[key] == row[key]) | (df[key].isna() & pd.isna(row[key]))
+    hits = df.index[match]
+    return runs[hits[0]] if len(hits) else None
+
+
+def command_line(record: RunRecord) -> str:
+    """The shell line to paste: environment first when the binary needs one, then the arguments, quoted."""
+    argv = command(record)
+    env = library_env() if (Path(argv[0]).parent / MARKER).is_file() else {}
+    return " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.join(argv)])
+
+
+def command(record: RunRecord) -> list[str]:
+    argv = record.server.command if record.server and record.server.command else _launch(record).argv()
+    offload = record.offload
+    return deploy_argv(argv, _placed(offload.target if offload else None), _placed(offload.draft if offload else None))
+
+
+def _placed(label: str | None) -> int | None:
+    """'19/19' -> 19: the layers llama.cpp put on the GPU."""
+    try:
+        return int(str(label).split("/")[0])
+    except ValueError:
+        return None
+
+
+def _launch(record: RunRecord) -> Launch:
+    """The command a Python-loop record would need in llama-server."""
+    cfg = record.config
+    models = record.models
+    return Launch(Path("llama-server"), Path(models.target.path or models.target.file),
+                  Path(models.draft.path or models.draft.file) if models.draft else None,
+                  speculation(record.mode, record.strategy, record.k), str(cfg.ngl), str(cfg.ngld), cfg.n_ctx,
+                  cfg.threads or record.env.cpu_count or 1, batch=cfg.batch_size or 512, ubatch=cfg.ubatch_size or 512,
+                  threads_draft=cfg.threads_draft, flash_attn=cfg.flash_attn, cache_type_k=cfg.cache_type_k,
+                  cache_type_v=cfg.cache_type_v, parallel=cfg.parallel or 1)
