@@ -308,8 +308,11 @@ def test_tune_json_shape_and_stored_record(tiny_pairs, isolated):
     fastest = max(doc["rows"], key=lambda r: r["predicted_tokens_per_s"])
     if fastest["predicted_tokens_per_s"] > max(r["predicted_baseline_tokens_per_s"] for r in doc["rows"]):  # the fastest K
         assert doc["best"]["predicted_tokens_per_s"] == fastest["predicted_tokens_per_s"] and fastest["best"]
+        assert f"--spec-type draft-simple --spec-draft-n-max {doc['best']['k']}" in doc["deploy"]
     else:  # no K beats the target alone: never a slowdown (tests/test_trust.py)
         assert doc["best"]["strategy"] == "run the target alone" and not any(r["best"] for r in doc["rows"])
+        assert "--spec-type none" in doc["deploy"] and "-md" not in doc["deploy"]
+    assert "llama-server" in doc["deploy"] and "-c 256" in doc["deploy"] and "predicted" in doc["deploy_note"]
     assert len(doc["settings"][0]["verify_curve"]) == 4 and doc["settings"][0]["verify_curve"][0] == 1.0
     records = stored(isolated / "results" / "tj.jsonl")
     assert [r["kind"] for r in records] == ["calibration"]

@@ -40,6 +40,9 @@ ThreadsDraftOpt = Annotated[str | None, typer.Option("--threads-draft", "-td", h
                             "(default: --threads)")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="who generates: python (gguf-bench's loop), server (llama.cpp's "
                       "llama-server, a process per setting), or both, side by side on the same files")]
+DepthOpt = Annotated[str | None, typer.Option("--depth", "-d", help="tokens of context before the prompt, as llama-bench's "
+                     "-d: 0,4096,16384 (English prose prefilled in both models and not timed; the context grows to "
+                     "hold it)")]
 ParallelOpt = Annotated[str | None, typer.Option("--parallel", "-np", help="server engine: llama-server's slots, a list "
                         "(1,2,4); each slot holds --ctx-size; default: one request at a time on one slot")]
 ClientsOpt = Annotated[str | None, typer.Option("--clients", help="server engine: clients sending their prompts at the "
@@ -72,7 +75,12 @@ PromptIdsOpt = Annotated[str | None, typer.Option("--prompt-ids", help="built-in
                          "chat-short, code-long, chat-long")]
 PromptIdOpt = Annotated[str | None, typer.Option("--prompt-ids", "--prompt-id", help="one built-in prompt by id "
                         "(code-edit-hints, chat-short, ...; `sweep --prompt-ids` takes several)")]
-PromptsFileOpt = Annotated[Path | None, typer.Option("--prompts", help="JSONL prompts: {\"id\", \"prompt\", \"chat\"}")]
+PromptsFileOpt = Annotated[str | None, typer.Option("--prompts", help="a standard prompt set: humaneval, spec-bench "
+                           "(or spec-bench:qa,translation: its categories mt_bench, translation, summarization, qa, "
+                           "math_reasoning, rag), mt-bench (models.yaml's prompt_sets); or a JSONL file of "
+                           "{\"id\", \"prompt\", \"chat\", \"category\"}")]
+PerCategoryOpt = Annotated[int | None, typer.Option("--per-category", help="a seeded sample (--seed) of N prompts "
+                           "from each category")]
 
 # --- drafting strategies (decoding/strategy.py); in `sweep` each takes a comma list, and every combination runs --
 SpecTypeOpt = Annotated[str, typer.Option("--spec-type", help="who drafts: draft (the draft model), ngram (prompt lookup, "

@@ -61,7 +61,7 @@ class SweepProgress:
         self.progress = Progress(TextColumn(f"{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                  TextColumn("ETA"), TimeRemainingColumn(), console=console)
         self.task = self.progress.add_task("cells", total=None)
-        self.events = SweepEvents(start=self.start, cell=self.cell, loading=self.loading)
+        self.events = SweepEvents(start=self.start, cell=self.cell, loading=self.loading, note=self.note)
 
     def start(self, total: int, skipped: int, stored: int) -> None:
         self.progress.update(self.task, total=total)
@@ -72,6 +72,9 @@ class SweepProgress:
                     f"; {other} of the {stored} cells in the file are not in this grid (another -K, -n, --temp, "
                     "prompt or setting): they stay in the file, and `report` shows them beside this grid's"
                     if other else ""), markup=False)
+
+    def note(self, line: str) -> None:
+        self.progress.console.print(f"Note: {line}", markup=False)
 
     def loading(self, load: LoadConfig) -> None:
         self.progress.console.print(f"loading models with {load.label}")

@@ -19,6 +19,7 @@ from gguf_bench.cli.options import (
     ChatOpt,
     ClientsOpt,
     CtxOpt,
+    DepthOpt,
     DraftMinOpt,
     DraftOpt,
     EngineOpt,
@@ -37,6 +38,7 @@ from gguf_bench.cli.options import (
     PairArg,
     PairsArg,
     ParallelOpt,
+    PerCategoryOpt,
     PMinOpt,
     PromptIdOpt,
     PromptIdsOpt,
@@ -65,10 +67,11 @@ from gguf_bench.decoding.divergence import LOOP_ERROR, describe
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
-from gguf_bench.measure import deploy, prompts
+from gguf_bench.measure import deploy, prompts, workloads
 from gguf_bench.measure.distributed import failure_message, sweep_on_ray
 from gguf_bench.measure.sweep import Grid, iter_records, measured, results_path, run_path, run_sweep, single_run_grid
 from gguf_bench.results import report as rep
+from gguf_bench.results import specbench
 from gguf_bench.results.plots import check_plot, plot
 from gguf_bench.results.records import RunRecord, to_dict
 from gguf_bench.results.store import (
@@ -96,7 +99,9 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16, engine: EngineOpt = "python",
         server_bin: ServerBinOpt = None, flash_attn: FlashAttnOpt = None, cache_type_k: CacheTypeKOpt = None,
         cache_type_v: CacheTypeVOpt = None, batch_size: BatchOpt = None, ubatch_size: UbatchOpt = None,
-        threads_draft: ThreadsDraftOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
+        threads_draft: ThreadsDraftOpt = None, depth: Annotated[int, typer.Option("--depth", "-d", help="tokens of "
+        "context before the prompt (llama-bench's -d; prefilled, not timed)")] = 0,
+        results_dir_opt: ResultsDirOpt = None) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process (and in llama-server with
     --engine server|both)."""
     use_results_dir(results_dir_opt)
@@ -106,7 +111,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                            n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
                            verify=verify, strategies=strategies(spec_type, ngram_min, ngram_max, p_min, n_min,
                                                                 k_schedule, k_cap),
-                           engines=options.engines(engine), server_bin=server_bin,
+                           engines=options.engines(engine), server_bin=server_bin, depths=[depth],
                            **options.context_axes(flash_attn, cache_type_k, cache_type_v, batch_size, ubatch_size,
                                                   threads_draft, single=True))
     files = pair_files(pair, target, draft, registry, need_draft=any(s.uses_model for s in grid.strategies))
@@ -142,6 +147,22 @@ def _engines_side_by_side(summary, df) -> None:
         console.print(fit_title(rep.engines_table(both, rep.greedy_agreement(df)), console.width))
 
 
+def _spec_bench(df, fmt: str | None, output: Path | None) -> None:
+    sb = specbench.frame(df) if not df.empty else None
+    if sb is None:
+        raise BenchError("--spec-bench needs runs with prompt categories (--prompts spec-bench, humaneval, or "
+                         "--prompt-ids by category) and speculative rows")
+    if not fmt:
+        console.print(fit_title(specbench.table(sb), console.width))
+        return
+    text = specbench.markdown(sb) if fmt == "md" else rep.render(sb, fmt)
+    if output:
+        output.write_text(text, encoding="utf-8")
+        console.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
 def _deploy_lines(summary, df, runs: list) -> None:
     """Each pair's best cell as the llama-server command that reproduces it (measure/deploy.py)."""
     summary = deploy.with_deploy(summary, df, runs)
@@ -174,7 +195,8 @@ def _greedy_footer(records: list[RunRecord]) -> None:
 @command
 def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = None, ks: KsOpt = "1,2,4,8",
           ngls: NglsOpt = "0", nglds: NgldsOpt = "0", temps: TempsOpt = "0", prompt_ids: PromptIdsOpt = None,
-          prompts_file: PromptsFileOpt = None, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0,
+          prompts_file: PromptsFileOpt = None, per_category: PerCategoryOpt = None,
+          top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0,
           n_predict: NPredictOpt = 64, threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
           draft_alone: Annotated[bool, typer.Option("--draft-alone/--no-draft-alone", help="also time the draft alone")] = True,
           name: Annotated[str | None, typer.Option("--name", help="sweep name: results go to results/NAME.jsonl")] = None,
@@ -190,7 +212,8 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
           n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16,
           engine: EngineOpt = "python", server_bin: ServerBinOpt = None, flash_attns: FlashAttnOpt = None,
           cache_types_k: CacheTypeKOpt = None, cache_types_v: CacheTypeVOpt = None, batch_sizes: BatchOpt = None,
-          ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None, parallels: ParallelOpt = None,
+          ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None, depths: DepthOpt = None,
+          parallels: ParallelOpt = None,
           clients: ClientsOpt = None, request_timeout: RequestTimeoutOpt = 600.0, warm_pool: WarmPoolOpt = False,
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
@@ -201,13 +224,14 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
     use_results_dir(results_dir_opt)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
                 nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
-                prompts=prompts.choose(prompt_ids, prompts_file), repetitions=repetitions, n_predict=n_predict,
+                prompts=workloads.choose(prompt_ids, prompts_file, per_category, seed, registry), repetitions=repetitions,
+                n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
                 vram=options.byte_size(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin,
                 parallels=options.positive_ints(parallels, "--parallel") if parallels else None,
                 clients=options.positive_ints(clients, "--clients") if clients else None,
-                request_timeout_s=request_timeout, warm_pool=warm_pool,
+                request_timeout_s=request_timeout, warm_pool=warm_pool, depths=options.int_list(depths, "-d") if depths else [0],
                 **options.context_axes(flash_attns, cache_types_k, cache_types_v, batch_sizes, ubatch_sizes, threads_drafts))
     for why in grid.left_out():
         err.print(f"Warning: the sweep leaves out {why}", markup=False)
@@ -276,6 +300,9 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
            by: Annotated[str | None, typer.Option("--by", help="keep apart: prompt, host, or prompt,host "
                                                   "(hosts are never pooled; --by host shows the column)")] = None,
            by_prompt: Annotated[bool, typer.Option("--by-prompt", help="the same as --by prompt")] = False,
+           spec_bench: Annotated[bool, typer.Option("--spec-bench", help="Spec-Bench's layout: per prompt category the "
+                                 "speed-up over the target alone, then τ (mean tokens per round) and the overall "
+                                 "speed-up (with --format md, csv, json: that table)")] = False,
            results_dir_opt: ResultsDirOpt = None) -> None:
     """Summarize stored runs: mean ± std, gain % over the target alone, best draft length; evaluations apart."""
     use_results_dir(results_dir_opt)
@@ -298,6 +325,8 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     summary = rep.summarize(df, by_prompt=by_prompt or "prompt" in keep) if loaded.runs else None
     if summary is not None:
         summary = rep.with_predictions(summary, df, loaded.calibrations)
+    if spec_bench:
+        return _spec_bench(df, fmt, output)
     if fmt:
         if summary is not None and fmt != "md":  # each pair's best cell carries its llama-server command line
             summary = deploy.with_deploy(summary, df, loaded.runs)

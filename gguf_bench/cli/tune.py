@@ -24,6 +24,7 @@ from gguf_bench.cli.options import (
     NgramMaxOpt,
     NgramMinOpt,
     PairArg,
+    PerCategoryOpt,
     PromptsFileOpt,
     RegistryOpt,
     ResultsDirOpt,
@@ -32,7 +33,7 @@ from gguf_bench.cli.options import (
 )
 from gguf_bench.cli.progress import pair_files
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import prompts
+from gguf_bench.measure import deploy, workloads
 from gguf_bench.measure.calibrate import TuneEvents, calibrate_settings, run_check, run_cost_check
 from gguf_bench.results.costmodel import (
     best,
@@ -55,7 +56,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          ngls: NglsOpt = "0", nglds: NgldsOpt = "0",
          prompt_ids: Annotated[str | None, typer.Option("--prompt-ids", help="built-in prompts to calibrate on "
                                "(code-short, chat-short, code-long, chat-long; default all)")] = None,
-         prompts_file: PromptsFileOpt = None,
+         prompts_file: PromptsFileOpt = None, per_category: PerCategoryOpt = None,
          n_predict: Annotated[int, typer.Option("--n-predict", "-n", help="tokens to generate per prompt")] = 64,
          threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048,
          reps: Annotated[int, typer.Option("--reps", help="repetitions of each decode timing, spread between "
@@ -78,7 +79,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     """Predict tokens/s for every draft length and offload setting from a short calibration, and
     recommend the fastest, without a full sweep (greedy)."""
     use_results_dir(results_dir_opt)
-    chosen = prompts.choose(prompt_ids, prompts_file)
+    chosen = workloads.choose(prompt_ids, prompts_file, per_category, registry=registry)
     k_list = options.draft_lengths(ks)
     predicted = strategies(spec_types, k_schedules, ngram_min, ngram_max, k_cap, k_list)
     ngl_list, ngld_list = options.layer_list(ngls, "-ngl"), options.layer_list(nglds, "-ngld")
@@ -108,8 +109,11 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                 row = run_cost_check(files, o, chosen, n_predict, ctx_size, threads, name, out, events)
                 base = next((r["measured_tokens_per_s"] for r in checked if r["k"] == 0 and r["ngl"] == o.cal.ngl), None)
                 checked.append(row | {"measured_gain_pct": 100.0 * (row["measured_tokens_per_s"] / base - 1.0) if base else None})
+    deploy_line, deploy_note = _deploy(files, predicted, rec, cost_top, ctx_size, threads)
     if json_out:
-        sys.stdout.write(json.dumps(_json(files.name, out, calibrations, predicted, checked, outlooks), default=str) + "\n")
+        doc = _json(files.name, out, calibrations, predicted, checked, outlooks) | {"deploy": deploy_line,
+                                                                                     "deploy_note": deploy_note}
+        sys.stdout.write(json.dumps(doc, default=str) + "\n")
     else:
         for cal in calibrations:
             table = prediction_table(cal, predicted, top_cal, top if rec.speculative else None, console.width)
@@ -138,6 +142,9 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                           f"{rec.baseline_tokens_per_s:.2f} tokens/s): no draft length is predicted to beat it; the "
                           f"fastest, -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}, is predicted at "
                           f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%)", markup=False)
+        console.print(f"deploy ({deploy_note}):" if deploy_line else f"deploy: {deploy_note}", markup=False)
+        if deploy_line:
+            console.print(deploy_line, markup=False, soft_wrap=True)
         console.print(f"calibration stored in {out}", markup=False, soft_wrap=True)  # a path is never folded
         if checked is not None:
             console.print(fit_title(check_table(checked, check_top.k if rec.speculative else None, console.width), console.width))
@@ -239,6 +246,19 @@ def check_table(rows: list[dict], top_k: int | None, width: int = 80) -> Group:
     for cells in zip(*columns.values()):
         table.add_row(*cells)
     return Group(table, Text("gain %: measured, over the target alone measured"))
+
+
+def _deploy(files, strategies: list, rec, cost_top, ctx_size: int, threads: int | None) -> tuple[str | None, str]:
+    """The llama-server command for the recommendation, or None, and what to say of it (it is a prediction)."""
+    if cost_top is not None:
+        return None, ("llama-server has no cost schedule; measure its n-gram types with `gguf-bench sweep --engine "
+                      "server --spec-type ngram-simple,ngram-mod` before deploying")
+    top, cal = (rec.fastest, rec.fastest_cal) if rec.speculative else (None, rec.baseline_cal)
+    strategy = next((s for s in strategies if top is not None and s.label(top.k) == top.strategy), None)
+    if top is not None and (strategy is None or strategy.k_schedule != "fixed"):
+        return None, f"llama-server drafts a fixed K and cannot run {top.strategy}"
+    line = deploy.setting_line(files, strategy, top.k if top else 0, cal.ngl, cal.ngld, ctx_size, threads)
+    return line, "predicted, not measured: check it with `gguf-bench sweep --engine server`"
 
 
 def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: list[dict] | None, outlooks: list) -> dict:

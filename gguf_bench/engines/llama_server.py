@@ -315,11 +315,11 @@ class Server:
         return out
 
     def complete(self, prompt: Sequence[int], n_predict: int, temperature: float, top_k: int, top_p: float,
-                 seed: int) -> Completion:
+                 seed: int, cache_prompt: bool = False) -> Completion:
         """Generate from a token-id prompt, cold (no prompt cache), with every sampler field set: top-k, then the
         temperature, then top-p on the tempered distribution (the loop's order), nothing else."""
         before = self.metrics()
-        body = completion_body(prompt, n_predict, temperature, top_k, top_p, seed)
+        body = completion_body(prompt, n_predict, temperature, top_k, top_p, seed, cache_prompt=cache_prompt)
         answer = json.loads(self._request("/completion", body))
         delta = _delta(before, self.metrics())
         t = answer["timings"]
@@ -344,11 +344,12 @@ class Server:
 
 
 def completion_body(prompt: Sequence[int], n_predict: int, temperature: float, top_k: int, top_p: float, seed: int,
-                    stream: bool = False) -> dict:
-    """A cold /completion request (no prompt cache) with every sampler field set: top-k, then the temperature, then
+                    stream: bool = False, cache_prompt: bool = False) -> dict:
+    """A /completion request, cold by default (no prompt cache; cache_prompt: a prefix the slot already holds, a
+    context depth's filler, is not processed again), with every sampler field set: top-k, then the temperature, then
     top-p on the tempered distribution (the loop's order), nothing else (the server's defaults: temperature 0.8 and a
     penalty chain)."""
-    return {"prompt": list(prompt), "n_predict": n_predict, "cache_prompt": False, "return_tokens": True,
+    return {"prompt": list(prompt), "n_predict": n_predict, "cache_prompt": cache_prompt, "return_tokens": True,
             "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": 0.0, "typical_p": 1.0,
             "seed": seed, "samplers": ["top_k", "temperature", "top_p"], "repeat_penalty": 1.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,

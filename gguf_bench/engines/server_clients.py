@@ -73,7 +73,7 @@ class RequestFailed(Exception):
 
 
 def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predict: int, temperature: float, top_k: int,
-              top_p: float, seed: int, timeout_s: float) -> Round:
+              top_p: float, seed: int, timeout_s: float, cache_prompt: bool = False) -> Round:
     """Send every prompt at the same moment, one client each, and wait for all of them (each bounded by timeout_s)."""
     before = server.metrics()
     requests = [Request(i, pid) for i, (pid, _) in enumerate(prompts)]
@@ -81,7 +81,7 @@ def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predic
     start = [0.0]
 
     def client(req: Request, tokens: list[int]) -> None:
-        body = completion_body(tokens, n_predict, temperature, top_k, top_p, seed, stream=True)
+        body = completion_body(tokens, n_predict, temperature, top_k, top_p, seed, stream=True, cache_prompt=cache_prompt)
         barrier.wait()
         try:
             _stream(server, body, req, start[0], timeout_s)

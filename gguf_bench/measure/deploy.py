@@ -9,16 +9,20 @@ llama.cpp placed, and a binary built by `gguf-bench build-server` gets the libra
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
 import pandas as pd
 
+from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.engines.llama_cpp import read_info
 from gguf_bench.engines.llama_server import Launch, deploy_argv
-from gguf_bench.engines.server_build import MARKER, library_env
-from gguf_bench.errors import ConfigError
+from gguf_bench.engines.server_build import MARKER, find_server, library_env
+from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server import speculation
-from gguf_bench.results.records import RunRecord
+from gguf_bench.results.records import Mode, RunRecord
 from gguf_bench.results.report import SETTING
 
 KEYS = SETTING + ["mode", "strategy", "k"]
@@ -27,7 +31,7 @@ KEYS = SETTING + ["mode", "strategy", "k"]
 def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) -> pd.DataFrame:
     """The summary with a `deploy` column: on each pair's best row the command line that reproduces it, empty elsewhere.
     The best row is the speculative one with the highest gain over its own target alone (at its own concurrency) among
-    rows not flagged unreliable that llama-server can run (a fixed K, no n-gram-then-model chain); where no such row
+    rows not flagged busy that llama-server can run (a fixed K, no n-gram-then-model chain); where no such row
     gains, the pair's target alone, so that no slower setting is ever recommended."""
     out = summary.assign(deploy=None)
     for _, rows in summary.groupby("pair", sort=False):
@@ -43,7 +47,8 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
 
 
 def _candidates(rows: pd.DataFrame) -> list:
-    reliable = rows.get("unreliable", pd.Series("", index=rows.index)).fillna("") == ""
+    # a busy machine disqualifies a row; a spread does not (prompts of different kinds differ by design)
+    reliable = ~rows.get("unreliable", pd.Series("", index=rows.index)).fillna("").str.contains("busy")
     spec = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0) & reliable]
     alone = rows[rows["mode"] == "target"]
     return list(spec.sort_values("gain_pct", ascending=False).index) + list(alone.index[:1])
@@ -90,3 +95,20 @@ def _launch(record: RunRecord) -> Launch:
                   cfg.threads or record.env.cpu_count or 1, batch=cfg.batch_size or 512, ubatch=cfg.ubatch_size or 512,
                   threads_draft=cfg.threads_draft, flash_attn=cfg.flash_attn, cache_type_k=cfg.cache_type_k,
                   cache_type_v=cfg.cache_type_v, parallel=cfg.parallel or 1)
+
+
+def setting_line(files: PairFiles, strategy: Strategy | None, k: int, ngl: str, ngld: str, n_ctx: int,
+                 threads: int | None) -> str:
+    """The llama-server line for a setting that `tune` predicted (not measured): the server this machine would run
+    (else plain `llama-server`), 'all' layers as the model's count."""
+    try:
+        binary, _ = find_server(None)
+    except BenchError:
+        binary = Path("llama-server")
+    mode = Mode.SPECULATIVE if strategy is not None else Mode.TARGET
+    spec = speculation(mode, strategy, k)
+    launch = Launch(binary, files.target, files.draft if spec.needs_draft_file else None, spec, str(ngl), str(ngld),
+                    n_ctx, threads or os.cpu_count() or 1)
+    layers = (read_info(files.target).n_layers + 1, read_info(files.draft).n_layers + 1 if files.draft else None)
+    env = library_env() if (binary.parent / MARKER).is_file() else {}
+    return " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.join(deploy_argv(launch.argv(), *layers))])

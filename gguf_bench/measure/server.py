@@ -38,6 +38,7 @@ from gguf_bench.engines.llama_server import Completion, Launch, Server, ServerEr
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.engines.server_clients import Round, run_round
 from gguf_bench.errors import ConfigError
+from gguf_bench.measure.depth import after_filler, filler_tokens
 from gguf_bench.measure.loadmeter import ServerLoadMeter
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.models.gguf import tensor_table
@@ -108,6 +109,7 @@ class ServerEngine:
         with Vocabulary(files.target) as vocab:
             chat_ok = vocab.has_chat_template()
             tokens = {p.id: vocab.tokenize(vocab.chat_prompt(p.text) if p.chat and chat_ok else p.text) for p in grid.prompts}
+            filler = filler_tokens(vocab, max(c.depth for c in cells))
         layers = (read_info(files.target).n_layers, read_info(files.draft).n_layers if files.draft else None)
         greedy_target: dict[tuple, list[int]] = {}
         for (mode, strategy, k, parallel, *_), group in _groups(cells, grid.warm_pool).items():
@@ -121,7 +123,7 @@ class ServerEngine:
                 continue
             pool = ("warm" if grid.warm_pool else "cold") if spec.pooled else None
             with server:
-                run = _Group(server, grid, load, group, tokens, greedy_target, make_record, pool)
+                run = _Group(server, grid, load, group, tokens, filler, greedy_target, make_record, pool)
                 yield from run.measure(layers, self.version, warm_up=pool != "cold")
             server.remove_log()
 
@@ -141,6 +143,7 @@ class _Group:
     load: LoadConfig
     cells: list
     tokens: dict  # prompt id -> token ids
+    filler: list[int]  # the deepest cell's filler (measure/depth.py); a cell at depth d sends its first d tokens first
     greedy_target: dict  # (prompt id, slots, clients) -> the target alone's greedy tokens
     make_record: Callable
     pool: str | None
@@ -157,7 +160,8 @@ class _Group:
         info = ServerRecord(command=server.argv, version=version, build_info=str(server.props.get("build_info")),
                             speculative=server.speculative, pool=self.pool)
         if warm_up:  # a cold n-gram pool is left cold: llama-server warms its compute graphs up at load by itself
-            server.complete(self.tokens[first.prompt.id], min(16, self.grid.n_predict), *self._sampling(first))
+            server.complete(self._prompt(first, first.prompt.id), min(16, self.grid.n_predict), *self._sampling(first),
+                            cache_prompt=first.depth > 0)
         for i, cell in enumerate(self.cells):
             measured, error, load = self._one(cell) if cell.parallel is None else self._round(cell)
             yield replace(self.make_record(cell, measured, offload, error), server=info, load=load)
@@ -166,6 +170,12 @@ class _Group:
                     yield replace(self.make_record(rest, None, offload, f"llama-server died earlier in this group: {error}"),
                                   server=info)
                 return
+
+    def _prompt(self, cell, prompt_id: str) -> list[int]:
+        """The prompt's tokens after the cell's depth of filler (sent with the prompt cache on, so that the filler a
+        slot already holds is not processed again; prompt processing is never in the decode time either way)."""
+        filler = self.filler[:cell.depth]
+        return filler + after_filler(self.tokens[prompt_id], filler)
 
     def _sampling(self, cell) -> tuple:
         cfg = cell.config(self.grid, self.load).sampling()
@@ -176,7 +186,8 @@ class _Group:
         temperature, top_k, top_p, seed = self._sampling(cell)
         try:
             with ServerLoadMeter(self.server.proc.pid) as meter:
-                comp = self.server.complete(self.tokens[cell.prompt.id], self.grid.n_predict, temperature, top_k, top_p, seed)
+                comp = self.server.complete(self._prompt(cell, cell.prompt.id), self.grid.n_predict, temperature, top_k, top_p,
+                                            seed, cache_prompt=cell.depth > 0)
         except ServerError as exc:
             return None, str(exc), None
         return metrics(comp, cell, self._identity(cell, comp.tokens, temperature)), None, meter.load
@@ -186,11 +197,11 @@ class _Group:
         temperature, top_k, top_p, seed = self._sampling(cell)
         ids = [p.id for p in self.grid.prompts]
         start = ids.index(cell.prompt.id)
-        prompts = [(pid, self.tokens[pid]) for pid in (ids[(start + i) % len(ids)] for i in range(cell.clients))]
+        prompts = [(pid, self._prompt(cell, pid)) for pid in (ids[(start + i) % len(ids)] for i in range(cell.clients))]
         try:
             with ServerLoadMeter(self.server.proc.pid) as meter:
                 rnd = run_round(self.server, prompts, self.grid.n_predict, temperature, top_k, top_p, seed,
-                                self.grid.request_timeout_s)
+                                self.grid.request_timeout_s, cache_prompt=cell.depth > 0)
         except ServerError as exc:  # it was gone before the round began
             return None, str(exc), None
         failed = [r for r in rnd.requests if r.error]
@@ -204,7 +215,7 @@ class _Group:
     def _identity(self, cell, tokens: list[int], temperature: float) -> Identity | None:
         if temperature > 0:
             return None
-        key = (cell.prompt.id, cell.parallel, cell.clients)
+        key = (cell.prompt.id, cell.parallel, cell.clients, cell.depth)
         if cell.mode == Mode.TARGET:
             self.greedy_target[key] = tokens
             return None

@@ -9,6 +9,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import product
 from pathlib import Path
 
 from gguf_bench import options
@@ -16,10 +17,11 @@ from gguf_bench.decoding.divergence import Identity, compare_greedy
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
-from gguf_bench.engines.llama_cpp import gpu_devices
+from gguf_bench.engines.llama_cpp import Vocabulary, gpu_devices, read_info
 from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure import server
+from gguf_bench.measure.depth import after_filler
 from gguf_bench.measure.loadmeter import LoadMeter
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles, check_compatible
 from gguf_bench.measure.prompts import Prompt
@@ -84,6 +86,7 @@ class Grid:
     parallels: list[int] | None = None
     clients: list[int] | None = None
     request_timeout_s: float = 600.0  # the longest one request of a concurrent round may take
+    depths: list[int] = field(default_factory=lambda: [0])  # tokens of filler before the prompt (measure/depth.py)
     warm_pool: bool = False  # n-gram types whose state outlives a request: one process per group, not per prompt
 
     def __post_init__(self) -> None:
@@ -104,6 +107,7 @@ class Grid:
                 if s.server_only:
                     raise ConfigError(f"--spec-type {s.spec_type} is llama-server's own: run it with --engine server")
         self._check_concurrency()
+        self._check_depths()
         options.repetitions(self.repetitions)
         options.n_predict(self.n_predict)
         for t in self.temperatures:
@@ -114,6 +118,12 @@ class Grid:
         if k_max + 1 > (n_batch := min(lo.n_batch for lo in self.settings())):
             raise ConfigError(f"a draft of {k_max} tokens is verified in one batch of {k_max + 1}, more than -b {n_batch}; "
                               "raise -b/--batch-size or lower -K")
+
+    def _check_depths(self) -> None:
+        for d in self.depths:
+            if d < 0:
+                raise ConfigError(f"-d/--depth takes token counts of 0 or more, got {d}")
+        object.__setattr__(self, "depths", sorted(set(self.depths)))
 
     def _check_concurrency(self) -> None:
         if self.clients and not self.parallels:
@@ -160,6 +170,7 @@ class Cell:
     engine: str = PYTHON_ENGINE
     parallel: int | None = None  # server slots of a concurrent round (None: one request at a time)
     clients: int | None = None
+    depth: int = 0
 
     def config(self, grid: Grid, load: LoadConfig) -> RunConfig:
         # the default strategy and verify mode are left out (None), so that cells (and --resume keys) of sweeps
@@ -177,15 +188,15 @@ class Cell:
                          engine=self.engine if self.engine != PYTHON_ENGINE else None,
                          flash_attn=context["flash_attn"], cache_type_k=context["type_k"], cache_type_v=context["type_v"],
                          batch_size=load.n_batch, ubatch_size=load.n_ubatch, threads_draft=load.draft_threads,
-                         parallel=self.parallel, clients=self.clients)
+                         parallel=self.parallel, clients=self.clients, depth=self.depth or None)
 
 
 def cells_for(grid: Grid, has_draft: bool = True, engine: str = PYTHON_ENGINE) -> list[Cell]:
     """Cells of one offload setting and engine, in run order: per concurrency, repetition, baseline then each strategy
     and K (the server engine has no draft-alone runs; ngram-cache drafts a fixed 8, so it runs at that K only)."""
     cells = []
-    for parallel, clients in grid.concurrency() if engine == SERVER_ENGINE else [(None, None)]:
-        where = {"engine": engine, "parallel": parallel, "clients": clients}
+    for (parallel, clients), depth in product(grid.concurrency() if engine == SERVER_ENGINE else [(None, None)], grid.depths):
+        where = {"engine": engine, "parallel": parallel, "clients": clients, "depth": depth}
         for temp in grid.temperatures:
             for prompt in grid.prompts:
                 for rep in range(grid.repetitions):
@@ -250,6 +261,7 @@ class SweepEvents:
     start: Callable[[int, int, int], None] = lambda total, skipped, stored: None
     cell: Callable[[RunRecord], None] = lambda record: None
     loading: Callable[[LoadConfig], None] = lambda load: None
+    note: Callable[[str], None] = lambda line: None  # something the user should know (a context grown to fit)
 
 
 def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
@@ -280,6 +292,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
         check_compatible(files)
     for s in grid.strategies:  # a target alone (no --draft) drafts by n-gram only
         s.check(max(grid.ks), has_draft_model=files.draft is not None)
+    grid = sized_context(files, grid, events)
     _check_memory(files, grid)
     plan = [(load, cell) for load in grid.settings() for engine in grid.engines
             for cell in cells_for(grid, files.draft is not None, engine)]
@@ -307,6 +320,28 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
                 yield from server_engine.run_setting(files, grid, load, cells, make_record)
             else:
                 yield from _run_setting(files, grid, load, cells, static)
+
+
+def sized_context(files: PairFiles, grid: Grid, events: SweepEvents = SweepEvents()) -> Grid:
+    """The grid with a context that holds the deepest filler, the longest prompt, the output and a verify batch
+    (--ctx-size when it already does: rounded up to 256 tokens otherwise, and said); one line when the models were
+    trained on less."""
+    with Vocabulary(files.target) as vocab:
+        longest = max(len(vocab.tokenize(vocab.chat_prompt(p.text) if p.chat and vocab.has_chat_template() else p.text))
+                      for p in grid.prompts)
+    k_max = max(NGRAM_CACHE_K if s.spec_type == "ngram-cache" else s.max_k(k) for s in grid.strategies for k in grid.ks)
+    need = max(grid.depths) + longest + grid.n_predict + k_max + 1
+    if need <= grid.n_ctx:
+        return grid
+    trained = min([n for f in (files.target, files.draft) if f and (n := read_info(f).context_length)], default=None)
+    if trained and need > trained:
+        raise ConfigError(f"depth {max(grid.depths)} + the longest prompt ({longest} tokens) + -n {grid.n_predict} + a "
+                          f"verify batch need {need} tokens of context, more than the models were trained on ({trained}); "
+                          "lower -d/--depth or -n")
+    n_ctx = -(-need // 256) * 256
+    events.note(f"--ctx-size {grid.n_ctx} cannot hold depth {max(grid.depths)} + the longest prompt ({longest} tokens) + "
+                f"-n {grid.n_predict} + a verify batch: running with -c {n_ctx}")
+    return replace(grid, n_ctx=n_ctx)
 
 
 def _device_budget(grid: Grid) -> int | None:
@@ -339,33 +374,42 @@ def _run_setting(files: PairFiles, grid: Grid, load: LoadConfig, cells: list[Cel
         # chat prompts go through the target's template; a model without one gets the plain text
         chat_ok = pair.target.has_chat_template()
         tokens = {p.id: pair.prompt_tokens(p.text, p.chat and chat_ok) for p in grid.prompts}
+        k_max = max(s.max_k(k) for s in grid.strategies for k in grid.ks)
         for p in grid.prompts:
-            pair.check_fits(len(tokens[p.id]), grid.n_predict, max(s.max_k(k) for s in grid.strategies for k in grid.ks))
+            pair.check_fits(max(grid.depths) + len(tokens[p.id]), grid.n_predict, k_max)
         _warm_up(pair, tokens[grid.prompts[0].id], grid)
         offload = pair.offload()
-        greedy_target: dict[str, list[int]] = {}  # prompt id -> the target alone's greedy tokens
-        for cell in cells:
-            cfg = cell.config(grid, load).sampling()
-            try:
-                with LoadMeter() as meter:
-                    res = pair.generate(cell.mode, tokens[cell.prompt.id], grid.n_predict, cell.k, cfg,
-                                        verify=grid.verify, strategy=cell.strategy)
-                identity = None
-                if cfg.greedy and cell.mode == Mode.TARGET:
-                    greedy_target[cell.prompt.id] = res.tokens
-                if cfg.greedy and cell.mode == Mode.SPECULATIVE:
-                    identity = _identity(pair, tokens[cell.prompt.id], res, grid, greedy_target, cell.prompt.id)
-                measured = RunMetrics.from_result(res, pair.target.detokenize(res.tokens), identity)
-                yield replace(_record(static, files, grid, load, cell, measured, offload, None), load=meter.load)
-            except (BenchError, MemoryError) as exc:
-                yield _record(static, files, grid, load, cell, None, offload, str(exc))
+        greedy_target: dict[tuple, list[int]] = {}  # (prompt id, depth) -> the target alone's greedy tokens
+        for depth in sorted({c.depth for c in cells}):
+            filler = pair.at_depth(depth)  # the same filler in both models, prefilled untimed
+            at_depth = {pid: after_filler(t, filler) for pid, t in tokens.items()}
+            for cell in (c for c in cells if c.depth == depth):
+                yield _measure_cell(pair, grid, load, cell, at_depth[cell.prompt.id], greedy_target, offload, static, files)
 
 
-def _identity(pair: LoadedPair, prompt: list[int], spec, grid: Grid, greedy_target: dict, prompt_id: str) -> Identity:
+def _measure_cell(pair: LoadedPair, grid: Grid, load: LoadConfig, cell: Cell, prompt: list[int], greedy_target: dict,
+                  offload: Offload, static: dict, files: PairFiles) -> RunRecord:
+    cfg = cell.config(grid, load).sampling()
+    key = (cell.prompt.id, cell.depth)
+    try:
+        with LoadMeter() as meter:
+            res = pair.generate(cell.mode, prompt, grid.n_predict, cell.k, cfg, verify=grid.verify, strategy=cell.strategy)
+        identity = None
+        if cfg.greedy and cell.mode == Mode.TARGET:
+            greedy_target[key] = res.tokens
+        if cfg.greedy and cell.mode == Mode.SPECULATIVE:
+            identity = _identity(pair, prompt, res, grid, greedy_target, key)
+        measured = RunMetrics.from_result(res, pair.target.detokenize(res.tokens), identity)
+        return replace(_record(static, files, grid, load, cell, measured, offload, None), load=meter.load)
+    except (BenchError, MemoryError) as exc:
+        return _record(static, files, grid, load, cell, None, offload, str(exc))
+
+
+def _identity(pair: LoadedPair, prompt: list[int], spec, grid: Grid, greedy_target: dict, key: tuple) -> Identity:
     """Whether a greedy speculative run gave the target alone's text; if not, where and why (after timing)."""
-    if prompt_id not in greedy_target:  # resumed sweep: the target cell ran in an earlier process
-        greedy_target[prompt_id] = pair.generate(Mode.TARGET, prompt, grid.n_predict, 0, SamplingConfig()).tokens
-    return compare_greedy(pair.target, prompt, greedy_target[prompt_id], spec)
+    if key not in greedy_target:  # resumed sweep: the target cell ran in an earlier process
+        greedy_target[key] = pair.generate(Mode.TARGET, prompt, grid.n_predict, 0, SamplingConfig()).tokens
+    return compare_greedy(pair.target, prompt, greedy_target[key], spec)
 
 
 def _warm_up(pair: LoadedPair, prompt: list[int], grid: Grid) -> None:

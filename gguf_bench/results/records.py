@@ -201,15 +201,16 @@ class RunConfig:
     # None: one request at a time on one slot (every record before them)
     parallel: int | None = None
     clients: int | None = None
+    depth: int | None = None  # tokens of context before the prompt (llama-bench's -d); None: none (every older record)
 
     def cell_fields(self) -> dict:
         """What identifies the cell: the stored config without `category`, and without a default strategy, verify
         mode, engine or context setting (so that keys of files written before those existed stay the same)."""
-        optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients")
+        optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients", "depth")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category")}
         if self.strategy is not None:
             out["strategy"] = self.strategy.params()
-        for name in ("verify", "engine", "parallel", "clients"):
+        for name in ("verify", "engine", "parallel", "clients", "depth"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         for name, default in CONTEXT_DEFAULTS.items():
@@ -373,7 +374,8 @@ def run_row(run: RunRecord) -> dict:
         "cpu_share": run.load.cpu_s / run.load.wall_s if run.load and run.load.wall_s and run.load.cpu_s is not None else None,
         "cpu_count": (run.load.cpu_count if run.load else None) or run.env.cpu_count,
         "others_cores": run.load.others_cores if run.load else None,
-        "parallel": cfg.parallel, "clients": cfg.clients, "per_request_tokens_per_s": m.per_request_tokens_per_s,
+        "parallel": cfg.parallel, "clients": cfg.clients, "depth": cfg.depth or 0,
+        "per_request_tokens_per_s": m.per_request_tokens_per_s,
         "ttft_s": m.ttft_s, "latency_p95_s": m.latency_p95_s, "pool": run.server.pool if run.server else None,
         "command": " ".join(run.server.command) if run.server and run.server.command else None,
     }

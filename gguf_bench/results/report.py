@@ -37,7 +37,8 @@ from gguf_bench.results.text import fit_title, number_text, speed_text
 
 CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
 CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
-SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", *CONTEXT, "temperature", "n_predict"]  # a baseline shares these
+SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", *CONTEXT, "depth", "temperature", "n_predict"]  # a baseline
+# shares these (depth: tokens of context before the prompt)
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 FORMATS = ("md", "csv", "json", "jsonl")
 SPREAD = 0.25  # std/mean of a row's runs above which they disagree too much to rank the row
@@ -99,6 +100,8 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     for col in CONCURRENCY + ["per_request_tokens_per_s", "ttft_s", "latency_p95_s"]:  # frames made before them
         if col not in df.columns:
             df = df.assign(**{col: None})
+    if "depth" not in df.columns:
+        df = df.assign(depth=0)
     setting = SETTING + (["prompt_id"] if by_prompt else [])
     keys = setting + ["mode", "strategy", "k"]
     numeric = ("load1", "main_cpu_share", "cpu_count", "others_cores", "schedule_predicted_tokens_per_s", "pp_tokens_per_s")
@@ -242,7 +245,7 @@ def _tps(row: pd.Series) -> str:
 
 # --- rich tables ----------------------------------------------------------------------------
 
-_VARYING = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np", "clients": "clients",
+_VARYING = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np", "clients": "clients", "depth": "-d",
             "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
             "ngl": "-ngl", "ngld": "-ngld", "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
             "batch_size": "-b", "ubatch_size": "-ub", "threads_draft": "-td"}
@@ -299,7 +302,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
 
 # --- engines side by side -------------------------------------------------------------------
 
-SIDE = ["pair", "host", "ngl", "ngld", *CONTEXT, "temperature", "n_predict"]  # what both engines' rows must share
+SIDE = ["pair", "host", "ngl", "ngld", *CONTEXT, "depth", "temperature", "n_predict"]  # what both engines' rows must share
 
 
 def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
@@ -408,6 +411,8 @@ def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
             if c == "engine":
                 v = "llama-server"
             fixed.append(f"T={v:g}" if c == "temperature" else f"n={v}" if c == "n_predict" else str(v))
+    if "depth" in summary.columns and "depth" not in varying and summary["depth"].iloc[0]:
+        fixed.append(f"@ d{summary['depth'].iloc[0]}")  # llama-bench's spelling of a depth
     for c, default in CONTEXT_DEFAULTS.items():  # a context setting every row shares, where it is not llama.cpp's default
         if c not in varying and c in summary.columns and summary[c].iloc[0] != default:
             fixed.append(f"{_VARYING[c]} {summary[c].iloc[0]}")
@@ -479,7 +484,8 @@ def concurrency_lines(summary: pd.DataFrame) -> list[str]:
         parts = [f"{g:+.0f}% at {c} client{'s' if c > 1 else ''}" + (f" on {n} slot{'s' if n > 1 else ''}" if n != c else "")
                  for c, n, g in gains]
         stops = next((c for c, _, g in gains if g <= 0), None)
-        verdict = f"; it stops paying at {stops} clients" if stops else "; it pays at every count measured"
+        verdict = ("; it pays at every count measured" if stops is None else "; it pays at none of them"
+                   if stops == gains[0][0] else f"; it stops paying at {stops} clients")
         lines.append(f"{row_label(group.iloc[0])} gains {', '.join(parts)}{verdict}")
     return lines
 

