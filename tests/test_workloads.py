@@ -111,7 +111,8 @@ def test_a_wheel_that_does_not_match_the_registry_is_one_line(tmp_path, local_in
 def test_spec_bench_from_the_local_hub_by_category(tmp_path, hub):
     reg = registry(tmp_path)
     code = ("import json; from gguf_bench.measure import workloads; "
-            f"print(json.dumps([[p.id, p.category, p.chat] for p in workloads.choose(None, 'spec-bench:qa', registry={str(reg)!r})])); "
+            "print(json.dumps([[p.id, p.category, p.chat] for p in "
+            f"workloads.choose(None, 'spec-bench:qa', registry={str(reg)!r})])); "
             f"print(json.dumps([p.category for p in workloads.choose(None, 'spec-bench', 2, registry={str(reg)!r})]))")
     proc = in_process(hub.url, code)
     assert proc.returncode == 0, proc.stderr
