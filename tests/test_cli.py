@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import assert_user_error, invoke, pair_args
+from cli_helpers import assert_user_error, invoke, pair_args, stored
 
 from gguf_bench.models.tiny import TinySpec, make_pair
 
@@ -104,7 +104,6 @@ def test_run_warns_about_offload_on_a_cpu_build(tiny_pairs):
     (["-n", "0"], "--n-predict must be >= 1"),
     (["--temp", "-1"], "--temp must be >= 0"),
     (["-ngl", "lots"], "GPU layers must be a number or 'all'"),
-    (["--ctx-size", "64", "-p", "word " * 80], "do not fit in --ctx-size 64"),
     (["--name", "a/b"], "--name 'a/b' may hold only"),
 ])
 def test_run_bad_input(tiny_pairs, args, needle):
@@ -131,6 +130,15 @@ def test_run_unknown_pair_and_bad_registry(tmp_path):
     bad = tmp_path / "models.yaml"
     bad.write_text("models: {a: {path: x.gguf}}\npairs: {p: {target: a, draft: zz}}\ndefault: p\n")
     assert_user_error(invoke("run", "p", "--registry", str(bad)), str(bad), "pairs.p.draft")
+
+
+def test_a_prompt_longer_than_the_context_grows_it_and_says_so(tiny_pairs, isolated):
+    """issue 31: the context holds prompt + output + a verify batch (rounded up to 256), with a note."""
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "--ctx-size", "64", "-p", "word " * 80, "-n", "8", "--name", "grow")
+    assert result.exit_code == 0, result.output
+    assert "Note: --ctx-size 64 cannot hold" in result.stderr and "the longest prompt (401 tokens)" in result.stderr
+    assert "running with -c 512" in result.stderr  # 401 + 8 + 5 tokens, rounded up to 256
+    assert {r["config"]["n_ctx"] for r in stored(isolated / "results" / "grow.jsonl")} == {512}
 
 
 def test_compare_shows_both_and_a_summary(tiny_pairs):

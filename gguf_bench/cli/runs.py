@@ -69,7 +69,16 @@ from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
 from gguf_bench.measure import deploy, prompts, workloads
 from gguf_bench.measure.distributed import failure_message, sweep_on_ray
-from gguf_bench.measure.sweep import Grid, iter_records, measured, results_path, run_path, run_sweep, single_run_grid
+from gguf_bench.measure.sweep import (
+    Grid,
+    SweepEvents,
+    iter_records,
+    measured,
+    results_path,
+    run_path,
+    run_sweep,
+    single_run_grid,
+)
 from gguf_bench.results import report as rep
 from gguf_bench.results import specbench
 from gguf_bench.results.plots import check_plot, plot
@@ -119,7 +128,8 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
     with exclusive(out):  # no other process writes NAME while this runs
         out = run_path(out.stem)  # nor did one create it since
         with console.status(f"running {files.name} ..."):
-            records = measured(list(iter_records("run", files, grid)))
+            note = SweepEvents(note=lambda line: err.print(f"Note: {line}", markup=False))
+            records = measured(list(iter_records("run", files, grid, events=note)))
         unsaved = try_append_records(out, records)  # a failed write still prints the result, then exits 1
     if json_out:
         console.print_json(json.dumps([to_dict(r) for r in records], default=str))

@@ -339,8 +339,9 @@ def sized_context(files: PairFiles, grid: Grid, events: SweepEvents = SweepEvent
                           f"verify batch need {need} tokens of context, more than the models were trained on ({trained}); "
                           "lower -d/--depth or -n")
     n_ctx = -(-need // 256) * 256
-    events.note(f"--ctx-size {grid.n_ctx} cannot hold depth {max(grid.depths)} + the longest prompt ({longest} tokens) + "
-                f"-n {grid.n_predict} + a verify batch: running with -c {n_ctx}")
+    depth = f"depth {max(grid.depths)} + " if max(grid.depths) else ""
+    events.note(f"--ctx-size {grid.n_ctx} cannot hold {depth}the longest prompt ({longest} tokens) + -n {grid.n_predict} + "
+                f"a verify batch: running with -c {n_ctx}")
     return replace(grid, n_ctx=n_ctx)
 
 
