@@ -180,3 +180,18 @@ def test_runs_at_depth_keep_greedy_output_and_say_their_depth(tiny_pairs, isolat
 def test_a_depth_past_the_training_context_is_one_line(tiny_pairs, isolated):
     assert_user_error(invoke("sweep", *pair_args(tiny_pairs["high"]), "-K", "2", "-d", "5000", "--prompt-ids",
                              "code-short", "--name", "toodeep"), "more than the models were trained on (4096)")
+
+
+def test_tune_at_depth_calibrates_and_checks_after_the_filler(tiny_pairs, isolated):
+    """tune -d: the calibration's decode timings and acceptance are taken after the filler, it says its depth, and
+    --check measures at the same depth (so report matches prediction and runs by depth)."""
+    result = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-3", "-n", "16", "--prompt-ids", "code-short",
+                    "--threads", "2", "-c", "256", "--reps", "1", "-d", "300", "--check", "--name", "deeptune")
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "deeptune.jsonl")
+    cal = next(r for r in records if r["kind"] == "calibration")
+    assert cal["config"]["depth"] == 300 and cal["config"]["n_ctx"] == 512
+    runs = [r for r in records if r.get("kind", "run") == "run"]
+    assert runs and all(r["config"]["depth"] == 300 for r in runs)
+    report = invoke("report", str(isolated / "results" / "deeptune.jsonl"))
+    assert report.exit_code == 0 and "pred." in report.output and "@ d300" in report.output, report.output

@@ -36,14 +36,12 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "sweep": [
         "gguf-bench sweep -K 1-8 --name k-scan",
-        "gguf-bench sweep qwen-coder-7b+0.5b -K 2,4,8 -ngl 0,16,all -ngld 0,all -r 3",
-        "gguf-bench sweep --engine server --spec-type draft-simple,ngram-mod -K 2,4,8 --parallel 1,2,4 --name deploy",
-        "gguf-bench sweep --prompts humaneval --per-category 20 -K 2,4,8 -d 0,4096 --name workloads",
+        "gguf-bench sweep --engine server --spec-type ngram-mod,draft-simple -np 1,2",
+        "gguf-bench sweep --prompts humaneval --per-category 20 -d 0,4096",
     ],
     "report": [
         "gguf-bench report   # every results/*.jsonl",
-        "gguf-bench report results/k-scan.jsonl --by prompt --plot k.png",
-        "gguf-bench report results/deploy.jsonl   # ends with the llama-server line to deploy",
+        "gguf-bench report results/deploy.jsonl   # ends with the line to deploy",
         "gguf-bench report results/workloads.jsonl --spec-bench --format md",
     ],
     "tune": [

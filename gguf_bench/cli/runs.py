@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
 import typer
 
 from gguf_bench import options
@@ -175,14 +174,9 @@ def _spec_bench(df, fmt: str | None, output: Path | None) -> None:
 
 def _deploy_lines(summary, df, runs: list) -> None:
     """Each pair's best cell as the llama-server command that reproduces it (measure/deploy.py)."""
-    summary = deploy.with_deploy(summary, df, runs)
-    for _, r in summary[summary["deploy"].notna()].iterrows():
-        where = f" with {int(r['clients'])} clients on {int(r['parallel'])} slots" if pd.notna(r.get("clients")) else ""
-        note = "" if r["engine"] == options.SERVER_ENGINE else " (measured in the Python loop: check it with --engine server)"
-        gain = (f"{r['gain_pct']:+.1f}% over the target alone" if r["mode"] == "speculative"
-                else "no speculative setting gained here, so no speculation")
-        console.print(f"deploy {r['pair']}: {rep.row_label(r)}{where}, {gain}{note}", markup=False)
-        console.print(r["deploy"], markup=False, soft_wrap=True)
+    for headline, command_line in deploy.lines(deploy.with_deploy(summary, df, runs)):
+        console.print(headline, markup=False)
+        console.print(command_line, markup=False, soft_wrap=True)  # one line, to paste
 
 
 def _placement_lines(record: RunRecord) -> None:

@@ -35,6 +35,7 @@ from gguf_bench.cli.progress import pair_files
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import deploy, workloads
 from gguf_bench.measure.calibrate import TuneEvents, calibrate_settings, run_check, run_cost_check
+from gguf_bench.measure.sweep import Grid, SweepEvents, sized_context
 from gguf_bench.results.costmodel import (
     best,
     cost_outlook,
@@ -75,6 +76,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4,
          k_cap: Annotated[int | None, typer.Option("--k-cap", help="the heuristic schedule's largest K "
                           "(default: the largest -K)")] = None,
+         depth: Annotated[int, typer.Option("--depth", "-d", help="tokens of context before each prompt (llama-bench's "
+                          "-d): the verify costs and acceptance are measured after it")] = 0,
          registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Predict tokens/s for every draft length and offload setting from a short calibration, and
     recommend the fastest, without a full sweep (greedy)."""
@@ -90,10 +93,13 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     name = options.results_name(name or default_name("tune"))
     out = ensure_results_dir() / f"{name}.jsonl"  # appended to: tune into a sweep's file to report both together
     files = pair_files(pair, target, draft, registry)
+    sizing = Grid(ks=k_list, ngls=[0], nglds=[0], temperatures=[0.0], prompts=chosen, n_predict=n_predict, n_ctx=ctx_size,
+                  depths=[depth])  # the context that holds the depth, the longest prompt and the output
+    ctx_size = sized_context(files, sizing, SweepEvents(note=lambda line: err.print(f"Note: {line}", markup=False))).n_ctx
     with err.status(f"calibrating {files.name} ...") as status:
         events = TuneEvents(step=status.update, warn=lambda line: err.print(f"Warning: {line}", markup=False))
         calibrations = calibrate_settings(files, k_list, ngl_list, ngld_list, chosen, n_predict, ctx_size, threads, reps,
-                                          name, out, events)
+                                          name, out, events, depth)
         top_cal, top = best(calibrations, predicted)
         rec = recommend(calibrations, predicted)  # never a slowdown: the target alone when no K beats it
         outlooks = cost_outlook(calibrations, predicted)  # --k-schedule cost against the best fixed K

@@ -23,6 +23,7 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.engines.llama_cpp import Model, gpu_offload_supported, read_info
 from gguf_bench.errors import ConfigError, ModelError
 from gguf_bench.measure.costs import DecodeTimer
+from gguf_bench.measure.depth import after_filler
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles, check_compatible
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import Grid, iter_records, measured
@@ -140,9 +141,10 @@ class CalibrationEvents:
 
 
 def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_predict: int, ks: Sequence[int],
-              reps: int = DEFAULT_REPS, name: str | None = None, events: CalibrationEvents = CalibrationEvents()
-              ) -> CalibrationRecord:
-    """Measure one offload setting; return the calibration record (not stored here)."""
+              reps: int = DEFAULT_REPS, name: str | None = None, events: CalibrationEvents = CalibrationEvents(),
+              depth: int = 0) -> CalibrationRecord:
+    """Measure one offload setting (at `depth` tokens of filler before each prompt: measure/depth.py); return the
+    calibration record (not stored here)."""
     check_k_range(ks)
     if reps < 1:
         raise ConfigError(f"--reps must be >= 1, got {reps}")
@@ -154,8 +156,12 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
     with LoadedPair(files, load) as pair:
         chat_ok = pair.target.has_chat_template()
         tokens = [pair.prompt_tokens(p.text, p.chat and chat_ok) for p in prompts]
+        if depth:
+            events.step(f"filling {depth} tokens of context")
+            filler = pair.at_depth(depth)  # every run and decode timing after it, as sweep -d runs them
+            tokens = [after_filler(t, filler) for t in tokens]
         for t in tokens:
-            pair.check_fits(len(t), n_predict, k_max)
+            pair.check_fits(depth + len(t), n_predict, k_max)
         events.step("warm-up")
         pair.generate(Mode.SPECULATIVE, tokens[0], min(16, n_predict), k_max, greedy)
         runs, texts = [], []
@@ -181,7 +187,7 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
         config=CalibrationConfig(ngl=layers_label(load.ngl), ngld=layers_label(load.ngld), n_ctx=load.n_ctx,
                                  threads=load.threads, seed=load.seed, temperature=0.0, prompts=[p.id for p in prompts],
                                  n_predict=n_predict, ks=list(ks), k_max=k_max, reps=decodes["samples"],
-                                 position=decodes["position"]),
+                                 position=decodes["position"], depth=depth),
         timings=CalibrationTimings(
             t_draft_s=timings.t_draft, t_draft2_s=timings.t_draft2, t_verify_s=list(timings.t_verify),
             round_overhead_s=timings.round_overhead, round_overhead_raw_s=round_overhead,
@@ -212,7 +218,7 @@ class TuneEvents:
 
 def calibrate_settings(files: PairFiles, ks: Sequence[int], ngls: Sequence[int], nglds: Sequence[int],
                        prompts: Sequence[Prompt], n_predict: int, ctx_size: int, threads: int | None, reps: int,
-                       name: str, out: Path, events: TuneEvents = TuneEvents()) -> list[Calibration]:
+                       name: str, out: Path, events: TuneEvents = TuneEvents(), depth: int = 0) -> list[Calibration]:
     """Calibrate each offload setting this build can run and store each record in `out`; a setting that fails to
     load is skipped with a warning while another one loads, and is the error when none does."""
     check_compatible(files)
@@ -225,7 +231,7 @@ def calibrate_settings(files: PairFiles, ks: Sequence[int], ngls: Sequence[int],
         load = LoadConfig(ngl, ngld, ctx_size, threads)
         steps = CalibrationEvents(step=lambda what, at=f"{files.name} {load.label}": events.step(f"calibrating {at}: {what}"))
         try:
-            record = calibrate(files, load, prompts, n_predict, ks, reps, name, steps)
+            record = calibrate(files, load, prompts, n_predict, ks, reps, name, steps, depth)
         except (ModelError, MemoryError) as exc:
             if len(settings) == 1:
                 raise
@@ -254,7 +260,8 @@ def run_check(files: PairFiles, cal: Calibration, k: int, prompts: Sequence[Prom
     """Measure K-1, K, K+1 and the target alone as `sweep` does (same cells, same records, stored), next to the
     prediction (costmodel.check_rows)."""
     grid = Grid(ks=check_ks(cal, k), ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
-                prompts=list(prompts), n_predict=n_predict, n_ctx=ctx_size, threads=threads, with_draft_alone=False)
+                prompts=list(prompts), n_predict=n_predict, n_ctx=ctx_size, threads=threads, with_draft_alone=False,
+                depths=[cal.depth])
     events.step(f"checking K={', '.join(map(str, grid.ks))} as sweep measures them ...")
     return check_rows(cal, _checked(name, files, grid, out, events))
 
@@ -266,7 +273,7 @@ def run_cost_check(files: PairFiles, outlook: CostOutlook, prompts: Sequence[Pro
     cal, p = outlook.cal, outlook.prediction
     grid = Grid(ks=[p.k], ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
                 prompts=list(prompts), n_predict=n_predict, n_ctx=ctx_size, threads=threads, with_draft_alone=False,
-                with_target_alone=False, strategies=[outlook.schedule])
+                with_target_alone=False, strategies=[outlook.schedule], depths=[cal.depth])
     events.step(f"checking {p.strategy} as sweep measures it ...")
     speeds = [r.tokens_per_s for r in _checked(name, files, grid, out, events) if not r.error and r.tokens_per_s]
     tokens_per_s = statistics.fmean(speeds)

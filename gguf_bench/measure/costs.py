@@ -122,7 +122,8 @@ def stored_costs(files: PairFiles, ngl: int, ngld: int, threads: int | None, k_m
         except Exception:  # a file report would complain about is simply not a source of costs
             continue
         for r in records:
-            if not isinstance(r, CalibrationRecord) or r.models.target is None or len(r.timings.t_verify_s) < k_max + 1:
+            if (not isinstance(r, CalibrationRecord) or r.models.target is None or len(r.timings.t_verify_s) < k_max + 1
+                    or r.config.depth):  # costs at depth are not the costs of a run without it
                 continue
             same_draft = files.draft is None or _same_file(r.models.draft, files.draft)
             cfg = r.config

@@ -22,8 +22,8 @@ from gguf_bench.engines.server_build import MARKER, find_server, library_env
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server import speculation
-from gguf_bench.results.records import Mode, RunRecord
-from gguf_bench.results.report import SETTING
+from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
+from gguf_bench.results.report import SETTING, row_label
 
 KEYS = SETTING + ["mode", "strategy", "k"]
 
@@ -43,6 +43,18 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
                 continue
             if out.at[index, "deploy"]:
                 break
+    return out
+
+
+def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
+    """(what the line reproduces, the command line) for each pair's best row (with_deploy's `deploy` column)."""
+    out = []
+    for _, r in summary[summary["deploy"].notna()].iterrows():
+        where = f" with {int(r['clients'])} clients on {int(r['parallel'])} slots" if pd.notna(r.get("clients")) else ""
+        what = (f"{row_label(r)}{where} (gain {r['gain_pct']:+.1f}%)" if r["mode"] == "speculative"
+                else f"no speculation{where} (no speculative setting gained)")
+        note = "" if r["engine"] == SERVER_ENGINE else " (measured in the Python loop: check it with --engine server)"
+        out.append((f"deploy {r['pair']}: {what}{note}", r["deploy"]))
     return out
 
 

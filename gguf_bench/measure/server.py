@@ -127,7 +127,7 @@ class ServerEngine:
                 yield from run.measure(layers, self.version, warm_up=pool != "cold")
             server.remove_log()
 
-    def _launch(self, files: PairFiles, load: LoadConfig, spec: Speculation, parallel: int) -> Launch:
+    def _launch(self, files: PairFiles, load: LoadConfig, spec: Speculation, parallel: int = 1) -> Launch:
         return Launch(self.binary, files.target, files.draft, spec, str(layers_label(load.ngl)), str(layers_label(load.ngld)),
                       load.n_ctx, load.threads or os.cpu_count() or 1, repack=use_extra_buffers(), batch=load.n_batch,
                       ubatch=load.n_ubatch, threads_draft=load.threads_draft, flash_attn=load.flash_attn,

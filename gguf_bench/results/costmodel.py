@@ -323,6 +323,7 @@ class Calibration:
     texts: tuple[Text, ...]
     a: tuple[float | None, ...]  # a_j measured in the K_max runs (accepted_at / reached_at), for display
     fit: float | None = None  # the K_max runs' decode time as predicted over as measured (1.0: consistent)
+    depth: int = 0  # tokens of context before each prompt when it was measured
 
     @classmethod
     def from_record(cls, rec: CalibrationRecord) -> Calibration:
@@ -334,7 +335,7 @@ class Calibration:
         loop = tm.in_loop
         fit = loop.predicted_decode_s / loop.decode_s if loop.decode_s and loop.predicted_decode_s else None
         return cls(pair=rec.pair, ngl=str(cfg.ngl), ngld=str(cfg.ngld), n_predict=cfg.n_predict,
-                   ks=tuple(cfg.ks), timings=timings, texts=texts, a=tuple(acc.a), fit=fit)
+                   ks=tuple(cfg.ks), timings=timings, texts=texts, a=tuple(acc.a), fit=fit, depth=cfg.depth)
 
     def predict(self, k: int, strategy: Strategy = DEFAULT_STRATEGY) -> Prediction:
         if strategy.max_k(k) > self.timings.k_max:
@@ -522,24 +523,25 @@ def predicted_frame(records: Sequence[CalibrationRecord]):
     columns report uses: pair, host ('local': tune measures in its own process), ngl, ngld, temperature,
     n_predict, k, predicted_tokens_per_s,
     predicted_gain_pct, predicted_baseline_tokens_per_s, predicted_best, and the calibration's
-    prompt ids (comma-joined). The latest record of a (pair, ngl, ngld, n_predict) wins."""
+    prompt ids (comma-joined). The latest record of a (pair, ngl, ngld, n_predict, depth) wins."""
     import pandas as pd
 
     latest: dict[tuple, Calibration] = {}
     for rec in sorted((r for r in records if isinstance(r, CalibrationRecord)), key=lambda r: r.time or ""):
         cal = Calibration.from_record(rec)
-        latest[(cal.pair, cal.ngl, cal.ngld, cal.n_predict)] = cal
+        latest[(cal.pair, cal.ngl, cal.ngld, cal.n_predict, cal.depth)] = cal
     rows = []
     for cal in latest.values():
         preds = cal.predictions()
         top = max(p.tokens_per_s for p in preds)
         prompts = ",".join(t.prompt_id for t in cal.texts)
         rows += [{"pair": cal.pair, "host": "local", "ngl": cal.ngl, "ngld": cal.ngld, "temperature": 0.0, "n_predict": cal.n_predict,
+                  "depth": cal.depth,
                   "k": p.k, "predicted_tokens_per_s": p.tokens_per_s, "predicted_gain_pct": p.gain_pct,
                   "predicted_baseline_tokens_per_s": p.baseline_tokens_per_s, "predicted_best": p.tokens_per_s == top,
                   "prompts": prompts}
                  for p in preds]
-    columns = ["pair", "host", "ngl", "ngld", "temperature", "n_predict", "k", "predicted_tokens_per_s", "predicted_gain_pct",
+    columns = ["pair", "host", "ngl", "ngld", "temperature", "n_predict", "depth", "k", "predicted_tokens_per_s", "predicted_gain_pct",
                "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
     return pd.DataFrame(rows, columns=columns)
 

@@ -461,7 +461,8 @@ class CalibrationConfig:
     ks: list[int] = field(default_factory=list)
     k_max: int = 0
     reps: int = 0  # decode timing samples per batch size
-    position: int = 0  # context position the decode timings were taken at
+    position: int = 0  # context position the decode timings were taken at (after the depth's filler)
+    depth: int = 0  # tokens of filler before every prompt (measure/depth.py)
 
 
 @dataclass
