@@ -23,7 +23,7 @@ from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server import speculation
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
-from gguf_bench.results.report import SETTING, row_label
+from gguf_bench.results.report import SETTING, matching, row_label
 
 KEYS = SETTING + ["mode", "strategy", "k"]
 
@@ -68,17 +68,17 @@ def _candidates(rows: pd.DataFrame) -> list:
 
 def _record_of(row: pd.Series, df: pd.DataFrame, runs: list[RunRecord]) -> RunRecord | None:
     """A measured record of the summary row (df is report.to_frame(runs): the same order)."""
-    match = df["error"].isna()
-    for key in KEYS:
-        if key in df and key in row.index:
-            match &= (df[key] == row[key]) | (df[key].isna() & pd.isna(row[key]))
-    hits = df.index[match]
+    hits = df.index[df["error"].isna() & matching(df, row, KEYS)]
     return runs[hits[0]] if len(hits) else None
 
 
 def command_line(record: RunRecord) -> str:
     """The shell line to paste: environment first when the binary needs one, then the arguments, quoted."""
-    argv = command(record)
+    return _shell(command(record))
+
+
+def _shell(argv: list[str]) -> str:
+    """The line to paste: the environment a binary made by `build-server` needs, then the arguments, quoted."""
     env = library_env() if (Path(argv[0]).parent / MARKER).is_file() else {}
     return " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.join(argv)])
 
@@ -122,5 +122,4 @@ def setting_line(files: PairFiles, strategy: Strategy | None, k: int, ngl: str, 
     launch = Launch(binary, files.target, files.draft if spec.needs_draft_file else None, spec, str(ngl), str(ngld),
                     n_ctx, threads or os.cpu_count() or 1)
     layers = (read_info(files.target).n_layers + 1, read_info(files.draft).n_layers + 1 if files.draft else None)
-    env = library_env() if (binary.parent / MARKER).is_file() else {}
-    return " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.join(deploy_argv(launch.argv(), *layers))])
+    return _shell(deploy_argv(launch.argv(), *layers))

@@ -140,6 +140,15 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     return agg.drop(columns=["_order", "_default"]).reset_index(drop=True)
 
 
+def matching(frame: pd.DataFrame, row: pd.Series, keys: Sequence[str]) -> pd.Series:
+    """Which rows of `frame` equal `row` on every key both have (two missing values are equal)."""
+    match = pd.Series(True, index=frame.index)
+    for k in keys:
+        if k in frame and k in row.index:
+            match &= (frame[k] == row[k]) | (frame[k].isna() & pd.isna(row[k]))
+    return match
+
+
 def _draft_lengths(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
     """Per setting, the rounds per draft length summed over its runs (a list: index = tokens drafted); None where
     no run counted them (the target or draft alone, files written before the counts, the server engine)."""

@@ -13,7 +13,7 @@ import pandas as pd
 from rich import box
 from rich.table import Table
 
-from gguf_bench.results.report import SETTING, row_label, summarize
+from gguf_bench.results.report import SETTING, matching, row_label, summarize
 from gguf_bench.results.text import number_text
 
 KEYS = [*SETTING, "strategy", "k"]
@@ -33,20 +33,12 @@ def frame(df: pd.DataFrame) -> pd.DataFrame | None:
     rows = []
     for _, r in spec.iterrows():
         row = {k: r[k] for k in KEYS if k in r.index} | {"tau": r["tokens_per_round"], "label": row_label(r)}
-        mine = by_category[_same(by_category, r) & (by_category["mode"] == "speculative")].set_index("prompt_id")
+        mine = by_category[matching(by_category, r, KEYS) & (by_category["mode"] == "speculative")].set_index("prompt_id")
         for c in cats:
             row[f"speedup {c}"] = 1 + mine.loc[c, "gain_pct"] / 100 if c in mine.index else None
         row["speedup overall"] = 1 + r["gain_pct"] / 100 if pd.notna(r["gain_pct"]) else None
         rows.append(row)
     return pd.DataFrame(rows) if rows else None
-
-
-def _same(summary: pd.DataFrame, row: pd.Series) -> pd.Series:
-    match = pd.Series(True, index=summary.index)
-    for k in KEYS:
-        if k in summary and k in row.index:
-            match &= (summary[k] == row[k]) | (summary[k].isna() & pd.isna(row[k]))
-    return match
 
 
 def _columns(sb: pd.DataFrame) -> list[str]:
