@@ -89,7 +89,7 @@ from gguf_bench.results.store import (
     try_append_records,
     use_results_dir,
 )
-from gguf_bench.results.text import fit_title
+from gguf_bench.results.text import fit_title, fold
 
 
 @command
@@ -175,7 +175,7 @@ def _spec_bench(df, fmt: str | None, output: Path | None) -> None:
 def _deploy_lines(summary, df, runs: list) -> None:
     """Each pair's best cell as the llama-server command that reproduces it (measure/deploy.py)."""
     for headline, command_line in deploy.lines(deploy.with_deploy(summary, df, runs)):
-        console.print(headline, markup=False)
+        console.print(fold(headline, console.width), markup=False, soft_wrap=True)  # broken at a separator only
         console.print(command_line, markup=False, soft_wrap=True)  # one line, to paste
 
 

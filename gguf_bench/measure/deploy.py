@@ -32,7 +32,7 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
     """The summary with a `deploy` column: on each pair's best row the command line that reproduces it, empty elsewhere.
     The best row is the speculative one with the highest gain over its own target alone (at its own concurrency) among
     rows not flagged busy that llama-server can run (a fixed K, no n-gram-then-model chain); where no such row
-    gains, the pair's target alone, so that no slower setting is ever recommended."""
+    gains, the pair's target alone, so that no slower setting is ever recommended; rows of a busy machine, nothing."""
     out = summary.assign(deploy=None)
     for _, rows in summary.groupby("pair", sort=False):
         for index in _candidates(rows):
@@ -62,7 +62,7 @@ def _candidates(rows: pd.DataFrame) -> list:
     # a busy machine disqualifies a row; a spread does not (prompts of different kinds differ by design)
     reliable = ~rows.get("unreliable", pd.Series("", index=rows.index)).fillna("").str.contains("busy")
     spec = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0) & reliable]
-    alone = rows[rows["mode"] == "target"]
+    alone = rows[(rows["mode"] == "target") & reliable]  # a busy machine recommends nothing
     return list(spec.sort_values("gain_pct", ascending=False).index) + list(alone.index[:1])
 
 

@@ -449,7 +449,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
     if reasons:
         why = [f"runs spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
         why += [_busy_reason(summary[summary["unreliable"].str.contains("busy")])] if "busy" in reasons else []
-        lines.append(f"! unreliable: {' and '.join(why)}; no best K is starred beside such rows")
+        lines.append(f"! unreliable: {'; '.join(why)}; no best K is starred beside such rows")
     if _concurrent(summary):
         lines.append("several clients: tokens/s is all clients' tokens over the round's wall time (prompts included); "
                      "req t/s: each request's own decode speed; p95 s: end-to-end latency")
@@ -508,7 +508,7 @@ def _busy_reason(busy: pd.DataFrame) -> str:
         parts.append(f"the generating thread got {starved:.0%} of the wall time")
     if not parts:  # records without the others' CPU time: judged by their load average
         parts.append(f"load average {busy['load1'].max():.1f} on {cores:.0f} cores")
-    return "the machine was busy: " + " and ".join(parts)
+    return "the machine was busy: " + "; ".join(parts)
 
 
 def _predicted(summary: pd.DataFrame) -> pd.Series | None:
