@@ -133,7 +133,7 @@ def _deploy_line(isolated: Path, name: str) -> tuple[str, dict, dict]:
     assert report.exit_code == 0, report.output
     lines = report.stdout.splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.startswith("deploy "))
-    printed = lines[at + 1]
+    printed = next(ln for ln in lines[at + 1:] if not ln.startswith("  "))  # after the headline's folded lines
     assert "-lv" not in printed and "--metrics" not in printed and "--port 8080" in printed and "-ngl 0" in printed
     as_json = json.loads(invoke("report", str(isolated / "results" / f"{name}.jsonl"), "--format", "json").stdout)
     best = [row for row in as_json if row.get("deploy")]
