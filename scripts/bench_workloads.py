@@ -3,18 +3,21 @@
 
 1. A short scan of -K on a few HumanEval tasks picks the best K.
 2. HumanEval (--tasks of the 164, a seeded sample) and the Spec-Bench categories the machine can load (from the hub;
-   where it cannot, the one line saying so, and the built-in prompts of Spec-Bench's categories instead, labelled so):
+   where it cannot, the one line saying so, then a checkout's question.jsonl if --spec-bench-file names one, else the
+   built-in prompts of Spec-Bench's categories, labelled so):
    the target alone and the best K, laid out as Spec-Bench lays its table out (speed-up per category, τ, overall).
 3. The best K against the target alone at each --depths (tokens of prose before the prompt), on one category.
 
 Every run is stored in results/bench-workloads-<pair>.jsonl (`gguf-bench report --spec-bench` reads it back).
 
     python scripts/bench_workloads.py [--pair NAME ...] [-K 2,4,8] [-n 64] [--tasks 20] [--depths 0,4096,16384]
+        [--spec-bench-file Spec-Bench/data/spec_bench/question.jsonl] [--per-category 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 from pathlib import Path
 
 from gguf_bench.decoding.strategy import Strategy
@@ -53,15 +56,12 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=20)
     ap.add_argument("--depths", default="0,4096,16384")
     ap.add_argument("--depth-category", default="qa")
+    ap.add_argument("--spec-bench-file", help="Spec-Bench's data/spec_bench/question.jsonl, when the hub is out of reach")
+    ap.add_argument("--per-category", type=int, default=3, help="Spec-Bench prompts per category (seeded sample)")
     args = ap.parse_args()
     ks = [int(k) for k in args.K.split(",")]
     humaneval = workloads.choose(None, "humaneval", per_category=args.tasks, seed=0)
-    try:
-        spec = workloads.choose(None, "spec-bench", per_category=3, seed=0)
-        spec_label = "Spec-Bench (hub)"
-    except BenchError as exc:
-        print(f"Spec-Bench: {exc}\n  using the built-in prompts of its categories instead ({STAND_INS})\n")
-        spec, spec_label = builtin(STAND_INS.split(",")), "built-in prompts by Spec-Bench category (stand-ins)"
+    spec, spec_label = spec_bench(args.spec_bench_file, args.per_category)
     for pair in args.pair or ["gemma-270m-f32+q4km"]:
         files = resolve(pair, None, None, None, quantize=quantize)
         out = Path("results") / f"bench-workloads-{pair}.jsonl"
@@ -81,6 +81,21 @@ def main() -> None:
         prompt = [p for p in spec if p.category == args.depth_category][:1] or spec[:1]
         deep = measure(pair, files, out, ks=[k], prompts=prompt, depths=depths, repetitions=2, **common)
         print(f"\nK={k} against the target alone by depth, prompt {prompt[0].id}:\n\n{depth_table(deep)}\n", flush=True)
+
+
+def spec_bench(question_file: str | None, per_category: int) -> tuple[list, str]:
+    """Spec-Bench's prompts: from the hub; else from a checkout's question.jsonl; else the built-in stand-ins."""
+    try:
+        return workloads.choose(None, "spec-bench", per_category=per_category, seed=0), "Spec-Bench (hub)"
+    except BenchError as exc:
+        print(f"Spec-Bench: {exc}", flush=True)
+    if question_file:
+        digest = hashlib.sha256(Path(question_file).read_bytes()).hexdigest()[:12]
+        print(f"  using {question_file} (sha256 {digest}...) instead\n", flush=True)
+        return (workloads.choose(None, question_file, per_category=per_category, seed=0),
+                f"Spec-Bench's question.jsonl (sha256 {digest}...), {per_category} per category")
+    print(f"  using the built-in prompts of its categories instead ({STAND_INS})\n", flush=True)
+    return builtin(STAND_INS.split(",")), "built-in prompts by Spec-Bench category (stand-ins)"
 
 
 def depth_table(records: list[RunRecord]) -> str:

@@ -121,6 +121,28 @@ def test_spec_bench_from_the_local_hub_by_category(tmp_path, hub):
     assert both == ["qa", "qa", "translation", "translation"]
 
 
+def test_a_spec_bench_question_file_reads_as_spec_bench_lays_it_out(tmp_path, isolated):
+    """Spec-Bench's own data/spec_bench/question.jsonl, as a user's checkout has it: first turns through the chat
+    template, MT-Bench's eight categories as one task (mt_bench), `FILE:categories` picks some of them."""
+    rows = [{"question_id": 81, "category": "writing", "turns": ["Write a haiku.", "Now rhyme it."]},
+            {"question_id": 111, "category": "math", "turns": ["What is 7 * 6?", "And 7 * 7?"]},
+            *SPEC_QA[:3], *SPEC_TRANSLATION[:2]]
+    path = tmp_path / "question.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    every = workloads.choose(None, str(path))
+    assert [(p.id, p.category, p.chat) for p in every[:3]] == [
+        ("mt_bench-81", "mt_bench", True), ("mt_bench-111", "mt_bench", True), ("qa-100", "qa", True)]
+    assert every[0].text == "Write a haiku." and len(every) == 7
+    picked = workloads.choose(None, f"{path}:qa,translation", per_category=1, seed=0)
+    assert [p.category for p in picked] == ["qa", "translation"]
+    assert picked == workloads.choose(None, f"{path}:qa,translation", per_category=1, seed=0)
+    args = ["sweep", "--target", "t.gguf", "--draft", "d.gguf", "-K", "2", "--name", "x"]
+    assert_user_error(invoke(*args, "--prompts", f"{path}:qa,rag"), "unknown category rag",
+                      "mt_bench, qa, translation")
+    path.write_text('{"question_id": 1, "category": "qa", "turns": []}\n')
+    assert_user_error(invoke(*args, "--prompts", str(path)), "line 1", '"turns" list')
+
+
 def assert_one_line(proc: subprocess.CompletedProcess, *needles: str) -> None:
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr

@@ -189,8 +189,23 @@ def builtin(ids: list[str] | None = None) -> list[Prompt]:
     return list(chosen.values())
 
 
+# Spec-Bench's question.jsonl files MT-Bench's 80 rows under MT-Bench's eight categories; its tables report them as one
+# task, mt_bench.
+MT_BENCH_CATEGORIES = frozenset({"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"})
+
+
+def first_turn(row: dict) -> str | None:
+    """The text a row sends: its `prompt`, or the first of its `turns` (Spec-Bench's and MT-Bench's rows are
+    conversations; the first turn is sent, as vLLM's and aiperf's loaders do). None when it has neither."""
+    turns = row.get("turns") or row.get("prompt")
+    text = turns[0] if isinstance(turns, list) and turns else turns
+    return text if isinstance(text, str) and text.strip() else None
+
+
 def load_jsonl(path: Path) -> list[Prompt]:
-    """One JSON object a line: {"id": ..., "prompt": ..., "chat": false, "category": ...}; id defaults to the line number."""
+    """One JSON object a line: {"id": ..., "prompt": ..., "chat": false, "category": ...} (id defaults to the line
+    number), or Spec-Bench's own rows, {"question_id", "category", "turns"}: the first turn, through the chat template,
+    id `<category>-<question_id>`, MT-Bench's eight categories as one, mt_bench, as Spec-Bench's tables have it."""
     if not path.is_file():
         raise ConfigError(f"prompts file {path} not found")
     prompts = []
@@ -199,15 +214,25 @@ def load_jsonl(path: Path) -> list[Prompt]:
             continue
         try:
             obj = json.loads(line)
-            text = obj["prompt"]
-        except (ValueError, KeyError, TypeError):
-            raise ConfigError(f"{path} line {n}: expected a JSON object with a \"prompt\" string") from None
-        if not isinstance(text, str) or not text:
-            raise ConfigError(f"{path} line {n}: \"prompt\" must be a non-empty string")
-        prompts.append(Prompt(str(obj.get("id", f"line{n}")), text, bool(obj.get("chat", False)), str(obj.get("category", ""))))
+            text = first_turn(obj)
+        except (ValueError, AttributeError):
+            text = obj = None
+        if text is None:
+            raise ConfigError(f"{path} line {n}: expected a JSON object with a non-empty \"prompt\" string or "
+                              "\"turns\" list") from None
+        prompts.append(_row_prompt(obj, text, n))
     if not prompts:
         raise ConfigError(f"{path} holds no prompts")
     return prompts
+
+
+def _row_prompt(obj: dict, text: str, n: int) -> Prompt:
+    category = str(obj.get("category", ""))
+    if "prompt" in obj:
+        return Prompt(str(obj.get("id", f"line{n}")), text, bool(obj.get("chat", False)), category)
+    category = "mt_bench" if category in MT_BENCH_CATEGORIES else category
+    return Prompt(str(obj.get("id", f"{category or 'line'}-{obj.get('question_id', n)}")), text,
+                  bool(obj.get("chat", True)), category)
 
 
 def from_options(text: str | None, path: Path | None, chat: bool, ids: str | None = None) -> Prompt:

@@ -29,8 +29,7 @@ from pathlib import Path
 import yaml
 
 from gguf_bench.errors import ConfigError, DownloadError
-from gguf_bench.measure.prompts import Prompt
-from gguf_bench.measure.prompts import choose as builtin_choose
+from gguf_bench.measure.prompts import Prompt, builtin, first_turn, load_jsonl
 from gguf_bench.models.download import hub_error_message, pip_download
 from gguf_bench.models.files import cache_dir
 from gguf_bench.models.registry import HubSource, default_registry_path
@@ -99,11 +98,32 @@ def choose(ids: str | None, prompts: str | None, per_category: int | None = None
         raise ConfigError("give --prompts or --prompt-ids, not both")
     if prompts and is_set_name(prompts, registry):
         return load_set(prompts, per_category, seed, registry)
-    if prompts and not Path(prompts).is_file() and not prompts.endswith(".jsonl"):
-        raise ConfigError(f"--prompts {prompts}: no such file and no such prompt set; sets: "
-                          f"{', '.join(known_sets(registry))}, or a FILE.jsonl")
-    chosen = builtin_choose(ids, Path(prompts) if prompts else None)
+    chosen = _from_file(prompts, registry) if prompts else builtin(ids.split(",") if ids else None)
     return _sample(chosen, per_category, seed) if per_category else chosen
+
+
+def _from_file(text: str, registry: Path | None) -> list[Prompt]:
+    """`FILE.jsonl`, or `FILE.jsonl:cat1,cat2` for those categories of it (a Spec-Bench question.jsonl, say)."""
+    path, wanted = Path(text), []
+    if not path.is_file() and ":" in text and Path(text.rsplit(":", 1)[0]).is_file():
+        path, wanted = Path(text.rsplit(":", 1)[0]), [c for c in text.rsplit(":", 1)[1].split(",") if c]
+    if not path.is_file() and not text.endswith(".jsonl"):
+        raise ConfigError(f"--prompts {text}: no such file and no such prompt set; sets: "
+                          f"{', '.join(known_sets(registry))}, or a FILE.jsonl")
+    rows = load_jsonl(path)
+    return _of_categories(rows, wanted, f"--prompts {path}") if wanted else rows
+
+
+def _of_categories(rows: list[Prompt], wanted: list[str], what: str) -> list[Prompt]:
+    _check_categories(wanted, list(dict.fromkeys(p.category for p in rows)), what)
+    return [p for p in rows if p.category in wanted]
+
+
+def _check_categories(wanted: list[str], have: list[str], what: str) -> None:
+    unknown = [c for c in wanted if c not in have]
+    if unknown:
+        raise ConfigError(f"{what}: unknown categor{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; "
+                          f"choose from {', '.join(have)}")
 
 
 def is_set_name(text: str, registry: Path | None = None) -> bool:
@@ -143,10 +163,7 @@ def _rows(pset: PromptSet, wanted: list[str] | None) -> list[Prompt]:
             raise ConfigError(f"--prompts {pset.name} has no categories to choose from")
         return _humaneval(pset, _fetch_member(pset))
     files = pset.source.files
-    unknown = [c for c in wanted or [] if c not in files]
-    if unknown:
-        raise ConfigError(f"--prompts {pset.name}: unknown categor{'ies' if len(unknown) > 1 else 'y'} "
-                          f"{', '.join(unknown)}; choose from {', '.join(files)}")
+    _check_categories(wanted or [], list(files), f"--prompts {pset.name}")
     out = []
     for cat in wanted or list(files):
         out += _turn_rows(pset, cat, _fetch_hub_file(pset, files[cat]))
@@ -167,11 +184,10 @@ def _turn_rows(pset: PromptSet, category: str, path: Path) -> list[Prompt]:
             continue
         try:
             row = json.loads(line)
-            turns = row.get("turns") or row.get("prompt")
-            text = turns[0] if isinstance(turns, list) else turns
-        except (ValueError, AttributeError, IndexError, TypeError):
+            text = first_turn(row)
+        except (ValueError, AttributeError):
             raise ConfigError(f"{pset.name}: {path.name} line {n} is not a row with turns or a prompt") from None
-        if not isinstance(text, str) or not text.strip():
+        if text is None:
             raise ConfigError(f"{pset.name}: {path.name} line {n} has no text in its first turn")
         rid = row.get("question_id", row.get("id", n))
         out.append(Prompt(f"{category}-{rid}", text, pset.chat, category))
