@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+from contextlib import nullcontext
 from pathlib import Path
 
 from gguf_bench.decoding.strategy import Strategy
@@ -26,6 +27,7 @@ from gguf_bench.errors import BenchError
 from gguf_bench.measure import workloads
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import Grid, SweepEvents, iter_records
+from gguf_bench.models.files import no_progress
 from gguf_bench.models.pairs import resolve
 from gguf_bench.results import report as rep
 from gguf_bench.results import specbench
@@ -63,7 +65,7 @@ def main() -> None:
     humaneval = workloads.choose(None, "humaneval", per_category=args.tasks, seed=0)
     spec, spec_label = spec_bench(args.spec_bench_file, args.per_category)
     for pair in args.pair or ["gemma-270m-f32+q4km"]:
-        files = resolve(pair, None, None, None, quantize=quantize)
+        files = resolve(pair, None, None, None, progress=lambda: nullcontext(no_progress), quantize=quantize)  # fetched if missing
         out = Path("results") / f"bench-workloads-{pair}.jsonl"
         out.parent.mkdir(exist_ok=True)
         out.unlink(missing_ok=True)

@@ -162,6 +162,16 @@ def test_report_flags_spread_and_load_and_stars_no_best_beside_them():
     s = summarize(to_frame(spread)).set_index(["mode", "k"])
     assert s.loc[("speculative", 4), "unreliable"] == "spread" and not s["best_k"].any()
 
+    def on(prompt, record):
+        return {**record, "config": {**record["config"], "prompt_id": prompt}}
+    mixed = [on("qa", hand_record("target", 10)), on("code", hand_record("target", 10.2)),  # one run per prompt: a
+             on("qa", hand_record("speculative", 11, k=4)), on("code", hand_record("speculative", 30, k=4))]  # workload,
+    assert (summarize(to_frame(mixed))["unreliable"] == "").all()  # not noise
+    twice = mixed + [on("qa", hand_record("speculative", 11.3, k=4, rep=1)), on("code", hand_record("speculative", 29, k=4, rep=1))]
+    assert (summarize(to_frame(twice))["unreliable"] == "").all()  # each prompt's repetitions agree
+    noisy = mixed + [on("qa", hand_record("speculative", 11.3, k=4, rep=1)), on("code", hand_record("speculative", 14, k=4, rep=1))]
+    assert summarize(to_frame(noisy)).set_index(["mode", "k"]).loc[("speculative", 4), "unreliable"] == "spread"
+
     own = quiet[:5] + [hand_record("speculative", 12.1, k=4, rep=1, load1=3.5)]  # load average 3.5, none of it others'
     assert (summarize(to_frame(own))["unreliable"] == "").all()
     busy = quiet[:5] + [hand_record("speculative", 12.1, k=4, rep=1, others=1.3)]  # others kept 1.3 cores busy

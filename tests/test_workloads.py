@@ -217,3 +217,21 @@ def test_tune_at_depth_calibrates_and_checks_after_the_filler(tiny_pairs, isolat
     assert runs and all(r["config"]["depth"] == 300 for r in runs)
     report = invoke("report", str(isolated / "results" / "deeptune.jsonl"))
     assert report.exit_code == 0 and "pred." in report.output and "@ d300" in report.output, report.output
+
+
+def test_the_spec_bench_table_names_the_depth_when_rows_differ_by_it():
+    """One sweep at depths 0 and 4096 gives two K=4 methods: each label says its depth, as llama-bench writes it."""
+    from gguf_bench.results import specbench
+    from gguf_bench.results.report import to_frame
+
+    def record(mode, tps, depth, k=0):
+        return {"pair": "P", "mode": mode, "metrics": {"tokens_per_s": tps, "ms_per_token": 1000 / tps,
+                                                       "tokens_per_round": 3.0 if k else None},
+                "config": {"k": k, "n_predict": 64, "prompt_id": "qa-1", "category": "qa", "depth": depth},
+                "offload": {"target": "0/29", "draft": "0/29"}, "models": {"target": {"file": "t.gguf"}}}
+    runs = [record("target", 10, 0), record("speculative", 15, 0, k=4),
+            record("target", 8, 4096), record("speculative", 6, 4096, k=4)]
+    rows = specbench.markdown(specbench.frame(to_frame(runs))).splitlines()[2:]
+    assert rows == ["| K=4 @ d0 | 1.50× | 3.00 | 1.50× |", "| K=4 @ d4096 | 0.75× | 3.00 | 0.75× |"], rows
+    one_depth = specbench.markdown(specbench.frame(to_frame(runs[:2]))).splitlines()[2:]
+    assert one_depth == ["| K=4 | 1.50× | 3.00 | 1.50× |"], one_depth

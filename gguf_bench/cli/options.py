@@ -78,7 +78,8 @@ PromptIdOpt = Annotated[str | None, typer.Option("--prompt-ids", "--prompt-id", 
 PromptsFileOpt = Annotated[str | None, typer.Option("--prompts", help="a standard prompt set: humaneval, spec-bench "
                            "(or spec-bench:qa,translation: its categories mt_bench, translation, summarization, qa, "
                            "math_reasoning, rag), mt-bench (models.yaml's prompt_sets); or a JSONL file of "
-                           "{\"id\", \"prompt\", \"chat\", \"category\"}")]
+                           "{\"id\", \"prompt\", \"chat\", \"category\"} or Spec-Bench's own question.jsonl "
+                           "(FILE.jsonl:qa,rag for some of its categories)")]
 PerCategoryOpt = Annotated[int | None, typer.Option("--per-category", help="a seeded sample (--seed) of N prompts "
                            "from each category")]
 

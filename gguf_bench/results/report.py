@@ -41,7 +41,7 @@ SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", *CONTEXT, "dep
 # shares these (depth: tokens of context before the prompt)
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 FORMATS = ("md", "csv", "json", "jsonl")
-SPREAD = 0.25  # std/mean of a row's runs above which they disagree too much to rank the row
+SPREAD = 0.25  # std/mean of a row's runs of one prompt above which they disagree too much to rank the row
 MAIN_SHARE = 0.75  # a CPU-only run whose generating thread got less of the wall time than this shared the CPU
 OTHERS_CORES = 0.25  # a run beside other processes that kept more than this many cores busy (on average) was disturbed
 
@@ -120,7 +120,7 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         per_request_tokens_per_s=("per_request_tokens_per_s", "mean"), ttft_s=("ttft_s", "mean"),
         latency_p95_s=("latency_p95_s", "mean"),
         schedule_predicted_tokens_per_s=("schedule_predicted_tokens_per_s", "mean"))
-    agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).reset_index()
+    agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(ok, keys)).reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
     base = agg[agg["mode"] == "target"][setting + ["tokens_per_s", "tokens_per_s_std"]].rename(
@@ -164,14 +164,25 @@ def rounds_by_length(counts) -> str:
     return " ".join(f"{n}:{c}" for n, c in enumerate(counts) if c) if isinstance(counts, list) else ""
 
 
+def _spread(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Per setting, how far its runs of the same prompt disagree: the pooled coefficient of variation of each run's
+    tokens/s about its own prompt's mean (NaN where no prompt ran twice). Different prompts run at different speeds by
+    nature (a code edit drafts better than an open question), so runs pooled across prompts say nothing of noise."""
+    by_prompt = ok.groupby(keys + ([] if "prompt_id" in keys else ["prompt_id"]), dropna=False)["tokens_per_s"]
+    n = by_prompt.transform("size")
+    runs = pd.DataFrame({"sq": (ok["tokens_per_s"] / by_prompt.transform("mean") - 1) ** 2,
+                         "dof": (n - 1) / n}, index=ok.index)  # a prompt's n runs carry n - 1 degrees of freedom
+    sums = runs.join(ok[keys]).groupby(keys, dropna=False)[["sq", "dof"]].sum()
+    return ((sums["sq"] / sums["dof"].where(sums["dof"] > 0)) ** 0.5).rename("spread")
+
+
 def _unreliable(row: pd.Series) -> str:
-    """Why a row cannot be trusted: 'spread' (its runs disagree: std/mean above SPREAD), 'busy' (the machine had other
+    """Why a row cannot be trusted: 'spread' (its runs of one prompt disagree: see _spread), 'busy' (the machine had other
     work: other processes kept more than OTHERS_CORES cores busy during one of its runs, or on a CPU-only run the
     generating thread got less than MAIN_SHARE of the wall time), both comma-joined, or ''. Records written before
     the others' CPU time was measured are judged by their load average against the cores, as they were then."""
     why = []
-    mean, std = row["tokens_per_s"], row["tokens_per_s_std"]
-    if pd.notna(std) and pd.notna(mean) and mean > 0 and std / mean > SPREAD:
+    if pd.notna(row["spread"]) and row["spread"] > SPREAD:
         why.append("spread")
     cpu_only = all(part.strip().startswith("0/") for part in offload_label(row).split("+"))
     others = row["others_cores"] > OTHERS_CORES if pd.notna(row["others_cores"]) else (
@@ -447,7 +458,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         lines.append("pp t/s: prompt tokens per second of prompt processing (speculative rows: both models')")
     reasons = set(",".join(summary["unreliable"]).split(",")) - {""} if "unreliable" in summary else set()
     if reasons:
-        why = [f"runs spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
+        why = [f"runs of one prompt spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
         why += [_busy_reason(summary[summary["unreliable"].str.contains("busy")])] if "busy" in reasons else []
         lines.append(f"! unreliable: {'; '.join(why)}; no best K is starred beside such rows")
     if _concurrent(summary):

@@ -45,13 +45,20 @@ def _columns(sb: pd.DataFrame) -> list[str]:
     return [c for c in sb.columns if c.startswith("speedup ") and c != "speedup overall"]
 
 
-def _method(r: pd.Series, several_pairs: bool) -> str:
+def _method(r: pd.Series, several_pairs: bool, several_depths: bool) -> str:
     engine = "" if r.get("engine") in (None, "python") else f" ({r['engine']})"
-    return (f"{r['pair']} " if several_pairs else "") + r["label"] + engine
+    depth = f" @ d{int(r['depth'] or 0)}" if several_depths else ""  # llama-bench's spelling
+    return (f"{r['pair']} " if several_pairs else "") + r["label"] + engine + depth
+
+
+def _several(sb: pd.DataFrame) -> tuple[bool, bool]:
+    """Whether the rows come from several pairs, and from several depths (the label then says which)."""
+    depths = sb["depth"].fillna(0) if "depth" in sb else pd.Series([0])
+    return sb["pair"].nunique() > 1, depths.nunique() > 1
 
 
 def table(sb: pd.DataFrame, title: str = "Spec-Bench layout: speed-up over the target alone, per category") -> Table:
-    several = sb["pair"].nunique() > 1
+    several = _several(sb)
     t = Table(title=title, caption="τ: mean tokens per round (accepted drafts + the target's own), all categories",
               box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left", caption_justify="left")
     t.add_column("method", no_wrap=True)
@@ -60,17 +67,17 @@ def table(sb: pd.DataFrame, title: str = "Spec-Bench layout: speed-up over the t
     t.add_column("τ", justify="right")
     t.add_column("overall", justify="right")
     for _, r in sb.iterrows():
-        t.add_row(_method(r, several), *[number_text(r[c], "{:.2f}×") for c in _columns(sb)],
+        t.add_row(_method(r, *several), *[number_text(r[c], "{:.2f}×") for c in _columns(sb)],
                   number_text(r["tau"], "{:.2f}"), number_text(r["speedup overall"], "{:.2f}×"))
     return t
 
 
 def markdown(sb: pd.DataFrame) -> str:
-    several = sb["pair"].nunique() > 1
+    several = _several(sb)
     heads = [CATEGORY_NAMES.get(c[8:], c[8:]) for c in _columns(sb)]
     lines = ["| Method | " + " | ".join(heads) + " | #Mean Accepted Tokens | Overall |",
              "|---|" + "---:|" * (len(heads) + 2)]
     for _, r in sb.iterrows():
-        lines.append(f"| {_method(r, several)} | " + " | ".join(number_text(r[c], "{:.2f}×") for c in _columns(sb))
+        lines.append(f"| {_method(r, *several)} | " + " | ".join(number_text(r[c], "{:.2f}×") for c in _columns(sb))
                      + f" | {number_text(r['tau'], '{:.2f}')} | {number_text(r['speedup overall'], '{:.2f}×')} |")
     return "\n".join(lines) + "\n"
