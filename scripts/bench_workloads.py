@@ -10,8 +10,9 @@
 
 Every run is stored in results/bench-workloads-<pair>.jsonl (`gguf-bench report --spec-bench` reads it back).
 
-    python scripts/bench_workloads.py [--pair NAME ...] [-K 2,4,8] [-n 64] [--tasks 20] [--depths 0,4096,16384]
-        [--spec-bench-file Spec-Bench/data/spec_bench/question.jsonl] [--per-category 3]
+    python scripts/bench_workloads.py [--pair NAME ... | --target T.gguf --draft D.gguf] [-K 2,4,8] [-n 64]
+        [--tasks 20] [--depths 0,4096,16384] [--spec-bench-file Spec-Bench/data/spec_bench/question.jsonl]
+        [--per-category 3] [--results-dir results]
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def measure(name: str, files, out: Path, **grid) -> list[RunRecord]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pair", action="append", default=None)
+    ap.add_argument("--pair", action="append", default=None, help="a registry pair (fetched if missing); repeatable")
+    ap.add_argument("--target", type=Path, help="a target GGUF file (with --draft, instead of --pair)")
+    ap.add_argument("--draft", type=Path, help="a draft GGUF file (with --target)")
     ap.add_argument("-K", default="2,4,8")
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
@@ -60,29 +63,38 @@ def main() -> None:
     ap.add_argument("--depth-category", default="qa")
     ap.add_argument("--spec-bench-file", help="Spec-Bench's data/spec_bench/question.jsonl, when the hub is out of reach")
     ap.add_argument("--per-category", type=int, default=3, help="Spec-Bench prompts per category (seeded sample)")
+    ap.add_argument("--results-dir", type=Path, default=Path("results"))
     args = ap.parse_args()
-    ks = [int(k) for k in args.K.split(",")]
     humaneval = workloads.choose(None, "humaneval", per_category=args.tasks, seed=0)
     spec, spec_label = spec_bench(args.spec_bench_file, args.per_category)
-    for pair in args.pair or ["gemma-270m-f32+q4km"]:
-        files = resolve(pair, None, None, None, progress=lambda: nullcontext(no_progress), quantize=quantize)  # fetched if missing
-        out = Path("results") / f"bench-workloads-{pair}.jsonl"
-        out.parent.mkdir(exist_ok=True)
-        out.unlink(missing_ok=True)
-        common = {"n_predict": args.n, "threads": args.threads, "strategies": [Strategy()]}
-        print(f"## {pair}: {files.target.name} + {files.draft.name}, greedy, n={args.n}, {args.threads} threads\n", flush=True)
-        scan = measure(pair, files, out, ks=ks, prompts=humaneval[:3], **common)
-        summary = rep.summarize(rep.to_frame(scan))
-        spec_rows = summary[summary["mode"] == "speculative"]
-        k = int(spec_rows.loc[spec_rows["tokens_per_s"].idxmax(), "k"])
-        print(f"\nbest K on {len(humaneval[:3])} HumanEval tasks: {k}\n", flush=True)
-        runs = measure(pair, files, out, ks=[k], prompts=humaneval + spec, **common)
-        sb = specbench.frame(rep.to_frame(runs))
-        print(f"\n{len(humaneval)} HumanEval tasks and {spec_label}, K={k}:\n\n{specbench.markdown(sb)}", flush=True)
-        depths = [int(d) for d in args.depths.split(",")]
-        prompt = [p for p in spec if p.category == args.depth_category][:1] or spec[:1]
-        deep = measure(pair, files, out, ks=[k], prompts=prompt, depths=depths, repetitions=2, **common)
-        print(f"\nK={k} against the target alone by depth, prompt {prompt[0].id}:\n\n{depth_table(deep)}\n", flush=True)
+    if args.target or args.draft:
+        pairs = [resolve(None, args.target, args.draft, None)]
+    else:
+        pairs = [resolve(name, None, None, None, progress=lambda: nullcontext(no_progress), quantize=quantize)
+                 for name in args.pair or ["gemma-270m-f32+q4km"]]  # fetched if missing
+    for files in pairs:
+        bench_pair(files, args, humaneval, spec, spec_label)
+
+
+def bench_pair(files, args, humaneval: list, spec: list, spec_label: str) -> None:
+    pair = files.name
+    out = args.results_dir / f"bench-workloads-{pair}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    common = {"n_predict": args.n, "threads": args.threads, "strategies": [Strategy()]}
+    print(f"## {pair}: {files.target.name} + {files.draft.name}, greedy, n={args.n}, {args.threads} threads\n", flush=True)
+    scan = measure(pair, files, out, ks=[int(k) for k in args.K.split(",")], prompts=humaneval[:3], **common)
+    summary = rep.summarize(rep.to_frame(scan))
+    spec_rows = summary[summary["mode"] == "speculative"]
+    k = int(spec_rows.loc[spec_rows["tokens_per_s"].idxmax(), "k"])
+    print(f"\nbest K on {len(humaneval[:3])} HumanEval tasks: {k}\n", flush=True)
+    runs = measure(pair, files, out, ks=[k], prompts=humaneval + spec, **common)
+    sb = specbench.frame(rep.to_frame(runs))
+    print(f"\n{len(humaneval)} HumanEval tasks and {spec_label}, K={k}:\n\n{specbench.markdown(sb)}", flush=True)
+    depths = [int(d) for d in args.depths.split(",")]
+    prompt = [p for p in spec if p.category == args.depth_category][:1] or spec[:1]
+    deep = measure(pair, files, out, ks=[k], prompts=prompt, depths=depths, repetitions=2, **common)
+    print(f"\nK={k} against the target alone by depth, prompt {prompt[0].id}:\n\n{depth_table(deep)}\n", flush=True)
 
 
 def spec_bench(question_file: str | None, per_category: int) -> tuple[list, str]:

