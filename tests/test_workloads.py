@@ -235,3 +235,29 @@ def test_the_spec_bench_table_names_the_depth_when_rows_differ_by_it():
     assert rows == ["| K=4 @ d0 | 1.50× | 3.00 | 1.50× |", "| K=4 @ d4096 | 0.75× | 3.00 | 0.75× |"], rows
     one_depth = specbench.markdown(specbench.frame(to_frame(runs[:2]))).splitlines()[2:]
     assert one_depth == ["| K=4 | 1.50× | 3.00 | 1.50× |"], one_depth
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_spec_bench_table_fits_the_terminal_without_cutting_a_cell(width):
+    """Seven categories, two depths: full category names where they fit, Spec-Bench's short ones at 80 columns, and no
+    cell cut short ('…') or wrapped."""
+    from rich.console import Console
+
+    from gguf_bench.results import specbench
+    from gguf_bench.results.report import to_frame
+
+    cats = ["humaneval", "mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"]
+
+    def record(mode, tps, depth, cat, k=0):
+        return {"pair": "P", "mode": mode, "metrics": {"tokens_per_s": tps, "ms_per_token": 1000 / tps,
+                                                       "tokens_per_round": 5.5 if k else None},
+                "config": {"k": k, "n_predict": 64, "prompt_id": f"{cat}-1", "category": cat, "depth": depth},
+                "offload": {"target": "0/29", "draft": "0/29"}, "models": {"target": {"file": "t.gguf"}}}
+    runs = [record(mode, tps, depth, cat, k) for depth in (0, 16384) for cat in cats
+            for mode, tps, k in (("target", 10, 0), ("speculative", 12.5, 8))]
+    console = Console(width=width, record=True, color_system=None)
+    console.print(specbench.table(specbench.frame(to_frame(runs)), width))
+    lines = console.export_text().splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines) and "…" not in "".join(lines), "\n".join(lines)
+    assert any(line.startswith("K=8 @ d16384") and line.count("1.25×") == 8 for line in lines), "\n".join(lines)
+    assert ("Translation" in lines[1]) == (width >= 120) and ("Trans." in lines[1]) == (width < 120), lines[1]

@@ -162,7 +162,7 @@ def _spec_bench(df, fmt: str | None, output: Path | None) -> None:
         raise BenchError("--spec-bench needs runs with prompt categories (--prompts spec-bench, humaneval, or "
                          "--prompt-ids by category) and speculative rows")
     if not fmt:
-        console.print(fit_title(specbench.table(sb), console.width))
+        console.print(fit_title(specbench.table(sb, console.width), console.width))
         return
     text = specbench.markdown(sb) if fmt == "md" else rep.render(sb, fmt)
     if output:

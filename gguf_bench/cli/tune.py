@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -48,7 +47,7 @@ from gguf_bench.results.costmodel import (
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
 from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
-from gguf_bench.results.text import fit_title, number_text, speed_text
+from gguf_bench.results.text import columns_width, fit_title, number_text, spaced_layout, speed_text
 
 
 @command
@@ -190,7 +189,7 @@ def prediction_table(cal, strategies: list, top_cal, top, width: int = 80) -> Gr
                 columns[strategy_heading(st)].append("–" if p is None else
                                                      f"{speed_text(p.tokens_per_s)} ({number_text(p.gain_pct, '{:+.0f}')}%){star}")
     for optional in ("verify ×", "K·c"):  # too wide even with one space between columns
-        if _width(columns, 1) <= width:
+        if columns_width(columns, 1) <= width:
             break
         columns.pop(optional)
     legend = (["a_K: acceptance of draft position K once reached"]
@@ -198,25 +197,12 @@ def prediction_table(cal, strategies: list, top_cal, top, width: int = 80) -> Gr
               + (["verify ×: t_verify(K+1)/t_verify(1)"] if "verify ×" in columns else []) + _strategies_caption(strategies))
     table = Table(title=f"tune {cal.pair}, -ngl {cal.ngl} -ngld {cal.ngld}: predicted tokens/s (greedy, n={cal.n_predict}, "
                         f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone {speed_text(base)})",
-                  **_layout(columns, width))
+                  **spaced_layout(columns, width))
     for col in columns:
         table.add_column(col, justify="right", no_wrap=True)
     for k, cells in zip(by_k, zip(*columns.values())):
         table.add_row(*cells, style="bold" if cal is top_cal and top in by_k[k] else None)
     return Group(table, Text("\n".join(legend)))  # a line each: a caption would wrap at the table's width
-
-
-def _width(columns: dict[str, list[str]], gap: int) -> int:
-    """Rendered width: each column's widest cell or header, `gap` characters between columns."""
-    return sum(max(len(name), *map(len, cells)) for name, cells in columns.items()) + gap * (len(columns) - 1)
-
-
-def _layout(columns: dict[str, list[str]], width: int) -> dict:
-    """A rule under the header and no other lines; three spaces between columns, or two, or one where more would not
-    fit (the divider is one of them)."""
-    gap = next((g for g in (3, 2) if _width(columns, g) <= width), 1)
-    return dict(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left",
-                padding={3: (0, 1), 2: (0, 1, 0, 0), 1: (0, 0)}[gap])
 
 
 def _strategies_caption(strategies: list) -> list[str]:
@@ -246,7 +232,7 @@ def check_table(rows: list[dict], top_k: int | None, width: int = 80) -> Group:
                                         str(r["runs"]))):
             columns[name].append(cell)
     table = Table(title="--check: predicted against measured (mean over prompts, as sweep measures)",
-                  **_layout(columns, width))
+                  **spaced_layout(columns, width))
     for col in columns:
         table.add_column(col, justify="right", no_wrap=True)
     for cells in zip(*columns.values()):

@@ -219,7 +219,7 @@ def load_jsonl(path: Path) -> list[Prompt]:
             text = obj = None
         if text is None:
             raise ConfigError(f"{path} line {n}: expected a JSON object with a non-empty \"prompt\" string or "
-                              "\"turns\" list") from None
+                              "\"turns\" list")
         prompts.append(_row_prompt(obj, text, n))
     if not prompts:
         raise ConfigError(f"{path} holds no prompts")

@@ -105,17 +105,16 @@ def choose(ids: str | None, prompts: str | None, per_category: int | None = None
 def _from_file(text: str, registry: Path | None) -> list[Prompt]:
     """`FILE.jsonl`, or `FILE.jsonl:cat1,cat2` for those categories of it (a Spec-Bench question.jsonl, say)."""
     path, wanted = Path(text), []
-    if not path.is_file() and ":" in text and Path(text.rsplit(":", 1)[0]).is_file():
-        path, wanted = Path(text.rsplit(":", 1)[0]), [c for c in text.rsplit(":", 1)[1].split(",") if c]
+    head, _, cats = text.rpartition(":")
+    if not path.is_file() and head and Path(head).is_file():
+        path, wanted = Path(head), [c for c in cats.split(",") if c]
     if not path.is_file() and not text.endswith(".jsonl"):
         raise ConfigError(f"--prompts {text}: no such file and no such prompt set; sets: "
                           f"{', '.join(known_sets(registry))}, or a FILE.jsonl")
     rows = load_jsonl(path)
-    return _of_categories(rows, wanted, f"--prompts {path}") if wanted else rows
-
-
-def _of_categories(rows: list[Prompt], wanted: list[str], what: str) -> list[Prompt]:
-    _check_categories(wanted, list(dict.fromkeys(p.category for p in rows)), what)
+    if not wanted:
+        return rows
+    _check_categories(wanted, list(dict.fromkeys(p.category for p in rows)), f"--prompts {path}")
     return [p for p in rows if p.category in wanted]
 
 

@@ -10,11 +10,10 @@ target alone's on the same category, setting and depth. τ and the overall speed
 from __future__ import annotations
 
 import pandas as pd
-from rich import box
 from rich.table import Table
 
 from gguf_bench.results.report import SETTING, matching, row_label, summarize
-from gguf_bench.results.text import number_text
+from gguf_bench.results.text import columns_width, number_text, spaced_layout
 
 KEYS = [*SETTING, "strategy", "k"]
 CATEGORY_NAMES = {"mt_bench": "MT-Bench", "translation": "Translation", "summarization": "Summarization", "qa": "QA",
@@ -45,9 +44,13 @@ def _columns(sb: pd.DataFrame) -> list[str]:
     return [c for c in sb.columns if c.startswith("speedup ") and c != "speedup overall"]
 
 
+# Spec-Bench's own abbreviations, where the full names do not fit the terminal
+SHORT_NAMES = CATEGORY_NAMES | {"mt_bench": "MT", "translation": "Trans.", "summarization": "Sum."}
+
+
 def _method(r: pd.Series, several_pairs: bool, several_depths: bool) -> str:
     engine = "" if r.get("engine") in (None, "python") else f" ({r['engine']})"
-    depth = f" @ d{int(r['depth'] or 0)}" if several_depths else ""  # llama-bench's spelling
+    depth = f" @ d{0 if pd.isna(r.get('depth')) else int(r['depth'])}" if several_depths else ""  # llama-bench's spelling
     return (f"{r['pair']} " if several_pairs else "") + r["label"] + engine + depth
 
 
@@ -57,18 +60,27 @@ def _several(sb: pd.DataFrame) -> tuple[bool, bool]:
     return sb["pair"].nunique() > 1, depths.nunique() > 1
 
 
-def table(sb: pd.DataFrame, title: str = "Spec-Bench layout: speed-up over the target alone, per category") -> Table:
+def _cells(sb: pd.DataFrame, names: dict[str, str]) -> dict[str, list[str]]:
+    """{header: cells} of the rich table, categories headed by `names`."""
     several = _several(sb)
+    columns = {"method": [_method(r, *several) for _, r in sb.iterrows()]}
+    columns |= {names.get(c[8:], c[8:]): [number_text(v, "{:.2f}×") for v in sb[c]] for c in _columns(sb)}
+    return columns | {"τ": [number_text(v, "{:.2f}") for v in sb["tau"]],
+                      "overall": [number_text(v, "{:.2f}×") for v in sb["speedup overall"]]}
+
+
+def table(sb: pd.DataFrame, width: int = 80,
+          title: str = "Spec-Bench layout: speed-up over the target alone, per category") -> Table:
+    """The rich table within `width` columns: the categories' full names where they fit, else Spec-Bench's short ones."""
+    columns = _cells(sb, CATEGORY_NAMES)
+    if columns_width(columns, 1) > width:
+        columns = _cells(sb, SHORT_NAMES)
     t = Table(title=title, caption="τ: mean tokens per round (accepted drafts + the target's own), all categories",
-              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left", caption_justify="left")
-    t.add_column("method", no_wrap=True)
-    for c in _columns(sb):
-        t.add_column(CATEGORY_NAMES.get(c[8:], c[8:]), justify="right", no_wrap=True)
-    t.add_column("τ", justify="right")
-    t.add_column("overall", justify="right")
-    for _, r in sb.iterrows():
-        t.add_row(_method(r, *several), *[number_text(r[c], "{:.2f}×") for c in _columns(sb)],
-                  number_text(r["tau"], "{:.2f}"), number_text(r["speedup overall"], "{:.2f}×"))
+              **spaced_layout(columns, width))
+    for i, name in enumerate(columns):
+        t.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+    for cells in zip(*columns.values()):
+        t.add_row(*cells)
     return t
 
 

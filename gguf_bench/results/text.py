@@ -6,6 +6,8 @@ import math
 import numbers
 import re
 
+from rich import box
+
 
 def _unknown(x) -> bool:
     return x is None or (isinstance(x, numbers.Real) and math.isnan(x))
@@ -74,3 +76,17 @@ def fit_title(table, width: int):
             longest = max([longest, *map(len, getattr(table, attr).splitlines())])
     table.min_width = min(width, max(longest, table.min_width or 0))
     return table
+
+
+def columns_width(columns: dict[str, list[str]], gap: int) -> int:
+    """Rendered width of a table given as {header: cells}: each column's widest cell or header, `gap` characters
+    between columns."""
+    return sum(max(len(name), *map(len, cells)) for name, cells in columns.items()) + gap * (len(columns) - 1)
+
+
+def spaced_layout(columns: dict[str, list[str]], width: int) -> dict:
+    """Table options: a rule under the header and no other lines; three spaces between columns, or two, or one where
+    more would not fit in `width` (the divider is one of them)."""
+    gap = next((g for g in (3, 2) if columns_width(columns, g) <= width), 1)
+    return dict(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left", caption_justify="left",
+                padding={3: (0, 1), 2: (0, 1, 0, 0), 1: (0, 0)}[gap])
