@@ -33,8 +33,9 @@ from gguf_bench.engines.llama_cpp import Vocabulary, quantize
 from gguf_bench.engines.llama_server import Launch, Server, Speculation, free_port
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.measure import deploy
+from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import choose
-from gguf_bench.measure.sweep import Grid, iter_records
+from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import resolve
 from gguf_bench.results import report as rep
 from gguf_bench.results.records import RunRecord
@@ -106,7 +107,7 @@ def independent_client(files, k: int, prompts: list, threads: int, n: int) -> st
     binary, env = find_server(None)
     launch = Launch(binary, files.target, files.draft, Speculation("draft-simple", k), "0", "0", 2048, threads, parallel=2)
     with Server(launch, env) as server:
-        server.complete(prompts[0][1], 16, 0.0, 0, 1.0, 0)
+        server.complete(prompts[0][1], 16)
         before = server.metrics()
         seen = _plain_round(server.base, prompts, n)
         after = server.metrics()

@@ -54,7 +54,7 @@ def bench_pair(name: str, ks: list[int], n: int, threads: int, reps: int, prompt
               f"{threads} threads, {reps} reps; server: {' '.join(servers[max(ks)].argv[1:])}", flush=True)
         for k in [0, *ks]:  # warm-up: each drafter and each server once
             pair.generate("speculative" if k else "target", tokens, 16, max(k, 1), greedy)
-            servers[k].complete(tokens, 16, 0.0, 0, 1.0, 0)
+            servers[k].complete(tokens, 16)
         for rep in range(reps):
             for k in [0, *ks]:
                 before = (pair.target.llama_decode_s, pair.draft.llama_decode_s)
@@ -62,7 +62,7 @@ def bench_pair(name: str, ks: list[int], n: int, threads: int, reps: int, prompt
                 py[k].append((res.tokens_per_s, res.acceptance if k else None, res.tokens_per_round if k else None,
                               pair.target.llama_decode_s - before[0], pair.draft.llama_decode_s - before[1],
                               res.decode_s + res.prompt_s, res.n_tokens, res.tokens))
-                comp = servers[k].complete(tokens, n, 0.0, 0, 1.0, 0)
+                comp = servers[k].complete(tokens, n)
                 srv[k].append((comp.tokens_per_s, comp.accepted / comp.drafted if comp.drafted else None,
                                (comp.accepted + comp.rounds) / comp.rounds if comp.rounds else None, comp.tokens))
             print(f"  repetition {rep + 1}/{reps} done", flush=True)

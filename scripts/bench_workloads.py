@@ -26,8 +26,9 @@ from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engines.llama_cpp import quantize
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import workloads
+from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import builtin
-from gguf_bench.measure.sweep import Grid, SweepEvents, iter_records
+from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.files import no_progress
 from gguf_bench.models.pairs import resolve
 from gguf_bench.results import report as rep

@@ -12,8 +12,8 @@ from cli_helpers import assert_user_error, invoke, pair_args, stored
 
 from gguf_bench.engines.llama_server import Launch, Speculation
 from gguf_bench.measure.pair import LoadConfig
+from gguf_bench.measure.plan import Grid, cell_key, cells_for
 from gguf_bench.measure.prompts import Prompt
-from gguf_bench.measure.sweep import Grid, cell_key, cells_for
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.options import context_axes
@@ -118,11 +118,11 @@ def test_llama_server_gets_the_same_settings_and_its_old_defaults_when_none_are_
     assert argv[argv.index("-td") + 1] == "3" and not {"-fa", "-ctk", "-ctv"} & set(argv)
     load = LoadConfig(flash_attn="on", cache_type_k="q8_0", cache_type_v="q4_0", batch_size=256, ubatch_size=64,
                       threads_draft=1)
-    from gguf_bench.measure.server import ServerEngine
+    from gguf_bench.measure.server_engine import ServerEngine
 
     engine = ServerEngine.__new__(ServerEngine)  # the binary is not probed: argv only
     engine.binary = Path("llama-server")
-    argv = engine._launch(PairFiles(Path("t.gguf"), Path("d.gguf"), "P"), load, Speculation("draft-simple", 4)).argv()
+    argv = engine.launch(PairFiles(Path("t.gguf"), Path("d.gguf"), "P"), load, Speculation("draft-simple", 4)).argv()
     flags = {argv[i]: argv[i + 1] for i in range(len(argv) - 1)
              if argv[i] in ("-fa", "-ctk", "-ctv", "-ctkd", "-ctvd", "-b", "-ub", "-td")}
     assert flags == {"-fa": "on", "-ctk": "q8_0", "-ctv": "q4_0", "-ctkd": "q8_0", "-ctvd": "q4_0", "-b": "256", "-ub": "64",

@@ -18,10 +18,11 @@ from cli_helpers import assert_user_error, invoke, pair_args, stored
 from test_server import servers_running
 
 from gguf_bench.engines.llama_cpp import Vocabulary
-from gguf_bench.engines.llama_server import Launch, Server, Speculation, free_port
+from gguf_bench.engines.llama_server import Launch, Sampling, Server, Speculation, free_port
 from gguf_bench.engines.server_clients import run_round
+from gguf_bench.measure.plan import Grid, cells_done
 from gguf_bench.measure.prompts import Prompt
-from gguf_bench.measure.sweep import Grid, cells_done, iter_records
+from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import PairFiles
 
 PLAIN_TYPES = ["draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
@@ -210,10 +211,10 @@ def test_a_client_that_disconnects_mid_response_leaves_the_server_serving(tiny_p
     with Vocabulary(tiny_pairs["high"][0]) as vocab:
         prompt = vocab.tokenize("def fibonacci(n):")
     with _server(tiny_pairs["high"], server_bin, parallel=2) as server:
-        cut = run_round(server, [("a", prompt), ("b", prompt)], 3500, 0.0, 0, 1.0, 0, timeout_s=0.5)
+        cut = run_round(server, [("a", prompt), ("b", prompt)], 3500, Sampling(), timeout_s=0.5)
         assert all(r.error and "disconnected after" in r.error for r in cut.requests), cut.requests
         assert server.alive()
-        full = run_round(server, [("a", prompt), ("b", prompt)], 16, 0.0, 0, 1.0, 0, timeout_s=60)
+        full = run_round(server, [("a", prompt), ("b", prompt)], 16, Sampling(), timeout_s=60)
         assert [r.error for r in full.requests] == [None, None] and [r.predicted_n for r in full.requests] == [16, 16]
 
 

@@ -159,8 +159,9 @@ def test_results_folder_removed_during_a_sweep(tiny_pairs, isolated):
     """The folder vanishes after the first record: the sweep stops instead of quietly starting a new
     file that would look complete."""
     from gguf_bench.measure.pair import PairFiles
+    from gguf_bench.measure.plan import Grid
     from gguf_bench.measure.prompts import builtin
-    from gguf_bench.measure.sweep import Grid, SweepEvents, run_sweep
+    from gguf_bench.measure.sweep import SweepEvents, run_sweep
 
     folder = isolated / "results"
     out = folder / "gone.jsonl"

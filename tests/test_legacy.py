@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cli_helpers import invoke
 
-from gguf_bench.measure.sweep import cell_key
+from gguf_bench.measure.plan import cell_key
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.results.costmodel import Calibration
 from gguf_bench.results.records import CalibrationRecord, EvalRecord, Mode, RunRecord, read_file

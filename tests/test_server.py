@@ -17,8 +17,9 @@ from cli_helpers import assert_user_error, invoke, pair_args, stored
 
 from gguf_bench.engines.llama_server import Launch, PortInUse, Server, Speculation
 from gguf_bench.engines.server_build import find_server
+from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import Prompt
-from gguf_bench.measure.sweep import Grid, iter_records
+from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.results.records import RunRecord
 from gguf_bench.results.store import read_records

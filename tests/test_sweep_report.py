@@ -160,8 +160,9 @@ def test_sweep_records_a_failed_setting_and_goes_on(tmp_path, tiny_pairs, isolat
     """The target file is truncated when the second offload setting starts loading (as when a
     file goes bad mid-sweep): that setting's cells are recorded with the error, the rest run."""
     from gguf_bench.measure.pair import PairFiles
+    from gguf_bench.measure.plan import Grid
     from gguf_bench.measure.prompts import builtin
-    from gguf_bench.measure.sweep import Grid, SweepEvents, run_sweep
+    from gguf_bench.measure.sweep import SweepEvents, run_sweep
 
     target = tmp_path / "target.gguf"
     target.write_bytes(tiny_pairs["high"][0].read_bytes())

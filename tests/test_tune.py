@@ -15,6 +15,7 @@ from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.results import costmodel as tn
+from gguf_bench.results import tuning
 from gguf_bench.results.records import parse, to_dict
 
 TM = tn.Timings(t_draft=0.01, t_draft2=0.015, t_verify=(0.1, 0.12, 0.14, 0.16, 0.2), round_overhead=0.002)
@@ -89,12 +90,12 @@ def test_ngram_rounds_come_from_the_history():
 def test_strategies_outside_the_model_are_refused():
     for spec in ("ngram+draft",):
         with pytest.raises(tn.ConfigError, match="tune predicts"):
-            tn.strategies(spec, "fixed", 1, 4, None, [1, 2])
+            tuning.tune_strategies(spec, "fixed", 1, 4, None, [1, 2])
     with pytest.raises(tn.ConfigError, match="tune predicts"):
         tn.modeled(Strategy(p_min=0.5))
     with pytest.raises(tn.ConfigError, match="--k-cap 9 is above"):
-        tn.strategies("draft", "heuristic", 1, 4, 9, [1, 2])
-    got = tn.strategies("draft,ngram", "fixed,heuristic", 1, 4, None, [1, 2, 3])
+        tuning.tune_strategies("draft", "heuristic", 1, 4, 9, [1, 2])
+    got = tuning.tune_strategies("draft,ngram", "fixed,heuristic", 1, 4, None, [1, 2, 3])
     assert [s.label(2) for s in got] == ["draft K=2", "draft heuristic K=2..3", "ngram(1-4) K=2", "ngram(1-4) heuristic K=2..3"]
 
 
@@ -178,7 +179,7 @@ def test_best_is_the_argmax_over_settings_and_ks():
     every = [(c, p) for c in cals for p in c.predictions()]
     cal, top = tn.best(cals)
     assert top.tokens_per_s == max(p.tokens_per_s for _, p in every)
-    rows = tn.prediction_rows(cals)
+    rows = tuning.prediction_rows(cals)
     assert len(rows) == 8 and sum(r["best"] for r in rows) == 1
     marked = next(r for r in rows if r["best"])
     assert (marked["k"], marked["ngl"]) == (top.k, cal.ngl)
@@ -189,7 +190,7 @@ def test_predicted_frame_has_report_columns_and_keeps_the_latest_record():
     texts = [tn.Text("a", (F, T, T, F, T, T, T, T, F, T), 10, False)]
     old = record_for(tn.Timings(1.0, 1.0, (1.0,) * 5, 0.0), texts, [1, 2, 3], time="2026-01-01T00:00:00+00:00")
     new = record_for(TM, texts, [1, 2, 3], time="2026-01-02T00:00:00+00:00")
-    df = tn.predicted_frame([new, parse({"kind": "eval"}), old, parse({"mode": "target"})])
+    df = tuning.predicted_frame([new, parse({"kind": "eval"}), old, parse({"mode": "target"})])
     assert list(df.columns) == ["pair", "host", "ngl", "ngld", "temperature", "n_predict", "depth", "k", "predicted_tokens_per_s",
                                 "predicted_gain_pct", "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
     assert list(df["k"]) == [1, 2, 3] and set(df["ngl"]) == {"0"}
@@ -198,12 +199,12 @@ def test_predicted_frame_has_report_columns_and_keeps_the_latest_record():
 
 
 def test_effective_settings_without_and_with_gpu_offload():
-    settings, warnings = tn.effective_settings([0, 16, ALL_LAYERS], [0, ALL_LAYERS], gpu=False, target_layers=18,
+    settings, warnings = tuning.effective_settings([0, 16, ALL_LAYERS], [0, ALL_LAYERS], gpu=False, target_layers=18,
                                                draft_layers=18)
     assert settings == [(0, 0)]
     assert len(warnings) == 1 and "cannot offload" in warnings[0] and "-ngl 16 -ngld 0" in warnings[0]
-    assert tn.effective_settings([0], [0], gpu=False, target_layers=18, draft_layers=18) == ([(0, 0)], [])
-    settings, warnings = tn.effective_settings([0, 16, 30, ALL_LAYERS], [0], gpu=True, target_layers=18, draft_layers=18)
+    assert tuning.effective_settings([0], [0], gpu=False, target_layers=18, draft_layers=18) == ([(0, 0)], [])
+    settings, warnings = tuning.effective_settings([0, 16, 30, ALL_LAYERS], [0], gpu=True, target_layers=18, draft_layers=18)
     assert settings == [(0, 0), (16, 0), (ALL_LAYERS, 0)]
     assert len(warnings) == 1 and "-ngl all" in warnings[0]
 
@@ -215,14 +216,14 @@ def test_check_rows_put_measured_next_to_predicted():
             {"mode": "speculative", "config": {"k": 2}, "metrics": {"tokens_per_s": 12.0}, "error": None},
             {"mode": "speculative", "config": {"k": 2}, "metrics": {"tokens_per_s": 14.0}, "error": None},
             {"mode": "speculative", "config": {"k": 3}, "metrics": None, "error": "boom"}]
-    rows = tn.check_rows(cal, [parse(r) for r in recs])
+    rows = tuning.check_rows(cal, [parse(r) for r in recs])
     assert [r["k"] for r in rows] == [0, 2]
     k2 = rows[1]
     assert k2["measured_tokens_per_s"] == 13.0 and k2["runs"] == 2 and k2["measured_gain_pct"] == pytest.approx(30.0)
     assert k2["predicted_tokens_per_s"] == pytest.approx(cal.predict(2).tokens_per_s)
     assert k2["error_pct"] == pytest.approx(100 * (k2["predicted_tokens_per_s"] / 13.0 - 1))
     assert rows[0]["predicted_tokens_per_s"] == pytest.approx(cal.predict(1).baseline_tokens_per_s)
-    assert tn.check_ks(cal, 3) == [2, 3] and tn.check_ks(cal, 2) == [1, 2, 3]
+    assert tuning.check_ks(cal, 3) == [2, 3] and tuning.check_ks(cal, 2) == [1, 2, 3]
 
 
 # --- real llama.cpp on tiny pairs ---------------------------------------------------------------------
@@ -420,7 +421,7 @@ def test_ngram_cost_schedule_rounds_by_hand():
     dear = tn.Timings(0.0, 0.0, tuple(0.1 * b for b in range(1, 6)), 0.0)
     assert all(r == tn.Round(0, 0, "") for r in text.rounds(4, 9, Strategy("ngram", k_schedule="cost"), dear.costs(False)))
     with pytest.raises(tn.ConfigError, match="n-gram drafting only"):
-        tn.strategies("draft", "cost", 1, 4, None, [1, 2])
+        tuning.tune_strategies("draft", "cost", 1, 4, None, [1, 2])
 
 
 def test_cost_outlook_recommends_only_a_gain_over_the_best_fixed_k():
@@ -433,10 +434,10 @@ def test_cost_outlook_recommends_only_a_gain_over_the_best_fixed_k():
     assert o.best_fixed == max(cal.predictions(ngram), key=lambda p: p.tokens_per_s)
     rec = tn.recommend([cal], ngram)
     assert o.beats(rec) == (o.prediction.tokens_per_s > max(o.best_fixed.tokens_per_s, rec.baseline_tokens_per_s))
-    assert "over the best fixed K: ngram(1-4) K=" in tn.cost_outlook_lines([o])[0]
+    assert "over the best fixed K: ngram(1-4) K=" in tuning.cost_outlook_lines([o])[0]
     (d,) = tn.cost_outlook([cal])  # the draft model: not predicted, the acceptance-only length said instead
     assert d.prediction is None and not d.beats(tn.recommend([cal])) and d.length == tn.acceptance_length(cal, 4)
-    assert "not predicted" in tn.cost_outlook_lines([d])[0]
+    assert "not predicted" in tuning.cost_outlook_lines([d])[0]
 
 
 @pytest.mark.parametrize("k", [2, 4])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.live import Live
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -14,6 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+from rich.text import Text
 
 from gguf_bench import options
 from gguf_bench.cli.app import console, err
@@ -21,7 +23,7 @@ from gguf_bench.engines.llama_cpp import gpu_offload_supported, quantize
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, open_pair
 from gguf_bench.measure.sweep import SweepEvents
-from gguf_bench.models.pairs import PairFiles, resolve
+from gguf_bench.models.pairs import PairChoice, PairFiles, resolve
 from gguf_bench.results.records import RunRecord
 
 STEP_LINE_BYTES = 10_000_000  # where no bar can draw, a step of known size below this passes without a line
@@ -54,17 +56,37 @@ class DownloadProgress:
             self.progress.stop()
 
 
+class QuietStatus:
+    """A one-line status (like rich's console.status) redrawn when its text changes, never on a timer, so nothing of
+    this process wakes while a run is timed (see SweepProgress)."""
+
+    def __init__(self, text: str, on=None):
+        self.live = Live(Text(text), console=on or err, auto_refresh=False, transient=True)
+
+    def update(self, text: str) -> None:
+        self.live.update(Text(text), refresh=True)
+
+    def __enter__(self) -> QuietStatus:
+        self.live.start(refresh=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.live.stop()
+
+
 class SweepProgress:
-    """Progress bar with ETA and a line per finished cell."""
+    """Progress bar with ETA and a line per finished cell. It is drawn when something happens (a cell ends, a setting
+    loads), never on a timer: a refresh thread would wake during every measured run, take the GIL from the Python
+    loop between its decodes, and take a core from llama-server's threads, which want every core."""
 
     def __init__(self, label: str):
         self.progress = Progress(TextColumn(f"{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TextColumn("ETA"), TimeRemainingColumn(), console=console)
+                                 TextColumn("ETA"), TimeRemainingColumn(), console=console, auto_refresh=False)
         self.task = self.progress.add_task("cells", total=None)
         self.events = SweepEvents(start=self.start, cell=self.cell, loading=self.loading, note=self.note)
 
     def start(self, total: int, skipped: int, stored: int) -> None:
-        self.progress.update(self.task, total=total)
+        self.progress.update(self.task, total=total, refresh=True)
         if stored:  # --resume of a file that holds cells: say how many belong to this grid
             other = stored - skipped
             self.progress.console.print(
@@ -78,6 +100,7 @@ class SweepProgress:
 
     def loading(self, load: LoadConfig) -> None:
         self.progress.console.print(f"loading models with {load.label}")
+        self.progress.refresh()
 
     def cell(self, r: RunRecord) -> None:
         c, m = r.config, r.metrics
@@ -88,6 +111,7 @@ class SweepProgress:
             acc = f", acceptance {m.acceptance:.0%}" if m.acceptance is not None else ""
             self.progress.console.print(f"  {what}: {m.tokens_per_s:.2f} tokens/s{acc}")
         self.progress.advance(self.task)
+        self.progress.refresh()
 
     def __enter__(self):
         self.progress.start()
@@ -117,10 +141,11 @@ def warn_offload(*layer_values: int) -> None:
                   "reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)", markup=False)
 
 
-def load_pair(pair, target, draft, registry, ngl: str, ngld: str, ctx_size: int, threads: int | None,
+def load_pair(choice: PairChoice, ngl: str, ngld: str, ctx_size: int, threads: int | None,
               seed: int) -> tuple[PairFiles, LoadedPair]:
-    """Resolve the pair, check its vocabularies, load both models with their offload."""
+    """Resolve the pair (the first name of `choice`, or its files), check its vocabularies, load both models with their
+    offload."""
     load = LoadConfig(options.layers(ngl), options.layers(ngld), ctx_size, threads, seed)
-    files = pair_files(pair, target, draft, registry)
+    files = pair_files(choice.names[0] if choice.names else None, choice.target, choice.draft, choice.registry)
     warn_offload(load.ngl, load.ngld)
     return files, open_pair(files, load)

@@ -37,6 +37,7 @@ from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.measure.quality import CompareEvents, distribution_check, evaluate, identity_lines
 from gguf_bench.measure.quality import compare as compare_both
+from gguf_bench.models.pairs import PairChoice
 from gguf_bench.results.records import EvalConfig, to_dict
 from gguf_bench.results.store import default_name, ensure_results_dir, try_append_record, use_results_dir
 from gguf_bench.results.text import fit_title
@@ -60,7 +61,7 @@ def eval(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                         n_predict=options.n_predict(n_predict), chat=chat, verify=str(verify))
     config.sampling()  # validates top-k and top-p before any work
     out = ensure_results_dir() / f"{options.results_name(name or default_name('eval'))}.jsonl"
-    files, loaded = load_pair(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
+    files, loaded = load_pair(PairChoice([pair] if pair else None, target, draft, registry), ngl, ngld, ctx_size, threads, seed)
     with loaded, Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                           console=err, transient=True) as bar:
         task = bar.add_task("eval", total=config.nb_prompts)
@@ -99,7 +100,7 @@ def check_dist(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt =
     """Sample the next m tokens many times both ways and test that the distributions agree."""
     cfg = SamplingConfig(temp, top_k, top_p, seed)
     k_one = options.one_draft_length(k)
-    files, loaded = load_pair(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
+    files, loaded = load_pair(PairChoice([pair] if pair else None, target, draft, registry), ngl, ngld, ctx_size, threads, seed)
     with loaded, console.status(f"sampling {samples} x {m} tokens each way ..."):
         check = distribution_check(loaded, loaded.prompt_tokens(prompt), m, samples, k_one, cfg)
     table = Table(title=f"{files.name}: next {m} tokens, {samples} samples each, T={temp:g}, K={k_one}")
@@ -124,7 +125,7 @@ def compare(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = No
     """Regular and speculative generation of one prompt, live and side by side."""
     cfg = SamplingConfig(temp, top_k, top_p, seed)
     k_one, n_predict = options.one_draft_length(k), options.n_predict(n_predict)
-    files, loaded = load_pair(pair, target, draft, registry, ngl, ngld, ctx_size, threads, seed)
+    files, loaded = load_pair(PairChoice([pair] if pair else None, target, draft, registry), ngl, ngld, ctx_size, threads, seed)
     with loaded:
         view = SideBySide(loaded.target.detokenize, f"regular: {files.target.name}",
                           f"speculative K={k_one}: + {files.draft.name}")

@@ -61,25 +61,20 @@ from gguf_bench.cli.options import (
     VerifyOpt,
     WarmPoolOpt,
 )
-from gguf_bench.cli.progress import SweepProgress, pair_files, warn_offload
+from gguf_bench.cli.progress import QuietStatus, SweepProgress, pair_files, warn_offload
 from gguf_bench.decoding.divergence import LOOP_ERROR, describe
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
 from gguf_bench.measure import deploy, prompts, workloads
-from gguf_bench.measure.distributed import failure_message, sweep_on_ray
-from gguf_bench.measure.sweep import (
-    Grid,
-    SweepEvents,
-    iter_records,
-    measured,
-    results_path,
-    run_path,
-    run_sweep,
-    single_run_grid,
-)
+from gguf_bench.measure.distributed import RayOptions, failure_message, ray_options, sweep_on_ray
+from gguf_bench.measure.plan import Grid, measured, single_run_grid
+from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
+from gguf_bench.models.pairs import PairChoice
+from gguf_bench.results import evals as evals_view
 from gguf_bench.results import report as rep
 from gguf_bench.results import specbench
+from gguf_bench.results.naming import results_path, run_path
 from gguf_bench.results.plots import check_plot, plot
 from gguf_bench.results.records import RunRecord, to_dict
 from gguf_bench.results.store import (
@@ -126,17 +121,14 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
     warn_offload(*grid.ngls, *grid.nglds)
     with exclusive(out):  # no other process writes NAME while this runs
         out = run_path(out.stem)  # nor did one create it since
-        with console.status(f"running {files.name} ..."):
+        with QuietStatus(f"running {files.name} ...", console):
             note = SweepEvents(note=lambda line: err.print(f"Note: {line}", markup=False))
             records = measured(list(iter_records("run", files, grid, events=note)))
         unsaved = try_append_records(out, records)  # a failed write still prints the result, then exits 1
     if json_out:
         console.print_json(json.dumps([to_dict(r) for r in records], default=str))
     else:
-        df = rep.to_frame(records)
-        summary = rep.summarize(df)
-        console.print(rep.rich_table(summary, width=console.width))
-        _engines_side_by_side(summary, df)
+        _show_runs(records, deploy_lines=False)
         _placement_lines(records[0])
         _greedy_footer(records)
     if show_text and not json_out:
@@ -147,6 +139,21 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
     if unsaved:
         raise unsaved
     (err if json_out else console).print(f"stored {len(records)} runs in {out}", markup=False, soft_wrap=True)
+
+
+def _show_runs(runs: list[RunRecord], title: str = "", deploy_lines: bool = True) -> None:
+    """The report of these runs, as every command prints it."""
+    df = rep.to_frame(runs)
+    _show_summary(rep.summarize(df), df, runs, title, deploy_lines=deploy_lines)
+
+
+def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host: bool = False,
+                  deploy_lines: bool = True) -> None:
+    """The summary table, both engines side by side where both ran, and each pair's deploy line."""
+    console.print(rep.rich_table(summary, title=title, width=console.width, show_host=show_host))
+    _engines_side_by_side(summary, df)
+    if deploy_lines:
+        _deploy_lines(summary, df, runs)
 
 
 def _engines_side_by_side(summary, df) -> None:
@@ -241,18 +248,18 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
         err.print(f"Warning: the sweep leaves out {why}", markup=False)
     name, out = results_path(name, resume)
     with exclusive(out):  # from here to the last record: no other process writes NAME
-        _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task, ray_resources)
+        choice = PairChoice(pairs, target, draft, registry)
+        if ray_address and options.SERVER_ENGINE in grid.engines:
+            raise BenchError("--engine server runs on this machine only, not through --ray")
+        if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
+            return _sweep_on_ray(name, grid, out, resume, choice, ray_options(ray_address, ray_gpus_per_task, ray_resources))
+        _sweep(name, grid, out, resume, choice)
 
 
-def _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task, ray_resources) -> None:
-    if ray_address and options.SERVER_ENGINE in grid.engines:
-        raise BenchError("--engine server runs on this machine only, not through --ray")
-    if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
-        return _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, ray_address, ray_gpus_per_task,
-                             ray_resources)
+def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -> None:
     need_draft = any(s.uses_model for s in grid.strategies)
-    files = ([pair_files(None, target, draft, registry, need_draft)] if (target or draft)
-             else [pair_files(p, None, None, registry) for p in (pairs or [None])])
+    files = ([pair_files(None, choice.target, choice.draft, choice.registry, need_draft)] if (choice.target or choice.draft)
+             else [pair_files(p, None, None, choice.registry) for p in (choice.names or [None])])
     warn_offload(*grid.ngls, *grid.nglds)
     try:
         for i, pair in enumerate(files):
@@ -264,18 +271,14 @@ def _sweep(name, grid, out, resume, pairs, target, draft, registry, ray_address,
         raise typer.Exit(130) from None
     except ResultsError as exc:
         raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
-    runs = [r for r in read_records(out) if isinstance(r, RunRecord)]
-    df = rep.to_frame(runs)
-    summary = rep.summarize(df)
-    console.print(rep.rich_table(summary, title=f"sweep {name} ({out})", width=console.width))
-    _engines_side_by_side(summary, df)
-    _deploy_lines(summary, df, runs)
+    _show_runs([r for r in read_records(out) if isinstance(r, RunRecord)], title=f"sweep {name} ({out})")
 
 
-def _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, address, gpus, resources) -> None:
+def _sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice, ray: RayOptions) -> None:
+    address = ray.address
     try:
         with SweepProgress(f"Ray {address}") as events:
-            summary = sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, address, gpus, resources, events)
+            summary = sweep_on_ray(name, grid, out, resume, choice, ray, events)
     except KeyboardInterrupt:
         err.print(f"Interrupted: every finished run is saved in {out}; continue with "
                   f"`gguf-bench sweep ... --name {name} --resume --ray {address}`", markup=False)
@@ -289,7 +292,7 @@ def _sweep_on_ray(name, grid, out, resume, pairs, target, draft, registry, addre
         records = [r for r in read_records(out) if isinstance(r, RunRecord)]
         hosts = sorted({r.host for r in records})
         title = f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}"
-        console.print(rep.rich_table(rep.summarize(rep.to_frame(records)), title=title, width=console.width))
+        _show_runs(records, title=title, deploy_lines=False)
     if summary.failures:
         raise BenchError(failure_message(summary, name))
 
@@ -342,11 +345,9 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
             sys.stdout.write(text)
     else:
         if summary is not None:
-            console.print(rep.rich_table(summary, width=console.width, show_host="host" in keep))
-            _engines_side_by_side(summary, df)
-            _deploy_lines(summary, df, loaded.runs)
+            _show_summary(summary, df, loaded.runs, show_host="host" in keep)
         if loaded.evals:
-            console.print(fit_title(rep.eval_table(loaded.evals), console.width))
+            console.print(fit_title(evals_view.table(loaded.evals), console.width))
     predicted = summary is not None and "predicted_tokens_per_s" in summary  # calibrations shown as pred.
     unshown = [str(o.kind) for o in loaded.others] + ([] if predicted else [str(c.kind) for c in loaded.calibrations])
     if unshown:

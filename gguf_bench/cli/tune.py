@@ -30,24 +30,23 @@ from gguf_bench.cli.options import (
     TargetOpt,
     ThreadsOpt,
 )
-from gguf_bench.cli.progress import pair_files
+from gguf_bench.cli.progress import QuietStatus, pair_files
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import deploy, workloads
-from gguf_bench.measure.calibrate import TuneEvents, calibrate_settings, run_check, run_cost_check
-from gguf_bench.measure.sweep import Grid, SweepEvents, sized_context
-from gguf_bench.results.costmodel import (
-    best,
-    cost_outlook,
-    cost_outlook_lines,
-    cost_outlook_rows,
-    prediction_rows,
-    recommend,
-    strategies,
-)
+from gguf_bench.measure.tune import TuneEvents, TuneJob
+from gguf_bench.measure.tune import tune as run_tune
+from gguf_bench.results.costmodel import recommend
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
 from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
 from gguf_bench.results.text import columns_width, fit_title, number_text, spaced_layout, speed_text
+from gguf_bench.results.tuning import (
+    cost_outlook_lines,
+    cost_outlook_rows,
+    prediction_rows,
+    recommendation_line,
+    tune_strategies,
+)
 
 
 @command
@@ -83,37 +82,22 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     use_results_dir(results_dir_opt)
     chosen = workloads.choose(prompt_ids, prompts_file, per_category, registry=registry)
     k_list = options.draft_lengths(ks)
-    predicted = strategies(spec_types, k_schedules, ngram_min, ngram_max, k_cap, k_list)
+    predicted = tune_strategies(spec_types, k_schedules, ngram_min, ngram_max, k_cap, k_list)
     ngl_list, ngld_list = options.layer_list(ngls, "-ngl"), options.layer_list(nglds, "-ngld")
     if n_predict < 2 or reps < 1:
         raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 (got {n_predict} and {reps})")
     if plot:
         check_plot()
     name = options.results_name(name or default_name("tune"))
-    out = ensure_results_dir() / f"{name}.jsonl"  # appended to: tune into a sweep's file to report both together
-    files = pair_files(pair, target, draft, registry)
-    sizing = Grid(ks=k_list, ngls=[0], nglds=[0], temperatures=[0.0], prompts=chosen, n_predict=n_predict, n_ctx=ctx_size,
-                  depths=[depth])  # the context that holds the depth, the longest prompt and the output
-    ctx_size = sized_context(files, sizing, SweepEvents(note=lambda line: err.print(f"Note: {line}", markup=False))).n_ctx
-    with err.status(f"calibrating {files.name} ...") as status:
-        events = TuneEvents(step=status.update, warn=lambda line: err.print(f"Warning: {line}", markup=False))
-        calibrations = calibrate_settings(files, k_list, ngl_list, ngld_list, chosen, n_predict, ctx_size, threads, reps,
-                                          name, out, events, depth)
-        top_cal, top = best(calibrations, predicted)
-        rec = recommend(calibrations, predicted)  # never a slowdown: the target alone when no K beats it
-        outlooks = cost_outlook(calibrations, predicted)  # --k-schedule cost against the best fixed K
-        cost_top = max((o for o in outlooks if o.beats(rec)), key=lambda o: o.prediction.tokens_per_s, default=None)
-        checked = None
-        if check:  # sweep measures the draft model with a fixed K: check the best of those
-            check_cal, check_top = best(calibrations)
-            if check_top != top:
-                err.print(f"Note: --check measures the best draft-model fixed-K setting ({check_top.strategy}); "
-                          f"sweep cannot run {top.strategy}", markup=False)
-            checked = run_check(files, check_cal, check_top.k, chosen, n_predict, ctx_size, threads, name, out, events)
-            for o in [o for o in outlooks if o.prediction is not None]:  # the cost schedule tune predicted, measured too
-                row = run_cost_check(files, o, chosen, n_predict, ctx_size, threads, name, out, events)
-                base = next((r["measured_tokens_per_s"] for r in checked if r["k"] == 0 and r["ngl"] == o.cal.ngl), None)
-                checked.append(row | {"measured_gain_pct": 100.0 * (row["measured_tokens_per_s"] / base - 1.0) if base else None})
+    job = TuneJob(pair_files(pair, target, draft, registry), chosen, k_list, n_predict, ctx_size, threads, name,
+                  ensure_results_dir() / f"{name}.jsonl", reps, depth)
+    with QuietStatus(f"calibrating {job.files.name} ...") as status:
+        events = TuneEvents(step=status.update, warn=lambda line: err.print(f"Warning: {line}", markup=False),
+                            note=lambda line: err.print(f"Note: {line}", markup=False))
+        tuned = run_tune(job, ngl_list, ngld_list, predicted, check, events)
+    files, out, ctx_size = tuned.job.files, tuned.job.out, tuned.job.ctx_size
+    calibrations, top_cal, top, rec = tuned.calibrations, tuned.top_cal, tuned.top, tuned.rec
+    outlooks, cost_top, checked, check_top = tuned.outlooks, tuned.cost_top, tuned.checked, tuned.check_top
     deploy_line, deploy_note = _deploy(files, predicted, rec, cost_top, ctx_size, threads)
     if json_out:
         doc = _json(files.name, out, calibrations, predicted, checked, outlooks) | {"deploy": deploy_line,
@@ -130,23 +114,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                           "calibrating (other work running?); tune again when it is idle", markup=False)
         for line in cost_outlook_lines(outlooks):
             console.print(line, markup=False)
-        how = "" if len(predicted) == 1 else f" ({top.strategy})"
-        if cost_top is not None:
-            p, c = cost_top.prediction, cost_top.cal
-            ngram = " --spec-type ngram" + ("" if (ngram_min, ngram_max) == (1, 4) else
-                                            f" --ngram-min {ngram_min} --ngram-max {ngram_max}")
-            console.print(f"recommended: -K {p.k} --k-schedule cost{ngram} -ngl {c.ngl}: predicted {p.tokens_per_s:.2f} "
-                          f"tokens/s, {cost_top.gain_over_fixed_pct:+.1f}% over the best fixed K, {p.gain_pct:+.1f}% over "
-                          f"the target alone ({p.baseline_tokens_per_s:.2f})", markup=False)
-        elif rec.speculative:
-            console.print(f"recommended: -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}: predicted "
-                          f"{top.tokens_per_s:.2f} tokens/s, {top.gain_pct:+.1f}% over the target alone "
-                          f"({top.baseline_tokens_per_s:.2f})", markup=False)
-        else:
-            console.print(f"recommended: run the target alone (-ngl {rec.cal.ngl}, predicted "
-                          f"{rec.baseline_tokens_per_s:.2f} tokens/s): no draft length is predicted to beat it; the "
-                          f"fastest, -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}, is predicted at "
-                          f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%)", markup=False)
+        console.print(recommendation_line(rec, top_cal, top, cost_top, len(predicted) > 1, (ngram_min, ngram_max)),
+                      markup=False)
         console.print(f"deploy ({deploy_note}):" if deploy_line else f"deploy: {deploy_note}", markup=False)
         if deploy_line:
             console.print(deploy_line, markup=False, soft_wrap=True)

@@ -97,6 +97,14 @@ class Strategy:
         if self.k_schedule == "heuristic" and k > self.k_cap:
             raise ConfigError(f"the heuristic schedule starts at K={k}, above --k-cap {self.k_cap}; lower -K or raise --k-cap")
 
+    def check_server(self) -> None:
+        """What llama-server can run; one line naming what it cannot."""
+        if self.k_schedule != "fixed":
+            raise ConfigError(f"llama-server drafts a fixed K: --k-schedule {self.k_schedule} runs on --engine python only")
+        if self.uses_model and self.uses_ngram:
+            raise ConfigError("llama-server has no n-gram-then-draft-model chain: --spec-type ngram,draft runs on "
+                              "--engine python only")
+
     def max_k(self, k: int) -> int:
         """The longest draft a round may make (for context checks and per-position counts)."""
         return self.k_cap if self.k_schedule == "heuristic" else k

@@ -192,12 +192,13 @@ FLASH_ATTN_TYPES = {"auto": -1, "off": 0, "on": 1}  # enum llama_flash_attn_type
 class Model(Vocabulary):
     """A GGUF model with one context and one sequence, driven token batch by token batch.
 
-    n_batch/n_ubatch, flash_attn ('auto', 'on', 'off') and the KV-cache types type_k/type_v ('f16', 'q8_0', ...) are
-    llama.cpp's context params of the same names (the defaults are llama.cpp's own)."""
+    `context` holds llama.cpp's context params of the same names, each optional (CONTEXT_DEFAULTS: llama.cpp's own):
+    n_batch/n_ubatch, flash_attn ('auto', 'on', 'off') and the KV-cache types type_k/type_v ('f16', 'q8_0', ...)."""
+
+    CONTEXT_DEFAULTS = {"n_batch": 512, "n_ubatch": None, "flash_attn": "auto", "type_k": "f16", "type_v": "f16"}
 
     def __init__(self, path: Path, n_gpu_layers: int = 0, n_ctx: int = 2048, n_threads: int | None = None,
-                 n_batch: int = 512, n_ubatch: int | None = None, flash_attn: str = "auto", type_k: str = "f16",
-                 type_v: str = "f16"):
+                 context: dict | None = None):
         llama_cpp = _llama()
         self._lib = llama_cpp
         self.path = Path(path)
@@ -212,8 +213,8 @@ class Model(Vocabulary):
         _log_tail.clear()
         global _load_log
         _load_log = lines = []
-        context = {"n_batch": n_batch, "n_ubatch": min(n_ubatch or n_batch, n_batch), "flash_attn": flash_attn,
-                   "type_k": type_k, "type_v": type_v}
+        context = {**self.CONTEXT_DEFAULTS, **(context or {})}
+        context["n_ubatch"] = min(context["n_ubatch"] or context["n_batch"], context["n_batch"])
         try:
             self._load(llama_cpp, mparams, n_ctx, n_threads, context)
         finally:

@@ -35,7 +35,7 @@ from gguf_bench.errors import BenchError
 
 SPEC_FLAGS = ("--spec-type", "--spec-draft-n-max")
 BENCH_ONLY = ("-lv", "4", "--metrics", "--cache-ram", "0", "--no-webui")  # what a benchmark needs and a deployment does not
-DEPLOY_PORT = 8080  # what a server older than llama.cpp's 2026 flag rename lacks
+DEPLOY_PORT = 8080  # llama-server's own default port: a deploy line's --port (a benchmark's is a free one)
 START_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 600.0
 _PORT_IN_USE = re.compile(r"couldn't bind|address already in use|bind.*failed", re.IGNORECASE)
@@ -66,6 +66,19 @@ SIZE_FLAGS = {
                  "llama.cpp's 48/64) --spec-ngram-mod-n-max K",
     "ngram-cache": f"no size flags: it drafts at most {NGRAM_CACHE_K} tokens, so a sweep runs it once, at K={NGRAM_CACHE_K}",
 }
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A request's sampler settings: top-k, then the temperature, then top-p (the loop's order), seeded."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+GREEDY = Sampling()
 
 
 @dataclass(frozen=True)
@@ -314,12 +327,12 @@ class Server:
                 out[m[1] + (f"[{m[2]}]" if m[2] is not None else "")] = float(m[3])
         return out
 
-    def complete(self, prompt: Sequence[int], n_predict: int, temperature: float, top_k: int, top_p: float,
-                 seed: int, cache_prompt: bool = False) -> Completion:
+    def complete(self, prompt: Sequence[int], n_predict: int, sampling: Sampling = GREEDY,
+                 cache_prompt: bool = False) -> Completion:
         """Generate from a token-id prompt, cold (no prompt cache), with every sampler field set: top-k, then the
         temperature, then top-p on the tempered distribution (the loop's order), nothing else."""
         before = self.metrics()
-        body = completion_body(prompt, n_predict, temperature, top_k, top_p, seed, cache_prompt=cache_prompt)
+        body = completion_body(prompt, n_predict, sampling, cache_prompt=cache_prompt)
         answer = json.loads(self._request("/completion", body))
         delta = _delta(before, self.metrics())
         t = answer["timings"]
@@ -343,15 +356,15 @@ class Server:
         return placement.parse(lines[:starts[1]], target_layers), placement.parse(lines[starts[1]:], draft_layers)
 
 
-def completion_body(prompt: Sequence[int], n_predict: int, temperature: float, top_k: int, top_p: float, seed: int,
-                    stream: bool = False, cache_prompt: bool = False) -> dict:
+def completion_body(prompt: Sequence[int], n_predict: int, sampling: Sampling = GREEDY, stream: bool = False,
+                    cache_prompt: bool = False) -> dict:
     """A /completion request, cold by default (no prompt cache; cache_prompt: a prefix the slot already holds, a
     context depth's filler, is not processed again), with every sampler field set: top-k, then the temperature, then
     top-p on the tempered distribution (the loop's order), nothing else (the server's defaults: temperature 0.8 and a
     penalty chain)."""
     return {"prompt": list(prompt), "n_predict": n_predict, "cache_prompt": cache_prompt, "return_tokens": True,
-            "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": 0.0, "typical_p": 1.0,
-            "seed": seed, "samplers": ["top_k", "temperature", "top_p"], "repeat_penalty": 1.0,
+            "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "min_p": 0.0,
+            "typical_p": 1.0, "seed": sampling.seed, "samplers": ["top_k", "temperature", "top_p"], "repeat_penalty": 1.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
             "top_n_sigma": -1.0, "n_probs": 0, "stream": stream}
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from gguf_bench.engines.llama_server import Server, ServerError, completion_body
+from gguf_bench.engines.llama_server import Sampling, Server, ServerError, completion_body
 
 
 @dataclass
@@ -72,8 +72,8 @@ class RequestFailed(Exception):
     pass
 
 
-def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predict: int, temperature: float, top_k: int,
-              top_p: float, seed: int, timeout_s: float, cache_prompt: bool = False) -> Round:
+def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predict: int, sampling: Sampling,
+              timeout_s: float, cache_prompt: bool = False) -> Round:
     """Send every prompt at the same moment, one client each, and wait for all of them (each bounded by timeout_s)."""
     before = server.metrics()
     requests = [Request(i, pid) for i, (pid, _) in enumerate(prompts)]
@@ -81,7 +81,7 @@ def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predic
     start = [0.0]
 
     def client(req: Request, tokens: list[int]) -> None:
-        body = completion_body(tokens, n_predict, temperature, top_k, top_p, seed, stream=True, cache_prompt=cache_prompt)
+        body = completion_body(tokens, n_predict, sampling, stream=True, cache_prompt=cache_prompt)
         barrier.wait()
         try:
             _stream(server, body, req, start[0], timeout_s)

@@ -9,34 +9,25 @@ What the record predicts is results/costmodel.py's.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from gguf_bench import options
 from gguf_bench.decoding.loop import GenerationResult
 from gguf_bench.decoding.sampling import SamplingConfig
-from gguf_bench.engines.llama_cpp import Model, gpu_offload_supported, read_info
-from gguf_bench.errors import ConfigError, ModelError
+from gguf_bench.engines.llama_cpp import Model
+from gguf_bench.errors import ConfigError
 from gguf_bench.measure.costs import DecodeTimer
-from gguf_bench.measure.depth import after_filler
-from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles, check_compatible
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
+from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.prompts import Prompt
-from gguf_bench.measure.sweep import Grid, iter_records, measured
 from gguf_bench.options import layers_label
 from gguf_bench.results.costmodel import (
     DEFAULT_REPS,
-    Calibration,
-    CostOutlook,
     Text,
     Timings,
-    check_ks,
-    check_rows,
-    effective_settings,
     simulate_rounds,
 )
 from gguf_bench.results.records import (
@@ -47,9 +38,8 @@ from gguf_bench.results.records import (
     InLoop,
     Mode,
     PromptText,
-    RunRecord,
 )
-from gguf_bench.results.store import append_record, environment, models_record, now_iso
+from gguf_bench.results.store import environment, models_record, now_iso
 
 # --- calibration (measures; loads models) -----------------------------------------------------------
 
@@ -154,12 +144,11 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
     greedy = SamplingConfig()
     started = time.perf_counter()
     with LoadedPair(files, load) as pair:
-        chat_ok = pair.target.has_chat_template()
-        tokens = [pair.prompt_tokens(p.text, p.chat and chat_ok) for p in prompts]
+        prepared = PreparedPrompts.prepare(pair.target, prompts, depth)
         if depth:
             events.step(f"filling {depth} tokens of context")
-            filler = pair.at_depth(depth)  # every run and decode timing after it, as sweep -d runs them
-            tokens = [after_filler(t, filler) for t in tokens]
+            pair.at_depth(prepared.filler_at(depth))  # every run and decode timing after it, as sweep -d runs them
+        tokens = [prepared.after(p.id, depth) for p in prompts]
         for t in tokens:
             pair.check_fits(depth + len(t), n_predict, k_max)
         events.step("warm-up")
@@ -200,83 +189,3 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
                                 matches=[int(m) for m in t.matches], prompt=list(t.prompt), tokens=list(t.tokens))
                      for t in texts]),
         calibration_s=time.perf_counter() - started, env=environment(), models=models_record(files.target, files.draft))
-
-
-
-
-
-# --- the tune flow: every offload setting, then --check -----------------------------------------------
-
-
-@dataclass
-class TuneEvents:
-    """What the CLI shows while tuning (the flow itself prints nothing)."""
-
-    step: Callable[[str], None] = lambda what: None  # a status line
-    warn: Callable[[str], None] = lambda line: None  # a warning to show and go on
-
-
-def calibrate_settings(files: PairFiles, ks: Sequence[int], ngls: Sequence[int], nglds: Sequence[int],
-                       prompts: Sequence[Prompt], n_predict: int, ctx_size: int, threads: int | None, reps: int,
-                       name: str, out: Path, events: TuneEvents = TuneEvents(), depth: int = 0) -> list[Calibration]:
-    """Calibrate each offload setting this build can run and store each record in `out`; a setting that fails to
-    load is skipped with a warning while another one loads, and is the error when none does."""
-    check_compatible(files)
-    settings, warnings = effective_settings(ngls, nglds, gpu_offload_supported(),
-                                            read_info(files.target).n_layers, read_info(files.draft).n_layers)
-    for w in warnings:
-        events.warn(w)
-    calibrations, failures = [], []
-    for ngl, ngld in settings:
-        load = LoadConfig(ngl, ngld, ctx_size, threads)
-        steps = CalibrationEvents(step=lambda what, at=f"{files.name} {load.label}": events.step(f"calibrating {at}: {what}"))
-        try:
-            record = calibrate(files, load, prompts, n_predict, ks, reps, name, steps, depth)
-        except (ModelError, MemoryError) as exc:
-            if len(settings) == 1:
-                raise
-            failures.append(f"{load.label}: {exc}")
-            events.warn(f"{load.label} could not be calibrated, skipped: {exc}")
-            continue
-        append_record(out, record)
-        calibrations.append(Calibration.from_record(record))
-    if not calibrations:
-        raise ModelError(f"no offload setting could be loaded ({failures[0]})")
-    return calibrations
-
-
-def _checked(name: str, files: PairFiles, grid: Grid, out: Path, events: TuneEvents) -> list[RunRecord]:
-    """The grid's runs, each stored in `out` as it is measured (as sweep stores them); an error if every one failed."""
-    records = []
-    for record in iter_records(name, files, grid):
-        append_record(out, record)
-        records.append(record)
-        events.step(f"checking: measured {record.label} on {record.config.prompt_id}")
-    return measured(records, "--check could not measure")
-
-
-def run_check(files: PairFiles, cal: Calibration, k: int, prompts: Sequence[Prompt], n_predict: int, ctx_size: int,
-              threads: int | None, name: str, out: Path, events: TuneEvents = TuneEvents()) -> list[dict]:
-    """Measure K-1, K, K+1 and the target alone as `sweep` does (same cells, same records, stored), next to the
-    prediction (costmodel.check_rows)."""
-    grid = Grid(ks=check_ks(cal, k), ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
-                prompts=list(prompts), n_predict=n_predict, n_ctx=ctx_size, threads=threads, with_draft_alone=False,
-                depths=[cal.depth])
-    events.step(f"checking K={', '.join(map(str, grid.ks))} as sweep measures them ...")
-    return check_rows(cal, _checked(name, files, grid, out, events))
-
-
-def run_cost_check(files: PairFiles, outlook: CostOutlook, prompts: Sequence[Prompt], n_predict: int, ctx_size: int,
-                   threads: int | None, name: str, out: Path, events: TuneEvents = TuneEvents()) -> dict:
-    """Measure the cost schedule tune predicted (n-gram, at the cap it predicts fastest) as `sweep` does, without a
-    target alone of its own (run_check measures that); its costs are the calibration just stored. A check_rows row."""
-    cal, p = outlook.cal, outlook.prediction
-    grid = Grid(ks=[p.k], ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
-                prompts=list(prompts), n_predict=n_predict, n_ctx=ctx_size, threads=threads, with_draft_alone=False,
-                with_target_alone=False, strategies=[outlook.schedule], depths=[cal.depth])
-    events.step(f"checking {p.strategy} as sweep measures it ...")
-    speeds = [r.tokens_per_s for r in _checked(name, files, grid, out, events) if not r.error and r.tokens_per_s]
-    tokens_per_s = statistics.fmean(speeds)
-    return {"k": p.k, "strategy": p.strategy, "ngl": cal.ngl, "ngld": cal.ngld, "predicted_tokens_per_s": p.tokens_per_s,
-            "measured_tokens_per_s": tokens_per_s, "error_pct": 100.0 * (p.tokens_per_s / tokens_per_s - 1.0),
-            "runs": len(speeds), "measured_gain_pct": None}

@@ -21,7 +21,7 @@ from gguf_bench.engines.llama_server import Launch, deploy_argv
 from gguf_bench.engines.server_build import MARKER, find_server, library_env
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import PairFiles
-from gguf_bench.measure.server import speculation
+from gguf_bench.measure.server_engine import speculation
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
 from gguf_bench.results.report import SETTING, matching, row_label
 

@@ -32,7 +32,9 @@ from typing import Any
 from gguf_bench.engines.llama_cpp import quantize
 from gguf_bench.errors import BenchError, ConfigError, ModelError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
-from gguf_bench.measure.sweep import Grid, SweepEvents, cell_key, cells_done, cells_for, iter_records
+from gguf_bench.measure.plan import Grid, cell_key, cells_done, cells_for
+from gguf_bench.measure.sweep import SweepEvents, iter_records
+from gguf_bench.models.pairs import PairChoice
 from gguf_bench.models.registry import ModelRef, Registry
 from gguf_bench.results.records import Node, Record, RunRecord
 from gguf_bench.results.store import append_record, environment, read_records
@@ -388,14 +390,19 @@ def run_ray_sweep(name: str, pairs: list[PairSource], grid: Grid, out: Path, res
     return summary
 
 
-def sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, pairs: list[str] | None, target: Path | None,
-                 draft: Path | None, registry: Path | None, address: str, gpus_per_task: float | None,
-                 resources: str | None, events: SweepEvents = SweepEvents()) -> RaySummary:
-    """`gguf-bench sweep ... --ray ADDRESS`: the CLI's arguments, checked, then `run_ray_sweep`."""
+def ray_options(address: str, gpus_per_task: float | None, resources: str | None) -> RayOptions:
+    """--ray, --ray-gpus-per-task and --ray-resources, checked (Ray itself too: installed or one line saying how)."""
     custom, accelerator = parse_resources(resources)
     options = RayOptions(address, gpus_per_task, custom, accelerator)
     import_ray()
-    return run_ray_sweep(name, pair_sources(pairs, target, draft, registry), grid, out, resume, options, events)
+    return options
+
+
+def sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice, options: RayOptions,
+                 events: SweepEvents = SweepEvents()) -> RaySummary:
+    """`gguf-bench sweep ... --ray ADDRESS`: the pairs named, checked, then `run_ray_sweep`."""
+    sources = pair_sources(choice.names, choice.target, choice.draft, choice.registry)
+    return run_ray_sweep(name, sources, grid, out, resume, options, events)
 
 
 def failure_message(summary: RaySummary, name: str) -> str:

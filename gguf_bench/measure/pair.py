@@ -14,7 +14,7 @@ from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.llama_cpp import Model, read_info
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure.costs import measure_costs, stored_costs
-from gguf_bench.measure.depth import AtDepth, fill, filler_tokens
+from gguf_bench.measure.depth import AtDepth, fill
 from gguf_bench.models.gguf import check_compatible as check_vocabularies
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.options import CACHE_TYPES, CONTEXT_DEFAULTS, FLASH_ATTN, layers_label
@@ -103,22 +103,22 @@ class LoadedPair:
     def __init__(self, files: PairFiles, load: LoadConfig):
         self.files = files
         self.load = load
-        self.target = Model(files.target, load.ngl, load.n_ctx, load.threads, **load.context)
+        self.target = Model(files.target, load.ngl, load.n_ctx, load.threads, load.context)
         self.draft: Model | None = None
         self.costs: Costs | None = None  # this machine's step costs, for the cost schedule (step_costs)
         self.depth = 0  # tokens of filler before every run's prompt (at_depth)
         try:
             if files.draft is not None:
-                self.draft = Model(files.draft, load.ngld, load.n_ctx, load.draft_threads, **load.context)
+                self.draft = Model(files.draft, load.ngld, load.n_ctx, load.draft_threads, load.context)
         except Exception:
             self.target.close()
             raise
 
-    def at_depth(self, depth: int) -> list[int]:
-        """Fill both models' context with the first `depth` tokens of the filler (measure/depth.py; untimed): runs from
-        now on start after it. Returns the filler (a prompt goes after it without its BOS: depth.after_filler)."""
+    def at_depth(self, filler: list[int]) -> None:
+        """Fill both models' context with `filler` (measure/depth.py: its first tokens; untimed): runs from now on
+        start after it (a prompt goes after it without its BOS: depth.after_filler)."""
         target, draft = (getattr(m, "model", m) for m in (self.target, self.draft))
-        filler = filler_tokens(target, depth)
+        depth = len(filler)
         for model in (target, draft):
             if model is not None:
                 fill(model, filler)
@@ -126,7 +126,6 @@ class LoadedPair:
         self.draft = AtDepth(draft, depth) if depth and draft is not None else draft
         self.costs = None  # the verify costs change with depth: measured again at this one when asked
         self.depth = depth
-        return filler
 
     def offload_label(self, role: str) -> str:
         """'N/total' as llama.cpp counts it (the output layer is one more layer)."""

@@ -22,6 +22,16 @@ class PairFiles:
     name: str  # registry pair name, or "<target file>+<draft file>"
 
 
+@dataclass(frozen=True)
+class PairChoice:
+    """The pairs a command was given: registry pair names (None: the registry's default), or --target/--draft files."""
+
+    names: list[str] | None = None
+    target: Path | None = None
+    draft: Path | None = None
+    registry: Path | None = None  # the registry file to look names up in (None: the installed one)
+
+
 def resolve(pair: str | None, target: Path | None, draft: Path | None, registry: Path | None,
             progress: ProgressFactory | None = None, quantize: Quantize | None = None) -> PairFiles:
     """A pair name (the registry's default when None), or both files; registry models are fetched if missing

@@ -41,8 +41,7 @@ from gguf_bench.decoding.drafters import NgramDrafter
 from gguf_bench.decoding.schedules import CostK, Costs, FixedK, HeuristicK
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.options import ALL_LAYERS, layers_label
-from gguf_bench.results.records import CalibrationRecord, Mode, RunRecord
+from gguf_bench.results.records import CalibrationRecord
 
 DEFAULT_REPS = 6
 
@@ -190,19 +189,6 @@ def simulate(proposals: ModelProposals | NgramProposals, schedule, n_predict: in
 def simulate_rounds(matches: Sequence[bool], k: int, n_predict: int, ends_with_eog: bool = False) -> list[Round]:
     """The rounds of a greedy run with a draft model and fixed draft length k (see simulate)."""
     return simulate(ModelProposals(matches, ends_with_eog), FixedK(k), n_predict, ends_with_eog)
-
-
-def strategies(spec_types: str, k_schedules: str, ngram_min: int, ngram_max: int, k_cap: int | None,
-               ks: Sequence[int]) -> list[Strategy]:
-    """tune's --spec-type and --k-schedule lists as strategies (draft model, fixed K first when asked)."""
-    cap = k_cap if k_cap is not None else max(ks)
-    if cap > max(ks):
-        raise ConfigError(f"--k-cap {cap} is above the largest -K {max(ks)}: verify costs are measured up to -K")
-    out = [Strategy(spec, ngram_min, ngram_max, 0.0, 0, schedule, cap)
-           for spec in str(spec_types).replace(" ", "").split(",") for schedule in str(k_schedules).replace(" ", "").split(",")]
-    for st in out:
-        modeled(st)
-    return list(dict.fromkeys(out))
 
 
 def modeled(strategy: Strategy) -> None:
@@ -390,23 +376,6 @@ def recommend(calibrations: Sequence[Calibration], strategies: Sequence[Strategy
     return Recommendation(cal, top, base_cal, base)
 
 
-def prediction_rows(calibrations: Sequence[Calibration], strategies: Sequence[Strategy] = (DEFAULT_STRATEGY,)) -> list[dict]:
-    """Flat rows (what `tune --json` prints), the recommended one marked (none: run the target alone)."""
-    rec = recommend(calibrations, strategies) if calibrations else None
-    top = (rec.fastest_cal, rec.fastest) if rec is not None and rec.speculative else None
-    rows = []
-    for cal in calibrations:
-        for p in cal.predictions(strategies):
-            rows.append({"pair": cal.pair, "ngl": cal.ngl, "ngld": cal.ngld, "k": p.k, "strategy": p.strategy,
-                         "predicted_tokens_per_s": p.tokens_per_s, "predicted_gain_pct": p.gain_pct,
-                         "predicted_baseline_tokens_per_s": p.baseline_tokens_per_s,
-                         "tokens_per_round": p.tokens_per_round, "acceptance": p.acceptance, "round_ms": p.round_ms,
-                         "draft_cost": p.k * cal.timings.draft_cost_ratio(),
-                         "verify_ratio": cal.timings.verify_curve()[p.k],
-                         "best": top is not None and top[0] is cal and top[1] == p})
-    return rows
-
-
 @dataclass(frozen=True)
 class CostOutlook:
     """What tune says about --k-schedule cost for one kind of drafting (spec: 'draft' or an n-gram's name).
@@ -481,127 +450,3 @@ def cost_outlook(calibrations: Sequence[Calibration], strategies: Sequence[Strat
             _, cal, n, approx = max(options, key=lambda o: o[0])
             out.append(CostOutlook(st.name, cal, fixed_cal, fixed, base, length=n, approx=approx))
     return out
-
-
-def cost_outlook_lines(outlooks: Sequence[CostOutlook]) -> list[str]:
-    """tune's lines on --k-schedule cost: the prediction and what it assumes, or why there is none."""
-    lines = []
-    for o in outlooks:
-        f = o.best_fixed
-        fixed = f"best fixed K: {f.strategy} -ngl {o.best_fixed_cal.ngl} -ngld {o.best_fixed_cal.ngld} ({f.tokens_per_s:.2f})"
-        if o.prediction is not None:
-            p = o.prediction
-            lines.append(f"--k-schedule cost ({p.strategy}, K its cap, -ngl {o.cal.ngl}): predicted {p.tokens_per_s:.2f} "
-                         f"tokens/s, {o.gain_over_fixed_pct:+.1f}% over the {fixed}, {p.gain_pct:+.1f}% over the target "
-                         "alone (assumes the calibration's greedy texts, its timings as the schedule's costs, hit rates "
-                         "learned afresh per prompt)")
-        else:
-            what = (f"draft {o.length} every round ({o.approx.strategy}, {o.approx.tokens_per_s:.2f} tokens/s)"
-                    if o.approx is not None else "not draft at all (the target alone)")
-            lines.append(f"--k-schedule cost ({o.spec}): not predicted: it sizes rounds by the draft's per-token "
-                         f"confidence, which the calibration does not record; by the per-position acceptance alone it "
-                         f"would {what}; {fixed}; measure it with sweep --k-schedule cost")
-    return lines
-
-
-def cost_outlook_rows(outlooks: Sequence[CostOutlook], rec: Recommendation) -> list[dict]:
-    """tune --json's cost_schedule entries."""
-    return [{"spec": o.spec, "predicted": o.prediction is not None,
-             "strategy": o.prediction.strategy if o.prediction else None,
-             "k_cap": o.prediction.k if o.prediction else None, "ngl": o.cal.ngl, "ngld": o.cal.ngld,
-             "predicted_tokens_per_s": o.prediction.tokens_per_s if o.prediction else None,
-             "predicted_gain_pct": o.prediction.gain_pct if o.prediction else None,
-             "gain_over_best_fixed_pct": o.gain_over_fixed_pct,
-             "best_fixed": {"strategy": o.best_fixed.strategy, "k": o.best_fixed.k, "ngl": o.best_fixed_cal.ngl,
-                            "ngld": o.best_fixed_cal.ngld, "predicted_tokens_per_s": o.best_fixed.tokens_per_s},
-             "acceptance_length": o.length, "recommended": o.beats(rec)} for o in outlooks]
-
-
-def predicted_frame(records: Sequence[CalibrationRecord]):
-    """Predictions from every calibration record among `records`, one row per (setting, K) for the draft
-    model with a fixed K (what sweep measures), in the
-    columns report uses: pair, host ('local': tune measures in its own process), ngl, ngld, temperature,
-    n_predict, k, predicted_tokens_per_s,
-    predicted_gain_pct, predicted_baseline_tokens_per_s, predicted_best, and the calibration's
-    prompt ids (comma-joined). The latest record of a (pair, ngl, ngld, n_predict, depth) wins."""
-    import pandas as pd
-
-    latest: dict[tuple, Calibration] = {}
-    for rec in sorted((r for r in records if isinstance(r, CalibrationRecord)), key=lambda r: r.time or ""):
-        cal = Calibration.from_record(rec)
-        latest[(cal.pair, cal.ngl, cal.ngld, cal.n_predict, cal.depth)] = cal
-    rows = []
-    for cal in latest.values():
-        preds = cal.predictions()
-        top = max(p.tokens_per_s for p in preds)
-        prompts = ",".join(t.prompt_id for t in cal.texts)
-        rows += [{"pair": cal.pair, "host": "local", "ngl": cal.ngl, "ngld": cal.ngld, "temperature": 0.0, "n_predict": cal.n_predict,
-                  "depth": cal.depth,
-                  "k": p.k, "predicted_tokens_per_s": p.tokens_per_s, "predicted_gain_pct": p.gain_pct,
-                  "predicted_baseline_tokens_per_s": p.baseline_tokens_per_s, "predicted_best": p.tokens_per_s == top,
-                  "prompts": prompts}
-                 for p in preds]
-    columns = ["pair", "host", "ngl", "ngld", "temperature", "n_predict", "depth", "k", "predicted_tokens_per_s", "predicted_gain_pct",
-               "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-# --- offload settings --------------------------------------------------------------------------------
-
-
-def effective_settings(ngls: Sequence[int], nglds: Sequence[int], gpu: bool, target_layers: int,
-                       draft_layers: int) -> tuple[list[tuple[int, int]], list[str]]:
-    """The (ngl, ngld) pairs that differ on this build, and a warning for each request folded away.
-
-    Without GPU offload every request runs on the CPU: only (0, 0) is calibrated. With it, a value
-    above a model's layer count (+1 for the output layer, as llama.cpp counts) is the same as 'all'.
-    """
-    warnings: list[str] = []
-    if not gpu:
-        if any(ngls) or any(nglds):
-            asked = ", ".join(f"-ngl {layers_label(a)} -ngld {layers_label(b)}" for a in ngls for b in nglds if a or b)
-            warnings.append(f"this llama-cpp-python build cannot offload to a GPU: calibrating -ngl 0 -ngld 0 only "
-                            f"(not {asked}); reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" to tune offload")
-        return [(0, 0)], warnings
-
-    def fold(values: Sequence[int], n_layers: int, flag: str) -> list[int]:
-        out: list[int] = []
-        for v in values:
-            eff = ALL_LAYERS if v >= n_layers + 1 else v  # llama.cpp counts the output layer too
-            if eff in out:
-                warnings.append(f"{flag} {layers_label(v)} offloads the same layers as an earlier value: calibrated once")
-            else:
-                out.append(eff)
-        return out
-
-    return [(a, b) for a in fold(ngls, target_layers, "-ngl") for b in fold(nglds, draft_layers, "-ngld")], warnings
-
-
-# --- --check: predicted against measured ----------------------------------------------------------
-
-
-def check_ks(cal: Calibration, k: int) -> list[int]:
-    """The recommended K and its neighbours, within the calibrated range."""
-    return [x for x in (k - 1, k, k + 1) if x in cal.ks]
-
-
-def check_rows(cal: Calibration, records: Sequence[RunRecord]) -> list[dict]:
-    """Sweep run records of one setting -> per K (0: the target alone) the measured mean tokens/s over
-    prompts next to the prediction, and the prediction's error in percent of the measurement."""
-    by_k: dict[int, list[float]] = {}
-    for r in records:
-        if r.error or r.tokens_per_s is None or r.mode not in (Mode.TARGET, Mode.SPECULATIVE):
-            continue
-        by_k.setdefault(r.k, []).append(r.tokens_per_s)
-    rows = []
-    for k in sorted(by_k):
-        p = cal.predict(k) if k else cal.predict(min(cal.ks))
-        predicted = p.tokens_per_s if k else p.baseline_tokens_per_s
-        measured = statistics.fmean(by_k[k])
-        rows.append({"k": k, "ngl": cal.ngl, "ngld": cal.ngld, "predicted_tokens_per_s": predicted,
-                     "measured_tokens_per_s": measured, "error_pct": 100.0 * (predicted / measured - 1.0),
-                     "runs": len(by_k[k])})
-    base = next((r["measured_tokens_per_s"] for r in rows if r["k"] == 0), None)
-    for r in rows:
-        r["measured_gain_pct"] = 100.0 * (r["measured_tokens_per_s"] / base - 1.0) if base and r["k"] else None
-    return rows

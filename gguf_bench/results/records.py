@@ -123,7 +123,7 @@ class Node:
 
 @dataclass
 class Server:
-    """The llama-server process a server-engine run went through (measure/server.py)."""
+    """The llama-server process a server-engine run went through (measure/server_engine.py)."""
 
     command: list[str] = field(default_factory=list)  # its exact command line (the port aside, what to deploy)
     version: str | None = None  # `llama-server --version`'s first line
@@ -307,7 +307,7 @@ class RunRecord:
     env: Environment = field(default_factory=Environment)
     models: Models = field(default_factory=Models)
     node: Node | None = None  # where a distributed sweep ran it
-    load: Load | None = None  # the machine's load over the run (records before issue 23 have none)
+    load: Load | None = None  # the machine's load over the run (None in files written before runs recorded it)
     server: Server | None = None  # the llama-server process of a server-engine run
     kind: Kind = Kind.RUN
 

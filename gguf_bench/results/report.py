@@ -19,7 +19,7 @@ from rich.table import Table
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
-from gguf_bench.results.costmodel import predicted_frame
+from gguf_bench.results import evals as evals_view
 from gguf_bench.results.records import (
     PYTHON_ENGINE,
     SERVER_ENGINE,
@@ -34,6 +34,7 @@ from gguf_bench.results.records import (
     run_row,
 )
 from gguf_bench.results.text import fit_title, number_text, speed_text
+from gguf_bench.results.tuning import predicted_frame
 
 CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
 CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
@@ -85,28 +86,14 @@ def to_frame(records: list) -> pd.DataFrame:
 
 def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     """Fold repetitions (and prompts, unless by_prompt) into mean and std; add gain % and best K (the best
-    speculative row across drafting strategies)."""
+    speculative row across drafting strategies). `df` is to_frame's: every record upgraded to today's fields."""
     if df.empty:
         raise BenchError("no runs in these results")
-    if "strategy" not in df.columns:
-        df = df.assign(strategy=df["mode"].map(lambda m: "draft" if m == "speculative" else ""))
-    if "engine" not in df.columns:  # frames made before engines
-        df = df.assign(engine=PYTHON_ENGINE)
-    for col, default in CONTEXT_DEFAULTS.items():  # frames made before the context settings
-        if col not in df.columns:
-            df = df.assign(**{col: default})
-    if "threads_draft" not in df.columns:
-        df = df.assign(threads_draft=0)
-    for col in CONCURRENCY + ["per_request_tokens_per_s", "ttft_s", "latency_p95_s"]:  # frames made before them
-        if col not in df.columns:
-            df = df.assign(**{col: None})
-    if "depth" not in df.columns:
-        df = df.assign(depth=0)
     setting = SETTING + (["prompt_id"] if by_prompt else [])
     keys = setting + ["mode", "strategy", "k"]
     numeric = ("load1", "main_cpu_share", "cpu_count", "others_cores", "schedule_predicted_tokens_per_s", "pp_tokens_per_s")
-    for col in numeric:  # none in older files
-        df = df.assign(**{col: pd.to_numeric(df[col], errors="coerce") if col in df else float("nan")})
+    for col in numeric:  # None where a record has no such figure: NaN, so they aggregate as numbers
+        df = df.assign(**{col: pd.to_numeric(df[col], errors="coerce")})
     ok = df[df["error"].isna()]
     failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
     agg = ok.groupby(keys, dropna=False).agg(
@@ -529,21 +516,6 @@ def _predicted(summary: pd.DataFrame) -> pd.Series | None:
     return pred if pred is not None and pred.notna().any() else None
 
 
-def eval_table(evals: list[EvalRecord]) -> Table:
-    """One row per stored evaluation: success rates, the z-test, greedy identity."""
-    table = Table(title="evaluations (multiplication benchmark)", box=box.SIMPLE_HEAD, collapse_padding=True,
-                  pad_edge=False, title_justify="left")
-    for col in ("pair", "T", "K", "regular", "spec.", "p", "identical", "numerics", "loop err."):
-        table.add_column(col, justify="left" if col == "pair" else "right")
-    for ev in evals:
-        cfg, m, greedy = ev.config, ev.metrics, ev.greedy
-        table.add_row(ev.pair, number_text(cfg.temperature, "{:g}"), str(cfg.k), f"{m.regular_ok}/{m.n}",
-                      f"{m.speculative_ok}/{m.n}", number_text(m.p_value, "{:.3g}"),
-                      f"{m.identical}/{m.n}" if greedy else "–", str(m.batch_numerics) if greedy else "–",
-                      str(m.loop_errors) if greedy else "–", style="bold red" if greedy and m.loop_errors else None)
-    return table
-
-
 # --- files ----------------------------------------------------------------------------------
 
 
@@ -563,35 +535,11 @@ def to_markdown(summary: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def eval_frame(evals: list[EvalRecord]) -> pd.DataFrame:
-    """One row per stored evaluation, the columns of eval_table as numbers (the greedy checks: None when sampled)."""
-    rows = []
-    for ev in evals:
-        cfg, m, greedy = ev.config, ev.metrics, ev.greedy
-        rows.append({"pair": ev.pair, "temperature": cfg.temperature, "k": cfg.k, "n": m.n, "regular_ok": m.regular_ok,
-                     "speculative_ok": m.speculative_ok, "p_value": m.p_value, "identical": m.identical if greedy else None,
-                     "batch_numerics": m.batch_numerics if greedy else None, "loop_errors": m.loop_errors if greedy else None,
-                     "acceptance": m.acceptance, "time": ev.time})
-    return pd.DataFrame(rows)
-
-
-def eval_markdown(evals: list[EvalRecord]) -> str:
-    """eval_table as a markdown table."""
-    lines = ["| pair | T | K | regular | speculative | p | identical | numerics | loop errors |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for ev in evals:
-        cfg, m, greedy = ev.config, ev.metrics, ev.greedy
-        lines.append(f"| {ev.pair} | {number_text(cfg.temperature, '{:g}')} | {cfg.k} | {m.regular_ok}/{m.n} | "
-                     f"{m.speculative_ok}/{m.n} | {number_text(m.p_value, '{:.3g}')} | "
-                     + (f"{m.identical}/{m.n} | {m.batch_numerics} | {m.loop_errors} |" if greedy else "– | – | – |"))
-    return "\n".join(lines) + "\n"
-
-
 def render_results(summary: pd.DataFrame | None, evals: list[EvalRecord], fmt: str) -> str:
     """What --format writes: the run summary; evaluations too in md (a second table), and alone when there are no runs."""
     if summary is None:
-        return eval_markdown(evals) if fmt == "md" else render(eval_frame(evals), fmt)
-    return render(summary, fmt) + ("\n" + eval_markdown(evals) if fmt == "md" and evals else "")
+        return evals_view.markdown(evals) if fmt == "md" else render(evals_view.frame(evals), fmt)
+    return render(summary, fmt) + ("\n" + evals_view.markdown(evals) if fmt == "md" and evals else "")
 
 
 def render(summary: pd.DataFrame, fmt: str) -> str:

@@ -3,7 +3,7 @@
 llama-server fixes its drafting when it starts, so the cells of one offload setting are grouped by what the process
 needs (the target alone, or one strategy and K) and each group gets its own process; inside a group the prompts,
 temperatures and repetitions go through `/completion` one after another, cold (no prompt cache). The prompts are the
-loop's very token ids (tokenized here with the target's own vocabulary and chat template). Greedy speculative output
+loop's very token ids (measure/prepared.py). Greedy speculative output
 is compared with the same engine's target alone; the text of both engines is compared by `report`.
 
 It runs every llama-server --spec-type (strategy.SERVER_SPEC_TYPES, sized from -K as llama_server.SIZE_FLAGS says;
@@ -25,37 +25,37 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from gguf_bench.decoding.divergence import Identity, first_difference
 from gguf_bench.decoding.strategy import Strategy
-from gguf_bench.engines.llama_cpp import Vocabulary, read_info, use_extra_buffers
-from gguf_bench.engines.llama_server import Completion, Launch, Server, ServerError, Speculation, help_text, probe
+from gguf_bench.engines.llama_cpp import read_info, use_extra_buffers
+from gguf_bench.engines.llama_server import (
+    Completion,
+    Launch,
+    Sampling,
+    Server,
+    ServerError,
+    Speculation,
+    help_text,
+    probe,
+)
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.engines.server_clients import Round, run_round
 from gguf_bench.errors import ConfigError
-from gguf_bench.measure.depth import after_filler, filler_tokens
 from gguf_bench.measure.loadmeter import ServerLoadMeter
 from gguf_bench.measure.pair import LoadConfig, PairFiles
+from gguf_bench.measure.plan import Cell, Grid, Setting
+from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.models.gguf import tensor_table
 from gguf_bench.options import layers_label
-from gguf_bench.results.records import Load, Mode, Offload, RunMetrics, RunRecord
+from gguf_bench.results.records import SERVER_ENGINE, Load, Mode, Offload, RunMetrics, RunRecord
 from gguf_bench.results.records import Server as ServerRecord
 
 SAMPLE_AND_COMPARE = "sample-and-compare"  # how llama-server verifies a draft
-
-
-def check_strategy(strategy: Strategy) -> None:
-    """What llama-server can run; one line naming what it cannot."""
-    if strategy.k_schedule != "fixed":
-        raise ConfigError(f"llama-server drafts a fixed K: --k-schedule {strategy.k_schedule} runs on --engine python only")
-    if strategy.uses_model and strategy.uses_ngram:
-        raise ConfigError("llama-server has no n-gram-then-draft-model chain: --spec-type ngram,draft runs on "
-                          "--engine python only")
 
 
 LOOP_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple"}  # the loop's strategies as llama-server's types
@@ -68,7 +68,7 @@ def server_type(strategy: Strategy) -> str:
 def speculation(mode: Mode, strategy: Strategy | None, k: int) -> Speculation:
     if mode != Mode.SPECULATIVE:
         return Speculation()
-    check_strategy(strategy)
+    strategy.check_server()
     return Speculation(server_type(strategy), k, strategy.p_min, strategy.n_min, strategy.ngram_max)
 
 
@@ -97,37 +97,22 @@ def _architecture(path: Path) -> str:
 
 
 class ServerEngine:
-    """Finds and checks the binary once; then measures cells setting by setting."""
+    """Finds and checks the binary once; then opens settings."""
+
+    name = SERVER_ENGINE
 
     def __init__(self, binary: Path | None = None):
         self.binary, self.env = find_server(binary)
         self.version = probe(self.binary, self.env)
         self.help = help_text(self.binary, self.env)
 
-    def run_setting(self, files: PairFiles, grid, load: LoadConfig, cells: list, make_record) -> Iterator[RunRecord]:
-        """`make_record(cell, metrics, offload, error)` builds a cell's record (measure/sweep.py's)."""
-        with Vocabulary(files.target) as vocab:
-            chat_ok = vocab.has_chat_template()
-            tokens = {p.id: vocab.tokenize(vocab.chat_prompt(p.text) if p.chat and chat_ok else p.text) for p in grid.prompts}
-            filler = filler_tokens(vocab, max(c.depth for c in cells))
-        layers = (read_info(files.target).n_layers, read_info(files.draft).n_layers if files.draft else None)
-        greedy_target: dict[tuple, list[int]] = {}
-        for (mode, strategy, k, parallel, *_), group in _groups(cells, grid.warm_pool).items():
-            spec = speculation(mode, strategy, k)
-            launch = self._launch(files, load, spec, parallel or 1)
-            try:
-                server = Server(launch, self.env)
-            except ServerError as exc:
-                for cell in group:
-                    yield make_record(cell, None, None, f"llama-server failed to start: {exc}")
-                continue
-            pool = ("warm" if grid.warm_pool else "cold") if spec.pooled else None
-            with server:
-                run = _Group(server, grid, load, group, tokens, filler, greedy_target, make_record, pool)
-                yield from run.measure(layers, self.version, warm_up=pool != "cold")
-            server.remove_log()
+    def check_files(self, strategies: list[Strategy], files: PairFiles) -> None:
+        check_files(strategies, files, self.help)
 
-    def _launch(self, files: PairFiles, load: LoadConfig, spec: Speculation, parallel: int = 1) -> Launch:
+    def open(self, setting: Setting, prompts: PreparedPrompts) -> ServerSession:
+        return ServerSession(self, setting, prompts)
+
+    def launch(self, files: PairFiles, load: LoadConfig, spec: Speculation, parallel: int = 1) -> Launch:
         return Launch(self.binary, files.target, files.draft, spec, str(layers_label(load.ngl)), str(layers_label(load.ngld)),
                       load.n_ctx, load.threads or os.cpu_count() or 1, repack=use_extra_buffers(), batch=load.n_batch,
                       ubatch=load.n_ubatch, threads_draft=load.threads_draft, flash_attn=load.flash_attn,
@@ -135,107 +120,138 @@ class ServerEngine:
 
 
 @dataclass
-class _Group:
-    """The cells one server process measures, one after another."""
+class _Process:
+    """One llama-server process and what every cell it measures shares; `failure`: why none of them can run."""
 
-    server: Server
-    grid: object
-    load: LoadConfig
-    cells: list
-    tokens: dict  # prompt id -> token ids
-    filler: list[int]  # the deepest cell's filler (measure/depth.py); a cell at depth d sends its first d tokens first
-    greedy_target: dict  # (prompt id, slots, clients) -> the target alone's greedy tokens
-    make_record: Callable
-    pool: str | None
+    key: tuple | None  # what the process was started for (None: one cell only, a cold n-gram pool)
+    server: Server | None = None
+    failure: str | None = None  # it did not start, or started without the draft it was asked for
+    offload: Offload | None = None
+    info: ServerRecord | None = None
+    died: str | None = None  # the error of the cell it died in: the cells after it fail with it
 
-    def measure(self, layers: tuple, version: str, warm_up: bool) -> Iterator[RunRecord]:
-        first, server = self.cells[0], self.server
-        if first.mode == Mode.SPECULATIVE and not server.speculative:
-            for cell in self.cells:  # never report a plain run as a speculative one
-                yield self.make_record(cell, None, None, "llama-server started without a draft context (/slots: "
-                                                         f"speculative false); its log: {server.log_path}")
-            return
-        target_pl, draft_pl = server.placements(*layers) if first.mode == Mode.SPECULATIVE else server.placements(layers[0], None)
-        offload = Offload(target_pl.layers, draft_pl.layers if draft_pl else "-", target_pl, draft_pl)
-        info = ServerRecord(command=server.argv, version=version, build_info=str(server.props.get("build_info")),
-                            speculative=server.speculative, pool=self.pool)
-        if warm_up:  # a cold n-gram pool is left cold: llama-server warms its compute graphs up at load by itself
-            server.complete(self._prompt(first, first.prompt.id), min(16, self.grid.n_predict), *self._sampling(first),
-                            cache_prompt=first.depth > 0)
-        for i, cell in enumerate(self.cells):
-            measured, error, load = self._one(cell) if cell.parallel is None else self._round(cell)
-            yield replace(self.make_record(cell, measured, offload, error), server=info, load=load)
-            if error and not server.alive():
-                for rest in self.cells[i + 1:]:
-                    yield replace(self.make_record(rest, None, offload, f"llama-server died earlier in this group: {error}"),
-                                  server=info)
-                return
 
-    def _prompt(self, cell, prompt_id: str) -> list[int]:
-        """The prompt's tokens after the cell's depth of filler (sent with the prompt cache on, so that the filler a
-        slot already holds is not processed again; prompt processing is never in the decode time either way)."""
-        filler = self.filler[:cell.depth]
-        return filler + after_filler(self.tokens[prompt_id], filler)
+class ServerSession:
+    """The cells of one setting through llama-server: a process per (mode, strategy, K, slots), started when the
+    first cell that needs it comes, stopped when the next one needs another."""
 
-    def _sampling(self, cell) -> tuple:
-        cfg = cell.config(self.grid, self.load).sampling()
-        return cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed
+    def __init__(self, engine: ServerEngine, setting: Setting, prompts: PreparedPrompts):
+        self.engine, self.setting, self.prompts, self.grid = engine, setting, prompts, setting.grid
+        files = setting.files
+        self.layers = (read_info(files.target).n_layers, read_info(files.draft).n_layers if files.draft else None)
+        self.process: _Process | None = None
 
-    def _one(self, cell) -> tuple[RunMetrics | None, str | None, Load | None]:
-        """One request, alone on one slot."""
-        temperature, top_k, top_p, seed = self._sampling(cell)
+    def order(self, cells: list[Cell]) -> list[Cell]:
+        """Cells grouped by the process they need, in the order each group first appears, the target alone first
+        (the greedy identity compares with it)."""
+        groups: dict = {}
+        for n, cell in enumerate(cells):
+            groups.setdefault(_process_key(cell, self.grid.warm_pool) or n, []).append(cell)
+        ordered = sorted(groups.values(), key=lambda group: group[0].mode != Mode.TARGET)
+        return [cell for group in ordered for cell in group]
+
+    def measure(self, cell: Cell) -> RunRecord:
+        key = _process_key(cell, self.grid.warm_pool)
+        if self.process is None or key is None or key != self.process.key:
+            self._start(cell, key)
+        proc, record = self.process, self.setting.record
+        if proc.failure:
+            return record(cell, error=proc.failure)
+        if proc.died:
+            return record(cell, None, proc.offload, f"llama-server died earlier in this group: {proc.died}", server=proc.info)
+        measured, error, load = self._one(cell) if cell.parallel is None else self._round(cell)
+        if error and not proc.server.alive():
+            proc.died = error
+        return record(cell, measured, proc.offload, error, load=load, server=proc.info)
+
+    def close(self) -> None:
+        """The running process stops; its log goes unless it failed to start."""
+        if self.process is not None and self.process.server is not None:
+            self.process.server.close()
+            self.process.server.remove_log()
+        self.process = None
+
+    def _start(self, first: Cell, key: tuple | None) -> None:
+        self.close()
+        spec = speculation(first.mode, first.strategy if first.mode == Mode.SPECULATIVE else None, first.k)
+        self.process = proc = _Process(key)
         try:
-            with ServerLoadMeter(self.server.proc.pid) as meter:
-                comp = self.server.complete(self._prompt(cell, cell.prompt.id), self.grid.n_predict, temperature, top_k, top_p,
-                                            seed, cache_prompt=cell.depth > 0)
+            proc.server = server = Server(self.engine.launch(self.setting.files, self.setting.load, spec,
+                                                             first.parallel or 1), self.engine.env)
+        except ServerError as exc:
+            proc.failure = f"llama-server failed to start: {exc}"
+            return
+        if first.mode == Mode.SPECULATIVE and not server.speculative:  # never report a plain run as a speculative one
+            proc.failure = f"llama-server started without a draft context (/slots: speculative false); its log: {server.log_path}"
+            return
+        layers = self.layers if first.mode == Mode.SPECULATIVE else (self.layers[0], None)
+        target_pl, draft_pl = server.placements(*layers)
+        proc.offload = Offload(target_pl.layers, draft_pl.layers if draft_pl else "-", target_pl, draft_pl)
+        pool = ("warm" if self.grid.warm_pool else "cold") if spec.pooled else None
+        proc.info = ServerRecord(command=server.argv, version=self.engine.version,
+                                 build_info=str(server.props.get("build_info")), speculative=server.speculative, pool=pool)
+        if pool != "cold":  # a cold n-gram pool is left cold: llama-server warms its compute graphs up at load by itself
+            server.complete(self.prompts.whole(first.prompt.id, first.depth), min(16, self.grid.n_predict),
+                            _sampling(first, self.grid), cache_prompt=first.depth > 0)
+
+    def _one(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Load | None]:
+        """One request, alone on one slot."""
+        sampling, server = _sampling(cell, self.grid), self.process.server
+        try:
+            with ServerLoadMeter(server.proc.pid) as meter:
+                comp = server.complete(self.prompts.whole(cell.prompt.id, cell.depth), self.grid.n_predict, sampling,
+                                       cache_prompt=cell.depth > 0)
         except ServerError as exc:
             return None, str(exc), None
-        return metrics(comp, cell, self._identity(cell, comp.tokens, temperature)), None, meter.load
+        return metrics(comp, cell, self._identity(cell, comp.tokens, sampling.temperature)), None, meter.load
 
-    def _round(self, cell) -> tuple[RunMetrics | None, str | None, Load]:
+    def _round(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Load | None]:
         """`cell.clients` requests at the same moment: the cell's prompt and the ones after it, in turn."""
-        temperature, top_k, top_p, seed = self._sampling(cell)
+        sampling = _sampling(cell, self.grid)
         ids = [p.id for p in self.grid.prompts]
         start = ids.index(cell.prompt.id)
-        prompts = [(pid, self._prompt(cell, pid)) for pid in (ids[(start + i) % len(ids)] for i in range(cell.clients))]
+        prompts = [(pid, self.prompts.whole(pid, cell.depth))
+                   for pid in (ids[(start + i) % len(ids)] for i in range(cell.clients))]
+        server = self.process.server
         try:
-            with ServerLoadMeter(self.server.proc.pid) as meter:
-                rnd = run_round(self.server, prompts, self.grid.n_predict, temperature, top_k, top_p, seed,
-                                self.grid.request_timeout_s, cache_prompt=cell.depth > 0)
+            with ServerLoadMeter(server.proc.pid) as meter:
+                rnd = run_round(server, prompts, self.grid.n_predict, sampling, self.grid.request_timeout_s,
+                                cache_prompt=cell.depth > 0)
         except ServerError as exc:  # it was gone before the round began
             return None, str(exc), None
         failed = [r for r in rnd.requests if r.error]
         first = rnd.requests[0]
-        identity = self._identity(cell, first.tokens, temperature) if not first.error else None
+        identity = self._identity(cell, first.tokens, sampling.temperature) if not first.error else None
         measured = round_metrics(rnd, cell, identity)
         if failed:  # the finished requests' figures stay in the record; --resume runs the round again
             return measured, f"{len(failed)} of {len(rnd.requests)} requests failed: {failed[0].error}", meter.load
         return measured, None, meter.load
 
-    def _identity(self, cell, tokens: list[int], temperature: float) -> Identity | None:
+    def _identity(self, cell: Cell, tokens: list[int], temperature: float) -> Identity | None:
         if temperature > 0:
             return None
-        key = (cell.prompt.id, cell.parallel, cell.clients, cell.depth)
+        greedy, key = self.prompts.greedy, (self.setting.load, cell.baseline)
         if cell.mode == Mode.TARGET:
-            self.greedy_target[key] = tokens
+            greedy[key] = tokens
             return None
-        return _identity(self.greedy_target[key], tokens) if key in self.greedy_target else None
+        return _identity(greedy[key], tokens) if key in greedy else None
 
 
-def _groups(cells: list, warm_pool: bool) -> dict:
-    """Cells by the server process they need: (mode, strategy, K, slots), in the order they first appear; a type
-    whose n-gram state outlives a request gets a process per cell (a cold pool) unless warm_pool."""
-    out: dict = {}
-    for n, cell in enumerate(cells):
-        strategy = cell.strategy if cell.mode == Mode.SPECULATIVE else None
-        key = (cell.mode, strategy, cell.k, cell.parallel)
-        if strategy is not None and not warm_pool and speculation(cell.mode, strategy, cell.k).pooled:
-            key += (n,)
-        out.setdefault(key, []).append(cell)
-    return dict(sorted(out.items(), key=lambda kv: kv[0][0] != Mode.TARGET))  # the target alone first (identity)
+def _sampling(cell: Cell, grid: Grid) -> Sampling:
+    cfg = cell.sampling(grid)
+    return Sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)
 
 
-def metrics(comp: Completion, cell, identity: Identity | None) -> RunMetrics:
+def _process_key(cell: Cell, warm_pool: bool) -> tuple | None:
+    """What the process a cell needs is started for: (mode, strategy, K, slots); None for a type whose n-gram state
+    outlives a request, which gets a process of its own (a cold pool) unless warm_pool."""
+    strategy = cell.strategy if cell.mode == Mode.SPECULATIVE else None
+    if strategy is not None and not warm_pool and speculation(cell.mode, strategy, cell.k).pooled:
+        return None
+    return cell.mode, strategy, cell.k, cell.parallel
+
+
+def metrics(comp: Completion, cell: Cell, identity: Identity | None) -> RunMetrics:
     speculative = cell.mode == Mode.SPECULATIVE
     decode_s = comp.predicted_ms / 1000.0
     return RunMetrics(
@@ -249,7 +265,7 @@ def metrics(comp: Completion, cell, identity: Identity | None) -> RunMetrics:
         strategy=cell.strategy.label(cell.k) if speculative else None, identity=identity)
 
 
-def round_metrics(rnd: Round, cell, identity: Identity | None) -> RunMetrics:
+def round_metrics(rnd: Round, cell: Cell, identity: Identity | None) -> RunMetrics:
     """A concurrent round: the aggregate (every finished request's tokens over the round's wall time, prompt processing
     and queueing included), each request's own figures, and the latency percentiles seen by the clients."""
     done = [r for r in rnd.requests if not r.error]

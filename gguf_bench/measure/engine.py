@@ -1,0 +1,56 @@
+"""The one shape every engine has, and the name map that picks one.
+
+An engine opens a setting (loads the pair, or prepares to start llama-server), measures cells into records, and
+closes, as llama.cpp's drafting types share begin/draft/accept and optimum-benchmark's backends share
+load/prefill/generate. The sweep, tune's --check and the Ray units reach engines only through `open_engine` and
+`run_unit`. Adding an engine: a module with a class of this shape, and one line in `open_engine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from gguf_bench.measure.pair import PairFiles
+from gguf_bench.measure.plan import Cell, Grid, Setting, Unit
+from gguf_bench.measure.prepared import PreparedPrompts
+from gguf_bench.measure.python_engine import PythonEngine
+from gguf_bench.measure.server_engine import ServerEngine
+from gguf_bench.results.records import PYTHON_ENGINE, RunRecord
+
+
+class Session(Protocol):
+    """One setting, open: the models loaded (or the server's binary checked, its processes started as cells need)."""
+
+    def order(self, cells: list[Cell]) -> list[Cell]:
+        """The cells in the order this engine measures them best (the target alone before what is compared with it)."""
+
+    def measure(self, cell: Cell) -> RunRecord:
+        """The cell's record: its figures, or the reason it could not be measured (never raises for a failed run)."""
+
+    def close(self) -> None: ...
+
+
+class Engine(Protocol):
+    name: str
+
+    def open(self, setting: Setting, prompts: PreparedPrompts) -> Session: ...
+
+
+def open_engine(name: str, grid: Grid, files: PairFiles) -> Engine:
+    """The engine called `name` (results.records.ENGINES), checked against the files it will run."""
+    if name == PYTHON_ENGINE:
+        return PythonEngine()
+    engine = ServerEngine(grid.server_bin)
+    engine.check_files(grid.strategies, files)
+    return engine
+
+
+def run_unit(engine: Engine, unit: Unit, prompts: PreparedPrompts) -> Iterator[RunRecord]:
+    """Each cell of one setting, measured in the engine's order; the setting is closed on every way out."""
+    session = engine.open(unit.setting, prompts)
+    try:
+        for cell in session.order(unit.cells):
+            yield session.measure(cell)
+    finally:
+        session.close()

@@ -1,0 +1,57 @@
+"""What this machine can hold, checked before a sweep loads anything: system memory for CPU-only settings, and the
+device budget each offload setting is planned against (models/memory.py predicts from the headers)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gguf_bench.engines.llama_cpp import gpu_devices
+from gguf_bench.errors import BenchError
+from gguf_bench.measure.pair import LoadConfig, PairFiles
+from gguf_bench.measure.plan import Grid
+from gguf_bench.models.gguf import tensor_table
+from gguf_bench.models.memory import Shape, fits
+
+
+def device_budget(grid: Grid) -> int | None:
+    """Bytes a setting may put on the device: --vram, else what this build's first GPU device reports; None on a
+    CPU-only build (which ignores -ngl)."""
+    if grid.vram is not None:
+        return grid.vram
+    gpus = gpu_devices() if any(lo.ngl or lo.ngld for lo in grid.settings()) else []
+    return gpus[0].memory_total if gpus else None
+
+
+def does_not_fit(files: PairFiles, load: LoadConfig, n_ctx: int, budget: int) -> str | None:
+    """Why this offload setting cannot fit the device (models/memory.py's prediction from the headers), or None."""
+    if not (load.ngl or load.ngld):
+        return None
+    target = Shape.from_header(*tensor_table(files.target))
+    draft = Shape.from_header(*tensor_table(files.draft)) if files.draft else None
+    why = fits(target, draft, load.ngl, load.ngld, n_ctx, budget)
+    return f"{load.label}: {why}; lower -ngl/-ngld or --ctx-size" if why else None
+
+
+def check_memory(files: PairFiles, grid: Grid) -> None:
+    """On a CPU-only setting both files must fit in available memory; say so before starting."""
+    if any(load.ngl or load.ngld for load in grid.settings()):
+        return  # with offload, part of the weights go to the GPU: let llama.cpp decide
+    need = files.target.stat().st_size + (files.draft.stat().st_size if files.draft else 0)
+    avail = available_memory()
+    if avail is not None and need > avail:
+        raise BenchError(f"the pair needs about {need / 1e9:.1f} GB of memory but {avail / 1e9:.1f} GB is available; "
+                         "free memory, offload layers to a GPU (-ngl/-ngld), or choose smaller quants")
+
+
+def available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

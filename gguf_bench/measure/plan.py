@@ -1,0 +1,303 @@
+"""The plan of a sweep, apart from running it: the grid the user asked for (drafting strategy x draft length x -ngl x
+-ngld x context settings x temperature x prompt x repetition x depth x concurrency), its validation, and its expansion
+into settings (one load of a pair, or one llama-server configuration) x cells, each cell with the key --resume knows
+it by.
+
+Nothing here loads a model: engines (measure/engine.py) run what the plan lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+
+from gguf_bench import options
+from gguf_bench.decoding.loop import Verify
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
+from gguf_bench.engines.llama_server import NGRAM_CACHE_K
+from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure.pair import LoadConfig, PairFiles
+from gguf_bench.measure.prompts import Prompt
+from gguf_bench.options import layers_label
+from gguf_bench.results.records import (
+    ENGINES,
+    PYTHON_ENGINE,
+    SERVER_ENGINE,
+    Load,
+    Mode,
+    Offload,
+    RunConfig,
+    RunMetrics,
+    RunRecord,
+)
+from gguf_bench.results.records import Server as ServerRecord
+from gguf_bench.results.store import now_iso
+
+SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
+
+
+@dataclass(frozen=True)
+class Grid:
+    ks: list[int]
+    ngls: list[int]
+    nglds: list[int]
+    temperatures: list[float]
+    prompts: list[Prompt]
+    repetitions: int = 1
+    n_predict: int = 64
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    n_ctx: int = 2048
+    threads: int | None = None
+    with_draft_alone: bool = True
+    with_target_alone: bool = True  # False: no baseline cells (tune --check's cost-schedule runs reuse its own)
+    vram: int | None = None  # device bytes to plan for (None: the first GPU device's own figure, on a GPU build)
+    verify: Verify = Verify.BATCHED
+    strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
+    engines: tuple[str, ...] = (PYTHON_ENGINE,)  # who generates: gguf-bench's loop, llama-server, or both
+    server_bin: Path | None = None  # the llama-server to run (None: engines/server_build.find_server's choice)
+    # llama.cpp's context settings, swept like -ngl (None: its default, options.CONTEXT_DEFAULTS; -td: --threads)
+    flash_attns: list[str | None] = field(default_factory=lambda: [None])
+    cache_types_k: list[str | None] = field(default_factory=lambda: [None])
+    cache_types_v: list[str | None] = field(default_factory=lambda: [None])
+    batch_sizes: list[int | None] = field(default_factory=lambda: [None])
+    ubatch_sizes: list[int | None] = field(default_factory=lambda: [None])
+    threads_drafts: list[int | None] = field(default_factory=lambda: [None])
+    # several users at once (server engine only): llama-server's slots (-np) and the clients that send together
+    # (None: as many as slots); parallels None is one request at a time on one slot
+    parallels: list[int] | None = None
+    clients: list[int] | None = None
+    request_timeout_s: float = 600.0  # the longest one request of a concurrent round may take
+    depths: list[int] = field(default_factory=lambda: [0])  # tokens of filler before the prompt (measure/depth.py)
+    warm_pool: bool = False  # n-gram types whose state outlives a request: one process per group, not per prompt
+
+    def __post_init__(self) -> None:
+        for k in self.ks:
+            options.draft_length(k)
+        strategies = list(dict.fromkeys(s.canonical() for s in self.strategies))  # settings a strategy ignores don't multiply cells
+        object.__setattr__(self, "strategies", strategies)
+        for s in strategies:
+            s.check(max(self.ks), has_draft_model=True)
+        self._check_engines()
+        self._check_concurrency()
+        self._check_depths()
+        options.repetitions(self.repetitions)
+        options.n_predict(self.n_predict)
+        for t in self.temperatures:
+            SamplingConfig(temperature=t, top_k=self.top_k, top_p=self.top_p)  # validates
+        if not self.settings():  # every combination is one llama.cpp refuses: say why (a sweep leaves such ones out)
+            raise ConfigError(self.left_out()[0])
+        if self.k_max + 1 > (n_batch := min(lo.n_batch for lo in self.settings())):
+            raise ConfigError(f"a draft of {self.k_max} tokens is verified in one batch of {self.k_max + 1}, more than "
+                              f"-b {n_batch}; raise -b/--batch-size or lower -K")
+
+    def _check_engines(self) -> None:
+        for engine in self.engines:
+            if engine not in ENGINES:
+                raise ConfigError(f"unknown --engine '{engine}'; choose from {', '.join(ENGINES)} or both")
+        for s in self.strategies:
+            if SERVER_ENGINE in self.engines:
+                s.check_server()
+            if PYTHON_ENGINE in self.engines and s.server_only:
+                raise ConfigError(f"--spec-type {s.spec_type} is llama-server's own: run it with --engine server")
+
+    def _check_depths(self) -> None:
+        for d in self.depths:
+            if d < 0:
+                raise ConfigError(f"-d/--depth takes token counts of 0 or more, got {d}")
+        object.__setattr__(self, "depths", sorted(set(self.depths)))
+
+    def _check_concurrency(self) -> None:
+        if self.clients and not self.parallels:
+            object.__setattr__(self, "parallels", [1])
+        for n in (self.parallels or []) + (self.clients or []):
+            if n < 1:
+                raise ConfigError(f"--parallel and --clients take counts of 1 or more, got {n}")
+        if self.parallels and PYTHON_ENGINE in self.engines:
+            raise ConfigError("the Python engine generates one stream at a time: --parallel and --clients need "
+                              "--engine server")
+        if self.request_timeout_s <= 0:
+            raise ConfigError(f"--request-timeout must be above 0 seconds, got {self.request_timeout_s:g}")
+
+    @property
+    def k_max(self) -> int:
+        """The longest draft the loop can make: the most tokens a verify batch adds beyond one."""
+        return max(s.max_k(k) for s in self.strategies for k in self.ks)
+
+    @property
+    def k_max_any_engine(self) -> int:
+        """k_max, or llama-server's fixed ngram-cache draft where that is swept."""
+        return max(NGRAM_CACHE_K if s.spec_type == "ngram-cache" else s.max_k(k) for s in self.strategies for k in self.ks)
+
+    def concurrency(self) -> list[tuple[int | None, int | None]]:
+        """(slots, clients) pairs to run: [(None, None)] for one request at a time (no --parallel)."""
+        if not self.parallels:
+            return [(None, None)]
+        return [(n, c) for n in self.parallels for c in (self.clients or [n])]
+
+    def _combinations(self) -> list[LoadConfig]:
+        return [LoadConfig(ngl, ngld, self.n_ctx, self.threads, self.seed, fa, ctk, ctv, b, ub, td)
+                for ngl in self.ngls for ngld in self.nglds for fa in self.flash_attns for ctk in self.cache_types_k
+                for ctv in self.cache_types_v for b in self.batch_sizes for ub in self.ubatch_sizes
+                for td in self.threads_drafts]
+
+    def settings(self) -> list[LoadConfig]:
+        """Each setting a model pair is loaded with: -ngl x -ngld x the context settings, less the combinations llama.cpp
+        cannot run (left_out says why)."""
+        return [lo for lo in self._combinations() if lo.impossible() is None]
+
+    def left_out(self) -> list[str]:
+        """Why each combination that settings() leaves out cannot run, once per reason."""
+        return list(dict.fromkeys(why for lo in self._combinations() if (why := lo.impossible())))
+
+
+def single_run_grid(k: int, ngl: str, ngld: str, temperature: float, prompt: Prompt, **kw) -> Grid:
+    """The grid of `gguf-bench run`: one setting, one K, one prompt (and one strategy: strategies=[...] in kw)."""
+    return Grid(ks=[k], ngls=[options.layers(ngl)], nglds=[options.layers(ngld)], temperatures=[temperature],
+                prompts=[prompt], **kw)
+
+
+@dataclass(frozen=True)
+class Cell:
+    mode: Mode
+    k: int
+    temperature: float
+    prompt: Prompt
+    repetition: int
+    strategy: Strategy = DEFAULT_STRATEGY
+    engine: str = PYTHON_ENGINE
+    parallel: int | None = None  # server slots of a concurrent round (None: one request at a time)
+    clients: int | None = None
+    depth: int = 0
+
+    @property
+    def baseline(self) -> tuple:
+        """Which target-alone run a greedy speculative run of this cell is compared with (same engine, prompt, depth
+        and concurrency)."""
+        return self.engine, self.prompt.id, self.depth, self.parallel, self.clients
+
+    def config(self, grid: Grid, load: LoadConfig) -> RunConfig:
+        # the default strategy and verify mode are stored as None: a record names only what differs from them
+        speculative = self.mode == Mode.SPECULATIVE
+        # the context settings are stored as llama.cpp ran them (defaults filled in); cell_fields leaves the defaults out
+        context = load.context
+        return RunConfig(ngl=layers_label(load.ngl), ngld=layers_label(load.ngld), n_ctx=load.n_ctx, threads=load.threads,
+                         seed=load.seed, k=self.k, temperature=self.temperature, top_k=grid.top_k, top_p=grid.top_p,
+                         n_predict=grid.n_predict, prompt_id=self.prompt.id, chat=self.prompt.chat,
+                         repetition=self.repetition,
+                         strategy=self.strategy if speculative and self.strategy != DEFAULT_STRATEGY else None,
+                         verify=str(grid.verify) if speculative and grid.verify != Verify.BATCHED else None,
+                         category=self.prompt.category or None,
+                         engine=self.engine if self.engine != PYTHON_ENGINE else None,
+                         flash_attn=context["flash_attn"], cache_type_k=context["type_k"], cache_type_v=context["type_v"],
+                         batch_size=load.n_batch, ubatch_size=load.n_ubatch, threads_draft=load.draft_threads,
+                         parallel=self.parallel, clients=self.clients, depth=self.depth or None)
+
+    def sampling(self, grid: Grid) -> SamplingConfig:
+        """Each repetition draws with its own seed (seed + repetition)."""
+        return SamplingConfig(self.temperature, grid.top_k, grid.top_p, grid.seed + self.repetition)
+
+
+def cells_for(grid: Grid, has_draft: bool = True, engine: str = PYTHON_ENGINE) -> list[Cell]:
+    """Cells of one offload setting and engine, in run order: per concurrency, repetition, baseline then each strategy
+    and K (the server engine has no draft-alone runs; ngram-cache drafts a fixed 8, so it runs at that K only)."""
+    cells = []
+    for (parallel, clients), depth in product(grid.concurrency() if engine == SERVER_ENGINE else [(None, None)], grid.depths):
+        where = {"engine": engine, "parallel": parallel, "clients": clients, "depth": depth}
+        for temp in grid.temperatures:
+            for prompt in grid.prompts:
+                for rep in range(grid.repetitions):
+                    if grid.with_target_alone:
+                        cells.append(Cell(Mode.TARGET, 0, temp, prompt, rep, **where))
+                    if grid.with_draft_alone and has_draft and engine == PYTHON_ENGINE:
+                        cells.append(Cell(Mode.DRAFT, 0, temp, prompt, rep, **where))
+                    cells += [Cell(Mode.SPECULATIVE, k, temp, prompt, rep, s, **where)
+                              for s in grid.strategies for k in _ks(grid, s)]
+    return cells
+
+
+def _ks(grid: Grid, strategy: Strategy) -> list[int]:
+    return [NGRAM_CACHE_K] if strategy.spec_type == "ngram-cache" else grid.ks
+
+
+def cell_key(pair: str, files: PairFiles, config: RunConfig, mode: Mode) -> str:
+    ident = {"pair": pair, "target": files.target.name, "draft": files.draft.name if files.draft else None,
+             "mode": str(mode), **config.cell_fields()}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def done(record: RunRecord) -> bool:
+    """Whether --resume leaves the cell alone: it was measured, or skipped because it cannot fit the device. A cell
+    that failed (a load failure, a server that died) runs again."""
+    return record.error is None or record.error.startswith(SKIPPED)
+
+
+def cells_done(records: list, pair: str | None = None) -> set[str]:
+    """Keys of the cells these records hold done (of `pair` only, when given)."""
+    return {r.cell for r in records
+            if isinstance(r, RunRecord) and r.cell and done(r) and (pair is None or r.pair == pair)}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one load of a pair, or one llama-server configuration, needs: the files, the load (offload, context,
+    threads), the grid's run options, the engine, and what every record of the sweep carries (`static`)."""
+
+    files: PairFiles
+    grid: Grid
+    load: LoadConfig
+    engine: str
+    static: dict
+
+    def key(self, cell: Cell) -> str:
+        return cell_key(self.files.name, self.files, cell.config(self.grid, self.load), cell.mode)
+
+    def record(self, cell: Cell, metrics: RunMetrics | None = None, offload: Offload | None = None,
+               error: str | None = None, load: Load | None = None, server: ServerRecord | None = None) -> RunRecord:
+        """The cell's record: what it measured, or why it could not."""
+        return RunRecord(cell=self.key(cell), time=now_iso(), **self.static, mode=cell.mode,
+                         config=cell.config(self.grid, self.load), metrics=metrics, offload=offload, error=error,
+                         load=load, server=server)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One setting and the cells to measure under it, in the grid's order (the engine may reorder them)."""
+
+    setting: Setting
+    cells: list[Cell]
+
+
+@dataclass(frozen=True)
+class Plan:
+    units: list[Unit]
+    total: int  # cells of the grid
+    todo: int  # cells to measure now (the rest are done in the results file)
+
+
+def expand(files: PairFiles, grid: Grid, static: dict, skip: set[str] = frozenset()) -> Plan:
+    """The grid as settings x cells, leaving out the cells whose keys are in `skip`; settings with nothing to run are
+    left out."""
+    units, total = [], 0
+    for load in grid.settings():
+        for engine in grid.engines:
+            setting = Setting(files, grid, load, engine, static)
+            cells = cells_for(grid, files.draft is not None, engine)
+            total += len(cells)
+            todo = [c for c in cells if setting.key(c) not in skip]
+            if todo:
+                units.append(Unit(setting, todo))
+    return Plan(units, total, sum(len(u.cells) for u in units))
+
+
+def measured(records: list[RunRecord], what: str | None = None) -> list[RunRecord]:
+    """`records`, unless every one of them failed: then the first error is the error (`what` says who failed)."""
+    failed = [r for r in records if r.error]
+    if records and len(failed) == len(records):
+        raise BenchError(f"{what}: {failed[0].error}" if what else str(failed[0].error))
+    return records

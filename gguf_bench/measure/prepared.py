@@ -1,0 +1,78 @@
+"""Prompts prepared once, for every engine: token ids in the target's vocabulary (the chat template applied where a
+prompt asks for it and the model has one), the depth filler, the context they need, and the target alone's greedy
+output that speculative runs are compared with.
+
+Both engines send the very same token ids: the Python loop feeds them to llama.cpp, the server engine sends them to
+llama-server's /completion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from gguf_bench.engines.llama_cpp import Vocabulary, read_info
+from gguf_bench.errors import ConfigError
+from gguf_bench.measure.depth import after_filler, filler_tokens
+from gguf_bench.measure.plan import Grid
+from gguf_bench.measure.prompts import Prompt
+
+
+def prompt_tokens(vocab, prompt: Prompt) -> list[int]:
+    """The prompt's token ids: through the model's chat template when the prompt is a chat turn and the model has a
+    template (a model without one gets the plain text). The one place that decides."""
+    chat = prompt.chat and vocab.has_chat_template()
+    return vocab.tokenize(vocab.chat_prompt(prompt.text) if chat else prompt.text)
+
+
+@dataclass
+class PreparedPrompts:
+    tokens: dict[str, list[int]]  # prompt id -> token ids
+    filler: list[int]  # the deepest depth's filler; depth d uses its first d tokens
+    # (setting's LoadConfig, Cell.baseline) -> the target alone's greedy tokens under that setting
+    greedy: dict[tuple, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def prepare(cls, vocab, prompts: Sequence[Prompt], max_depth: int = 0) -> PreparedPrompts:
+        """Tokenize with `vocab` (a Vocabulary, or a loaded Model: both are the target's tokenizer)."""
+        return cls({p.id: prompt_tokens(vocab, p) for p in prompts}, filler_tokens(vocab, max_depth))
+
+    @classmethod
+    def for_target(cls, target: Path, prompts: Sequence[Prompt], max_depth: int = 0) -> PreparedPrompts:
+        with Vocabulary(target) as vocab:
+            return cls.prepare(vocab, prompts, max_depth)
+
+    def filler_at(self, depth: int) -> list[int]:
+        return self.filler[:depth]
+
+    def after(self, prompt_id: str, depth: int) -> list[int]:
+        """The prompt as it follows `depth` tokens of filler already in the context (without its BOS then)."""
+        return after_filler(self.tokens[prompt_id], self.filler_at(depth))
+
+    def whole(self, prompt_id: str, depth: int) -> list[int]:
+        """Filler and prompt as one request (llama-server keeps the filler in its prompt cache between requests)."""
+        return self.filler_at(depth) + self.after(prompt_id, depth)
+
+    def longest(self) -> int:
+        return max(len(t) for t in self.tokens.values())
+
+
+def sized_context(files, grid: Grid, prepared: PreparedPrompts) -> tuple[Grid, str | None]:
+    """The grid with a context that holds the deepest filler, the longest prompt, the output and a verify batch
+    (--ctx-size when it already does: rounded up to 256 tokens otherwise, with a line saying so); an error when the
+    models were trained on less."""
+    longest, depth = prepared.longest(), max(grid.depths)
+    need = depth + longest + grid.n_predict + grid.k_max_any_engine + 1
+    if need <= grid.n_ctx:
+        return grid, None
+    trained = min([n for f in (files.target, files.draft) if f and (n := read_info(f).context_length)], default=None)
+    if trained and need > trained:
+        raise ConfigError(f"depth {depth} + the longest prompt ({longest} tokens) + -n {grid.n_predict} + a "
+                          f"verify batch need {need} tokens of context, more than the models were trained on ({trained}); "
+                          "lower -d/--depth or -n")
+    n_ctx = -(-need // 256) * 256
+    at_depth = f"depth {depth} + " if depth else ""
+    note = (f"--ctx-size {grid.n_ctx} cannot hold {at_depth}the longest prompt ({longest} tokens) + -n {grid.n_predict} + "
+            f"a verify batch: running with -c {n_ctx}")
+    return replace(grid, n_ctx=n_ctx), note

@@ -1,0 +1,179 @@
+"""`gguf-bench tune`'s flow: size the context, calibrate every offload setting (measure/calibrate.py), predict
+(results/costmodel.py), and with --check measure the recommendation as `sweep` does. Prints nothing: the CLI shows the
+`Tuned` result.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf_bench import options
+from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.engines.llama_cpp import gpu_offload_supported, read_info
+from gguf_bench.errors import ModelError
+from gguf_bench.measure.calibrate import CalibrationEvents, calibrate
+from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
+from gguf_bench.measure.plan import Grid, measured
+from gguf_bench.measure.prepared import PreparedPrompts, sized_context
+from gguf_bench.measure.prompts import Prompt
+from gguf_bench.measure.sweep import iter_records
+from gguf_bench.results.costmodel import (
+    DEFAULT_REPS,
+    Calibration,
+    CostOutlook,
+    Prediction,
+    Recommendation,
+    best,
+    cost_outlook,
+    recommend,
+)
+from gguf_bench.results.records import RunRecord
+from gguf_bench.results.store import append_record
+from gguf_bench.results.tuning import check_ks, check_rows, effective_settings, measured_gain_pct
+
+
+@dataclass
+class TuneEvents:
+    """What the CLI shows while tuning (the flow itself prints nothing)."""
+
+    step: Callable[[str], None] = lambda what: None  # a status line
+    warn: Callable[[str], None] = lambda line: None  # a warning to show and go on
+    note: Callable[[str], None] = lambda line: None  # something the user should know (a context grown to fit)
+
+
+@dataclass(frozen=True)
+class TuneJob:
+    """What tune measures and where it stores it."""
+
+    files: PairFiles
+    prompts: Sequence[Prompt]
+    ks: Sequence[int]
+    n_predict: int
+    ctx_size: int
+    threads: int | None
+    name: str
+    out: Path  # appended to: tune into a sweep's file to report both together
+    reps: int = DEFAULT_REPS
+    depth: int = 0
+
+    def grid(self, cal: Calibration, ks: list[int], **kw) -> Grid:
+        """A sweep grid of one calibrated setting, greedy, without the draft alone (what --check measures)."""
+        return Grid(ks=ks, ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
+                    prompts=list(self.prompts), n_predict=self.n_predict, n_ctx=self.ctx_size, threads=self.threads,
+                    with_draft_alone=False, depths=[cal.depth], **kw)
+
+
+@dataclass
+class Tuned:
+    """What tune found: the calibrations, the fastest prediction, the recommendation (never a slowdown), the cost
+    schedule's outlook, and --check's rows."""
+
+    job: TuneJob  # with the context size tune ran at
+    calibrations: list[Calibration]
+    top_cal: Calibration
+    top: Prediction
+    rec: Recommendation
+    outlooks: list[CostOutlook]
+    cost_top: CostOutlook | None  # the cost schedule, when it is predicted to beat the recommendation
+    checked: list[dict] | None = None
+    check_top: Prediction | None = None  # what --check measured (the best draft-model fixed K)
+
+
+def tune(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int], strategies: list[Strategy], check: bool,
+         events: TuneEvents = TuneEvents()) -> Tuned:
+    job = _sized(job, events)
+    calibrations = calibrate_settings(job, ngls, nglds, events)
+    top_cal, top = best(calibrations, strategies)
+    rec = recommend(calibrations, strategies)  # never a slowdown: the target alone when no K beats it
+    outlooks = cost_outlook(calibrations, strategies)  # --k-schedule cost against the best fixed K
+    cost_top = max((o for o in outlooks if o.beats(rec)), key=lambda o: o.prediction.tokens_per_s, default=None)
+    tuned = Tuned(job, calibrations, top_cal, top, rec, outlooks, cost_top)
+    if check:
+        _check(tuned, events)
+    return tuned
+
+
+def _sized(job: TuneJob, events: TuneEvents) -> TuneJob:
+    """The job with a context that holds the depth, the longest prompt and the output."""
+    grid = Grid(ks=list(job.ks), ngls=[0], nglds=[0], temperatures=[0.0], prompts=list(job.prompts),
+                n_predict=job.n_predict, n_ctx=job.ctx_size, depths=[job.depth])
+    grid, note = sized_context(job.files, grid, PreparedPrompts.for_target(job.files.target, job.prompts, job.depth))
+    if note:
+        events.note(note)
+    return TuneJob(**{**job.__dict__, "ctx_size": grid.n_ctx})
+
+
+def _check(tuned: Tuned, events: TuneEvents) -> None:
+    """sweep measures the draft model with a fixed K: check the best of those, and the cost schedule tune predicted."""
+    check_cal, tuned.check_top = best(tuned.calibrations)
+    if tuned.check_top != tuned.top:
+        events.note(f"--check measures the best draft-model fixed-K setting ({tuned.check_top.strategy}); "
+                    f"sweep cannot run {tuned.top.strategy}")
+    tuned.checked = checked = run_check(tuned.job, check_cal, tuned.check_top.k, events)
+    for o in [o for o in tuned.outlooks if o.prediction is not None]:
+        row = run_cost_check(tuned.job, o, events)
+        base = next((r["measured_tokens_per_s"] for r in checked if r["k"] == 0 and r["ngl"] == o.cal.ngl), None)
+        checked.append(row | {"measured_gain_pct": measured_gain_pct(row["measured_tokens_per_s"], base)})
+
+
+def calibrate_settings(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int],
+                       events: TuneEvents = TuneEvents()) -> list[Calibration]:
+    """Calibrate each offload setting this build can run and store each record in `job.out`; a setting that fails to
+    load is skipped with a warning while another one loads, and is the error when none does."""
+    files = job.files
+    check_compatible(files)
+    settings, warnings = effective_settings(ngls, nglds, gpu_offload_supported(),
+                                            read_info(files.target).n_layers, read_info(files.draft).n_layers)
+    for w in warnings:
+        events.warn(w)
+    calibrations, failures = [], []
+    for ngl, ngld in settings:
+        load = LoadConfig(ngl, ngld, job.ctx_size, job.threads)
+        steps = CalibrationEvents(step=lambda what, at=f"{files.name} {load.label}": events.step(f"calibrating {at}: {what}"))
+        try:
+            record = calibrate(files, load, job.prompts, job.n_predict, job.ks, job.reps, job.name, steps, job.depth)
+        except (ModelError, MemoryError) as exc:
+            if len(settings) == 1:
+                raise
+            failures.append(f"{load.label}: {exc}")
+            events.warn(f"{load.label} could not be calibrated, skipped: {exc}")
+            continue
+        append_record(job.out, record)
+        calibrations.append(Calibration.from_record(record))
+    if not calibrations:
+        raise ModelError(f"no offload setting could be loaded ({failures[0]})")
+    return calibrations
+
+
+def _checked(job: TuneJob, grid: Grid, events: TuneEvents) -> list[RunRecord]:
+    """The grid's runs, each stored in `job.out` as it is measured (as sweep stores them); an error if every one failed."""
+    records = []
+    for record in iter_records(job.name, job.files, grid):
+        append_record(job.out, record)
+        records.append(record)
+        events.step(f"checking: measured {record.label} on {record.config.prompt_id}")
+    return measured(records, "--check could not measure")
+
+
+def run_check(job: TuneJob, cal: Calibration, k: int, events: TuneEvents = TuneEvents()) -> list[dict]:
+    """Measure K-1, K, K+1 and the target alone as `sweep` does (same cells, same records, stored), next to the
+    prediction (tuning.check_rows)."""
+    grid = job.grid(cal, check_ks(cal, k))
+    events.step(f"checking K={', '.join(map(str, grid.ks))} as sweep measures them ...")
+    return check_rows(cal, _checked(job, grid, events))
+
+
+def run_cost_check(job: TuneJob, outlook: CostOutlook, events: TuneEvents = TuneEvents()) -> dict:
+    """Measure the cost schedule tune predicted (n-gram, at the cap it predicts fastest) as `sweep` does, without a
+    target alone of its own (run_check measures that); its costs are the calibration just stored. A check_rows row."""
+    cal, p = outlook.cal, outlook.prediction
+    grid = job.grid(cal, [p.k], with_target_alone=False, strategies=[outlook.schedule])
+    events.step(f"checking {p.strategy} as sweep measures it ...")
+    speeds = [r.tokens_per_s for r in _checked(job, grid, events) if not r.error and r.tokens_per_s]
+    tokens_per_s = statistics.fmean(speeds)
+    return {"k": p.k, "strategy": p.strategy, "ngl": cal.ngl, "ngld": cal.ngld, "predicted_tokens_per_s": p.tokens_per_s,
+            "measured_tokens_per_s": tokens_per_s, "error_pct": 100.0 * (p.tokens_per_s / tokens_per_s - 1.0),
+            "runs": len(speeds), "measured_gain_pct": None}
