@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import statistics
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,7 +161,7 @@ class ServerSession:
         if proc.died:
             return record(cell, None, proc.offload, f"llama-server died earlier in this group: {proc.died}", server=proc.info)
         measured, error, load = self._one(cell) if cell.parallel is None else self._round(cell)
-        if error and not proc.server.alive():
+        if error and _exited(proc.server):
             proc.died = error
         return record(cell, measured, proc.offload, error, load=load, server=proc.info)
 
@@ -235,6 +236,16 @@ class ServerSession:
             greedy[key] = tokens
             return None
         return _identity(greedy[key], tokens) if key in greedy else None
+
+
+def _exited(server: Server, grace_s: float = 1.0) -> bool:
+    """Whether the server process has ended, given a moment: its clients see their connections close while the kernel
+    is still tearing it down, before it can be waited for."""
+    try:
+        server.proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def _sampling(cell: Cell, grid: Grid) -> Sampling:
