@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from gguf_bench.errors import ConfigError, DownloadError
+from gguf_bench.errors import ConfigError, DownloadError, RegistryError
 from gguf_bench.measure.prompts import Prompt, builtin, first_turn, load_jsonl
 from gguf_bench.models.download import hub_error_message, pip_download
 from gguf_bench.models.files import cache_dir
@@ -64,6 +64,9 @@ class PromptSet:
 def known_sets(registry: Path | None = None) -> dict[str, PromptSet]:
     """The registry's prompt sets (none when it has no `prompt_sets:`)."""
     path = Path(registry) if registry else default_registry_path()
+    if not path.is_file():
+        raise RegistryError(f"registry file {path} not found (it names the prompt sets); pass --registry FILE or set "
+                            "GGUF_BENCH_REGISTRY, or give --prompts a FILE.jsonl")
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     raw = data.get("prompt_sets") or {}
     if not isinstance(raw, dict):
@@ -126,8 +129,12 @@ def _check_categories(wanted: list[str], have: list[str], what: str) -> None:
 
 
 def is_set_name(text: str, registry: Path | None = None) -> bool:
-    """Whether --prompts names a set ('spec-bench', 'spec-bench:qa') rather than a file."""
-    return text.split(":", 1)[0] in known_sets(registry) and not Path(text).is_file()
+    """Whether --prompts names a set ('spec-bench', 'spec-bench:qa') rather than a file. A file (`FILE.jsonl`,
+    `FILE.jsonl:cat1,cat2`, or any existing file) is told apart without the registry, which it does not need."""
+    head = text.rpartition(":")[0]
+    if any(part and (part.endswith(".jsonl") or Path(part).is_file()) for part in (text, head)):
+        return False
+    return text.split(":", 1)[0] in known_sets(registry)
 
 
 def load_set(text: str, per_category: int | None = None, seed: int = 0, registry: Path | None = None) -> list[Prompt]:

@@ -137,7 +137,7 @@ def default_registry_path() -> Path:
     packaged = Path(str(resources.files("gguf_bench").joinpath("models.yaml")))
     if packaged.is_file():
         return packaged
-    return Path(__file__).resolve().parent.parent / "models.yaml"  # editable install
+    return Path(__file__).resolve().parents[2] / "models.yaml"  # editable install: the checkout's root (gguf_bench/models/..)
 
 
 def load_registry(path: Path | None = None) -> Registry:
