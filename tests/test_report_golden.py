@@ -9,7 +9,7 @@ run in-process from tests/data with relative paths and fixed console widths, so 
 machine, the folder or the day.
 
 The resume keys of the sweep files are checked too: the `cell` of every record equals the key today's code computes for
-the grid that made the file (measure/sweep.py: cells_for, Cell.config, cell_key), one record per cell, so a
+the grid that made the file (measure/plan.py: cells_for, Cell.config, cell_key), one record per cell, so a
 change of keys (which would make `sweep --resume` run every cell again) fails here.
 
 Only when a change is meant to change what `report` prints, regenerate the outputs and review the diff:
@@ -119,24 +119,24 @@ def test_outputs_hold_nothing_of_this_machine():
 # the grids that made the sweep files (tests/data/golden/README.md has their command lines)
 def _python_grid():
     from gguf_bench.decoding.strategy import strategies
+    from gguf_bench.measure.plan import Grid
     from gguf_bench.measure.prompts import load_jsonl
-    from gguf_bench.measure.sweep import Grid
 
     return Grid(ks=[2, 4], ngls=[0], nglds=[0], temperatures=[0.0, 0.7], prompts=load_jsonl(PROMPTS),
                 repetitions=2, n_predict=8, threads=1, strategies=strategies("draft,ngram", 1, 4, "0", 0, "fixed", 16))
 
 
 def _server_grid():
+    from gguf_bench.measure.plan import Grid
     from gguf_bench.measure.prompts import load_jsonl
-    from gguf_bench.measure.sweep import Grid
 
     return Grid(ks=[2, 4], ngls=[0], nglds=[0], temperatures=[0.0], prompts=load_jsonl(PROMPTS)[:1],
                 n_predict=8, threads=1, engines=("server",), parallels=[1, 2], clients=[2])
 
 
 def _both_grid():
+    from gguf_bench.measure.plan import Grid
     from gguf_bench.measure.prompts import load_jsonl
-    from gguf_bench.measure.sweep import Grid
 
     return Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=load_jsonl(PROMPTS)[:1], n_predict=8, threads=1,
                 engines=("python", "server"))
@@ -147,7 +147,7 @@ def _both_grid():
 def test_sweep_resume_keys_are_stable(path, grid):
     """The records' stored `cell` keys are the keys today's code gives the cells of the same grid, one each: a
     `sweep --resume` of these files finds every cell done."""
-    from gguf_bench.measure.sweep import cell_key, cells_for
+    from gguf_bench.measure.plan import cell_key, cells_for
     from gguf_bench.models.pairs import PairFiles
     from gguf_bench.results.records import RunRecord, read_file
 
