@@ -212,6 +212,7 @@ def write_twin(prefix, out: Path, source: str, seed: int = 0) -> Written:
             fh.truncate(total)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # as a file opened the ordinary way (mkstemp makes it 0600)
         os.replace(tmp, out)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -232,6 +233,12 @@ def _write_data(fh, data_start: int, plan: list[Fill], rng: np.random.Generator)
         for start in range(0, f.rows, _CHUNK_ROWS):
             fh.seek(data_start + f.tensor.offset + start * step)
             fh.write(synthetic_rows(f, start, min(_CHUNK_ROWS, f.rows - start), rng))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def supports_holes(folder: Path) -> bool:
