@@ -71,6 +71,9 @@ def measure(real: Path, twin: Path, ks: list[int], n: int, rounds: int, threads:
     with Model(real, n_ctx=512, n_threads=threads) as r, Model(twin, n_ctx=512, n_threads=threads) as t:
         tokens = r.tokenize(TEXT * 3)
         assert t.twin and not r.twin
+        for model in (r, t):  # warm-up: the first pass over a twin's holes faults its zero pages in (and the real
+            decode_s(model, tokens, 4)  # file's pages may not be in the page cache yet)
+            verify_s(model, tokens, max(ks), 2)
         for _ in range(rounds):
             for label, model in (("real", r), ("twin", t)):
                 times.setdefault((label, "1"), []).append(decode_s(model, tokens, n))
