@@ -171,3 +171,18 @@ def test_gemma_twin_allocates_the_real_buffers(gemma_q4_q2, tmp_path):
         for part in ("model_mib", "kv_mib", "compute_mib", "output_mib"):
             assert getattr(t.placement, part) == getattr(r.placement, part), part
         assert np.isfinite(t.eval(t.tokenize("def f(x):"), 1)).all()
+
+
+def test_records_made_with_twins_say_so(tiny_pairs, isolated):
+    from cli_helpers import pair_args, stored
+
+    from gguf_bench.results.records import parse, run_row
+
+    target, draft = tiny_pairs["middle"]
+    twins = (_twin(target, isolated / "t-twin.gguf"), draft)  # a twin target, a real draft
+    result = invoke("sweep", *pair_args(twins), "--name", "tw", "-K", "2", "--prompt-ids", "code-short", "-n", "4",
+                    "--no-draft-alone")
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "tw.jsonl")
+    assert records and all(r["models"]["target"]["twin"] and not r["models"]["draft"]["twin"] for r in records)
+    assert all(run_row(parse(r))["twin"] for r in records)
