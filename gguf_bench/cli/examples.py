@@ -29,6 +29,11 @@ EXAMPLES: dict[str, list[str]] = {
         "gguf-bench plan --target t.gguf --draft d.gguf --vram 8GB",
         "gguf-bench plan     # the default pair, on the first GPU the build sees",
     ],
+    "twin": [
+        "gguf-bench twin gemma-3-270m-q4_k_m -o gemma-twin.gguf",
+        "gguf-bench twin Qwen/Qwen2.5-Coder-7B-Instruct-GGUF:Q4_K_M -o q7.gguf",
+        "gguf-bench run --target q7.gguf --draft d.gguf -K 4    # speed only",
+    ],
     "run": [
         "gguf-bench run      # default pair, K=4, greedy, 64 tokens",
         "gguf-bench run qwen-coder-7b+0.5b -ngl all -ngld all -K 8 -n 256 -r 3",

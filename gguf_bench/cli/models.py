@@ -1,4 +1,4 @@
-"""Commands about models: models, download, info, make-test-pair."""
+"""Commands about models: models, download, info, make-test-pair, plan, twin."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ from gguf_bench.errors import BenchError
 from gguf_bench.models import memory
 from gguf_bench.models.download import fetch, locate
 from gguf_bench.models.gguf import compatibility
-from gguf_bench.models.headers import file_header, read_header
+from gguf_bench.models.headers import file_header, read_header, source_prefix
 from gguf_bench.models.memory import MIB
 from gguf_bench.models.pairs import resolve_for_info
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import make_pair
+from gguf_bench.models.twin import write_twin
 from gguf_bench.results.text import fit_title, size_text
 
 
@@ -124,6 +125,22 @@ def make_test_pair(out_dir: Annotated[Path, typer.Argument(help="folder to write
         raise BenchError(f"--noise must be >= 0, got {noise}")
     target, draft = make_pair(out_dir, noise=noise, seed=seed)
     console.print(f"target: {target}\ndraft:  {draft}")
+
+
+@command
+def twin(source: Annotated[str, typer.Argument(help="a GGUF file, a registry model, or a hub file: REPO:QUANT or "
+                                                "REPO/FILE.gguf (llama.cpp's -hf spelling); only its header is read")],
+         output: Annotated[Path, typer.Option("--output", "-o", help="the twin GGUF file to write")],
+         registry: RegistryOpt = None) -> None:
+    """Write a twin: the model's real header with synthetic weights (mostly holes of a sparse file). It decodes as
+    fast as the model, for speed only: its acceptance and text mean nothing, and it never stops at end-of-generation."""
+    prefix, label = source_prefix(source, registry)
+    if output.exists() and output.resolve() == Path(source).resolve():
+        raise BenchError(f"the twin would overwrite its source {source}: give another -o")
+    w = write_twin(prefix, output, label)
+    console.print(f"twin of {label}: {w.n_tensors} tensors, {size_text(w.size)} logical, {size_text(w.on_disk)} on disk"
+                  f"{'' if w.sparse else ' (this file system keeps no holes)'}, {w.seconds:.1f} s -> {w.path}",
+                  markup=False, soft_wrap=True)
 
 
 @command

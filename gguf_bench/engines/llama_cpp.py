@@ -23,6 +23,9 @@ from gguf_bench.engines import placement, repack
 from gguf_bench.errors import ConfigError, ModelError
 from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata
 from gguf_bench.models.registry import DERIVE_TYPES
+from gguf_bench.models.twin import MARKER
+
+TWIN_KEY = MARKER.encode()
 
 _log_tail: deque[tuple[int, str]] = deque(maxlen=64)  # (ggml log level, line), cleared before each load
 _load_log: list[str] | None = None  # every line while a model loads (placement.parse reads its buffers)
@@ -109,6 +112,8 @@ class Vocabulary:
     """A model's tokenizer and chat template, loaded without its weights (vocab_only): what the server engine needs
     to send the loop's very prompt tokens. `Model` is one too."""
 
+    twin = False  # a twin (models/twin.py: synthetic weights) never ends a generation: is_eog is False for it
+
     def __init__(self, path: Path):
         llama_cpp = _llama()
         self._lib = llama_cpp
@@ -122,9 +127,13 @@ class Vocabulary:
         if not self._model:
             raise ModelError(f"llama.cpp could not read {self.path}: {_last_error()}")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.twin = self._is_twin()
+
+    def _is_twin(self) -> bool:
+        return self._lib.llama_model_meta_val_str(self._model, TWIN_KEY, None, 0) >= 0
 
     def is_eog(self, token: int) -> bool:
-        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+        return not self.twin and bool(self._lib.llama_vocab_is_eog(self._vocab, token))
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
@@ -226,6 +235,7 @@ class Model(Vocabulary):
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path}: {_last_error()}")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.twin = self._is_twin()
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_layers = llama_cpp.llama_model_n_layer(self._model)
         threads = n_threads or max(1, os.cpu_count() or 1)

@@ -116,6 +116,23 @@ class TensorInfo:
     name: str
     type_name: str  # ggml type: "Q4_K", "F32", ...
     shape: tuple[int, ...]  # ne[0], ne[1], ... as ggml counts them
+    offset: int = 0  # where its data starts, from the start of the data section
+
+
+@dataclass(frozen=True)
+class HeaderLayout:
+    """Where the parts of a GGUF header lie (byte positions in the file): what a copy of the header needs."""
+
+    version: int
+    n_kv: int
+    kv: tuple[int, int]  # the key/value pairs, [start, end)
+    infos: tuple[int, int]  # the tensor infos, [start, end)
+    alignment: int  # general.alignment, else 32
+
+    @property
+    def data_start(self) -> int:
+        """The data section: right after the tensor infos, padded to the alignment."""
+        return -(-self.infos[1] // self.alignment) * self.alignment
 
 
 _STRUCT = {"UINT8": "B", "INT8": "b", "UINT16": "H", "INT16": "h", "UINT32": "I", "INT32": "i", "FLOAT32": "f",
@@ -137,6 +154,12 @@ class HeaderCutShort(ModelError):
 
 def header_table(buf, where: str = "the file") -> tuple[dict[str, object], list[TensorInfo]]:
     """tensor_table of the first bytes of a GGUF file (a bytes-like prefix: enough for the header)."""
+    meta, tensors, _layout = header_layout(buf, where)
+    return meta, tensors
+
+
+def header_layout(buf, where: str = "the file") -> tuple[dict[str, object], list[TensorInfo], HeaderLayout]:
+    """header_table, and where each part of the header lies (models/twin.py copies them)."""
     import struct
 
     import gguf
@@ -147,7 +170,15 @@ def header_table(buf, where: str = "the file") -> tuple[dict[str, object], list[
         raise HeaderCutShort(f"{where}: the header goes on past the {len(buf)} bytes read") from exc
 
 
-def _parse_header(buf, where: str, gguf, struct) -> tuple[dict[str, object], list[TensorInfo]]:
+def _enum(kind, number: int, where: str, what: str):
+    try:
+        return kind(number)
+    except ValueError:
+        raise ModelError(f"{where}: {what} {number} is not one this gguf package knows (a damaged header, or a "
+                         "newer GGUF: upgrade the gguf package)") from None
+
+
+def _parse_header(buf, where: str, gguf, struct) -> tuple[dict[str, object], list[TensorInfo], HeaderLayout]:
     pos = 0
 
     def take(fmt: str):
@@ -167,7 +198,7 @@ def _parse_header(buf, where: str, gguf, struct) -> tuple[dict[str, object], lis
         if vtype == gguf.GGUFValueType.STRING:
             return string()
         if vtype == gguf.GGUFValueType.ARRAY:
-            itype, n = gguf.GGUFValueType(take("I")), take("Q")
+            itype, n = _enum(gguf.GGUFValueType, take("I"), where, "value type"), take("Q")
             if itype.name in _STRUCT:  # skipped whole: a 262k-entry score array costs nothing
                 pos += n * struct.calcsize(_STRUCT[itype.name])
             elif itype == gguf.GGUFValueType.STRING:  # a vocabulary: hop over each length-prefixed string
@@ -181,15 +212,17 @@ def _parse_header(buf, where: str, gguf, struct) -> tuple[dict[str, object], lis
 
     if take("4s") != b"GGUF":
         raise ModelError(f"{where} is not a GGUF file (no GGUF magic at its start)")
-    _version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
-    meta = {}
+    version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
+    meta, kv_start = {}, pos
     for _ in range(n_kv):
-        key, vtype = string(), gguf.GGUFValueType(take("I"))
+        key, vtype = string(), _enum(gguf.GGUFValueType, take("I"), where, "value type")
         meta[key] = value(vtype)
-    tensors = []
+    tensors, infos_start = [], pos
     for _ in range(n_tensors):
         name, n_dims = string(), take("I")
         shape = tuple(take("Q") for _ in range(n_dims))
-        ttype, _offset = take("I"), take("Q")
-        tensors.append(TensorInfo(name, gguf.GGMLQuantizationType(ttype).name, shape))
-    return meta, tensors
+        ttype, offset = take("I"), take("Q")
+        type_name = _enum(gguf.GGMLQuantizationType, ttype, where, f"tensor {name}: ggml type").name
+        tensors.append(TensorInfo(name, type_name, shape, offset))
+    alignment = int(meta.get("general.alignment") or 32)
+    return meta, tensors, HeaderLayout(version, n_kv, (kv_start, infos_start), (infos_start, pos), alignment)

@@ -4,13 +4,14 @@ ends. A 70B file's header is a few MB; its weights are never fetched."""
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
-from gguf_bench.errors import DownloadError
+from gguf_bench.errors import DownloadError, ModelError, RegistryError
 from gguf_bench.models.download import hub_error_message, hub_filename, locate
-from gguf_bench.models.gguf import HeaderCutShort, TensorInfo, header_table, tensor_table
-from gguf_bench.models.registry import HubSource, ModelRef, Registry
+from gguf_bench.models.gguf import HeaderCutShort, TensorInfo, check_magic, header_layout, header_table, tensor_table
+from gguf_bench.models.registry import HubSource, ModelRef, Registry, load_registry, parse_hub_ref
 
 FIRST_READ = 8 * 2**20  # $GGUF_BENCH_HEADER_READ overrides it (tests read a tiny header in pieces)
 LARGEST_HEADER = 256 * 2**20
@@ -23,10 +24,14 @@ def read_header(ref: ModelRef, registry: Registry) -> Header:
     path = locate(ref, registry)
     if path is not None:
         return tensor_table(path)
+    return hub_header(_hub_source(ref))
+
+
+def _hub_source(ref: ModelRef) -> HubSource:
     if not isinstance(ref.source, HubSource):
         raise DownloadError(f"model '{ref.name}' is not downloaded and not on the hub ({ref.source.label}): "
                             f"run `gguf-bench download` for its pair first")
-    return hub_header(ref.source)
+    return ref.source
 
 
 def file_header(path: Path) -> Header:
@@ -34,16 +39,53 @@ def file_header(path: Path) -> Header:
 
 
 def hub_header(src: HubSource) -> Header:
+    return header_table(*hub_prefix(src))
+
+
+def hub_prefix(src: HubSource) -> tuple[bytes, str]:
+    """The first bytes of a hub file, as many as its header takes (range requests, growing), and its name."""
     name = hub_filename(src, online=True)
+    where = f"{src.repo}/{name}"
     n = int(os.environ.get("GGUF_BENCH_HEADER_READ", FIRST_READ))
     while True:
         data = _first_bytes(src, name, n)
         try:
-            return header_table(data, f"{src.repo}/{name}")
+            header_layout(data, where)
+            return data, where
         except HeaderCutShort:
             if len(data) < n or n >= LARGEST_HEADER:  # the whole file, or an absurd header: not a GGUF we can read
                 raise
             n *= 4
+
+
+def file_prefix(path: Path) -> bytes:
+    """A local GGUF file's header bytes (up to the end of its tensor infos); the weights are not read."""
+    path = check_magic(path)
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        _meta, _tensors, layout = header_layout(buf, str(path))
+        return bytes(buf[:layout.infos[1]])
+
+
+def source_prefix(source: str, registry: Path | None = None) -> tuple[bytes, str]:
+    """The header bytes of SOURCE and a description of it: a local GGUF file, a model of the registry (its cached
+    file, else its hub file), or a hub file in llama.cpp's -hf spelling (REPO[:QUANT] or REPO/FILE.gguf)."""
+    if Path(source).is_file():
+        return file_prefix(Path(source)), str(source)
+    hub = parse_hub_ref(source)
+    try:
+        reg = load_registry(registry)
+    except RegistryError:
+        if hub is None:
+            raise
+        reg = None
+    if reg is not None and source in reg.models:
+        ref = reg.models[source]
+        path = locate(ref, reg)
+        return (file_prefix(path), f"{ref.name} ({path.name})") if path else hub_prefix(_hub_source(ref))
+    if hub is not None:
+        return hub_prefix(hub)
+    raise ModelError(f"{source} is not a file, not a model of the registry ({reg.path}), and not a hub file "
+                     "(REPO:QUANT or REPO/FILE.gguf)")
 
 
 def _first_bytes(src: HubSource, name: str, n: int) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -124,6 +125,21 @@ class Registry:
         """The model a derived model is built from."""
         assert isinstance(ref.source, DerivedSource)
         return self.models[ref.source.base]
+
+
+DEFAULT_HUB_QUANT = "Q4_K_M"  # llama.cpp's -hf takes it when the reference names no quant
+_HUB_REF = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+?)(?::(?P<quant>[\w.-]+)|/(?P<file>[^:]+\.gguf))?$")
+
+
+def parse_hub_ref(text: str) -> HubSource | None:
+    """A hub file in llama.cpp's -hf spelling: `owner/repo[:QUANT]` (the one file whose name holds QUANT, any case;
+    Q4_K_M when none is named) or `owner/repo/FILE.gguf`; None for anything else (`dir/file.gguf` is a path)."""
+    m = _HUB_REF.match(text)
+    if not m or (m["file"] is None and m["repo"].lower().endswith(".gguf")):
+        return None
+    if m["file"]:
+        return HubSource(repo=m["repo"], file=m["file"])
+    return HubSource(repo=m["repo"], file=None, pattern=f"*{m['quant'] or DEFAULT_HUB_QUANT}*.gguf")
 
 
 def default_registry_path() -> Path:

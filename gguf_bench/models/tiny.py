@@ -24,6 +24,8 @@ class TinySpec:
     n_ctx: int = 4096
     logit_scale: float = 4.0  # sharpens the output distribution so greedy choices have margins
     extra_tokens: int = 0  # pad the vocabulary (to make incompatible pairs)
+    n_experts: int = 0  # > 0: a mixture of experts (Mixtral's layout in the llama architecture), each FFN an expert
+    n_experts_used: int = 2
 
 
 def byte_symbols() -> list[str]:
@@ -69,10 +71,15 @@ def random_weights(spec: TinySpec, n_vocab: int, seed: int) -> dict[str, np.ndar
             p + "attn_v.weight": mat(d, d),
             p + "attn_output.weight": mat(d, d),
             p + "ffn_norm.weight": np.ones(d, np.float32),
-            p + "ffn_gate.weight": mat(ff, d),
-            p + "ffn_up.weight": mat(ff, d),
-            p + "ffn_down.weight": mat(d, ff),
         }
+        if spec.n_experts:
+            e = spec.n_experts
+            w |= {p + "ffn_gate_inp.weight": mat(e, d),
+                  p + "ffn_gate_exps.weight": np.stack([mat(ff, d) for _ in range(e)]),
+                  p + "ffn_up_exps.weight": np.stack([mat(ff, d) for _ in range(e)]),
+                  p + "ffn_down_exps.weight": np.stack([mat(d, ff) for _ in range(e)])}
+        else:
+            w |= {p + "ffn_gate.weight": mat(ff, d), p + "ffn_up.weight": mat(ff, d), p + "ffn_down.weight": mat(d, ff)}
     return w
 
 
@@ -102,6 +109,9 @@ def write_gguf(path: Path, spec: TinySpec, weights: dict[str, np.ndarray], eos_i
     writer.add_head_count_kv(spec.n_heads)
     writer.add_rope_dimension_count(spec.width // spec.n_heads)
     writer.add_layer_norm_rms_eps(1e-5)
+    if spec.n_experts:
+        writer.add_expert_count(spec.n_experts)
+        writer.add_expert_used_count(spec.n_experts_used)
     writer.add_vocab_size(len(tokens))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("gpt2")

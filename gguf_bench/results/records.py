@@ -84,6 +84,7 @@ class ModelFile:
     path: str | None = None
     size: int | None = None
     sha256: str | None = None
+    twin: bool = False  # a twin (models/twin.py): synthetic weights, its figures are speed only, never acceptance
 
 
 @dataclass
@@ -369,6 +370,7 @@ def run_row(run: RunRecord) -> dict:
         "identical": m.identity.identical if m.identity else None, "error": run.error, "text": m.text,
         "target_offload": offload.target, "draft_offload": offload.draft,
         "target_file": models.target.file if models.target else None, "draft_file": models.draft.file if models.draft else None,
+        "twin": any(f is not None and f.twin for f in (models.target, models.draft)),  # synthetic weights: speed only
         "host": run.host, "cpu": run.env.cpu, "gpu": run.env.gpu,
         "load1": run.load.load1 if run.load else None, "main_cpu_share": run.load.main_share if run.load else None,
         "cpu_share": run.load.cpu_s / run.load.wall_s if run.load and run.load.wall_s and run.load.cpu_s is not None else None,

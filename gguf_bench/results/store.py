@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gguf_bench.errors import BusyError, ResultsError
 from gguf_bench.models.files import file_sha256
+from gguf_bench.models.twin import is_twin_file
 from gguf_bench.results.records import CalibrationRecord, Environment, EvalRecord, ModelFile, Models, Record, RunRecord, parse, to_dict
 
 Stored = RunRecord | EvalRecord | CalibrationRecord
@@ -261,4 +262,5 @@ def models_record(target: Path, draft: Path | None) -> Models:
 
 
 def model_record(path: Path) -> ModelFile:
-    return ModelFile(file=path.name, path=str(path), size=path.stat().st_size, sha256=file_sha256(path))
+    return ModelFile(file=path.name, path=str(path), size=path.stat().st_size, sha256=file_sha256(path),
+                     twin=is_twin_file(path))

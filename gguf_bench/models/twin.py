@@ -1,0 +1,262 @@
+"""A twin of a GGUF model: the real header (architecture, hyperparameters, tokenizer, tensor names, shapes, types and
+offsets, byte for byte) with synthetic tensor data. llama.cpp's speed does not depend on the weights' values, so a
+twin decodes as fast as the model it copies; it is written from the header alone (a hub file's first megabytes).
+
+The data (docs/twins.md says why):
+- most tensors are holes of a sparse file: zeros, which are valid in every ggml type (every block scale 0);
+- norm weights are 1 (output_norm: random, so that a tied embedding does not map each token to itself);
+- MoE routers (ffn_gate_inp) are random, and so are the token embeddings (all rows for a MoE model, the first
+  TOKEN_BAND rows otherwise) and the first TOKEN_BAND rows of an untied output matrix: the hidden state a router
+  sees differs from token to token, and generated tokens vary, so a batch of K+1 tokens spreads over experts as a
+  real one does;
+- random data in a quantized type is written as valid blocks: random quants, and each f16 scale set to one
+  finite value chosen so that the weights have the standard deviation asked for.
+A key `gguf_bench.twin` (the source's description) marks the file; engines/llama_cpp.Model reads it and ignores
+end-of-generation tokens, and every record made with the file says `twin`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import os
+import shutil
+import struct
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gguf_bench.errors import ModelError
+from gguf_bench.models.gguf import HeaderLayout, TensorInfo, header_layout, tensor_table
+from gguf_bench.models.memory import tensor_bytes
+
+MARKER = "gguf_bench.twin"
+TOKEN_BAND = 4096  # embedding/output rows given random data (all rows of a MoE model's embedding)
+ROOM_MARGIN = 16 * 2**20  # free space kept beyond what the twin needs
+_CHUNK_ROWS = 8192
+_STRING = 8  # gguf.GGUFValueType.STRING
+
+# f16 scales in each block type's struct (ggml-common.h): (block bytes, byte offsets of every ggml_half field)
+_HALF_SCALES = {
+    "Q4_0": (18, (0,)), "Q4_1": (20, (0, 2)), "Q5_0": (22, (0,)), "Q5_1": (24, (0, 2)), "Q8_0": (34, (0,)),
+    "Q2_K": (84, (80, 82)), "Q3_K": (110, (108,)), "Q4_K": (144, (0, 2)), "Q5_K": (176, (0, 2)), "Q6_K": (210, (208,)),
+    "IQ2_XXS": (66, (0,)), "IQ2_XS": (74, (0,)), "IQ2_S": (82, (0,)), "IQ3_XXS": (98, (0,)), "IQ3_S": (110, (0,)),
+    "IQ1_S": (50, (0,)), "IQ4_NL": (18, (0,)), "IQ4_XS": (136, (0,)),
+}
+
+
+@dataclass(frozen=True)
+class Written:
+    path: Path
+    n_tensors: int
+    size: int  # logical bytes (st_size)
+    on_disk: int  # allocated bytes (st_blocks x 512)
+    data_written: int  # bytes of synthetic data actually written (the rest are holes)
+    sparse: bool  # the file system keeps holes
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Fill:
+    """Synthetic data for the first `rows` rows of a tensor: 'ones' or random with standard deviation `std`."""
+
+    tensor: TensorInfo
+    rows: int
+    kind: str  # "ones" | "random"
+    std: float = 1.0
+
+
+def is_twin(meta: dict) -> bool:
+    return MARKER in meta
+
+
+def is_twin_file(path: Path) -> bool:
+    """Whether a GGUF file carries the twin marker (False for anything unreadable)."""
+    try:
+        return is_twin(tensor_table(Path(path))[0])
+    except (ModelError, OSError, ValueError):
+        return False
+
+
+# --- which tensors get data ---------------------------------------------------------------------------------------
+
+
+def fills(meta: dict, tensors: list[TensorInfo]) -> list[Fill]:
+    """The tensors (and rows) that get data; every other byte stays a hole (zeros)."""
+    names = {t.name for t in tensors}
+    moe = any(n.endswith(".ffn_gate_inp.weight") for n in names)
+    out = []
+    for t in tensors:
+        cols, rows = t.shape[0], math.prod(t.shape[1:])
+        if t.name == "output_norm.weight":
+            out.append(Fill(t, rows, "random"))  # a tied embedding would otherwise map each token to itself
+        elif t.name.endswith("norm.weight"):
+            out.append(Fill(t, rows, "ones"))
+        elif t.name.endswith(".ffn_gate_inp.weight"):
+            out.append(Fill(t, rows, "random", 1 / math.sqrt(cols)))  # router logits of unit spread
+        elif t.name == "token_embd.weight":
+            out.append(Fill(t, rows if moe else min(rows, TOKEN_BAND), "random"))
+        elif t.name == "output.weight":
+            out.append(Fill(t, min(rows, TOKEN_BAND), "random", 4 / math.sqrt(cols)))  # logits of spread 4
+    return out
+
+
+# --- the data ------------------------------------------------------------------------------------------------------
+
+
+def row_bytes(type_name: str, cols: int) -> int:
+    return tensor_bytes(type_name, (cols,))
+
+
+def synthetic_rows(fill: Fill, start: int, n: int, rng: np.random.Generator) -> bytes:
+    """Rows [start, start + n) of `fill` in its tensor's ggml type, every value finite."""
+    t, cols = fill.tensor, fill.tensor.shape[0]
+    if fill.kind == "ones":
+        values = np.ones((n, cols), np.float32)
+    else:
+        values = rng.standard_normal((n, cols), dtype=np.float32) * np.float32(fill.std)
+    if t.type_name == "F32":
+        return values.astype("<f4").tobytes()
+    if t.type_name == "F16":
+        return values.astype("<f2").tobytes()
+    if t.type_name == "BF16":
+        return (values.astype("<f4").view("<u4") >> 16).astype("<u2").tobytes()
+    if fill.kind == "random" and t.type_name in _HALF_SCALES:
+        return _random_blocks(t.type_name, n * row_bytes(t.type_name, cols), fill.std, rng)
+    raise ModelError(f"the twin writer cannot write {fill.kind} data of ggml type {t.type_name} "
+                     f"(tensor {t.name}); types it writes: F32, F16, BF16, {', '.join(_HALF_SCALES)}")
+
+
+def _random_blocks(type_name: str, nbytes: int, std: float, rng: np.random.Generator) -> bytes:
+    """Blocks of random quants with every f16 scale set to the one value that gives weights of deviation `std`."""
+    size, halves = _HALF_SCALES[type_name]
+    blocks = rng.integers(0, 256, (nbytes // size, size), dtype=np.uint8)
+    scale = np.float16(std / _spread(type_name))
+    for off in halves:
+        blocks[:, off:off + 2] = np.frombuffer(scale.astype("<f2").tobytes(), np.uint8)
+    return blocks.tobytes()
+
+
+_spreads: dict[str, float] = {}
+
+
+def _spread(type_name: str) -> float:
+    """Standard deviation of random blocks of `type_name` with scales 1 (dequantized by the gguf package)."""
+    if type_name not in _spreads:
+        import gguf
+
+        size, halves = _HALF_SCALES[type_name]
+        qtype = gguf.GGMLQuantizationType[type_name]
+        block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+        assert block_bytes == size, (type_name, block_bytes, size)
+        blocks = np.random.default_rng(0).integers(0, 256, (64, size), dtype=np.uint8)
+        for off in halves:
+            blocks[:, off:off + 2] = np.frombuffer(np.float16(1).astype("<f2").tobytes(), np.uint8)
+        values = gguf.quants.dequantize(blocks.reshape(1, -1), qtype)
+        if not np.isfinite(values).all() or not values.std() > 0:
+            raise ModelError(f"random {type_name} blocks dequantize to non-finite or constant values")
+        _spreads[type_name] = float(values.std())
+    return _spreads[type_name]
+
+
+# --- the file ------------------------------------------------------------------------------------------------------
+
+
+def twin_header(prefix, layout: HeaderLayout, marker: str | None) -> bytes:
+    """The source header, byte for byte, with one more key (the marker) after its own; padded to the alignment.
+    Tensor offsets count from the data section, so they stay as they are."""
+    n_kv = layout.n_kv + (marker is not None)
+    n_tensors = struct.unpack_from("<Q", prefix, 8)[0]
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", layout.version, n_tensors, n_kv))
+    out += prefix[layout.kv[0]:layout.kv[1]]
+    if marker is not None:
+        key, value = MARKER.encode(), marker.encode()
+        out += struct.pack("<Q", len(key)) + key + struct.pack("<IQ", _STRING, len(value)) + value
+    out += prefix[layout.infos[0]:layout.infos[1]]
+    out += bytes(-len(out) % layout.alignment)
+    return bytes(out)
+
+
+def data_size(tensors: list[TensorInfo], alignment: int) -> int:
+    """The data section as a GGUF writer lays it out: each tensor at its offset, the end padded to the alignment."""
+    end = max((t.offset + tensor_bytes(t.type_name, t.shape) for t in tensors), default=0)
+    return -(-end // alignment) * alignment
+
+
+def write_twin(prefix, out: Path, source: str, seed: int = 0) -> Written:
+    """Write the twin of the GGUF whose header bytes are `prefix` (at least up to the end of its tensor infos) to
+    `out`: through a temporary file in the same folder, renamed at the end (nothing half-written is left)."""
+    started = time.perf_counter()
+    meta, tensors, layout = header_layout(prefix, source)
+    header = twin_header(prefix, layout, None if is_twin(meta) else source)
+    plan = fills(meta, tensors)
+    for f in plan:  # every type is checked before a byte is written
+        synthetic_rows(f, 0, 1, np.random.default_rng(seed))
+    total = len(header) + data_size(tensors, layout.alignment)
+    written = sum(f.rows * row_bytes(f.tensor.type_name, f.tensor.shape[0]) for f in plan)
+    out = Path(out)
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise ModelError(f"cannot write the twin: folder {folder} does not exist")
+    sparse = supports_holes(folder)
+    check_room(folder, total if not sparse else len(header) + written, shutil.disk_usage(folder).free, sparse)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(header)
+            _write_data(fh, len(header), plan, np.random.default_rng(seed))
+            fh.truncate(total)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # as a file opened the ordinary way (mkstemp makes it 0600)
+        os.replace(tmp, out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise ModelError(f"cannot write the twin {out}: {why}; nothing was left behind") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    st = out.stat()
+    return Written(out, len(tensors), st.st_size, st.st_blocks * 512, written, sparse, time.perf_counter() - started)
+
+
+def _write_data(fh, data_start: int, plan: list[Fill], rng: np.random.Generator) -> None:
+    for f in plan:
+        step = row_bytes(f.tensor.type_name, f.tensor.shape[0])
+        for start in range(0, f.rows, _CHUNK_ROWS):
+            fh.seek(data_start + f.tensor.offset + start * step)
+            fh.write(synthetic_rows(f, start, min(_CHUNK_ROWS, f.rows - start), rng))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def supports_holes(folder: Path) -> bool:
+    """Whether files in `folder` keep holes: a 4 MiB file extended by truncate holds (almost) no blocks."""
+    fd, probe = tempfile.mkstemp(prefix=".twin-sparse-probe.", dir=folder)
+    try:
+        os.ftruncate(fd, 4 * 2**20)
+        return os.fstat(fd).st_blocks * 512 < 2**20
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+def check_room(folder: Path, need: int, free: int, sparse: bool) -> None:
+    """One line when `need` bytes (the whole file where holes are not kept) do not fit the `free` ones."""
+    if need + ROOM_MARGIN > free:
+        what = "its written data" if sparse else "its whole size (this file system does not keep sparse files)"
+        raise ModelError(f"no room for the twin in {folder}: it needs {need / 2**20:,.0f} MiB ({what}) and "
+                         f"{free / 2**20:,.0f} MiB are free")
