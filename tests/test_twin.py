@@ -5,6 +5,7 @@ left behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -186,3 +187,35 @@ def test_records_made_with_twins_say_so(tiny_pairs, isolated):
     records = stored(isolated / "results" / "tw.jsonl")
     assert records and all(r["models"]["target"]["twin"] and not r["models"]["draft"]["twin"] for r in records)
     assert all(run_row(parse(r))["twin"] for r in records)
+    # the report labels the twin's rows and shows no acceptance, gain or best K for its speculative rows
+    shown = invoke("report", str(isolated / "results" / "tw.jsonl"), "--format", "json")
+    rows = json.loads(shown.stdout)
+    spec = [r for r in rows if r["mode"] == "speculative"]
+    assert all(r["twin"] for r in rows) and spec
+    assert all(r["acceptance"] is None and r["gain_pct"] is None and not r["best_k"] for r in spec)
+    assert spec[0]["tokens_per_s"] > 0  # the speed stays
+    table = invoke("report", str(isolated / "results" / "tw.jsonl")).stdout
+    assert "K=2 ⧉" in table and "⧉ twin: synthetic weights" in table
+
+
+def test_llama_server_generates_a_twin_past_its_end_token(tmp_path, server_bin):
+    """The server engine asks llama-server to ignore EOS for a twin, whose first greedy token is here the source's
+    end-of-generation token (as test_twin_loads_generates_without_stopping... builds it)."""
+    from gguf_bench.decoding.strategy import Strategy
+    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.measure.pair import PairFiles
+    from gguf_bench.measure.plan import Grid
+    from gguf_bench.measure.prompts import Prompt
+    from gguf_bench.measure.sweep import iter_records
+
+    real, _ = make_pair(tmp_path / "a", noise=0.0)
+    probe = _twin(real, tmp_path / "probe.gguf")
+    with Model(probe, n_ctx=256) as m:
+        first = int(np.argmax(m.eval(m.tokenize("hello"), 1)[0]))
+    real, _ = make_pair(tmp_path / "b", noise=0.0, eos_id=first)
+    twin = _twin(real, tmp_path / "twin.gguf")
+    grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", "hello")], n_predict=12,
+                threads=2, engines=("server",), server_bin=server_bin, with_target_alone=True,
+                strategies=[Strategy("ngram-simple")])
+    target = next(r for r in iter_records("tw", PairFiles(twin, None, "twin"), grid) if r.mode.value == "target")
+    assert target.error is None and target.metrics.n_tokens == 12 and not target.metrics.stopped_by_eog

@@ -76,6 +76,7 @@ class Sampling:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    ignore_eos: bool = False  # a twin's (models/twin.py): synthetic weights end anywhere, and a run must not
 
 
 GREEDY = Sampling()
@@ -366,7 +367,7 @@ def completion_body(prompt: Sequence[int], n_predict: int, sampling: Sampling = 
             "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "min_p": 0.0,
             "typical_p": 1.0, "seed": sampling.seed, "samplers": ["top_k", "temperature", "top_p"], "repeat_penalty": 1.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
-            "top_n_sigma": -1.0, "n_probs": 0, "stream": stream}
+            "top_n_sigma": -1.0, "n_probs": 0, "stream": stream, **({"ignore_eos": True} if sampling.ignore_eos else {})}
 
 
 def _strip_time(line: str) -> str:

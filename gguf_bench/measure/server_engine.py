@@ -52,6 +52,7 @@ from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.models.gguf import tensor_table
+from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
 from gguf_bench.results.records import SERVER_ENGINE, Load, Mode, Offload, RunMetrics, RunRecord
 from gguf_bench.results.records import Server as ServerRecord
@@ -139,6 +140,7 @@ class ServerSession:
     def __init__(self, engine: ServerEngine, setting: Setting, prompts: PreparedPrompts):
         self.engine, self.setting, self.prompts, self.grid = engine, setting, prompts, setting.grid
         files = setting.files
+        self.twin = is_twin_file(files.target)  # generates to -n whatever token comes
         self.layers = (read_info(files.target).n_layers, read_info(files.draft).n_layers if files.draft else None)
         self.process: _Process | None = None
 
@@ -193,11 +195,11 @@ class ServerSession:
                                  build_info=str(server.props.get("build_info")), speculative=server.speculative, pool=pool)
         if pool != "cold":  # a cold n-gram pool is left cold: llama-server warms its compute graphs up at load by itself
             server.complete(self.prompts.whole(first.prompt.id, first.depth), min(16, self.grid.n_predict),
-                            _sampling(first, self.grid), cache_prompt=first.depth > 0)
+                            _sampling(first, self.grid, self.twin), cache_prompt=first.depth > 0)
 
     def _one(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Load | None]:
         """One request, alone on one slot."""
-        sampling, server = _sampling(cell, self.grid), self.process.server
+        sampling, server = _sampling(cell, self.grid, self.twin), self.process.server
         try:
             with ServerLoadMeter(server.proc.pid) as meter:
                 comp = server.complete(self.prompts.whole(cell.prompt.id, cell.depth), self.grid.n_predict, sampling,
@@ -208,7 +210,7 @@ class ServerSession:
 
     def _round(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Load | None]:
         """`cell.clients` requests at the same moment: the cell's prompt and the ones after it, in turn."""
-        sampling = _sampling(cell, self.grid)
+        sampling = _sampling(cell, self.grid, self.twin)
         ids = [p.id for p in self.grid.prompts]
         start = ids.index(cell.prompt.id)
         prompts = [(pid, self.prompts.whole(pid, cell.depth))
@@ -248,9 +250,9 @@ def _exited(server: Server, grace_s: float = 1.0) -> bool:
     return True
 
 
-def _sampling(cell: Cell, grid: Grid) -> Sampling:
+def _sampling(cell: Cell, grid: Grid, twin: bool = False) -> Sampling:
     cfg = cell.sampling(grid)
-    return Sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)
+    return Sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed, ignore_eos=twin)
 
 
 def _process_key(cell: Cell, warm_pool: bool) -> tuple | None:

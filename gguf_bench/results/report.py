@@ -107,6 +107,8 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         per_request_tokens_per_s=("per_request_tokens_per_s", "mean"), ttft_s=("ttft_s", "mean"),
         latency_p95_s=("latency_p95_s", "mean"),
         schedule_predicted_tokens_per_s=("schedule_predicted_tokens_per_s", "mean"))
+    if df["twin"].any():  # a column only where a twin ran: files without one report as before
+        agg = agg.join(df.groupby(keys, dropna=False)["twin"].any())
     agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(ok, keys)).reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
@@ -118,13 +120,15 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     flagged = agg.groupby(setting, dropna=False)["unreliable"].transform(lambda s: bool((s != "").any()))
     agg["best_k"] = False
     spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna() & ~flagged]  # no best among unreliable rows
+    if "twin" in agg:  # nor among twins': their K is fast or slow by the acceptance of synthetic weights
+        spec = spec[spec["twin"] != True]  # noqa: E712
     spec = spec[spec.groupby(setting, dropna=False)["k"].transform("size") > 1]  # a choice of K to make
     if not spec.empty:
         agg.loc[spec.groupby(setting, dropna=False)["tokens_per_s"].idxmax(), "best_k"] = True
     agg["_order"] = agg["mode"].map({"target": 0, "draft": 1, "speculative": 2})
     agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
     agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
-    return agg.drop(columns=["_order", "_default"]).reset_index(drop=True)
+    return without_twin_quality(agg.drop(columns=["_order", "_default"]).reset_index(drop=True))
 
 
 def matching(frame: pd.DataFrame, row: pd.Series, keys: Sequence[str]) -> pd.Series:
@@ -231,6 +235,19 @@ def model_label(row: pd.Series) -> str:
     return f"{_stem(row['target_file'])} + {_stem(row['draft_file'])}, {row_label(row)}"
 
 
+TWIN_NOTE = ("synthetic weights with the real model's shapes (gguf-bench twin): its speed is the model's, its acceptance "
+             "and text are not, so they are left out")
+
+
+def without_twin_quality(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with the speculative rows of twins stripped of acceptance, tokens per round and gain: a twin's
+    draft accepts by chance, and no figure of a twin is shown as the real model's."""
+    if "twin" not in summary:
+        return summary
+    spec = (summary["twin"] == True) & (summary["mode"] == "speculative")  # noqa: E712 (NaN where no twin ran)
+    return summary.assign(**{c: summary[c].where(~spec) for c in ("acceptance", "tokens_per_round", "gain_pct")})
+
+
 def _stem(name) -> str:
     return str(name).removesuffix(".gguf")
 
@@ -271,7 +288,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     columns = {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else _count(v) if c in CONCURRENCY else str(v)
                              for v in summary[c]] for c in varying}
     columns["run"] = [row_label(r) + (" ★" if r["best_k"] else "") + (" !" if r.get("unreliable") else "")
-                      for _, r in summary.iterrows()]
+                      + (" ⧉" if r.get("twin") is True else "") for _, r in summary.iterrows()]
     if show_offload:
         columns["GPU layers"] = list(offloads)
     columns |= {
@@ -452,6 +469,8 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         lines.append("several clients: tokens/s is all clients' tokens over the round's wall time (prompts included); "
                      "req t/s: each request's own decode speed; p95 s: end-to-end latency")
         lines += concurrency_lines(summary)
+    if "twin" in summary and summary["twin"].any():
+        lines.append(f"⧉ twin: {TWIN_NOTE}")
     if "predicted_tokens_per_s" in summary:
         lines.append("pred.: tokens/s that `gguf-bench tune` predicted for the setting")
     if summary.get("schedule_predicted_tokens_per_s", pd.Series(dtype=float)).notna().any():
@@ -527,6 +546,7 @@ def to_markdown(summary: pd.DataFrame) -> str:
     for _, row in summary.iterrows():
         gain = "" if row["mode"] == "target" else number_text(row["gain_pct"], "{:+.1f}%")
         best = " **(best K)**" if row["best_k"] else ""
+        best += " (twin: speed only)" if row.get("twin") is True else ""
         best += f" (unreliable: {row['unreliable']})" if row.get("unreliable") else ""
         pred = f"{speed_text(row['predicted_tokens_per_s'])} | " if predicted else ""
         asked = f" (asked -ngl {row['ngl']} -ngld {row['ngld']})" if "ngl" in row and short_of_request(row) else ""
