@@ -131,10 +131,9 @@ class CalibrationEvents:
 
 
 def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_predict: int, ks: Sequence[int],
-              reps: int = DEFAULT_REPS, name: str | None = None, events: CalibrationEvents = CalibrationEvents(),
-              depth: int = 0) -> CalibrationRecord:
+              reps: int = DEFAULT_REPS, events: CalibrationEvents = CalibrationEvents(), depth: int = 0) -> CalibrationRecord:
     """Measure one offload setting (at `depth` tokens of filler before each prompt: measure/depth.py); return the
-    calibration record (not stored here)."""
+    calibration record (not stored here; its `tune` name is the caller's to set)."""
     check_k_range(ks)
     if reps < 1:
         raise ConfigError(f"--reps must be >= 1, got {reps}")
@@ -172,7 +171,7 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
     reached = [sum(r.reached_at[j] for r in runs) for j in range(k_max)]
     accepted = [sum(r.accepted_at[j] for r in runs) for j in range(k_max)]
     return CalibrationRecord(
-        time=now_iso(), tune=name, pair=files.name, offload=offload,
+        time=now_iso(), tune=None, pair=files.name, offload=offload,
         config=CalibrationConfig(ngl=layers_label(load.ngl), ngld=layers_label(load.ngld), n_ctx=load.n_ctx,
                                  threads=load.threads, seed=load.seed, temperature=0.0, prompts=[p.id for p in prompts],
                                  n_predict=n_predict, ks=list(ks), k_max=k_max, reps=decodes["samples"],

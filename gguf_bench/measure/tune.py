@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gguf_bench import options
@@ -134,7 +134,8 @@ def calibrate_settings(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int],
         load = LoadConfig(ngl, ngld, job.ctx_size, job.threads)
         steps = CalibrationEvents(step=lambda what, at=f"{files.name} {load.label}": events.step(f"calibrating {at}: {what}"))
         try:
-            record = calibrate(files, load, job.prompts, job.n_predict, job.ks, job.reps, job.name, steps, job.depth)
+            record = replace(calibrate(files, load, job.prompts, job.n_predict, job.ks, job.reps, steps, job.depth),
+                             tune=job.name)
         except (ModelError, MemoryError) as exc:
             if len(settings) == 1:
                 raise
