@@ -224,3 +224,15 @@ def byte_size(text: str, what: str = "--vram") -> int:
         raise ConfigError(f"bad {what} '{text}': give a size like 24GB, 24GiB or 8000MB")
     unit = (m[2] or "g").lower().removesuffix("b") or "g"
     return int(float(m[1]) * _UNITS[unit])
+
+
+def acceptances(spec: str) -> list[float]:
+    """--acceptance: the acceptance rates a twin's timings are predicted at, each in (0, 1]."""
+    try:
+        values = [float(x) for x in str(spec).replace(" ", "").split(",")]
+    except ValueError:
+        raise ConfigError(f"bad --acceptance list '{spec}': use rates in (0, 1] separated by commas, like 0.5,0.7,0.9") from None
+    for a in values:
+        if not 0.0 < a <= 1.0:
+            raise ConfigError(f"--acceptance takes rates in (0, 1], got {a:g}")
+    return sorted(dict.fromkeys(values))

@@ -219,3 +219,33 @@ def test_llama_server_generates_a_twin_past_its_end_token(tmp_path, server_bin):
                 strategies=[Strategy("ngram-simple")])
     target = next(r for r in iter_records("tw", PairFiles(twin, None, "twin"), grid) if r.mode.value == "target")
     assert target.error is None and target.metrics.n_tokens == 12 and not target.metrics.stopped_by_eog
+
+
+def test_tune_on_twins_predicts_at_named_acceptance_then_uses_the_real_pairs(tiny_pairs, isolated):
+    """tune --twin: timings from twins; with no real calibration, tokens/s at --acceptance and no recommendation;
+    after a tune of the real files, their acceptance (said so) and a recommendation; --check refused."""
+    from cli_helpers import pair_args
+
+    args = [*pair_args(tiny_pairs["middle"]), "-K", "1-2", "-n", "8", "--prompt-ids", "code-short", "--reps", "1"]
+    alone = invoke("tune", "--twin", *args, "--acceptance", "0.6,0.9", "--json")
+    assert alone.exit_code == 0, alone.output
+    doc = json.loads(alone.stdout)
+    assert doc["acceptance_from"] is None and {r["k"] for r in doc["at_acceptance"]} == {1, 2}
+    assert all(set(r["at"]) == {"0.6", "0.9"} and r["at"]["0.9"] > r["at"]["0.6"] for r in doc["at_acceptance"])
+    assert "rows" not in doc  # no prediction of a K without the pair's acceptance
+    assert invoke("tune", *args).exit_code == 0  # the real pair: its acceptance is stored
+    known = invoke("tune", "--twin", *args)
+    assert known.exit_code == 0, known.output
+    assert "acceptance measured on" in known.stdout and "recommended:" in known.stdout
+    assert_user_error(invoke("tune", "--twin", *args, "--check"), "--check", "twin")
+
+
+def test_break_even_is_where_a_draft_starts_to_pay():
+    from gguf_bench.results.costmodel import Timings, at_acceptance, break_even
+
+    tm = Timings(t_draft=0.01, t_draft2=0.012, t_verify=(0.1, 0.11, 0.12), round_overhead=0.001)
+    for k in (1, 2):
+        a = break_even(tm, k)
+        assert 0 < a < 1 and at_acceptance(tm, a, k) == pytest.approx(1 / tm.t_target, rel=1e-3)
+    slow = Timings(t_draft=0.2, t_draft2=0.2, t_verify=(0.1, 0.3), round_overhead=0.0)
+    assert break_even(slow, 1) is None  # a draft dearer than the target never pays

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -33,14 +34,17 @@ from gguf_bench.cli.options import (
 from gguf_bench.cli.progress import QuietStatus, pair_files
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import deploy, workloads
-from gguf_bench.measure.tune import TuneEvents, TuneJob
+from gguf_bench.measure.tune import TuneEvents, TuneJob, twin_job
 from gguf_bench.measure.tune import tune as run_tune
+from gguf_bench.models.pairs import PairFiles, header_sources
 from gguf_bench.results.costmodel import recommend
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
 from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
 from gguf_bench.results.text import columns_width, fit_title, number_text, spaced_layout, speed_text
 from gguf_bench.results.tuning import (
+    acceptance_rows,
+    acceptance_table,
     cost_outlook_lines,
     cost_outlook_rows,
     prediction_rows,
@@ -76,6 +80,11 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                           "(default: the largest -K)")] = None,
          depth: Annotated[int, typer.Option("--depth", "-d", help="tokens of context before each prompt (llama-bench's "
                           "-d): the verify costs and acceptance are measured after it")] = 0,
+         twin: Annotated[bool, typer.Option("--twin", help="calibrate twins of the pair (its headers with synthetic "
+                         "weights: nothing is downloaded) for its speed; acceptance from an earlier tune of the real "
+                         "pair, else predicted at --acceptance")] = False,
+         acceptance: Annotated[str, typer.Option("--acceptance", help="with --twin: acceptance rates to predict "
+                               "tokens/s at, each in (0, 1]")] = "0.5,0.7,0.9",
          registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Predict tokens/s for every draft length and offload setting from a short calibration, and
     recommend the fastest, without a full sweep (greedy)."""
@@ -88,20 +97,35 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 (got {n_predict} and {reps})")
     if plot:
         check_plot()
+    alphas = options.acceptances(acceptance)
     name = options.results_name(name or default_name("tune"))
-    job = TuneJob(pair_files(pair, target, draft, registry), chosen, k_list, n_predict, ctx_size, threads, name,
-                  ensure_results_dir() / f"{name}.jsonl", reps, depth)
-    with QuietStatus(f"calibrating {job.files.name} ...") as status:
-        events = TuneEvents(step=status.update, warn=lambda line: err.print(f"Warning: {line}", markup=False),
-                            note=lambda line: err.print(f"Note: {line}", markup=False))
-        tuned = run_tune(job, ngl_list, ngld_list, predicted, check, events)
+    out = ensure_results_dir() / f"{name}.jsonl"
+    with tempfile.TemporaryDirectory(prefix="gguf-bench-twins-") as folder:  # twins live while tune runs
+        if twin:
+            *sources, pair_name = header_sources(pair, target, draft, registry)
+            job = TuneJob(PairFiles(Path(sources[0]), Path(sources[1]), pair_name), chosen, k_list, n_predict, ctx_size,
+                          threads, name, out, reps, depth)
+            job = twin_job(job, tuple(sources), Path(folder), registry)
+        else:
+            job = TuneJob(pair_files(pair, target, draft, registry), chosen, k_list, n_predict, ctx_size, threads, name,
+                          out, reps, depth)
+        with QuietStatus(f"calibrating {job.files.name} ...") as status:
+            events = TuneEvents(step=status.update, warn=lambda line: err.print(f"Warning: {line}", markup=False),
+                                note=lambda line: err.print(f"Note: {line}", markup=False))
+            tuned = run_tune(job, ngl_list, ngld_list, predicted, check, events)
+    if tuned.top is None:  # twins, and no acceptance measured for the real pair
+        return _twin_only(tuned, alphas, json_out)
     files, out, ctx_size = tuned.job.files, tuned.job.out, tuned.job.ctx_size
     calibrations, top_cal, top, rec = tuned.calibrations, tuned.top_cal, tuned.top, tuned.rec
     outlooks, cost_top, checked, check_top = tuned.outlooks, tuned.cost_top, tuned.checked, tuned.check_top
-    deploy_line, deploy_note = _deploy(files, predicted, rec, cost_top, ctx_size, threads)
+    deploy_line, deploy_note = (_deploy(files, predicted, rec, cost_top, ctx_size, threads) if not tuned.job.real_pair else
+                                (None, f"twins are not files to deploy: `gguf-bench tune {tuned.job.real_pair}` on the real "
+                                       "files prints the command line"))
     if json_out:
         doc = _json(files.name, out, calibrations, predicted, checked, outlooks) | {"deploy": deploy_line,
                                                                                      "deploy_note": deploy_note}
+        if tuned.job.real_pair:
+            doc |= _twin_json(tuned, alphas)
         sys.stdout.write(json.dumps(doc, default=str) + "\n")
     else:
         for cal in calibrations:
@@ -112,6 +136,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                 err.print(f"Warning: -ngl {cal.ngl} -ngld {cal.ngld}: the calibration's own K={max(cal.ks)} runs took "
                           f"{1 / cal.fit:.2f}x what its decode timings predict: the machine's speed changed while "
                           "calibrating (other work running?); tune again when it is idle", markup=False)
+        if tuned.job.real_pair:
+            _twin_lines(tuned, alphas)
         for line in cost_outlook_lines(outlooks):
             console.print(line, markup=False)
         console.print(recommendation_line(rec, top_cal, top, cost_top, len(predicted) > 1, (ngram_min, ngram_max)),
@@ -125,6 +151,34 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     if plot:
         written = plot_tune(calibrations, predicted, checked, plot, outlooks)
         (err if json_out else console).print(f"wrote {written}", markup=False)
+
+
+def _twin_only(tuned, alphas: list[float], json_out: bool) -> None:
+    """Twins whose pair's acceptance was never measured: tokens/s at the named rates, and how to learn the real one."""
+    real = tuned.job.real_pair
+    if json_out:
+        sys.stdout.write(json.dumps({"pair": tuned.job.files.name, "results": str(tuned.job.out)} | _twin_json(tuned, alphas),
+                                    default=str) + "\n")
+        return
+    _twin_lines(tuned, alphas)
+    console.print(f"no acceptance of {real} is known (a twin's own is chance): no draft length is recommended; "
+                  f"`gguf-bench tune {real}` on the real files measures it, and a later `tune --twin` uses it",
+                  markup=False)
+    console.print(f"calibration stored in {tuned.job.out}", markup=False, soft_wrap=True)
+
+
+def _twin_lines(tuned, alphas: list[float]) -> None:
+    for cal in tuned.calibrations:
+        console.print(fit_title(acceptance_table(cal, alphas, console.width), console.width))
+        console.print(components_line(cal), markup=False)
+    source = tuned.calibrations[0].acceptance_from
+    console.print(f"twins: timings from twins of {tuned.job.real_pair} (its headers, synthetic weights)"
+                  + (f"; acceptance {source}" if source else ""), markup=False)
+
+
+def _twin_json(tuned, alphas: list[float]) -> dict:
+    return {"twin_of": tuned.job.real_pair, "acceptance_from": tuned.calibrations[0].acceptance_from or None,
+            "at_acceptance": [row for cal in tuned.calibrations for row in acceptance_rows(cal, alphas)]}
 
 
 def prediction_table(cal, strategies: list, top_cal, top, width: int = 80) -> Group:

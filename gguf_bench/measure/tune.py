@@ -13,13 +13,14 @@ from pathlib import Path
 from gguf_bench import options
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engines.llama_cpp import gpu_offload_supported, read_info
-from gguf_bench.errors import ModelError
+from gguf_bench.errors import BenchError, ConfigError, ModelError
 from gguf_bench.measure.calibrate import CalibrationEvents, calibrate
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
 from gguf_bench.measure.plan import Grid, measured
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
+from gguf_bench.models.twin import twin_of
 from gguf_bench.results.costmodel import (
     DEFAULT_REPS,
     Calibration,
@@ -30,8 +31,8 @@ from gguf_bench.results.costmodel import (
     cost_outlook,
     recommend,
 )
-from gguf_bench.results.records import RunRecord
-from gguf_bench.results.store import append_record
+from gguf_bench.results.records import CalibrationRecord, RunRecord
+from gguf_bench.results.store import append_record, read_records, results_dir
 from gguf_bench.results.tuning import check_ks, check_rows, effective_settings, measured_gain_pct
 
 
@@ -58,6 +59,7 @@ class TuneJob:
     out: Path  # appended to: tune into a sweep's file to report both together
     reps: int = DEFAULT_REPS
     depth: int = 0
+    real_pair: str | None = None  # the files are twins of this pair's (models/twin.py): timings only
 
     def grid(self, cal: Calibration, ks: list[int], **kw) -> Grid:
         """A sweep grid of one calibrated setting, greedy, without the draft alone (what --check measures)."""
@@ -73,9 +75,9 @@ class Tuned:
 
     job: TuneJob  # with the context size tune ran at
     calibrations: list[Calibration]
-    top_cal: Calibration
-    top: Prediction
-    rec: Recommendation
+    top_cal: Calibration | None  # None: twins whose pair's acceptance was never measured (no prediction of a K)
+    top: Prediction | None
+    rec: Recommendation | None
     outlooks: list[CostOutlook]
     cost_top: CostOutlook | None  # the cost schedule, when it is predicted to beat the recommendation
     checked: list[dict] | None = None
@@ -84,8 +86,14 @@ class Tuned:
 
 def tune(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int], strategies: list[Strategy], check: bool,
          events: TuneEvents = TuneEvents()) -> Tuned:
+    if check and job.real_pair:
+        raise ConfigError("--check measures the real pair's speed-up, which a twin cannot show: tune the real files")
     job = _sized(job, events)
     calibrations = calibrate_settings(job, ngls, nglds, events)
+    if job.real_pair:  # a twin's acceptance is chance: the real pair's, where tune has measured it, else none
+        calibrations = [with_real_acceptance(cal, job.real_pair) for cal in calibrations]
+        if not calibrations[0].acceptance_known:
+            return Tuned(job, calibrations, None, None, None, [], None)
     top_cal, top = best(calibrations, strategies)
     rec = recommend(calibrations, strategies)  # never a slowdown: the target alone when no K beats it
     outlooks = cost_outlook(calibrations, strategies)  # --k-schedule cost against the best fixed K
@@ -94,6 +102,32 @@ def tune(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int], strategies: li
     if check:
         _check(tuned, events)
     return tuned
+
+
+def twin_job(job: TuneJob, sources: tuple[str, str], folder: Path, registry: Path | None = None) -> TuneJob:
+    """The job on twins of the pair's two models (written into `folder` from their headers: nothing is downloaded);
+    its records name the pair '<pair> twin', apart from the real pair's."""
+    target, draft = (twin_of(src, folder, registry) for src in sources)
+    return replace(job, files=PairFiles(target, draft, f"{job.files.name} twin"), real_pair=job.files.name)
+
+
+def with_real_acceptance(cal: Calibration, pair: str) -> Calibration:
+    """A twin's calibration with the acceptance tune measured on the real pair (the latest calibration of `pair` at
+    the same depth, on real files, in the results folder), or as it is when there is none."""
+    found = []
+    folder = results_dir()
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        try:
+            records = read_records(path)
+        except BenchError:  # a file report would complain about is simply not a source
+            continue
+        found += [(r, path) for r in records if isinstance(r, CalibrationRecord) and r.pair == pair
+                  and (r.config.depth or 0) == cal.depth and not Calibration.from_record(r).twin]
+    if not found:
+        return cal
+    record, path = max(found, key=lambda rp: rp[0].time or "")
+    return cal.with_acceptance_of(Calibration.from_record(record), f"measured on {pair} by tune at {record.time} "
+                                                                   f"({path.name})")
 
 
 def _sized(job: TuneJob, events: TuneEvents) -> TuneJob:

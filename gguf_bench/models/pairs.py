@@ -51,6 +51,22 @@ def resolve(pair: str | None, target: Path | None, draft: Path | None, registry:
     return PairFiles(paths[0], paths[1], chosen.name)
 
 
+def header_sources(pair: str | None, target: Path | str | None, draft: Path | str | None,
+                   registry: Path | None) -> tuple[str, str, str]:
+    """The pair's two models as sources a header can be read from without a download (models/headers.source_prefix:
+    registry model names, or the --target/--draft given, files or hub files), and the pair's name as `resolve`
+    names it."""
+    if target or draft:
+        if not (target and draft):
+            raise BenchError("--target and --draft go together: give both files, or a pair name instead")
+        if pair:
+            raise BenchError("give either a pair name or --target/--draft, not both")
+        return str(target), str(draft), f"{Path(str(target)).name}+{Path(str(draft)).name}"
+    reg = load_registry(registry)
+    chosen = reg.pair(pair or reg.default)
+    return chosen.target.name, chosen.draft.name, chosen.name
+
+
 def _local(ref, pair_name: str, reg, progress: ProgressFactory | None, quantize: Quantize | None) -> Path:
     path = locate(ref, reg)
     if path is not None:

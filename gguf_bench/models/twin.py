@@ -21,6 +21,7 @@ import contextlib
 import errno
 import math
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -32,6 +33,7 @@ import numpy as np
 
 from gguf_bench.errors import ModelError
 from gguf_bench.models.gguf import HeaderLayout, TensorInfo, header_layout, tensor_table
+from gguf_bench.models.headers import source_prefix
 from gguf_bench.models.memory import tensor_bytes
 
 MARKER = "gguf_bench.twin"
@@ -260,3 +262,11 @@ def check_room(folder: Path, need: int, free: int, sparse: bool) -> None:
         what = "its written data" if sparse else "its whole size (this file system does not keep sparse files)"
         raise ModelError(f"no room for the twin in {folder}: it needs {need / 2**20:,.0f} MiB ({what}) and "
                          f"{free / 2**20:,.0f} MiB are free")
+
+
+def twin_of(source: str, folder: Path, registry: Path | None = None) -> Path:
+    """A twin of SOURCE (a GGUF file, a registry model, or a hub file: headers.source_prefix reads its header only)
+    written into `folder`, named after the source."""
+    prefix, label = source_prefix(source, registry)
+    name = re.sub(r"[^\w.-]+", "_", Path(source).name if Path(source).is_file() else source).removesuffix(".gguf")
+    return write_twin(prefix, folder / f"{name[-100:]}.twin.gguf", label).path

@@ -110,6 +110,27 @@ def steady_tokens_per_s(tm: Timings, a: Sequence[float], k: int) -> float:
     return expected_tokens(a, k) / time_round
 
 
+def at_acceptance(tm: Timings, alpha: float, k: int) -> float:
+    """Long-run tokens/s at draft length k when every draft position is accepted with probability alpha (what a
+    twin's timings predict for an acceptance the user names: a twin's own acceptance means nothing)."""
+    return steady_tokens_per_s(tm, [alpha] * k, k)
+
+
+def break_even(tm: Timings, k: int, tol: float = 1e-4) -> float | None:
+    """The acceptance below which draft length k is slower than the target alone (1 / t_target), by bisection on
+    at_acceptance (which grows with alpha); None when even alpha = 1 does not pay."""
+    baseline = 1.0 / tm.t_target
+    if at_acceptance(tm, 1.0, k) < baseline:
+        return None
+    if at_acceptance(tm, 0.0, k) >= baseline:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if at_acceptance(tm, mid, k) < baseline else (lo, mid)
+    return hi
+
+
 @dataclass(frozen=True)
 class Round:
     drafted: int
@@ -310,6 +331,8 @@ class Calibration:
     a: tuple[float | None, ...]  # a_j measured in the K_max runs (accepted_at / reached_at), for display
     fit: float | None = None  # the K_max runs' decode time as predicted over as measured (1.0: consistent)
     depth: int = 0  # tokens of context before each prompt when it was measured
+    twin: bool = False  # measured on twins (models/twin.py): its timings are the model's, its texts and a are not
+    acceptance_from: str = ""  # where texts and a come from when not from this record (with_acceptance_of)
 
     @classmethod
     def from_record(cls, rec: CalibrationRecord) -> Calibration:
@@ -320,8 +343,19 @@ class Calibration:
                            tuple(p.prompt), tuple(p.tokens)) for p in acc.prompts)
         loop = tm.in_loop
         fit = loop.predicted_decode_s / loop.decode_s if loop.decode_s and loop.predicted_decode_s else None
+        twin = any(m is not None and m.twin for m in (rec.models.target, rec.models.draft))
         return cls(pair=rec.pair, ngl=str(cfg.ngl), ngld=str(cfg.ngld), n_predict=cfg.n_predict,
-                   ks=tuple(cfg.ks), timings=timings, texts=texts, a=tuple(acc.a), fit=fit, depth=cfg.depth)
+                   ks=tuple(cfg.ks), timings=timings, texts=texts, a=tuple(acc.a), fit=fit, depth=cfg.depth, twin=twin)
+
+    def with_acceptance_of(self, real: Calibration, source: str) -> Calibration:
+        """These timings with the texts and acceptance of another calibration (the real pair's, measured by tune on
+        the real files): what a twin predicts once the pair's acceptance is known. `source` says where it came from."""
+        return replace(self, texts=real.texts, a=real.a, n_predict=real.n_predict, fit=None, acceptance_from=source)
+
+    @property
+    def acceptance_known(self) -> bool:
+        """Whether the texts are a real pair's (a twin's own acceptance is chance)."""
+        return not self.twin or bool(self.acceptance_from)
 
     def predict(self, k: int, strategy: Strategy = DEFAULT_STRATEGY) -> Prediction:
         if strategy.max_k(k) > self.timings.k_max:

@@ -8,11 +8,24 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import ConfigError
 from gguf_bench.options import ALL_LAYERS, layers_label
-from gguf_bench.results.costmodel import Calibration, CostOutlook, Recommendation, modeled, recommend
+from gguf_bench.results.costmodel import (
+    Calibration,
+    CostOutlook,
+    Recommendation,
+    at_acceptance,
+    break_even,
+    modeled,
+    recommend,
+)
 from gguf_bench.results.records import CalibrationRecord, Mode, RunRecord
+from gguf_bench.results.text import number_text, spaced_layout, speed_text
 
 
 def tune_strategies(spec_types: str, k_schedules: str, ngram_min: int, ngram_max: int, k_cap: int | None,
@@ -87,6 +100,8 @@ def predicted_frame(records: Sequence[CalibrationRecord]):
     latest: dict[tuple, Calibration] = {}
     for rec in sorted((r for r in records if isinstance(r, CalibrationRecord)), key=lambda r: r.time or ""):
         cal = Calibration.from_record(rec)
+        if cal.twin:  # a twin's texts are chance: it predicts no run
+            continue
         latest[(cal.pair, cal.ngl, cal.ngld, cal.n_predict, cal.depth)] = cal
     rows = []
     for cal in latest.values():
@@ -180,3 +195,34 @@ def recommendation_line(rec: Recommendation, top_cal: Calibration, top, cost_top
             f"{rec.baseline_tokens_per_s:.2f} tokens/s): no draft length is predicted to beat it; the "
             f"fastest, -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}, is predicted at "
             f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%)")
+
+
+def acceptance_rows(cal: Calibration, alphas: Sequence[float]) -> list[dict]:
+    """Per calibrated K: the verify and draft costs, the acceptance below which K cannot pay (break_even), and the
+    long-run tokens/s and gain at each named acceptance rate (what a twin's timings say; costmodel.at_acceptance)."""
+    tm, base = cal.timings, 1.0 / cal.timings.t_target
+    return [{"k": k, "ngl": cal.ngl, "ngld": cal.ngld, "verify_ratio": tm.verify_curve()[k],
+             "draft_cost": k * tm.draft_cost_ratio(), "break_even": break_even(tm, k), "baseline_tokens_per_s": base,
+             "at": {f"{a:g}": at_acceptance(tm, a, k) for a in alphas}} for k in cal.ks]
+
+
+def acceptance_table(cal: Calibration, alphas: Sequence[float], width: int = 80) -> Group:
+    """acceptance_rows as a table: tokens/s (gain %) per named acceptance rate, and the break-even rate."""
+    rows = acceptance_rows(cal, alphas)
+    columns: dict[str, list[str]] = {
+        "K": [str(r["k"]) for r in rows], "verify ×": [number_text(r["verify_ratio"]) for r in rows],
+        "K·c": [number_text(r["draft_cost"]) for r in rows],
+        "break-even a": ["never" if r["break_even"] is None else f"{r['break_even']:.0%}" for r in rows]}
+    for a in alphas:
+        columns[f"a={a:g}"] = [f"{speed_text(r['at'][f'{a:g}'])} ({100 * (r['at'][f'{a:g}'] / r['baseline_tokens_per_s'] - 1):+.0f}%)"
+                               for r in rows]
+    table = Table(title=f"tune {cal.pair}, -ngl {cal.ngl} -ngld {cal.ngld}: tokens/s at the acceptance rates named "
+                        f"(twins' timings; target alone {speed_text(1.0 / cal.timings.t_target)})",
+                  **spaced_layout(columns, width))
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+    for cells in zip(*columns.values()):
+        table.add_row(*cells)
+    legend = ["a: the chance each draft token is accepted, the same at every position (long-run rounds)",
+              "break-even a: below it, K is slower than the target alone"]
+    return Group(table, Text("\n".join(legend)))
