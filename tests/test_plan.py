@@ -101,6 +101,7 @@ def test_plan_measure_shows_each_rows_speed_from_twins_and_stores_the_runs(tiny_
     assert len(speeds) == 4 and all(t and t > 0 and d and d > 0 for t, d in speeds), result.stdout
     records = stored(isolated / "results" / "fits.jsonl")
     assert records and all(r["models"]["target"]["twin"] and r["models"]["draft"]["twin"] for r in records)
+    assert {r["pair"] for r in records} == {f"{tiny_pairs['middle'][0].name}+{tiny_pairs['middle'][1].name} twin"}
     assert sorted(r["mode"] for r in records[:2]) == ["draft", "target"] and "speculative" not in {r["mode"] for r in records}
     if not gpu_offload_supported():  # every row runs on the CPU: one setting, measured once
         assert len(records) == 2 and {(r["config"]["ngl"], r["config"]["ngld"]) for r in records} == {(0, 0)}

@@ -28,10 +28,10 @@ from gguf_bench.measure import speed
 from gguf_bench.measure.sweep import SweepEvents
 from gguf_bench.models import memory
 from gguf_bench.models.download import fetch, locate
-from gguf_bench.models.gguf import compatibility
-from gguf_bench.models.headers import SourceHeader, source_header, source_prefix
+from gguf_bench.models.gguf import compatibility, header_table
+from gguf_bench.models.headers import source_prefix
 from gguf_bench.models.memory import MIB
-from gguf_bench.models.pairs import resolve_for_info
+from gguf_bench.models.pairs import header_sources, resolve_for_info
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import make_pair
 from gguf_bench.models.twin import write_twin
@@ -183,13 +183,13 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
     out = speed.results_file(name) if measure else None  # before any work: a new file, in a folder that can hold it
     budget, where = _budget(vram)
     usable = budget - options.byte_size(margin, "--margin")
-    models, pair_name = _plan_sources(pair, target, draft, registry)
-    shapes = [memory.Shape.from_header(*m.table()) for m in models]
+    *sources, pair_name = header_sources(pair, target, draft, registry)  # files, registry models or hub files
+    shapes = [memory.Shape.from_header(*header_table(*source_prefix(s, registry))) for s in sources]
     rows = memory.plan(shapes[0], shapes[1], usable, ctx_size, [0, 1, shapes[1].total_layers // 2, options.ALL_LAYERS])
-    found = _measure_rows(rows, pair_name, models, run, out) if measure else None
+    found = _measure_rows(rows, (pair_name, *sources), registry, run, out) if measure else None
     caption = ("MiB; weights, KV cache and compute buffer on the device; compute is an estimate (the other terms are "
                "arithmetic on the header)")
-    table = Table(title=f"{models[0].name} + {models[1].name}: device memory at -c {ctx_size} ({where}, {margin} kept "
+    table = Table(title=f"{Path(sources[0]).name} + {Path(sources[1]).name}: device memory at -c {ctx_size} ({where}, {margin} kept "
                   "free)", caption=caption + (f"\n{found[1].caption()}" if found else ""))
     for col in ("-ngld", "draft", "largest -ngl", "target weights", "KV", "compute", "total", "free",
                 *(("target t/s", "draft t/s") if found else ())):
@@ -205,34 +205,20 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
         _measure_notes(found[0], rows)
 
 
-def _plan_sources(pair, target, draft, registry) -> tuple[tuple[SourceHeader, SourceHeader], str]:
-    """The headers of the pair's two models (a registry pair, or --target/--draft as `twin` spells a source), and
-    the pair's name."""
-    if target or draft:
-        if not (target and draft):
-            raise BenchError("--target and --draft go together: give both, or a pair name instead")
-        if pair:
-            raise BenchError("give either a pair name or --target/--draft, not both")
-        models = (source_header(target, registry), source_header(draft, registry))
-        return models, f"{models[0].name}+{models[1].name}"
-    reg = load_registry(registry)
-    chosen = reg.pair(pair or reg.default)
-    return (source_header(chosen.target.name, registry), source_header(chosen.draft.name, registry)), chosen.name
-
-
-def _measure_rows(rows: list[memory.PlanRow], pair_name: str, models, run: speed.SpeedRun,
+def _measure_rows(rows: list[memory.PlanRow], pair: tuple[str, str, str], registry: Path | None, run: speed.SpeedRun,
                   out: Path) -> tuple[speed.Measured, speed.SpeedRun] | None:
-    """Each row that fits, measured on twins (speed.measure_speeds); None when no row fits."""
+    """Each row that fits, measured on twins of the pair (name, target source, draft source): speed.measure_speeds;
+    None when no row fits."""
     placements = [(r.target.layers, r.draft.layers) for r in rows if r.target]
     if not placements:
         err.print("Note: no row fits the device, so nothing was measured", markup=False)
         return None
     warn_offload(*(n for p in placements for n in p))
     run = replace(run, offload=gpu_offload_supported())
-    with QuietStatus(f"writing twins of {models[0].name} and {models[1].name} ...") as status:
+    with QuietStatus(f"writing twins of {pair[0]} ...") as status:
         events = SweepEvents(loading=lambda load: status.update(f"measuring twins at {load.label} ..."),
                              note=lambda line: err.print(f"Note: {line}", markup=False))
-        found = speed.measure_speeds(pair_name, models, placements, run, out, events)
+        found = speed.measure_speeds(pair, registry, placements, run, out, events)
     return found, run
 
 

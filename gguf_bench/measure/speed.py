@@ -21,9 +21,8 @@ from gguf_bench.measure import prompts
 from gguf_bench.measure.plan import Cell, Grid, Setting, cells_for, measured
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.files import cache_dir
-from gguf_bench.models.headers import SourceHeader
 from gguf_bench.models.pairs import PairFiles
-from gguf_bench.models.twin import write_twin
+from gguf_bench.models.twin import twin_of
 from gguf_bench.results.naming import fresh_name
 from gguf_bench.results.records import PYTHON_ENGINE, Mode, RunRecord
 from gguf_bench.results.store import append_record, ensure_results_dir, exclusive
@@ -82,14 +81,16 @@ def results_file(name: str | None) -> Path:
     return out
 
 
-def measure_speeds(pair: str, models: tuple[SourceHeader, SourceHeader], placements: list[Placement], run: SpeedRun,
+def measure_speeds(pair: tuple[str, str, str], registry: Path | None, placements: list[Placement], run: SpeedRun,
                    out: Path, events: SweepEvents = SweepEvents()) -> Measured:
-    """Twins of (target, draft) in a temporary folder; each distinct setting the placements run at measured once, its
-    records appended to `out` as they come; the folder is deleted on every way out."""
+    """Twins of the pair (its name, and its target's and draft's sources as models/headers.source_prefix reads them)
+    in a temporary folder; each distinct setting the placements run at measured once, its records appended to `out`
+    as they come; the folder is deleted on every way out. The folder is under the cache, not in /tmp: a twin read
+    through tmpfs would fill memory with its holes (llama.cpp maps the file shared), where on disk they are page cache."""
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="plan-twins-", dir=root) as folder, exclusive(out):
-        files = write_twins(pair, models, Path(folder))
+        files = write_twins(pair, Path(folder), registry)
         by_setting, records = {}, []
         for setting in dict.fromkeys(run.runs_at(p) for p in placements):
             got = list(_measure_setting(files, setting, run, events))
@@ -101,13 +102,15 @@ def measure_speeds(pair: str, models: tuple[SourceHeader, SourceHeader], placeme
     return Measured({p: by_setting[run.runs_at(p)] for p in placements}, records, out)
 
 
-def write_twins(pair: str, models: tuple[SourceHeader, SourceHeader], folder: Path) -> PairFiles:
-    """The twins of target and draft under `folder` (target/ and draft/, each under its model's file name)."""
+def write_twins(pair: tuple[str, str, str], folder: Path, registry: Path | None = None) -> PairFiles:
+    """The twins of target and draft under `folder` (target/ and draft/: a pair of one model twice has two files),
+    named as tune --twin names its pair: '<pair> twin', apart from the real pair's records."""
+    name, *sources = pair
     paths = []
-    for role, model in zip(("target", "draft"), models):
+    for role, source in zip(("target", "draft"), sources):
         (folder / role).mkdir()
-        paths.append(write_twin(model.prefix, folder / role / model.file_name(), model.label).path)
-    return PairFiles(paths[0], paths[1], pair)
+        paths.append(twin_of(source, folder / role, registry))
+    return PairFiles(paths[0], paths[1], f"{name} twin")
 
 
 def speed_grid(setting: Placement, run: SpeedRun) -> Grid:

@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_bench.errors import DownloadError, ModelError, RegistryError
 from gguf_bench.models.download import hub_error_message, hub_filename, locate
-from gguf_bench.models.gguf import HeaderCutShort, TensorInfo, check_magic, header_layout, header_table
+from gguf_bench.models.gguf import HeaderCutShort, check_magic, header_layout
 from gguf_bench.models.registry import HubSource, ModelRef, load_registry, parse_hub_ref
 
 FIRST_READ = 8 * 2**20  # $GGUF_BENCH_HEADER_READ overrides it (tests read a tiny header in pieces)
 LARGEST_HEADER = 256 * 2**20
-
-Header = tuple[dict[str, object], list[TensorInfo]]
 
 
 def _hub_source(ref: ModelRef) -> HubSource:
@@ -72,30 +68,6 @@ def source_prefix(source: str, registry: Path | None = None) -> tuple[bytes, str
         return hub_prefix(hub)
     raise ModelError(f"{source} is not a file, not a model of the registry ({reg.path}), and not a hub file "
                      "(REPO:QUANT or REPO/FILE.gguf)")
-
-
-@dataclass(frozen=True)
-class SourceHeader:
-    """A model's header bytes (models/twin.py writes a twin from them), where they came from, and its name in tables."""
-
-    prefix: bytes
-    label: str
-    name: str
-
-    def table(self) -> Header:
-        return header_table(self.prefix, self.label)
-
-    def file_name(self) -> str:
-        """A file name for something made from it (a twin): the name, with only safe characters, ending .gguf."""
-        safe = re.sub(r"[^A-Za-z0-9._-]", "-", self.name)
-        return safe if safe.lower().endswith(".gguf") else f"{safe}.gguf"
-
-
-def source_header(source: str, registry: Path | None = None) -> SourceHeader:
-    """source_prefix's header of SOURCE, named by the last part of what was given (a file's name, a registry model's
-    name, a hub reference's FILE.gguf or REPO:QUANT)."""
-    prefix, label = source_prefix(source, registry)
-    return SourceHeader(prefix, label, source.rstrip("/").rsplit("/", 1)[-1])
 
 
 def _first_bytes(src: HubSource, name: str, n: int) -> bytes:
