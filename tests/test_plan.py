@@ -75,3 +75,80 @@ def test_sweep_skips_a_setting_that_cannot_fit_and_keeps_its_reason(tiny_pairs, 
     assert all(r["error"].startswith("skipped: -ngl all -ngld 0: predicted") and "> 0 MiB available" in r["error"]
                for r in skipped), skipped
     assert all(r["error"] is None for r in records if r["config"]["ngl"] == 0)
+
+
+def _speed_cells(output: str) -> list[tuple[float | None, float | None]]:
+    """The target and draft t/s cells of each row of plan's table ('–': None)."""
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in output.splitlines() if line.startswith("│")]
+    return [tuple(None if c == "–" else float(c) for c in row[-2:]) for row in rows]
+
+
+def _no_twins_left(cache) -> bool:
+    return not cache.exists() or not [p for p in cache.iterdir() if p.name.startswith("plan-twins-")]
+
+
+def test_plan_measure_shows_each_rows_speed_from_twins_and_stores_the_runs(tiny_pairs, isolated):
+    from cli_helpers import stored
+
+    from gguf_bench.engines.llama_cpp import gpu_offload_supported
+
+    result = invoke("plan", *pair_args(tiny_pairs["middle"]), "--vram", "1GB", "--ctx", "512", "--measure",
+                    "--measure-n", "8", "--name", "fits")
+    assert result.exit_code == 0, result.output
+    assert "target t/s" in result.output and "draft t/s" in result.output
+    assert "twins (synthetic weights: speed only) measured on this machine" in result.output and "-n 8" in result.output
+    speeds = _speed_cells(result.stdout)
+    assert len(speeds) == 4 and all(t and t > 0 and d and d > 0 for t, d in speeds), result.stdout
+    records = stored(isolated / "results" / "fits.jsonl")
+    assert records and all(r["models"]["target"]["twin"] and r["models"]["draft"]["twin"] for r in records)
+    assert {r["pair"] for r in records} == {f"{tiny_pairs['middle'][0].name}+{tiny_pairs['middle'][1].name} twin"}
+    assert sorted(r["mode"] for r in records[:2]) == ["draft", "target"] and "speculative" not in {r["mode"] for r in records}
+    if not gpu_offload_supported():  # every row runs on the CPU: one setting, measured once
+        assert len(records) == 2 and {(r["config"]["ngl"], r["config"]["ngld"]) for r in records} == {(0, 0)}
+        assert "-ngl/-ngld are ignored" in result.stderr and "every row ran on the CPU" in result.stdout
+    assert _no_twins_left(isolated / "cache")
+    assert "⧉" in invoke("report", str(isolated / "results" / "fits.jsonl")).stdout
+
+
+def test_plan_measure_errors_are_one_line_and_leave_no_twins(tiny_pairs, isolated, monkeypatch):
+    from gguf_bench.cli import progress
+    from gguf_bench.errors import BenchError
+    from gguf_bench.measure import python_engine
+    from gguf_bench.models import twin as twin_mod
+
+    monkeypatch.setattr(progress, "gpu_offload_supported", lambda: True)  # no CPU-build warning line beside the error
+    text = isolated / "notes.txt"
+    text.write_text("not a model\n")
+    args = ["--vram", "1GB", "--ctx", "512", "--measure", "--measure-n", "4"]
+    assert_user_error(invoke("plan", "--target", str(text), "--draft", str(tiny_pairs["middle"][1]), *args),
+                      "is not a GGUF file")
+    assert_user_error(invoke("plan", *pair_args(tiny_pairs["middle"]), "--measure-n", "4"), "go with --measure")
+
+    def no_load(*_args):
+        raise BenchError("cannot map the file")
+
+    monkeypatch.setattr(python_engine, "LoadedPair", no_load)
+    assert_user_error(invoke("plan", *pair_args(tiny_pairs["middle"]), *args),
+                      "measuring the twins: model load failed: cannot map the file")
+    monkeypatch.setattr(twin_mod.shutil, "disk_usage", lambda _: type("U", (), {"free": 1000})())
+    assert_user_error(invoke("plan", *pair_args(tiny_pairs["middle"]), *args), "no room for the twin")
+    assert _no_twins_left(isolated / "cache")
+
+
+def test_plan_measure_of_a_hub_pair_reads_only_ranges(tiny_pairs, tmp_path):
+    target, draft = tiny_pairs["middle"]
+    with HubServer() as server:
+        server.state.files["acme/tiny-GGUF"] = {"tiny-target-F32.gguf": target.read_bytes(),
+                                                "tiny-draft-F16.gguf": draft.read_bytes()}
+        env = {**os.environ, "HF_ENDPOINT": server.url, "HF_HUB_DISABLE_XET": "1", "GGUF_BENCH_HEADER_READ": "1024"}
+        proc = subprocess.run([sys.executable, "-m", "gguf_bench.cli", "plan", "--target",
+                               "acme/tiny-GGUF/tiny-target-F32.gguf", "--draft", "acme/tiny-GGUF:f16", "--vram", "1GB",
+                               "--ctx", "512", "--measure", "--measure-n", "4"],
+                              capture_output=True, text=True, env=env, timeout=300)
+        gets = [r for r in server.state.requests if r[0] == "GET" and "/resolve/" in r[1]]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tiny-target-F32.gguf + tiny-GGUF:f16" in proc.stdout and "5/5" in proc.stdout
+    assert all(t and t > 0 and d and d > 0 for t, d in _speed_cells(proc.stdout)), proc.stdout
+    assert gets and all(rng and rng.startswith("bytes=0-") for _, _, rng in gets), gets  # ranges only, growing
+    assert not list((tmp_path / "hf").rglob("*.gguf"))  # nothing downloaded
+    assert _no_twins_left(tmp_path / "cache") and list((tmp_path / "results").glob("plan-*.jsonl"))

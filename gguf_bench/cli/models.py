@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -11,20 +12,30 @@ from rich.table import Table
 from rich.text import Text
 
 from gguf_bench import options
-from gguf_bench.cli.app import command, console
-from gguf_bench.cli.options import RegistryOpt
-from gguf_bench.cli.progress import DownloadProgress
-from gguf_bench.engines.llama_cpp import gpu_devices, llama_versions, offload_status, quantize, read_info
+from gguf_bench.cli.app import command, console, err
+from gguf_bench.cli.options import RegistryOpt, ResultsDirOpt, ThreadsOpt
+from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
+from gguf_bench.engines.llama_cpp import (
+    gpu_devices,
+    gpu_offload_supported,
+    llama_versions,
+    offload_status,
+    quantize,
+    read_info,
+)
 from gguf_bench.errors import BenchError
+from gguf_bench.measure import speed
+from gguf_bench.measure.sweep import SweepEvents
 from gguf_bench.models import memory
 from gguf_bench.models.download import fetch, locate
-from gguf_bench.models.gguf import compatibility
-from gguf_bench.models.headers import file_header, read_header, source_prefix
+from gguf_bench.models.gguf import compatibility, header_table
+from gguf_bench.models.headers import source_prefix
 from gguf_bench.models.memory import MIB
-from gguf_bench.models.pairs import resolve_for_info
+from gguf_bench.models.pairs import header_sources, resolve_for_info
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import make_pair
 from gguf_bench.models.twin import write_twin
+from gguf_bench.results.store import use_results_dir
 from gguf_bench.results.text import fit_title, size_text
 
 
@@ -145,32 +156,84 @@ def twin(source: Annotated[str, typer.Argument(help="a GGUF file, a registry mod
 
 @command
 def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the registry (default: its default pair)")] = None,
-         target: Annotated[Path | None, typer.Option("--target", help="target GGUF file (instead of a pair name)")] = None,
-         draft: Annotated[Path | None, typer.Option("--draft", help="draft GGUF file (with --target)")] = None,
+         target: Annotated[str | None, typer.Option("--target", help="target (instead of a pair name): a GGUF file, a "
+                                                    "registry model, or a hub file REPO:QUANT or REPO/FILE.gguf")] = None,
+         draft: Annotated[str | None, typer.Option("--draft", help="draft (with --target), spelled as --target")] = None,
          vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for: 24GB, 24GiB, 8000MB "
                                                   "(default: what this machine's first GPU device reports)")] = None,
          ctx_size: Annotated[int, typer.Option("--ctx-size", "--ctx", "-c", help="context size of each model")] = 4096,
          margin: Annotated[str, typer.Option("--margin", help="memory kept free for what llama.cpp does not account "
                                              "(the driver's context, allocator slack)")] = "512MiB",
-         registry: RegistryOpt = None) -> None:
+         measure: Annotated[bool, typer.Option("--measure", help="also measure each placement that fits on this "
+                                               "machine: decode tokens/s of twins of both models (synthetic weights "
+                                               "written from the headers, deleted afterwards)")] = False,
+         measure_n: Annotated[int | None, typer.Option("--measure-n", help="with --measure: tokens each run "
+                                                       f"generates (default {speed.DEFAULT_N})")] = None,
+         threads: ThreadsOpt = None,
+         name: Annotated[str | None, typer.Option("--name", help="with --measure: store the runs in "
+                                                  "results/NAME.jsonl (default: plan-TIMESTAMP)")] = None,
+         results_dir_opt: ResultsDirOpt = None, registry: RegistryOpt = None) -> None:
     """For each -ngld, the largest -ngl that fits the device, and what each term costs, from the GGUF headers
-    alone (for a hub model, its first megabytes: nothing is downloaded)."""
+    alone (for a hub model, its first megabytes: nothing is downloaded). --measure adds each fitting row's speed,
+    measured on twins of the two models."""
+    if not measure and (measure_n is not None or threads is not None or name or results_dir_opt):
+        raise BenchError("--measure-n, --threads, --name and --results-dir go with --measure")
+    run = speed.SpeedRun(options.n_predict(measure_n or speed.DEFAULT_N), ctx_size, threads)
+    use_results_dir(results_dir_opt)
+    out = speed.results_file(name) if measure else None  # before any work: a new file, in a folder that can hold it
     budget, where = _budget(vram)
     usable = budget - options.byte_size(margin, "--margin")
-    shapes, names = _plan_shapes(pair, target, draft, registry)
+    *sources, pair_name = header_sources(pair, target, draft, registry)  # files, registry models or hub files
+    shapes = [memory.Shape.from_header(*header_table(*source_prefix(s, registry))) for s in sources]
     rows = memory.plan(shapes[0], shapes[1], usable, ctx_size, [0, 1, shapes[1].total_layers // 2, options.ALL_LAYERS])
-    table = Table(title=f"{names[0]} + {names[1]}: device memory at -c {ctx_size} ({where}, {margin} kept free)",
-                  caption="MiB; weights, KV cache and compute buffer on the device; compute is an estimate (the "
-                          "other terms are arithmetic on the header)")
-    for col in ("-ngld", "draft", "largest -ngl", "target weights", "KV", "compute", "total", "free"):
+    found = _measure_rows(rows, (pair_name, *sources), registry, run, out) if measure else None
+    caption = ("MiB; weights, KV cache and compute buffer on the device; compute is an estimate (the other terms are "
+               "arithmetic on the header)")
+    table = Table(title=f"{Path(sources[0]).name} + {Path(sources[1]).name}: device memory at -c {ctx_size} ({where}, {margin} kept "
+                  "free)", caption=caption + (f"\n{found[1].caption()}" if found else ""))
+    for col in ("-ngld", "draft", "largest -ngl", "target weights", "KV", "compute", "total", "free",
+                *(("target t/s", "draft t/s") if found else ())):
         table.add_column(col, justify="right")
     for r in rows:
         t = r.target
         table.add_row(f"{r.draft.layers}/{r.draft.total_layers}", f"{r.draft.total / MIB:.0f}",
                       f"{t.layers}/{t.total_layers}" if t else f"0/{shapes[0].total_layers}", *(
                           [f"{t.weights / MIB:.0f}", f"{t.kv / MIB:.0f}", f"{t.compute / MIB:.0f}"] if t else ["–"] * 3),
-                      f"{r.used / MIB:.0f}", f"{(r.budget - r.used) / MIB:.0f}")
+                      f"{r.used / MIB:.0f}", f"{(r.budget - r.used) / MIB:.0f}", *(_speed_cells(r, found[0]) if found else ()))
     console.print(fit_title(table, console.width))
+    if found:
+        _measure_notes(found[0], rows)
+
+
+def _measure_rows(rows: list[memory.PlanRow], pair: tuple[str, str, str], registry: Path | None, run: speed.SpeedRun,
+                  out: Path) -> tuple[speed.Measured, speed.SpeedRun] | None:
+    """Each row that fits, measured on twins of the pair (name, target source, draft source): speed.measure_speeds;
+    None when no row fits."""
+    placements = [(r.target.layers, r.draft.layers) for r in rows if r.target]
+    if not placements:
+        err.print("Note: no row fits the device, so nothing was measured", markup=False)
+        return None
+    warn_offload(*(n for p in placements for n in p))
+    run = replace(run, offload=gpu_offload_supported())
+    with QuietStatus(f"writing twins of {pair[0]} ...") as status:
+        events = SweepEvents(loading=lambda load: status.update(f"measuring twins at {load.label} ..."),
+                             note=lambda line: err.print(f"Note: {line}", markup=False))
+        found = speed.measure_speeds(pair, registry, placements, run, out, events)
+    return found, run
+
+
+def _speed_cells(row: memory.PlanRow, found: speed.Measured) -> list[str]:
+    got = found.speeds.get((row.target.layers, row.draft.layers)) if row.target else None
+    return [f"{v:.1f}" if v else "–" for v in ((got.target, got.draft) if got else (None, None))]
+
+
+def _measure_notes(found: speed.Measured, rows: list[memory.PlanRow]) -> None:
+    """Why a fitting row has no speed, and where the runs are stored."""
+    for r in rows:
+        got = found.speeds.get((r.target.layers, r.draft.layers)) if r.target else None
+        if got and got.error:
+            err.print(f"Warning: -ngl {r.target.layers} -ngld {r.draft.layers} not measured: {got.error}", markup=False)
+    console.print(f"stored {len(found.records)} runs in {found.out}", markup=False, soft_wrap=True)
 
 
 def _budget(vram: str | None) -> tuple[int, str]:
@@ -180,18 +243,3 @@ def _budget(vram: str | None) -> tuple[int, str]:
     if not gpus:
         raise BenchError("this machine has no GPU device llama.cpp can use: give the device's memory, e.g. --vram 24GB")
     return gpus[0].memory_total, f"{gpus[0].name} {gpus[0].memory_total / MIB:.0f} MiB"
-
-
-def _plan_shapes(pair, target, draft, registry) -> tuple[tuple[memory.Shape, memory.Shape], tuple[str, str]]:
-    if target or draft:
-        if not (target and draft):
-            raise BenchError("--target and --draft go together: give both files, or a pair name instead")
-        for path in (target, draft):
-            if not path.is_file():
-                raise BenchError(f"model file {path} does not exist")
-        return (memory.Shape.from_header(*file_header(target)), memory.Shape.from_header(*file_header(draft))), \
-            (target.name, draft.name)
-    reg = load_registry(registry)
-    chosen = reg.pair(pair or reg.default)
-    shapes = tuple(memory.Shape.from_header(*read_header(ref, reg)) for ref in (chosen.target, chosen.draft))
-    return shapes, (chosen.target.name, chosen.draft.name)

@@ -10,21 +10,11 @@ from pathlib import Path
 
 from gguf_bench.errors import DownloadError, ModelError, RegistryError
 from gguf_bench.models.download import hub_error_message, hub_filename, locate
-from gguf_bench.models.gguf import HeaderCutShort, TensorInfo, check_magic, header_layout, header_table, tensor_table
-from gguf_bench.models.registry import HubSource, ModelRef, Registry, load_registry, parse_hub_ref
+from gguf_bench.models.gguf import HeaderCutShort, check_magic, header_layout
+from gguf_bench.models.registry import HubSource, ModelRef, load_registry, parse_hub_ref
 
 FIRST_READ = 8 * 2**20  # $GGUF_BENCH_HEADER_READ overrides it (tests read a tiny header in pieces)
 LARGEST_HEADER = 256 * 2**20
-
-Header = tuple[dict[str, object], list[TensorInfo]]
-
-
-def read_header(ref: ModelRef, registry: Registry) -> Header:
-    """The metadata and tensor table of a registry model: from its cached file, or from the hub."""
-    path = locate(ref, registry)
-    if path is not None:
-        return tensor_table(path)
-    return hub_header(_hub_source(ref))
 
 
 def _hub_source(ref: ModelRef) -> HubSource:
@@ -32,14 +22,6 @@ def _hub_source(ref: ModelRef) -> HubSource:
         raise DownloadError(f"model '{ref.name}' is not downloaded and not on the hub ({ref.source.label}): "
                             f"run `gguf-bench download` for its pair first")
     return ref.source
-
-
-def file_header(path: Path) -> Header:
-    return tensor_table(path)
-
-
-def hub_header(src: HubSource) -> Header:
-    return header_table(*hub_prefix(src))
 
 
 def hub_prefix(src: HubSource) -> tuple[bytes, str]:
