@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -195,7 +196,7 @@ def test_records_made_with_twins_say_so(tiny_pairs, isolated):
     assert all(r["acceptance"] is None and r["gain_pct"] is None and not r["best_k"] for r in spec)
     assert spec[0]["tokens_per_s"] > 0  # the speed stays
     table = invoke("report", str(isolated / "results" / "tw.jsonl")).stdout
-    assert "K=2 ⧉" in table and "⧉ twin: synthetic weights" in table
+    assert re.search(r"K=2( !)? ⧉", table) and "⧉ twin: synthetic weights" in table  # "!": a busy machine
 
 
 def test_llama_server_generates_a_twin_past_its_end_token(tmp_path, server_bin):

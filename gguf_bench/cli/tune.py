@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +36,7 @@ from gguf_bench.measure import deploy, workloads
 from gguf_bench.measure.tune import TuneEvents, TuneJob, twin_job
 from gguf_bench.measure.tune import tune as run_tune
 from gguf_bench.models.pairs import PairFiles, header_sources
+from gguf_bench.models.twin import twin_folder
 from gguf_bench.results.costmodel import recommend
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
@@ -100,7 +100,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     alphas = options.acceptances(acceptance)
     name = options.results_name(name or default_name("tune"))
     out = ensure_results_dir() / f"{name}.jsonl"
-    with tempfile.TemporaryDirectory(prefix="gguf-bench-twins-") as folder:  # twins live while tune runs
+    with twin_folder("tune-twins-") as folder:  # twins live while tune runs
         if twin:
             *sources, pair_name = header_sources(pair, target, draft, registry)
             job = TuneJob(PairFiles(Path(sources[0]), Path(sources[1]), pair_name), chosen, k_list, n_predict, ctx_size,

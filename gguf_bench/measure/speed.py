@@ -10,7 +10,6 @@ A build that cannot offload runs every placement on the CPU: the placements are 
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
@@ -20,9 +19,8 @@ from gguf_bench.errors import ConfigError
 from gguf_bench.measure import prompts
 from gguf_bench.measure.plan import Cell, Grid, Setting, cells_for, measured
 from gguf_bench.measure.sweep import SweepEvents, iter_records
-from gguf_bench.models.files import cache_dir
 from gguf_bench.models.pairs import PairFiles
-from gguf_bench.models.twin import twin_of
+from gguf_bench.models.twin import twin_folder, twin_pair
 from gguf_bench.results.naming import fresh_name
 from gguf_bench.results.records import PYTHON_ENGINE, Mode, RunRecord
 from gguf_bench.results.store import append_record, ensure_results_dir, exclusive
@@ -85,12 +83,9 @@ def measure_speeds(pair: tuple[str, str, str], registry: Path | None, placements
                    out: Path, events: SweepEvents = SweepEvents()) -> Measured:
     """Twins of the pair (its name, and its target's and draft's sources as models/headers.source_prefix reads them)
     in a temporary folder; each distinct setting the placements run at measured once, its records appended to `out`
-    as they come; the folder is deleted on every way out. The folder is under the cache, not in /tmp: a twin read
-    through tmpfs would fill memory with its holes (llama.cpp maps the file shared), where on disk they are page cache."""
-    root = cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="plan-twins-", dir=root) as folder, exclusive(out):
-        files = write_twins(pair, Path(folder), registry)
+    as they come; the folder (models/twin.twin_folder) is deleted on every way out."""
+    with twin_folder("plan-twins-") as folder, exclusive(out):
+        files = twin_pair(pair, Path(folder), registry)
         by_setting, records = {}, []
         for setting in dict.fromkeys(run.runs_at(p) for p in placements):
             got = list(_measure_setting(files, setting, run, events))
@@ -100,17 +95,6 @@ def measure_speeds(pair: tuple[str, str, str], registry: Path | None, placements
             records += got
     measured(records, "measuring the twins")  # every run failed (a load, memory): that is the one error
     return Measured({p: by_setting[run.runs_at(p)] for p in placements}, records, out)
-
-
-def write_twins(pair: tuple[str, str, str], folder: Path, registry: Path | None = None) -> PairFiles:
-    """The twins of target and draft under `folder` (target/ and draft/: a pair of one model twice has two files),
-    named as tune --twin names its pair: '<pair> twin', apart from the real pair's records."""
-    name, *sources = pair
-    paths = []
-    for role, source in zip(("target", "draft"), sources):
-        (folder / role).mkdir()
-        paths.append(twin_of(source, folder / role, registry))
-    return PairFiles(paths[0], paths[1], f"{name} twin")
 
 
 def speed_grid(setting: Placement, run: SpeedRun) -> Grid:

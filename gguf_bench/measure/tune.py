@@ -20,7 +20,7 @@ from gguf_bench.measure.plan import Grid, measured
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
-from gguf_bench.models.twin import twin_of
+from gguf_bench.models.twin import twin_pair
 from gguf_bench.results.costmodel import (
     DEFAULT_REPS,
     Calibration,
@@ -107,8 +107,8 @@ def tune(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int], strategies: li
 def twin_job(job: TuneJob, sources: tuple[str, str], folder: Path, registry: Path | None = None) -> TuneJob:
     """The job on twins of the pair's two models (written into `folder` from their headers: nothing is downloaded);
     its records name the pair '<pair> twin', apart from the real pair's."""
-    target, draft = (twin_of(src, folder, registry) for src in sources)
-    return replace(job, files=PairFiles(target, draft, f"{job.files.name} twin"), real_pair=job.files.name)
+    files = twin_pair((job.files.name, *sources), folder, registry)
+    return replace(job, files=files, real_pair=job.files.name)
 
 
 def with_real_acceptance(cal: Calibration, pair: str) -> Calibration:

@@ -32,9 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from gguf_bench.errors import ModelError
+from gguf_bench.models.files import cache_dir
 from gguf_bench.models.gguf import HeaderLayout, TensorInfo, header_layout, tensor_table
 from gguf_bench.models.headers import source_prefix
 from gguf_bench.models.memory import tensor_bytes
+from gguf_bench.models.pairs import PairFiles
 
 MARKER = "gguf_bench.twin"
 TOKEN_BAND = 4096  # embedding/output rows given random data (all rows of a MoE model's embedding)
@@ -270,3 +272,23 @@ def twin_of(source: str, folder: Path, registry: Path | None = None) -> Path:
     prefix, label = source_prefix(source, registry)
     name = re.sub(r"[^\w.-]+", "_", Path(source).name if Path(source).is_file() else source).removesuffix(".gguf")
     return write_twin(prefix, folder / f"{name[-100:]}.twin.gguf", label).path
+
+
+def twin_folder(prefix: str = "twins-") -> tempfile.TemporaryDirectory:
+    """A temporary folder for twins under the cache, deleted on every way out; not in /tmp: a twin read through tmpfs
+    would fill memory with its holes (llama.cpp maps the file shared), where on disk they are page cache."""
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=root)
+
+
+def twin_pair(pair: tuple[str, str, str], folder: Path, registry: Path | None = None) -> PairFiles:
+    """Twins of a pair's target and draft (pairs.header_sources: name, target source, draft source) under `folder`
+    (target/ and draft/: a pair of one model twice has two files), the pair named '<pair> twin', apart from the real
+    pair's records."""
+    name, *sources = pair
+    paths = []
+    for role, source in zip(("target", "draft"), sources):
+        (folder / role).mkdir()
+        paths.append(twin_of(source, folder / role, registry))
+    return PairFiles(paths[0], paths[1], f"{name} twin")

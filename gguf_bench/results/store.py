@@ -262,5 +262,6 @@ def models_record(target: Path, draft: Path | None) -> Models:
 
 
 def model_record(path: Path) -> ModelFile:
-    return ModelFile(file=path.name, path=str(path), size=path.stat().st_size, sha256=file_sha256(path),
-                     twin=is_twin_file(path))
+    twin = is_twin_file(path)  # no sha256 of a twin: its logical size is the model's, and its data is synthetic
+    return ModelFile(file=path.name, path=str(path), size=path.stat().st_size, sha256=None if twin else file_sha256(path),
+                     twin=twin)
