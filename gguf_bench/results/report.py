@@ -7,7 +7,7 @@ baseline measured under the same pair, offload, temperature, length and machine.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
@@ -275,6 +275,74 @@ _VARYING = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np
             "batch_size": "-b", "ubatch_size": "-ub", "threads_draft": "-td"}
 
 
+@dataclass(frozen=True)
+class RunColumn:
+    """One column of the run summary, defined once: its heading in the terminal table and in markdown (None: that
+    printer leaves it out), how a row shows it (md_text: where markdown shows it otherwise), and whether a summary
+    has it at all. csv and json carry the summary's own columns, numbers unformatted."""
+
+    table: str | None
+    md: str | None
+    text: Callable[[pd.Series], str]
+    md_text: Callable[[pd.Series], str] | None = None
+    present: Callable[[pd.DataFrame], bool] = lambda summary: True
+
+
+def _gain_text(row: pd.Series) -> str:
+    return "" if row["mode"] == "target" else number_text(row["gain_pct"], "{:+.1f}%")
+
+
+def _run_text(row: pd.Series) -> str:
+    return (row_label(row) + (" ★" if row["best_k"] else "") + (" !" if row.get("unreliable") else "")
+            + (" ⧉" if row.get("twin") is True else ""))
+
+
+def _model_md(row: pd.Series) -> str:
+    flags = (" **(best K)**" if row["best_k"] else "") + (" (twin: speed only)" if row.get("twin") is True else "")
+    return model_label(row) + flags + (f" (unreliable: {row['unreliable']})" if row.get("unreliable") else "")
+
+
+def _offload_md(row: pd.Series) -> str:
+    asked = f" (asked -ngl {row['ngl']} -ngld {row['ngld']})" if "ngl" in row and short_of_request(row) else ""
+    return offload_label(row) + asked
+
+
+RUN_COLUMNS = {
+    "model": RunColumn(None, "model", model_label, _model_md),
+    "run": RunColumn("run", None, _run_text),
+    "offload": RunColumn("GPU layers", "GPU layers offload", offload_label, _offload_md),
+    "tokens_per_s": RunColumn("tokens/s", "tokens/s", _tps),
+    # the table: tune's prediction, else the cost schedule's own (_predicted); markdown: tune's
+    "predicted": RunColumn("pred.", "predicted tokens/s", lambda r: speed_text(r["_pred"]),
+                           lambda r: speed_text(r["predicted_tokens_per_s"])),
+    "pp": RunColumn("pp t/s", None, lambda r: speed_text(r["pp_tokens_per_s"]), present=lambda s: "pp_tokens_per_s" in s),
+    "per_request": RunColumn("req t/s", None, lambda r: speed_text(r["per_request_tokens_per_s"]),
+                             present=lambda s: _concurrent(s)),
+    "p95": RunColumn("p95 s", None, lambda r: number_text(r["latency_p95_s"], "{:.2f}"), present=lambda s: _concurrent(s)),
+    "ms_per_token": RunColumn("ms/tok", None, lambda r: number_text(r["ms_per_token"])),
+    "acceptance": RunColumn("accept", "acceptance", lambda r: number_text(r["acceptance"], "{:.1%}")),
+    "tokens_per_round": RunColumn("tok/rnd", None, lambda r: number_text(r["tokens_per_round"])),
+    "gain": RunColumn("gain", "gain %", _gain_text),
+    "overhead": RunColumn("ovh", None, lambda r: number_text(r["overhead_pct"], "{:.1f}%")),
+    "runs": RunColumn("runs", None, lambda r: f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else "")),
+    "temperature": RunColumn(None, "temperature", lambda r: number_text(r["temperature"], "{:g}")),
+}
+TABLE_ORDER = ("run", "offload", "tokens_per_s", "predicted", "pp", "per_request", "p95", "ms_per_token", "acceptance",
+               "tokens_per_round", "gain", "overhead", "runs")
+MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", "acceptance", "temperature")  # llama.cpp's notebook's
+
+
+def _cells(summary: pd.DataFrame, names: Sequence[str], md: bool = False) -> dict[str, list[str]]:
+    """Heading -> the rows' texts, for the named columns the summary has (in that order)."""
+    out = {}
+    for name in names:
+        col = RUN_COLUMNS[name]
+        heading, text = (col.md, col.md_text or col.text) if md else (col.table, col.text)
+        if heading and col.present(summary):
+            out[heading] = [text(r) for _, r in summary.iterrows()]
+    return out
+
+
 def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_host: bool = False) -> Table:
     """A table that fits `width` columns without wrapping a cell: what is the same for every row (pair,
     files, offload, temperature, machine) goes into the title and caption; columns that vary (host,
@@ -287,23 +355,9 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     show_offload = width >= 120 or requested or offloads[summary["mode"] == "speculative"].nunique() > 1
     columns = {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else _count(v) if c in CONCURRENCY else str(v)
                              for v in summary[c]] for c in varying}
-    columns["run"] = [row_label(r) + (" ★" if r["best_k"] else "") + (" !" if r.get("unreliable") else "")
-                      + (" ⧉" if r.get("twin") is True else "") for _, r in summary.iterrows()]
-    if show_offload:
-        columns["GPU layers"] = list(offloads)
-    columns |= {
-        "tokens/s": [_tps(r) for _, r in summary.iterrows()],
-        **({"pred.": [speed_text(v) for v in pred]} if (pred := _predicted(summary)) is not None else {}),
-        **({"pp t/s": [speed_text(v) for v in summary["pp_tokens_per_s"]]} if "pp_tokens_per_s" in summary else {}),
-        **({"req t/s": [speed_text(v) for v in summary["per_request_tokens_per_s"]],
-            "p95 s": [number_text(v, "{:.2f}") for v in summary["latency_p95_s"]]} if _concurrent(summary) else {}),
-        "ms/tok": [number_text(v) for v in summary["ms_per_token"]],
-        "accept": [number_text(v, "{:.1%}") for v in summary["acceptance"]],
-        "tok/rnd": [number_text(v) for v in summary["tokens_per_round"]],
-        "gain": ["" if r["mode"] == "target" else number_text(r["gain_pct"], "{:+.1f}%") for _, r in summary.iterrows()],
-        "ovh": [number_text(v, "{:.1f}%") for v in summary["overhead_pct"]],
-        "runs": [f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else "") for _, r in summary.iterrows()],
-    }
+    pred = _predicted(summary)
+    shown = [c for c in TABLE_ORDER if (c != "offload" or show_offload) and (c != "predicted" or pred is not None)]
+    columns |= _cells(summary.assign(_pred=pred), shown)
     # still too wide: drop what does not tell rows apart, never a column that does (pair, host, T, n, prompt, -ngl,
     # -ngld, the context settings, and the layers placed beside them)
     for optional in ("pp t/s", "ovh", "tok/rnd", "runs", "ms/tok", "p95 s", "pred.", "accept"):
@@ -541,17 +595,9 @@ def _predicted(summary: pd.DataFrame) -> pd.Series | None:
 def to_markdown(summary: pd.DataFrame) -> str:
     """The published llama.cpp notebook's table: model, GPU layers offload, tokens/s, gain %."""
     predicted = "predicted_tokens_per_s" in summary
-    lines = ["| model | GPU layers offload | tokens/s | " + ("predicted tokens/s | " if predicted else "")
-             + "gain % | acceptance | temperature |", "|---|---|---|---|---|---|" + ("---|" if predicted else "")]
-    for _, row in summary.iterrows():
-        gain = "" if row["mode"] == "target" else number_text(row["gain_pct"], "{:+.1f}%")
-        best = " **(best K)**" if row["best_k"] else ""
-        best += " (twin: speed only)" if row.get("twin") is True else ""
-        best += f" (unreliable: {row['unreliable']})" if row.get("unreliable") else ""
-        pred = f"{speed_text(row['predicted_tokens_per_s'])} | " if predicted else ""
-        asked = f" (asked -ngl {row['ngl']} -ngld {row['ngld']})" if "ngl" in row and short_of_request(row) else ""
-        lines.append(f"| {model_label(row)}{best} | {offload_label(row)}{asked} | {_tps(row)} | {pred}{gain} | "
-                     f"{number_text(row['acceptance'], '{:.1%}')} | {number_text(row['temperature'], '{:g}')} |")
+    columns = _cells(summary, [c for c in MD_ORDER if c != "predicted" or predicted], md=True)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in zip(*columns.values())]
     return "\n".join(lines) + "\n"
 
 
