@@ -76,7 +76,7 @@ def report(args: list[str], width: int) -> tuple[int, str, str]:
         for name, value in {"COLUMNS": str(width), "GGUF_BENCH_RESULTS": "results", "GGUF_BENCH_REGISTRY": "models.yaml"}.items():
             mp.setenv(name, value)
         for c in (console, err):
-            mp.setattr(c, "width", width)
+            mp.setattr(c, "_width", width)  # the width property sets _width: undo then leaves it None (from COLUMNS)
         result = CliRunner().invoke(app, ["report", *args], catch_exceptions=False)
     finally:
         mp.undo()
