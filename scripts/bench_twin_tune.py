@@ -6,7 +6,8 @@ the pair (`tune --twin`: twins written from the headers; the acceptance is the r
 only the timings differ), and again, alternating, `--rounds` times. Prints per K the mean predicted tokens/s of both
 and their ratio; the target alone's too. Figures are predictions, each from its own calibration's timings.
 
-    python scripts/bench_twin_tune.py [PAIR ...] [-K 1-8] [-n 64] [--reps 6] [--rounds 2] [--threads 2] [--markdown]
+    python scripts/bench_twin_tune.py [PAIR ...] [-K 1-8] [-n 64] [--reps 6] [--rounds 2] [--threads 2] [--prompt-ids IDS]
+        [--markdown]
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def bench_pair(pair: str, args, ks: list[int], folder: Path) -> list[tuple[int, 
     files = resolve(pair, None, None, None, progress=_quiet, quantize=quantize)
     out = folder / "results" / f"{pair}.jsonl"  # where tune --twin looks for the real pair's acceptance
     out.parent.mkdir(exist_ok=True)
-    real = TuneJob(files, builtin(None), ks, args.n, 2048, args.threads, f"bench-{pair}", out, args.reps)
+    real = TuneJob(files, builtin(args.prompt_ids.split(",") if args.prompt_ids else None), ks, args.n, 2048, args.threads, f"bench-{pair}", out, args.reps)
     *sources, _ = header_sources(pair, None, None, None)
     twin = twin_job(real, tuple(sources), folder)
     got: dict[str, list[dict[int, float]]] = {"real": [], "twin": []}
@@ -71,6 +72,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--prompt-ids", default=None, help="built-in prompts to calibrate on (default: the four of tune)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     ks = options.draft_lengths(args.K)
@@ -79,7 +81,8 @@ def main() -> None:
         rows = {pair: bench_pair(pair, args, ks, Path(tmp)) for pair in args.pairs}
     print(f"\n{platform.processor() or platform.machine()}, {args.threads or 'default'} threads, llama-cpp-python "
           f"{llama_versions()['llama_cpp_python']}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; predicted tokens/s "
-          f"(mean of {args.rounds} tunes each, interleaved; -n {args.n}, --reps {args.reps}, the 4 built-in prompts)")
+          f"(mean of {args.rounds} tunes each, interleaved; -n {args.n}, --reps {args.reps}, prompts "
+          f"{args.prompt_ids or 'the four of tune'})")
     sep = " | " if args.markdown else "  "
     print(sep.join(["pair", "K", "real", "twin", "twin/real"]))
     if args.markdown:

@@ -66,7 +66,8 @@ def verify_s(model: Model, tokens: list[int], k: int, n: int) -> float:
 
 
 def measure(real: Path, twin: Path, ks: list[int], n: int, rounds: int, threads: int | None) -> dict:
-    """Interleaved: each round measures the real file, then the twin, on every quantity. Medians over rounds."""
+    """Interleaved: each round measures both files on every quantity, the real file first in even rounds and the twin
+    first in odd ones (ABBA: a drift of the machine's speed favours neither). Medians over rounds."""
     times: dict[tuple[str, str], list[float]] = {}
     with Model(real, n_ctx=512, n_threads=threads) as r, Model(twin, n_ctx=512, n_threads=threads) as t:
         tokens = r.tokenize(TEXT * 3)
@@ -74,8 +75,8 @@ def measure(real: Path, twin: Path, ks: list[int], n: int, rounds: int, threads:
         for model in (r, t):  # warm-up: the first pass over a twin's holes faults its zero pages in (and the real
             decode_s(model, tokens, 4)  # file's pages may not be in the page cache yet)
             verify_s(model, tokens, max(ks), 2)
-        for _ in range(rounds):
-            for label, model in (("real", r), ("twin", t)):
+        for i in range(rounds):
+            for label, model in (("real", r), ("twin", t))[::1 if i % 2 == 0 else -1]:
                 times.setdefault((label, "1"), []).append(decode_s(model, tokens, n))
                 for k in ks:
                     times.setdefault((label, f"v{k}"), []).append(verify_s(model, tokens, k, max(4, n // 4)))
