@@ -43,7 +43,8 @@ def bench_pair(pair: str, args, ks: list[int], folder: Path) -> list[tuple[int, 
     files = resolve(pair, None, None, None, progress=_quiet, quantize=quantize)
     out = folder / "results" / f"{pair}.jsonl"  # where tune --twin looks for the real pair's acceptance
     out.parent.mkdir(exist_ok=True)
-    real = TuneJob(files, builtin(args.prompt_ids.split(",") if args.prompt_ids else None), ks, args.n, 2048, args.threads, f"bench-{pair}", out, args.reps)
+    chosen = builtin(args.prompt_ids.split(",") if args.prompt_ids else None)
+    real = TuneJob(files, chosen, ks, args.n, 2048, args.threads, f"bench-{pair}", out, args.reps)
     *sources, _ = header_sources(pair, None, None, None)
     twin = twin_job(real, tuple(sources), folder)
     got: dict[str, list[dict[int, float]]] = {"real": [], "twin": []}
