@@ -20,7 +20,7 @@ def columns80(monkeypatch):
 
     monkeypatch.setenv("COLUMNS", str(WIDTH))
     for c in (console, err):
-        monkeypatch.setattr(c, "width", WIDTH)
+        monkeypatch.setattr(c, "_width", WIDTH)  # the width property sets _width: undo leaves it None (from COLUMNS)
 
 
 def assert_fits(text: str, *whole: str) -> None:
