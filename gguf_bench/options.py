@@ -185,7 +185,7 @@ def positive_ints(spec: str | int, what: str) -> list[int]:
 def context_axes(flash_attn: str | None = None, cache_type_k: str | None = None, cache_type_v: str | None = None,
                  batch_size: str | None = None, ubatch_size: str | None = None, threads_draft: str | None = None,
                  single: bool = False) -> dict[str, list]:
-    """The context options as sweep.Grid's axes ([None]: not given, llama.cpp's default); single: `run`, one value each."""
+    """The context options as plan.Grid's axes ([None]: not given, llama.cpp's default); single: `run`, one value each."""
     axes = {"flash_attns": (flash_attn, flash_attns, "-fa"), "cache_types_k": (cache_type_k, cache_types, "-ctk"),
             "cache_types_v": (cache_type_v, cache_types, "-ctv"), "batch_sizes": (batch_size, positive_ints, "-b"),
             "ubatch_sizes": (ubatch_size, positive_ints, "-ub"),
