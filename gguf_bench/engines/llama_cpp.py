@@ -24,6 +24,7 @@ from gguf_bench.errors import ConfigError, ModelError
 from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata
 from gguf_bench.models.registry import DERIVE_TYPES
 from gguf_bench.models.twin import MARKER
+from gguf_bench.options import CONTEXT_DEFAULTS
 
 TWIN_KEY = MARKER.encode()
 
@@ -204,7 +205,9 @@ class Model(Vocabulary):
     `context` holds llama.cpp's context params of the same names, each optional (CONTEXT_DEFAULTS: llama.cpp's own):
     n_batch/n_ubatch, flash_attn ('auto', 'on', 'off') and the KV-cache types type_k/type_v ('f16', 'q8_0', ...)."""
 
-    CONTEXT_DEFAULTS = {"n_batch": 512, "n_ubatch": None, "flash_attn": "auto", "type_k": "f16", "type_v": "f16"}
+    CONTEXT_DEFAULTS = {"n_batch": CONTEXT_DEFAULTS["batch_size"], "n_ubatch": CONTEXT_DEFAULTS["ubatch_size"],
+                        "flash_attn": CONTEXT_DEFAULTS["flash_attn"], "type_k": CONTEXT_DEFAULTS["cache_type_k"],
+                        "type_v": CONTEXT_DEFAULTS["cache_type_v"]}  # options.CONTEXT_DEFAULTS under llama.cpp's names
 
     def __init__(self, path: Path, n_gpu_layers: int = 0, n_ctx: int = 2048, n_threads: int | None = None,
                  context: dict | None = None):
