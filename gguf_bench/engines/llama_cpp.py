@@ -21,10 +21,11 @@ import numpy as np
 
 from gguf_bench.engines import placement, repack
 from gguf_bench.errors import ConfigError, ModelError
-from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata
+from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata, tensor_table
 from gguf_bench.models.registry import DERIVE_TYPES
 from gguf_bench.models.twin import MARKER
 from gguf_bench.options import CONTEXT_DEFAULTS
+from gguf_bench.placing import EXPERTS_REGEX, NO_DEVICE, Placing
 
 TWIN_KEY = MARKER.encode()
 
@@ -210,7 +211,7 @@ class Model(Vocabulary):
                         "type_v": CONTEXT_DEFAULTS["cache_type_v"]}  # options.CONTEXT_DEFAULTS under llama.cpp's names
 
     def __init__(self, path: Path, n_gpu_layers: int = 0, n_ctx: int = 2048, n_threads: int | None = None,
-                 context: dict | None = None):
+                 context: dict | None = None, placing: Placing | None = None):
         llama_cpp = _llama()
         self._lib = llama_cpp
         self.path = Path(path)
@@ -219,9 +220,7 @@ class Model(Vocabulary):
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         mparams.use_extra_bufts = use_extra_buffers()
-        self._overrides = None if mparams.use_extra_bufts else _repack_overrides(self.path, n_gpu_layers)
-        if self._overrides is not None:
-            mparams.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
+        self._place(mparams, n_gpu_layers, placing or Placing())
         _log_tail.clear()
         global _load_log
         _load_log = lines = []
@@ -232,6 +231,18 @@ class Model(Vocabulary):
         finally:
             _load_log = None
         self.placement = placement.parse(lines, self.n_layers)  # where llama.cpp put it, as it reported it
+
+    def _place(self, mparams, n_gpu_layers: int, placing: Placing) -> None:
+        """Set the placement's tensor overrides (before the repack ones: llama.cpp's first match wins) and devices,
+        keeping the arrays alive while the model loads."""
+        wanted = placement_overrides(self.path, placing)
+        repacked = None if mparams.use_extra_bufts else _repack_overrides(self.path, n_gpu_layers)
+        self._overrides = repack.join(wanted, repacked)
+        if self._overrides is not None:
+            mparams.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
+        self._devices = device_array(placing.devices) if placing.devices else None
+        if self._devices is not None:
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
 
     def _load(self, llama_cpp, mparams, n_ctx: int, n_threads: int | None, context: dict) -> None:
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
@@ -533,6 +544,58 @@ def repack_buffer_type() -> int | None:
             return bufts[i]
         i += 1
     return None
+
+
+# --- placement beyond -ngl (placing.Placing): tensor overrides by buffer-type name, device lists ---
+
+
+def buffer_types() -> dict[str, int]:
+    """The buffer types -ot can name, as llama.cpp's parser lists them: each device's own ('CPU', 'Vulkan0')."""
+    lib = _ggml()
+    if lib is None:
+        return {}
+    out = {}
+    for i in range(lib.ggml_backend_dev_count()):
+        buft = lib.ggml_backend_dev_buffer_type(lib.ggml_backend_dev_get(i))
+        if buft:
+            out[lib.ggml_backend_buft_name(buft).decode()] = buft
+    return out
+
+
+def placement_overrides(path: Path, placing: Placing) -> list[tuple[str, int]]:
+    """The placement's (pattern, buffer type) overrides for `path`, each checked: a buffer type this build has, a
+    pattern that matches some tensor of the model (-ncmoe on a model without experts adds none)."""
+    if not placing.overrides and not placing.n_cpu_moe:
+        return []
+    meta, tensors = tensor_table(path)
+    n_layers = int(meta.get(f"{meta.get('general.architecture')}.block_count") or 0)
+    names, bufts = [t.name for t in tensors], buffer_types()
+    for pattern, buffer in placing.overrides:
+        if buffer not in bufts:
+            raise ConfigError(f"-ot {pattern}={buffer}: this build has no buffer type '{buffer}'; it has "
+                              f"{', '.join(bufts) or 'none'}")
+        if not any(re.search(pattern, n) for n in names):
+            raise ConfigError(f"-ot pattern '{pattern}' matches no tensor of {path.name} (names look like "
+                              f"'{names[len(names) // 2] if names else '?'}')")
+    experts = [n for n in names if re.search(EXPERTS_REGEX, n)]
+    return [(p, bufts[b]) for p, b in placing.tensor_overrides(n_layers if experts else 0)]
+
+
+def device_array(names: tuple[str, ...]) -> ctypes.Array:
+    """A NULL-terminated ggml_backend_dev_t array for llama_model_params.devices ('none': just the NULL), each name
+    checked as llama.cpp checks it (a device of this build, not the CPU)."""
+    if names == (NO_DEVICE,):
+        return (ctypes.c_void_p * 1)()
+    lib = _ggml()
+    by_name = {d.name: d for d in devices() if d.kind != "CPU"}
+    handles = []
+    for name in names:
+        if name not in by_name or lib is None:
+            have = ", ".join(by_name) or "no GPU device (use -dev none, or leave -dev out)"
+            raise ConfigError(f"-dev {name}: this build has no device '{name}'; it has {have}")
+        handles.append(next(lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())
+                            if lib.ggml_backend_dev_name(lib.ggml_backend_dev_get(i)).decode() == name))
+    return (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
 
 
 def _lib(libdir: Path, name: str) -> Path:

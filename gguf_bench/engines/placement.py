@@ -8,6 +8,8 @@ While a model loads and its context is created, llama.cpp logs every buffer it a
     llama_context:     Vulkan0 compute buffer size =    19.71 MiB
 and, at debug level, the weights it kept on the CPU although their layer was offloaded:
     tensor 'output.weight' (q8_0) (and 0 others) cannot be used with preferred buffer type Vulkan0, using CPU instead
+and each weight a tensor override (-ot, -ncmoe: placing.py) sent elsewhere:
+    tensor blk.0.ffn_up_exps.weight (12 MiB q4_K) buffer type overridden to CPU
 `parse` turns those lines into a Placement. Buffer names are llama.cpp's: a device (Vulkan0, CUDA0), CPU, CPU_Mapped
 (weights read from the mmapped file), CPU_REPACK, or a device's host buffer (Vulkan_Host, CUDA_Host).
 """
@@ -22,7 +24,10 @@ _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _BUFFER = re.compile(r"^\S+:\s+(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
 _MOVED = re.compile(r"tensor '([^']+)' \(([^)]+)\) \(and (\d+) others\) cannot be used with preferred buffer type (\S+), "
                     r"using (\S+) instead")
+_OVERRIDDEN = re.compile(r"tensor (\S+) \((\d+) MiB [^)]*\) buffer type overridden to (\S+)")
+_EXPERTS = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps")  # placing.EXPERTS_REGEX, with the layer
 HOST_BUFFERS = ("CPU", "CPU_Mapped", "CPU_REPACK", "AMX")  # buffer names that are plain host memory
+REPACK = "CPU_REPACK"  # gguf-bench's own repack overrides (engines/repack.py) go there: not a placement
 
 
 @dataclass
@@ -35,6 +40,8 @@ class Placement:
     compute_mib: dict[str, float] = field(default_factory=dict)  # the scheduler's compute buffers
     output_mib: dict[str, float] = field(default_factory=dict)  # the logits buffer
     kept_on_cpu: list[str] = field(default_factory=list)  # weights of offloaded layers llama.cpp left on the CPU
+    expert_layers: dict[str, list[int]] = field(default_factory=dict)  # per buffer, layers whose experts an override sent
+    overridden: dict[str, int] = field(default_factory=dict)  # other weights a tensor override sent to each buffer
 
     @property
     def on_gpu(self) -> int:
@@ -55,9 +62,24 @@ class Placement:
         for name, total in self.device_mib().items():
             parts.append(f"{name} {total:.1f} MiB (weights {self.model_mib.get(name, 0):.1f}, KV {self.kv_mib.get(name, 0):.1f}, "
                          f"compute {self.compute_mib.get(name, 0):.1f})")
+        for name, layers in self.expert_layers.items():
+            parts.append(f"experts of {len(layers)} layer{'s' * (len(layers) != 1)} on {name} ({_spans(layers)})")
+        if self.overridden:
+            parts.append("overridden: " + ", ".join(f"{n} weights to {b}" for b, n in self.overridden.items()))
         if self.kept_on_cpu:
             parts.append("kept on the CPU: " + ", ".join(self.kept_on_cpu))
         return "; ".join(parts)
+
+
+def _spans(layers: list[int]) -> str:
+    """[0, 1, 2, 5] -> 'blk 0-2, 5'."""
+    spans: list[list[int]] = []
+    for i in sorted(layers):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return "blk " + ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
 
 
 def _is_device(buffer: str) -> bool:
@@ -74,7 +96,16 @@ def parse(lines: Iterable[str], n_layers: int) -> Placement:
         elif m := _BUFFER.search(line):
             part = parts[m[2]]
             part[m[1]] = round(part.get(m[1], 0.0) + float(m[3]), 2)
+        elif (m := _OVERRIDDEN.search(line)) and m[3] != REPACK:
+            _overridden(out, m[1], m[3])
         elif (m := _MOVED.search(line)) and _is_device(m[4]):  # from a device (not a host buffer's fallback)
             others = int(m[3])
             out.kept_on_cpu.append(f"{m[1]} ({m[2]})" + (f" and {others} more" if others else "") + f": {m[4]} -> {m[5]}")
     return out
+
+
+def _overridden(out: Placement, tensor: str, buffer: str) -> None:
+    if not (m := _EXPERTS.match(tensor)):
+        out.overridden[buffer] = out.overridden.get(buffer, 0) + 1
+    elif int(m[1]) not in (layers := out.expert_layers.setdefault(buffer, [])):
+        layers.append(int(m[1]))

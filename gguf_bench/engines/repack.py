@@ -62,3 +62,16 @@ def overrides(names: list[str], buft: int | None) -> ctypes.Array | None:
     array = (Override * 2)()
     array[0].pattern, array[0].buft = pattern.encode(), buft
     return array
+
+
+def join(first: list[tuple[str, int]], repacked: ctypes.Array | None) -> ctypes.Array | None:
+    """One NULL-terminated override array: `first` (pattern, buffer type) in order, then the repack override (llama.cpp
+    takes the first pattern that matches a tensor's name). None when both are empty."""
+    rest = [(repacked[0].pattern.decode(), repacked[0].buft)] if repacked is not None else []
+    pairs = first + rest
+    if not pairs:
+        return None
+    array = (Override * (len(pairs) + 1))()
+    for i, (pattern, buft) in enumerate(pairs):
+        array[i].pattern, array[i].buft = pattern.encode(), buft
+    return array

@@ -18,6 +18,7 @@ from gguf_bench.measure.depth import AtDepth, fill
 from gguf_bench.models.gguf import check_compatible as check_vocabularies
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.options import CACHE_TYPES, CONTEXT_DEFAULTS, FLASH_ATTN, layers_label
+from gguf_bench.placing import Placing
 from gguf_bench.results.records import Mode, Offload
 
 
@@ -35,14 +36,17 @@ class LoadConfig:
     batch_size: int | None = None  # n_batch: the most tokens one llama_decode takes
     ubatch_size: int | None = None  # n_ubatch: the most it computes at once (llama.cpp clamps it to n_batch)
     threads_draft: int | None = None  # the draft model's threads (None: --threads)
+    placing: Placing = Placing()  # the target's experts, tensor overrides and devices (-ncmoe, -ot, -dev)
+    placing_draft: Placing = Placing()  # the draft's (-ncmoed, -otd, -devd)
 
     @property
     def label(self) -> str:
-        """'-ngl 10 -ngld all', then the context settings given ('-fa on -ctk q8_0')."""
+        """'-ngl 10 -ngld all', then the placement and context settings given ('-ncmoe 2 -fa on -ctk q8_0')."""
         given = [f"{flag} {v}" for flag, v in (("-fa", self.flash_attn), ("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v),
                                                ("-b", self.batch_size), ("-ub", self.ubatch_size), ("-td", self.threads_draft))
                  if v is not None]
-        return " ".join([f"-ngl {layers_label(self.ngl)} -ngld {layers_label(self.ngld)}", *given])
+        placed = [p for p in (self.placing.label(), self.placing_draft.label(draft=True)) if p]
+        return " ".join([f"-ngl {layers_label(self.ngl)} -ngld {layers_label(self.ngld)}", *placed, *given])
 
     @property
     def n_batch(self) -> int:
@@ -52,6 +56,11 @@ class LoadConfig:
     def n_ubatch(self) -> int:
         """What llama.cpp computes at once: -ub, never more than -b."""
         return min(self.ubatch_size or CONTEXT_DEFAULTS["ubatch_size"], self.n_batch)
+
+    @property
+    def default_placement(self) -> bool:
+        """Neither model's weights placed beyond -ngl/-ngld."""
+        return self.placing.is_default and self.placing_draft.is_default
 
     @property
     def draft_threads(self) -> int | None:
@@ -103,13 +112,13 @@ class LoadedPair:
     def __init__(self, files: PairFiles, load: LoadConfig):
         self.files = files
         self.load = load
-        self.target = Model(files.target, load.ngl, load.n_ctx, load.threads, load.context)
+        self.target = Model(files.target, load.ngl, load.n_ctx, load.threads, load.context, load.placing)
         self.draft: Model | None = None
         self.costs: Costs | None = None  # this machine's step costs, for the cost schedule (step_costs)
         self.depth = 0  # tokens of filler before every run's prompt (at_depth)
         try:
             if files.draft is not None:
-                self.draft = Model(files.draft, load.ngld, load.n_ctx, load.draft_threads, load.context)
+                self.draft = Model(files.draft, load.ngld, load.n_ctx, load.draft_threads, load.context, load.placing_draft)
         except Exception:
             self.target.close()
             raise
@@ -178,7 +187,8 @@ class LoadedPair:
         generation from `prompt` passes halfway; the sweep's warm-up asks first)."""
         if self.costs is None or self.costs.k_max < k_max:
             stored = (stored_costs(self.files, self.load.ngl, self.load.ngld, self.load.threads, k_max)
-                      if self.load.default_context and not self.depth else None)  # tune: default context, no depth
+                      if self.load.default_context and self.load.default_placement and not self.depth
+                      else None)  # tune calibrates at the default context and placement, no depth
             self.costs = stored or measure_costs(self, prompt, n_predict, k_max)
         return self.costs
 

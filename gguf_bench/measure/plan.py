@@ -23,6 +23,7 @@ from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.options import layers_label
+from gguf_bench.placing import Placing
 from gguf_bench.results.records import (
     ENGINES,
     PYTHON_ENGINE,
@@ -68,6 +69,9 @@ class Grid:
     batch_sizes: list[int | None] = field(default_factory=lambda: [None])
     ubatch_sizes: list[int | None] = field(default_factory=lambda: [None])
     threads_drafts: list[int | None] = field(default_factory=lambda: [None])
+    # where the weights go beyond -ngl (placing.py: -ncmoe, -ot, -dev; the draft's -ncmoed, -otd, -devd), swept like -ngl
+    placings: list[Placing] = field(default_factory=lambda: [Placing()])
+    placings_draft: list[Placing] = field(default_factory=lambda: [Placing()])
     # several users at once (server engine only): llama-server's slots (-np) and the clients that send together
     # (None: as many as slots); parallels None is one request at a time on one slot
     parallels: list[int] | None = None
@@ -141,10 +145,10 @@ class Grid:
         return [(n, c) for n in self.parallels for c in (self.clients or [n])]
 
     def _combinations(self) -> list[LoadConfig]:
-        return [LoadConfig(ngl, ngld, self.n_ctx, self.threads, self.seed, fa, ctk, ctv, b, ub, td)
-                for ngl in self.ngls for ngld in self.nglds for fa in self.flash_attns for ctk in self.cache_types_k
-                for ctv in self.cache_types_v for b in self.batch_sizes for ub in self.ubatch_sizes
-                for td in self.threads_drafts]
+        return [LoadConfig(ngl, ngld, self.n_ctx, self.threads, self.seed, fa, ctk, ctv, b, ub, td, pt, pd)
+                for ngl in self.ngls for ngld in self.nglds for pt in self.placings for pd in self.placings_draft
+                for fa in self.flash_attns for ctk in self.cache_types_k for ctv in self.cache_types_v
+                for b in self.batch_sizes for ub in self.ubatch_sizes for td in self.threads_drafts]
 
     def settings(self) -> list[LoadConfig]:
         """Each setting a model pair is loaded with: -ngl x -ngld x the context settings, less the combinations llama.cpp
@@ -196,7 +200,8 @@ class Cell:
                          engine=self.engine if self.engine != PYTHON_ENGINE else None,
                          flash_attn=context["flash_attn"], cache_type_k=context["type_k"], cache_type_v=context["type_v"],
                          batch_size=load.n_batch, ubatch_size=load.n_ubatch, threads_draft=load.draft_threads,
-                         parallel=self.parallel, clients=self.clients, depth=self.depth or None)
+                         parallel=self.parallel, clients=self.clients, depth=self.depth or None,
+                         placement=load.placing.label(), placement_draft=load.placing_draft.label(draft=True))
 
     def sampling(self, grid: Grid) -> SamplingConfig:
         """Each repetition draws with its own seed (seed + repetition)."""

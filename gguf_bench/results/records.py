@@ -203,15 +203,20 @@ class RunConfig:
     parallel: int | None = None
     clients: int | None = None
     depth: int | None = None  # tokens of context before the prompt (llama-bench's -d); None: none (every older record)
+    # where the weights went beyond -ngl, as the flags asked for it (placing.Placing.label: '-ncmoe 2 -dev none'); what
+    # llama.cpp did with it is `offload`'s read-back; None: llama.cpp's default placement (every older record)
+    placement: str | None = None
+    placement_draft: str | None = None  # the draft's ('-ncmoed 1 -devd none')
 
     def cell_fields(self) -> dict:
         """What identifies the cell: the stored config without `category`, and without a default strategy, verify
         mode, engine or context setting (so that keys of files written before those existed stay the same)."""
-        optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients", "depth")
+        optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients", "depth",
+                    "placement", "placement_draft")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category")}
         if self.strategy is not None:
             out["strategy"] = self.strategy.params()
-        for name in ("verify", "engine", "parallel", "clients", "depth"):
+        for name in ("verify", "engine", "parallel", "clients", "depth", "placement", "placement_draft"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         for name, default in CONTEXT_DEFAULTS.items():
