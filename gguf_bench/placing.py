@@ -139,3 +139,15 @@ def placings(n_cpu_moe: str | None = None, override: list[str] | None = None, de
     ots = [overrides(o, flags["overrides"]) for o in override] if override else [()]
     devs = [devices(d, flags["devices"]) for d in device] if device else [()]
     return list(dict.fromkeys(Placing(n, o, d) for n, o, d in product(ns, ots, devs)))
+
+
+def placing_axes(n_cpu_moe: str | None = None, override: list[str] | None = None, device: list[str] | None = None,
+                 n_cpu_moe_draft: str | None = None, override_draft: list[str] | None = None,
+                 device_draft: list[str] | None = None, single: bool = False) -> dict[str, list[Placing]]:
+    """The placement options as plan.Grid's axes; single: `run`, one placement per model."""
+    out = {"placings": placings(n_cpu_moe, override, device),
+           "placings_draft": placings(n_cpu_moe_draft, override_draft, device_draft, draft=True)}
+    for axis, flags in (("placings", "--n-cpu-moe, -ot, -dev"), ("placings_draft", "--n-cpu-moe-draft, -otd, -devd")):
+        if single and len(out[axis]) != 1:
+            raise ConfigError(f"{flags} take one value each here; `gguf-bench sweep` takes lists")
+    return out

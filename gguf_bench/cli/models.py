@@ -33,7 +33,7 @@ from gguf_bench.models.headers import source_prefix
 from gguf_bench.models.memory import MIB
 from gguf_bench.models.pairs import header_sources, resolve_for_info
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
-from gguf_bench.models.tiny import make_pair
+from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.models.twin import write_twin
 from gguf_bench.results.store import use_results_dir
 from gguf_bench.results.text import fit_title, size_text
@@ -130,11 +130,23 @@ def info(items: Annotated[list[str], typer.Argument(help="a pair name, or GGUF p
 def make_test_pair(out_dir: Annotated[Path, typer.Argument(help="folder to write tiny-target.gguf and tiny-draft.gguf")],
                    noise: Annotated[float, typer.Option(help="draft = target + noise x weight std; 0 = identical "
                                                         "(greedy acceptance ~100%), 0.05 ~ 55% at K=4, 0.3 ~ 7%")] = 0.05,
-                   seed: Annotated[int, typer.Option(help="weights seed")] = 0) -> None:
+                   seed: Annotated[int, typer.Option(help="weights seed")] = 0,
+                   experts: Annotated[int, typer.Option("--experts", help="a mixture of experts: experts per layer "
+                                                        "(Mixtral's tensors in the llama architecture); 0 = dense")] = 0,
+                   experts_used: Annotated[int, typer.Option("--experts-used", help="experts each token is routed "
+                                                             "to")] = 2,
+                   dense_draft: Annotated[bool, typer.Option("--dense-draft", help="with --experts: a small dense draft "
+                                                             "with the same vocabulary instead of a perturbed copy")] = False
+                   ) -> None:
     """Write a tiny llama-architecture target/draft pair (random weights) for tests and trials."""
     if noise < 0:
         raise BenchError(f"--noise must be >= 0, got {noise}")
-    target, draft = make_pair(out_dir, noise=noise, seed=seed)
+    if experts < 0 or (experts and not 1 <= experts_used <= experts):
+        raise BenchError(f"--experts takes 0 (dense) or more, and --experts-used 1..--experts; got {experts} and "
+                         f"{experts_used}")
+    spec = TinySpec(n_experts=experts, n_experts_used=experts_used)
+    target, draft = make_pair(out_dir, noise=noise, seed=seed, spec=spec,
+                              draft_spec=TinySpec(n_layers=2) if dense_draft and experts else None)
     console.print(f"target: {target}\ndraft:  {draft}")
 
 

@@ -38,6 +38,19 @@ UbatchOpt = Annotated[str | None, typer.Option("--ubatch-size", "-ub", help="lla
                       "at once (default: 512, at most -b)")]
 ThreadsDraftOpt = Annotated[str | None, typer.Option("--threads-draft", "-td", help="the draft model's CPU threads "
                             "(default: --threads)")]
+# where the weights go beyond -ngl (llama.cpp's flags; gguf_bench/placing.py): in `sweep`, lists and repeated options
+# are alternatives, and every combination runs
+NCpuMoeOpt = Annotated[str | None, typer.Option("--n-cpu-moe", "-ncmoe", help="MoE target: keep the expert weights of "
+                       "the first N layers on the CPU (all: every layer's, llama.cpp's -cmoe); sweep: 0,2,4 or 0-8+2")]
+NCpuMoeDraftOpt = Annotated[str | None, typer.Option("--n-cpu-moe-draft", "-ncmoed", help="the same for a MoE draft")]
+OverrideOpt = Annotated[list[str] | None, typer.Option("--override-tensor", "-ot", help="PATTERN=BUFFER,...: weights whose "
+                        "name matches the regex go to that buffer type (CPU, Vulkan0, CUDA0...); 'none': no override; "
+                        "sweep: repeat -ot for alternatives")]
+OverrideDraftOpt = Annotated[list[str] | None, typer.Option("--override-tensor-draft", "-otd", help="-ot for the draft")]
+DeviceOpt = Annotated[list[str] | None, typer.Option("--device", "-dev", help="devices the target offloads to "
+                      "(Vulkan0,CUDA1; none: no offload; `gguf-bench info` lists them); sweep: repeat for alternatives")]
+DeviceDraftOpt = Annotated[list[str] | None, typer.Option("--device-draft", "-devd", help="the draft's devices (none: the "
+                           "draft on the CPU)")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="who generates: python (gguf-bench's loop), server (llama.cpp's "
                       "llama-server, a process per setting), or both, side by side on the same files")]
 DepthOpt = Annotated[str | None, typer.Option("--depth", "-d", help="tokens of context before the prompt, as llama-bench's "

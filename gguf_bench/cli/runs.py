@@ -19,6 +19,8 @@ from gguf_bench.cli.options import (
     ClientsOpt,
     CtxOpt,
     DepthOpt,
+    DeviceDraftOpt,
+    DeviceOpt,
     DraftMinOpt,
     DraftOpt,
     EngineOpt,
@@ -27,6 +29,8 @@ from gguf_bench.cli.options import (
     KOpt,
     KScheduleOpt,
     KsOpt,
+    NCpuMoeDraftOpt,
+    NCpuMoeOpt,
     NgldOpt,
     NgldsOpt,
     NglOpt,
@@ -34,6 +38,8 @@ from gguf_bench.cli.options import (
     NgramMaxOpt,
     NgramMinOpt,
     NPredictOpt,
+    OverrideDraftOpt,
+    OverrideOpt,
     PairArg,
     PairsArg,
     ParallelOpt,
@@ -71,6 +77,7 @@ from gguf_bench.measure.distributed import RayOptions, failure_message, ray_opti
 from gguf_bench.measure.plan import Grid, measured, single_run_grid
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
+from gguf_bench.placing import placing_axes
 from gguf_bench.results import evals as evals_view
 from gguf_bench.results import report as rep
 from gguf_bench.results import specbench
@@ -104,7 +111,9 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         cache_type_v: CacheTypeVOpt = None, batch_size: BatchOpt = None, ubatch_size: UbatchOpt = None,
         threads_draft: ThreadsDraftOpt = None, depth: Annotated[int, typer.Option("--depth", "-d", help="tokens of "
         "context before the prompt (llama-bench's -d; prefilled, not timed)")] = 0,
-        results_dir_opt: ResultsDirOpt = None) -> None:
+        n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None, device: DeviceOpt = None,
+        n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
+        device_draft: DeviceDraftOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process (and in llama-server with
     --engine server|both)."""
     use_results_dir(results_dir_opt)
@@ -116,7 +125,9 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                                                                 k_schedule, k_cap),
                            engines=options.engines(engine), server_bin=server_bin, depths=[depth],
                            **options.context_axes(flash_attn, cache_type_k, cache_type_v, batch_size, ubatch_size,
-                                                  threads_draft, single=True))
+                                                  threads_draft, single=True),
+                           **placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft,
+                                          device_draft, single=True))
     files = pair_files(pair, target, draft, registry, need_draft=any(s.uses_model for s in grid.strategies))
     warn_offload(*grid.ngls, *grid.nglds)
     with exclusive(out):  # no other process writes NAME while this runs
@@ -187,10 +198,10 @@ def _deploy_lines(summary, df, runs: list) -> None:
 
 
 def _placement_lines(record: RunRecord) -> None:
-    """Where llama.cpp put each model, as it reported it (on a GPU build)."""
+    """Where llama.cpp put each model, as it reported it (on a GPU build, or where an override moved weights)."""
     offload = record.offload
     for role, where in (("target", offload and offload.target_placement), ("draft", offload and offload.draft_placement)):
-        if where is not None and (where.on_gpu or where.device_mib()):
+        if where is not None and (where.on_gpu or where.device_mib() or where.expert_layers or where.overridden):
             console.print(f"{role} placement: {where.summary()}", markup=False)
 
 
@@ -224,13 +235,17 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
           engine: EngineOpt = "python", server_bin: ServerBinOpt = None, flash_attns: FlashAttnOpt = None,
           cache_types_k: CacheTypeKOpt = None, cache_types_v: CacheTypeVOpt = None, batch_sizes: BatchOpt = None,
           ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None, depths: DepthOpt = None,
+          n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None, device: DeviceOpt = None,
+          n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
+          device_draft: DeviceDraftOpt = None,
           parallels: ParallelOpt = None,
           clients: ClientsOpt = None, request_timeout: RequestTimeoutOpt = 600.0, warm_pool: WarmPoolOpt = False,
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
           results_dir_opt: ResultsDirOpt = None) -> None:
-    """Sweep drafting strategy x draft length x -ngl x -ngld x context settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
+    """Sweep drafting strategy x draft length x -ngl x -ngld x placement (-ncmoe, -ot, -dev and the draft's) x context
+    settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
     x prompt; store every run and print the report."""
     use_results_dir(results_dir_opt)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
@@ -243,7 +258,8 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
                 parallels=options.positive_ints(parallels, "--parallel") if parallels else None,
                 clients=options.positive_ints(clients, "--clients") if clients else None,
                 request_timeout_s=request_timeout, warm_pool=warm_pool, depths=options.int_list(depths, "-d") if depths else [0],
-                **options.context_axes(flash_attns, cache_types_k, cache_types_v, batch_sizes, ubatch_sizes, threads_drafts))
+                **options.context_axes(flash_attns, cache_types_k, cache_types_v, batch_sizes, ubatch_sizes, threads_drafts),
+                **placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft, device_draft))
     for why in grid.left_out():
         err.print(f"Warning: the sweep leaves out {why}", markup=False)
     name, out = results_path(name, resume)

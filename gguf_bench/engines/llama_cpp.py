@@ -581,6 +581,17 @@ def placement_overrides(path: Path, placing: Placing) -> list[tuple[str, int]]:
     return [(p, bufts[b]) for p, b in placing.tensor_overrides(n_layers if experts else 0)]
 
 
+def check_placement(path: Path, placing: Placing, flag: str = "--n-cpu-moe") -> str | None:
+    """Raise ConfigError for what llama.cpp would refuse (a buffer type or device this build lacks, an -ot pattern
+    that matches nothing); return a note for -ncmoe on a model without experts (it changes nothing there)."""
+    placement_overrides(path, placing)
+    if placing.devices:
+        device_array(placing.devices)
+    if placing.n_cpu_moe and not any(re.search(EXPERTS_REGEX, t.name) for t in tensor_table(path)[1]):
+        return f"{flag} does nothing for {path.name}: it has no expert weights (not a mixture of experts)"
+    return None
+
+
 def device_array(names: tuple[str, ...]) -> ctypes.Array:
     """A NULL-terminated ggml_backend_dev_t array for llama_model_params.devices ('none': just the NULL), each name
     checked as llama.cpp checks it (a device of this build, not the CPU)."""

@@ -141,11 +141,14 @@ class Launch:
     cache_type_k: str | None = None  # None: the server's default (f16), no flag
     cache_type_v: str | None = None
     parallel: int = 1  # -np: slots (the context grows with them, so each slot holds n_ctx)
+    placing: tuple[str, ...] = ()  # the target's placement flags beyond -ngl (placing.Placing.flags: -ncmoe, -ot, -dev)
+    placing_draft: tuple[str, ...] = ()  # the draft's (-ncmoed, -otd, -devd)
 
     def argv(self) -> list[str]:
         cmd = [str(self.binary), "-m", str(self.target)]
         if self.draft is not None and self.speculation.needs_draft_file:
             cmd += ["-md", str(self.draft), "-ngld", self.ngld, "-td", str(self.threads_draft or self.threads)]
+            cmd += self.placing_draft
             for flag, value in (("-ctkd", self.cache_type_k), ("-ctvd", self.cache_type_v)):  # the loop's draft: the same
                 if value is not None:
                     cmd += [flag, value]
@@ -156,6 +159,7 @@ class Launch:
         cmd += ["-ngl", self.ngl, "-c", str(self.n_ctx * self.parallel), "-b", str(self.batch), "-ub", str(self.ubatch),
                 "-np", str(self.parallel), "-fit", "off", "--swa-full", "-t", str(self.threads), *BENCH_ONLY,
                 "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += self.placing
         for flag, value in (("-fa", self.flash_attn), ("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v)):
             if value is not None:
                 cmd += [flag, value]

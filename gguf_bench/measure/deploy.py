@@ -22,6 +22,7 @@ from gguf_bench.engines.server_build import MARKER, find_server, library_env
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server_engine import speculation
+from gguf_bench.placing import parse_label
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
 from gguf_bench.results.report import SETTING, matching, row_label
 
@@ -106,7 +107,9 @@ def _launch(record: RunRecord) -> Launch:
                   speculation(record.mode, record.strategy, record.k), str(cfg.ngl), str(cfg.ngld), cfg.n_ctx,
                   cfg.threads or record.env.cpu_count or 1, batch=cfg.batch_size or 512, ubatch=cfg.ubatch_size or 512,
                   threads_draft=cfg.threads_draft, flash_attn=cfg.flash_attn, cache_type_k=cfg.cache_type_k,
-                  cache_type_v=cfg.cache_type_v, parallel=cfg.parallel or 1)
+                  cache_type_v=cfg.cache_type_v, parallel=cfg.parallel or 1,
+                  placing=tuple(parse_label(cfg.placement).flags()),
+                  placing_draft=tuple(parse_label(cfg.placement_draft, draft=True).flags(draft=True)))
 
 
 def setting_line(files: PairFiles, strategy: Strategy | None, k: int, ngl: str, ngld: str, n_ctx: int,

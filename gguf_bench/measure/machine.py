@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gguf_bench.engines.llama_cpp import gpu_devices
+from gguf_bench.engines.llama_cpp import check_placement, gpu_devices
 from gguf_bench.errors import BenchError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Grid
@@ -55,3 +55,12 @@ def available_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def check_placements(files: PairFiles, grid: Grid) -> list[str]:
+    """Each placement of the grid checked against its model before anything loads (ConfigError: one line for what
+    llama.cpp would refuse); notes for what does nothing (-ncmoe on a dense model), so a sweep over several pairs goes on."""
+    notes = [check_placement(files.target, p) for p in grid.placings]
+    if files.draft is not None:
+        notes += [check_placement(files.draft, p, "--n-cpu-moe-draft") for p in grid.placings_draft]
+    return list(dict.fromkeys(n for n in notes if n))

@@ -118,7 +118,8 @@ class ServerEngine:
         return Launch(self.binary, files.target, files.draft, spec, str(layers_label(load.ngl)), str(layers_label(load.ngld)),
                       load.n_ctx, load.threads or os.cpu_count() or 1, repack=use_extra_buffers(), batch=load.n_batch,
                       ubatch=load.n_ubatch, threads_draft=load.threads_draft, flash_attn=load.flash_attn,
-                      cache_type_k=load.cache_type_k, cache_type_v=load.cache_type_v, parallel=parallel)
+                      cache_type_k=load.cache_type_k, cache_type_v=load.cache_type_v, parallel=parallel,
+                      placing=tuple(load.placing.flags()), placing_draft=tuple(load.placing_draft.flags(draft=True)))
 
 
 @dataclass

@@ -55,6 +55,8 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
     if note:
         events.note(note)
     machine.check_memory(files, grid)
+    for line in machine.check_placements(files, grid):
+        events.note(line)
     static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
     plan = expand(files, grid, static, skip)
     events.start(plan.todo, plan.total - plan.todo, len(skip))

@@ -226,6 +226,11 @@ class RunConfig:
             out["threads_draft"] = self.threads_draft
         return out
 
+    @property
+    def placement_label(self) -> str:
+        """Both models' placement flags ('-ncmoe 2 -devd none'); '' for llama.cpp's default placement."""
+        return " ".join(p for p in (self.placement, self.placement_draft) if p)
+
     def context(self) -> dict:
         """The context settings, llama.cpp's defaults where the record has none."""
         return {name: getattr(self, name) or default for name, default in CONTEXT_DEFAULTS.items()}
@@ -382,6 +387,7 @@ def run_row(run: RunRecord) -> dict:
         "cpu_count": (run.load.cpu_count if run.load else None) or run.env.cpu_count,
         "others_cores": run.load.others_cores if run.load else None,
         "parallel": cfg.parallel, "clients": cfg.clients, "depth": cfg.depth or 0,
+        "placement": cfg.placement_label,
         "per_request_tokens_per_s": m.per_request_tokens_per_s,
         "ttft_s": m.ttft_s, "latency_p95_s": m.latency_p95_s, "pool": run.server.pool if run.server else None,
         "command": " ".join(run.server.command) if run.server and run.server.command else None,

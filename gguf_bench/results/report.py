@@ -38,7 +38,8 @@ from gguf_bench.results.tuning import predicted_frame
 
 CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
 CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
-SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", *CONTEXT, "depth", "temperature", "n_predict"]  # a baseline
+SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", "placement", *CONTEXT, "depth", "temperature",
+           "n_predict"]  # a baseline
 # shares these (depth: tokens of context before the prompt)
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 FORMATS = ("md", "csv", "json", "jsonl")
@@ -271,7 +272,8 @@ def _tps(row: pd.Series) -> str:
 
 _VARYING = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np", "clients": "clients", "depth": "-d",
             "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
-            "ngl": "-ngl", "ngld": "-ngld", "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
+            "ngl": "-ngl", "ngld": "-ngld", "placement": "placement",
+            "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
             "batch_size": "-b", "ubatch_size": "-ub", "threads_draft": "-td"}
 
 
@@ -380,7 +382,8 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
 
 # --- engines side by side -------------------------------------------------------------------
 
-SIDE = ["pair", "host", "ngl", "ngld", *CONTEXT, "depth", "temperature", "n_predict"]  # what both engines' rows must share
+SIDE = ["pair", "host", "ngl", "ngld", "placement", *CONTEXT, "depth", "temperature", "n_predict"]  # both engines' rows
+# must share these
 
 
 def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
@@ -489,6 +492,8 @@ def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
             if c == "engine":
                 v = "llama-server"
             fixed.append(f"T={v:g}" if c == "temperature" else f"n={v}" if c == "n_predict" else str(v))
+    if "placement" in summary.columns and "placement" not in varying and summary["placement"].iloc[0]:
+        fixed.append(summary["placement"].iloc[0])  # the flags every row was placed with
     if "depth" in summary.columns and "depth" not in varying and summary["depth"].iloc[0]:
         fixed.append(f"@ d{summary['depth'].iloc[0]}")  # llama-bench's spelling of a depth
     for c, default in CONTEXT_DEFAULTS.items():  # a context setting every row shares, where it is not llama.cpp's default
@@ -609,6 +614,8 @@ def render_results(summary: pd.DataFrame | None, evals: list[EvalRecord], fmt: s
 
 
 def render(summary: pd.DataFrame, fmt: str) -> str:
+    if "placement" in summary.columns and not summary["placement"].astype(bool).any():
+        summary = summary.drop(columns="placement")  # a column only where a placement was asked for
     if fmt == "md":
         return to_markdown(summary)
     if fmt == "csv":
