@@ -85,22 +85,25 @@ class Placing:
 
 def parse_label(label: str | None, draft: bool = False) -> Placing:
     """A stored label back into a Placing (the inverse of `label`)."""
-    if not label:
-        return Placing()
-    names = {v: k for k, v in (DRAFT_FLAGS if draft else TARGET_FLAGS).items()}
-    words, kw = label.split(" "), {}
+    return split_label(label)[1 if draft else 0]
+
+
+def split_label(label: str | None) -> tuple[Placing, Placing]:
+    """Both models' flags ('-ncmoe 2 -devd none', RunConfig.placement_label) back into (target, draft) Placings."""
+    names = {**{v: (0, k) for k, v in TARGET_FLAGS.items()}, **{v: (1, k) for k, v in DRAFT_FLAGS.items()}}
+    words, kw = (label or "").split(), ({}, {})
     i = 0
     while i < len(words):
-        field = names.get(words[i])
+        role, field = names.get(words[i], (None, None))
         if field == "cpu_moe":
-            kw["n_cpu_moe"], i = ALL_LAYERS, i + 1
+            kw[role]["n_cpu_moe"], i = ALL_LAYERS, i + 1
             continue
         if field is None or i + 1 >= len(words):
             raise ConfigError(f"cannot read the placement '{label}'")
         value = words[i + 1]
-        kw[field] = int(value) if field == "n_cpu_moe" else overrides(value) if field == "overrides" else devices(value)
+        kw[role][field] = int(value) if field == "n_cpu_moe" else overrides(value) if field == "overrides" else devices(value)
         i += 2
-    return Placing(**kw)
+    return Placing(**kw[0]), Placing(**kw[1])
 
 
 # --- option text -> values (lists of alternatives are swept like -ngl) ---

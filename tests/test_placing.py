@@ -4,8 +4,8 @@ sweep axes and their records, on a tiny mixture-of-experts pair loaded by the re
 from __future__ import annotations
 
 import pytest
-
 from cli_helpers import assert_user_error, invoke, pair_args, stored
+
 from gguf_bench.engines.llama_cpp import Model, check_placement
 from gguf_bench.errors import ConfigError
 from gguf_bench.models.tiny import TinySpec, make_pair

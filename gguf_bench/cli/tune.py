@@ -17,11 +17,17 @@ from gguf_bench import options
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import (
     CtxOpt,
+    DeviceDraftOpt,
+    DeviceOpt,
     DraftOpt,
+    NCpuMoeDraftOpt,
+    NCpuMoeOpt,
     NgldsOpt,
     NglsOpt,
     NgramMaxOpt,
     NgramMinOpt,
+    OverrideDraftOpt,
+    OverrideOpt,
     PairArg,
     PerCategoryOpt,
     PromptsFileOpt,
@@ -37,6 +43,7 @@ from gguf_bench.measure.tune import TuneEvents, TuneJob, twin_job
 from gguf_bench.measure.tune import tune as run_tune
 from gguf_bench.models.pairs import PairFiles, header_sources
 from gguf_bench.models.twin import twin_folder
+from gguf_bench.placing import placing_axes
 from gguf_bench.results.costmodel import recommend
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
@@ -85,8 +92,12 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                          "pair, else predicted at --acceptance")] = False,
          acceptance: Annotated[str, typer.Option("--acceptance", help="with --twin: acceptance rates to predict "
                                "tokens/s at, each in (0, 1]")] = "0.5,0.7,0.9",
+         n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None, device: DeviceOpt = None,
+         n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
+         device_draft: DeviceDraftOpt = None,
          registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
-    """Predict tokens/s for every draft length and offload setting from a short calibration, and
+    """Predict tokens/s for every draft length and offload setting (and placement: -ncmoe, -ot, -dev and the draft's,
+    each calibrated where it places the weights) from a short calibration, and
     recommend the fastest, without a full sweep (greedy)."""
     use_results_dir(results_dir_opt)
     chosen = workloads.choose(prompt_ids, prompts_file, per_category, registry=registry)
@@ -98,17 +109,19 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     if plot:
         check_plot()
     alphas = options.acceptances(acceptance)
+    axes = placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft, device_draft)
+    placed = {"placings": tuple(axes["placings"]), "placings_draft": tuple(axes["placings_draft"])}
     name = options.results_name(name or default_name("tune"))
     out = ensure_results_dir() / f"{name}.jsonl"
     with twin_folder("tune-twins-") as folder:  # twins live while tune runs
         if twin:
             *sources, pair_name = header_sources(pair, target, draft, registry)
             job = TuneJob(PairFiles(Path(sources[0]), Path(sources[1]), pair_name), chosen, k_list, n_predict, ctx_size,
-                          threads, name, out, reps, depth)
+                          threads, name, out, reps, depth, **placed)
             job = twin_job(job, tuple(sources), Path(folder), registry)
         else:
             job = TuneJob(pair_files(pair, target, draft, registry), chosen, k_list, n_predict, ctx_size, threads, name,
-                          out, reps, depth)
+                          out, reps, depth, **placed)
         with QuietStatus(f"calibrating {job.files.name} ...") as status:
             events = TuneEvents(step=status.update, warn=lambda line: err.print(f"Warning: {line}", markup=False),
                                 note=lambda line: err.print(f"Note: {line}", markup=False))
@@ -133,7 +146,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
             console.print(fit_title(table, console.width))
             console.print(components_line(cal), markup=False)
             if cal.fit is not None and abs(cal.fit - 1) > 0.1:
-                err.print(f"Warning: -ngl {cal.ngl} -ngld {cal.ngld}: the calibration's own K={max(cal.ks)} runs took "
+                err.print(f"Warning: {cal.setting}: the calibration's own K={max(cal.ks)} runs took "
                           f"{1 / cal.fit:.2f}x what its decode timings predict: the machine's speed changed while "
                           "calibrating (other work running?); tune again when it is idle", markup=False)
         if tuned.job.real_pair:
@@ -218,7 +231,7 @@ def prediction_table(cal, strategies: list, top_cal, top, width: int = 80) -> Gr
     legend = (["a_K: acceptance of draft position K once reached"]
               + (["K·c: a round's draft cost in target decodes"] if "K·c" in columns else [])
               + (["verify ×: t_verify(K+1)/t_verify(1)"] if "verify ×" in columns else []) + _strategies_caption(strategies))
-    table = Table(title=f"tune {cal.pair}, -ngl {cal.ngl} -ngld {cal.ngld}: predicted tokens/s (greedy, n={cal.n_predict}, "
+    table = Table(title=f"tune {cal.pair}, {cal.setting}: predicted tokens/s (greedy, n={cal.n_predict}, "
                         f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone {speed_text(base)})",
                   **spaced_layout(columns, width))
     for col in columns:
@@ -272,7 +285,7 @@ def _deploy(files, strategies: list, rec, cost_top, ctx_size: int, threads: int 
     strategy = next((s for s in strategies if top is not None and s.label(top.k) == top.strategy), None)
     if top is not None and (strategy is None or strategy.k_schedule != "fixed"):
         return None, f"llama-server drafts a fixed K and cannot run {top.strategy}"
-    line = deploy.setting_line(files, strategy, top.k if top else 0, cal.ngl, cal.ngld, ctx_size, threads)
+    line = deploy.setting_line(files, strategy, top.k if top else 0, cal, ctx_size, threads)
     return line, "predicted, not measured: check it with `gguf-bench sweep --engine server`"
 
 

@@ -175,7 +175,8 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
         config=CalibrationConfig(ngl=layers_label(load.ngl), ngld=layers_label(load.ngld), n_ctx=load.n_ctx,
                                  threads=load.threads, seed=load.seed, temperature=0.0, prompts=[p.id for p in prompts],
                                  n_predict=n_predict, ks=list(ks), k_max=k_max, reps=decodes["samples"],
-                                 position=decodes["position"], depth=depth),
+                                 position=decodes["position"], depth=depth,
+                                 placement=load.placement_label or None),
         timings=CalibrationTimings(
             t_draft_s=timings.t_draft, t_draft2_s=timings.t_draft2, t_verify_s=list(timings.t_verify),
             round_overhead_s=timings.round_overhead, round_overhead_raw_s=round_overhead,

@@ -22,7 +22,8 @@ from gguf_bench.engines.server_build import MARKER, find_server, library_env
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server_engine import speculation
-from gguf_bench.placing import parse_label
+from gguf_bench.placing import parse_label, split_label
+from gguf_bench.results.costmodel import Calibration
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
 from gguf_bench.results.report import SETTING, matching, row_label
 
@@ -112,7 +113,7 @@ def _launch(record: RunRecord) -> Launch:
                   placing_draft=tuple(parse_label(cfg.placement_draft, draft=True).flags(draft=True)))
 
 
-def setting_line(files: PairFiles, strategy: Strategy | None, k: int, ngl: str, ngld: str, n_ctx: int,
+def setting_line(files: PairFiles, strategy: Strategy | None, k: int, cal: Calibration, n_ctx: int,
                  threads: int | None) -> str:
     """The llama-server line for a setting that `tune` predicted (not measured): the server this machine would run
     (else plain `llama-server`), 'all' layers as the model's count."""
@@ -122,7 +123,9 @@ def setting_line(files: PairFiles, strategy: Strategy | None, k: int, ngl: str, 
         binary = Path("llama-server")
     mode = Mode.SPECULATIVE if strategy is not None else Mode.TARGET
     spec = speculation(mode, strategy, k)
-    launch = Launch(binary, files.target, files.draft if spec.needs_draft_file else None, spec, str(ngl), str(ngld),
-                    n_ctx, threads or os.cpu_count() or 1)
+    placing, placing_draft = split_label(cal.placement)
+    launch = Launch(binary, files.target, files.draft if spec.needs_draft_file else None, spec, str(cal.ngl),
+                    str(cal.ngld), n_ctx, threads or os.cpu_count() or 1, placing=tuple(placing.flags()),
+                    placing_draft=tuple(placing_draft.flags(draft=True)))
     layers = (read_info(files.target).n_layers + 1, read_info(files.draft).n_layers + 1 if files.draft else None)
     return _shell(deploy_argv(launch.argv(), *layers))

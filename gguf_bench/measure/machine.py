@@ -4,6 +4,7 @@ device budget each offload setting is planned against (models/memory.py predicts
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from gguf_bench.engines.llama_cpp import check_placement, gpu_devices
@@ -12,6 +13,7 @@ from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Grid
 from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import Shape, fits
+from gguf_bench.placing import Placing
 
 
 def device_budget(grid: Grid) -> int | None:
@@ -57,10 +59,10 @@ def available_memory() -> int | None:
         return None
 
 
-def check_placements(files: PairFiles, grid: Grid) -> list[str]:
-    """Each placement of the grid checked against its model before anything loads (ConfigError: one line for what
-    llama.cpp would refuse); notes for what does nothing (-ncmoe on a dense model), so a sweep over several pairs goes on."""
-    notes = [check_placement(files.target, p) for p in grid.placings]
+def check_placements(files: PairFiles, placings: Sequence[Placing], placings_draft: Sequence[Placing]) -> list[str]:
+    """Each placement checked against its model before anything loads (ConfigError: one line for what llama.cpp would
+    refuse); notes for what does nothing (-ncmoe on a dense model), so a sweep over several pairs goes on."""
+    notes = [check_placement(files.target, p) for p in placings]
     if files.draft is not None:
-        notes += [check_placement(files.draft, p, "--n-cpu-moe-draft") for p in grid.placings_draft]
+        notes += [check_placement(files.draft, p, "--n-cpu-moe-draft") for p in placings_draft]
     return list(dict.fromkeys(n for n in notes if n))

@@ -45,7 +45,7 @@ class LoadConfig:
         given = [f"{flag} {v}" for flag, v in (("-fa", self.flash_attn), ("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v),
                                                ("-b", self.batch_size), ("-ub", self.ubatch_size), ("-td", self.threads_draft))
                  if v is not None]
-        placed = [p for p in (self.placing.label(), self.placing_draft.label(draft=True)) if p]
+        placed = [self.placement_label] if self.placement_label else []
         return " ".join([f"-ngl {layers_label(self.ngl)} -ngld {layers_label(self.ngld)}", *placed, *given])
 
     @property
@@ -56,6 +56,11 @@ class LoadConfig:
     def n_ubatch(self) -> int:
         """What llama.cpp computes at once: -ub, never more than -b."""
         return min(self.ubatch_size or CONTEXT_DEFAULTS["ubatch_size"], self.n_batch)
+
+    @property
+    def placement_label(self) -> str:
+        """Both models' placement flags ('-ncmoe 2 -devd none'), '' for llama.cpp's default placement."""
+        return " ".join(p for p in (self.placing.label(), self.placing_draft.label(draft=True)) if p)
 
     @property
     def default_placement(self) -> bool:

@@ -55,7 +55,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
     if note:
         events.note(note)
     machine.check_memory(files, grid)
-    for line in machine.check_placements(files, grid):
+    for line in machine.check_placements(files, grid.placings, grid.placings_draft):
         events.note(line)
     static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
     plan = expand(files, grid, static, skip)

@@ -15,12 +15,14 @@ from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engines.llama_cpp import gpu_offload_supported, read_info
 from gguf_bench.errors import BenchError, ConfigError, ModelError
 from gguf_bench.measure.calibrate import CalibrationEvents, calibrate
+from gguf_bench.measure.machine import check_placements
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
 from gguf_bench.measure.plan import Grid, measured
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.twin import twin_pair
+from gguf_bench.placing import Placing, split_label
 from gguf_bench.results.costmodel import (
     DEFAULT_REPS,
     Calibration,
@@ -60,12 +62,15 @@ class TuneJob:
     reps: int = DEFAULT_REPS
     depth: int = 0
     real_pair: str | None = None  # the files are twins of this pair's (models/twin.py): timings only
+    placings: tuple[Placing, ...] = (Placing(),)  # the target's placements beyond -ngl to calibrate (placing.py)
+    placings_draft: tuple[Placing, ...] = (Placing(),)
 
     def grid(self, cal: Calibration, ks: list[int], **kw) -> Grid:
         """A sweep grid of one calibrated setting, greedy, without the draft alone (what --check measures)."""
+        placing, placing_draft = split_label(cal.placement)
         return Grid(ks=ks, ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
                     prompts=list(self.prompts), n_predict=self.n_predict, n_ctx=self.ctx_size, threads=self.threads,
-                    with_draft_alone=False, depths=[cal.depth], **kw)
+                    with_draft_alone=False, depths=[cal.depth], placings=[placing], placings_draft=[placing_draft], **kw)
 
 
 @dataclass
@@ -163,15 +168,18 @@ def calibrate_settings(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int],
                                             read_info(files.target).n_layers, read_info(files.draft).n_layers)
     for w in warnings:
         events.warn(w)
+    for note in check_placements(files, job.placings, job.placings_draft):
+        events.note(note)
     calibrations, failures = [], []
-    for ngl, ngld in settings:
-        load = LoadConfig(ngl, ngld, job.ctx_size, job.threads)
+    loads = [LoadConfig(ngl, ngld, job.ctx_size, job.threads, placing=pt, placing_draft=pd)
+             for ngl, ngld in settings for pt in job.placings for pd in job.placings_draft]
+    for load in loads:
         steps = CalibrationEvents(step=lambda what, at=f"{files.name} {load.label}": events.step(f"calibrating {at}: {what}"))
         try:
             record = replace(calibrate(files, load, job.prompts, job.n_predict, job.ks, job.reps, steps, job.depth),
                              tune=job.name)
         except (ModelError, MemoryError) as exc:
-            if len(settings) == 1:
+            if len(loads) == 1:
                 raise
             failures.append(f"{load.label}: {exc}")
             events.warn(f"{load.label} could not be calibrated, skipped: {exc}")

@@ -333,6 +333,12 @@ class Calibration:
     depth: int = 0  # tokens of context before each prompt when it was measured
     twin: bool = False  # measured on twins (models/twin.py): its timings are the model's, its texts and a are not
     acceptance_from: str = ""  # where texts and a come from when not from this record (with_acceptance_of)
+    placement: str = ""  # both models' placement flags beyond -ngl/-ngld ('-ncmoe 2'); '' for the default
+
+    @property
+    def setting(self) -> str:
+        """'-ngl 0 -ngld all', then the placement: the setting a table or a recommendation names."""
+        return " ".join(w for w in (f"-ngl {self.ngl} -ngld {self.ngld}", self.placement) if w)
 
     @classmethod
     def from_record(cls, rec: CalibrationRecord) -> Calibration:
@@ -345,7 +351,8 @@ class Calibration:
         fit = loop.predicted_decode_s / loop.decode_s if loop.decode_s and loop.predicted_decode_s else None
         twin = any(m is not None and m.twin for m in (rec.models.target, rec.models.draft))
         return cls(pair=rec.pair, ngl=str(cfg.ngl), ngld=str(cfg.ngld), n_predict=cfg.n_predict,
-                   ks=tuple(cfg.ks), timings=timings, texts=texts, a=tuple(acc.a), fit=fit, depth=cfg.depth, twin=twin)
+                   ks=tuple(cfg.ks), timings=timings, texts=texts, a=tuple(acc.a), fit=fit, depth=cfg.depth, twin=twin,
+                   placement=cfg.placement or "")
 
     def with_acceptance_of(self, real: Calibration, source: str) -> Calibration:
         """These timings with the texts and acceptance of another calibration (the real pair's, measured by tune on

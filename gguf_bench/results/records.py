@@ -476,6 +476,7 @@ class CalibrationConfig:
     reps: int = 0  # decode timing samples per batch size
     position: int = 0  # context position the decode timings were taken at (after the depth's filler)
     depth: int = 0  # tokens of filler before every prompt (measure/depth.py)
+    placement: str | None = None  # both models' placement flags beyond -ngl (RunConfig.placement_label); None: default
 
 
 @dataclass

@@ -61,7 +61,7 @@ def cost_outlook_lines(outlooks: Sequence[CostOutlook]) -> list[str]:
     lines = []
     for o in outlooks:
         f = o.best_fixed
-        fixed = f"best fixed K: {f.strategy} -ngl {o.best_fixed_cal.ngl} -ngld {o.best_fixed_cal.ngld} ({f.tokens_per_s:.2f})"
+        fixed = f"best fixed K: {f.strategy} {o.best_fixed_cal.setting} ({f.tokens_per_s:.2f})"
         if o.prediction is not None:
             p = o.prediction
             lines.append(f"--k-schedule cost ({p.strategy}, K its cap, -ngl {o.cal.ngl}): predicted {p.tokens_per_s:.2f} "
@@ -102,19 +102,21 @@ def predicted_frame(records: Sequence[CalibrationRecord]):
         cal = Calibration.from_record(rec)
         if cal.twin:  # a twin's texts are chance: it predicts no run
             continue
-        latest[(cal.pair, cal.ngl, cal.ngld, cal.n_predict, cal.depth)] = cal
+        latest[(cal.pair, cal.ngl, cal.ngld, cal.placement, cal.n_predict, cal.depth)] = cal
     rows = []
     for cal in latest.values():
         preds = cal.predictions()
         top = max(p.tokens_per_s for p in preds)
         prompts = ",".join(t.prompt_id for t in cal.texts)
-        rows += [{"pair": cal.pair, "host": "local", "ngl": cal.ngl, "ngld": cal.ngld, "temperature": 0.0, "n_predict": cal.n_predict,
+        rows += [{"pair": cal.pair, "host": "local", "ngl": cal.ngl, "ngld": cal.ngld, "placement": cal.placement,
+                  "temperature": 0.0, "n_predict": cal.n_predict,
                   "depth": cal.depth,
                   "k": p.k, "predicted_tokens_per_s": p.tokens_per_s, "predicted_gain_pct": p.gain_pct,
                   "predicted_baseline_tokens_per_s": p.baseline_tokens_per_s, "predicted_best": p.tokens_per_s == top,
                   "prompts": prompts}
                  for p in preds]
-    columns = ["pair", "host", "ngl", "ngld", "temperature", "n_predict", "depth", "k", "predicted_tokens_per_s", "predicted_gain_pct",
+    columns = ["pair", "host", "ngl", "ngld", "placement", "temperature", "n_predict", "depth", "k", "predicted_tokens_per_s",
+               "predicted_gain_pct",
                "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -188,12 +190,12 @@ def recommendation_line(rec: Recommendation, top_cal: Calibration, top, cost_top
                 f"tokens/s, {cost_top.gain_over_fixed_pct:+.1f}% over the best fixed K, {p.gain_pct:+.1f}% over "
                 f"the target alone ({p.baseline_tokens_per_s:.2f})")
     if rec.speculative:
-        return (f"recommended: -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}: predicted "
+        return (f"recommended: -K {top.k} {top_cal.setting}{how}: predicted "
                 f"{top.tokens_per_s:.2f} tokens/s, {top.gain_pct:+.1f}% over the target alone "
                 f"({top.baseline_tokens_per_s:.2f})")
     return (f"recommended: run the target alone (-ngl {rec.cal.ngl}, predicted "
             f"{rec.baseline_tokens_per_s:.2f} tokens/s): no draft length is predicted to beat it; the "
-            f"fastest, -K {top.k} -ngl {top_cal.ngl} -ngld {top_cal.ngld}{how}, is predicted at "
+            f"fastest, -K {top.k} {top_cal.setting}{how}, is predicted at "
             f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%)")
 
 
@@ -216,7 +218,7 @@ def acceptance_table(cal: Calibration, alphas: Sequence[float], width: int = 80)
     for a in alphas:
         columns[f"a={a:g}"] = [f"{speed_text(r['at'][f'{a:g}'])} ({100 * (r['at'][f'{a:g}'] / r['baseline_tokens_per_s'] - 1):+.0f}%)"
                                for r in rows]
-    table = Table(title=f"tune {cal.pair}, -ngl {cal.ngl} -ngld {cal.ngld}: tokens/s at the acceptance rates named "
+    table = Table(title=f"tune {cal.pair}, {cal.setting}: tokens/s at the acceptance rates named "
                         f"(twins' timings; target alone {speed_text(1.0 / cal.timings.t_target)})",
                   **spaced_layout(columns, width))
     for col in columns:
