@@ -126,3 +126,20 @@ def test_bad_placement_on_the_command_line_is_one_error_line(moe_pair):
     assert_user_error(invoke("run", *pair_args(moe_pair), "-n", "4", "-ot", "nothing_here=CPU"), "matches no tensor")
     assert_user_error(invoke("run", *pair_args(moe_pair), "-n", "4", "-devd", "Nowhere0"), "no device 'Nowhere0'")
     assert_user_error(invoke("run", *pair_args(moe_pair), "-n", "4", "-ncmoe", "0,2"), "one value each")
+
+
+def test_the_server_engine_gets_the_same_flags_and_the_deploy_line_carries_them(moe_pair, server_bin, tmp_path):
+    """llama-server gets the placement flags (-ncmoe, -ncmoed) and runs; the stored command (what deploy prints) carries
+    them. (llama-server logs each override only at -lv 5, which also logs every token: its records keep the buffer sizes
+    per device, which -lv 4 gives, and the per-layer list comes from the Python engine.)"""
+    result = invoke("run", *pair_args(moe_pair), "-K", "2", "-n", "8", "-t", "2", "--prompt-ids", "code-short",
+                    "-ncmoe", "2", "-ncmoed", "1", "--engine", "both", "--server-bin", str(server_bin), "--name", "both")
+    assert result.exit_code == 0, result.output
+    records = [r for r in stored(tmp_path / "results" / "both.jsonl") if r["mode"] == "speculative"]
+    assert len(records) == 2 and all(r["error"] is None for r in records)
+    assert all(r["config"]["placement"] == "-ncmoe 2" and r["config"]["placement_draft"] == "-ncmoed 1" for r in records)
+    python = next(r for r in records if r["config"].get("engine") is None)
+    assert python["offload"]["target_placement"]["expert_layers"] == {"CPU": [0, 1]}
+    command = next(r for r in records if r["config"].get("engine") == "server")["server"]["command"]
+    assert command[command.index("-ncmoe") + 1] == "2" and command[command.index("-ncmoed") + 1] == "1"
+    assert command.index("-ncmoed") < command.index("--spec-type")  # with the draft's flags
