@@ -159,6 +159,12 @@ def guard_layer_settings(src: Path) -> bool:
     return True
 
 
+def cmake_args(backend: str) -> str:
+    """The backend's flag, then the caller's own CMAKE_ARGS (-DCMAKE_CUDA_ARCHITECTURES=90, say: without it ggml-cuda
+    compiles for a list of architectures, several times longer), which come later and so win on CMake's command line."""
+    return " ".join(filter(None, (CMAKE_ARGS[backend], os.environ.get("CMAKE_ARGS", "").strip())))
+
+
 def build_wheel(backend: str, version: str, log: Path, jobs: int | None = None) -> Path:
     """Compile llama-cpp-python `version` with `backend` into a wheel in the cache; the cached one if present."""
     if (wheel := cached_wheel(backend, version)) is not None:
@@ -169,7 +175,7 @@ def build_wheel(backend: str, version: str, log: Path, jobs: int | None = None) 
         guard_layer_settings(src)
     out = wheel_dir(backend, version)
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "CMAKE_ARGS": CMAKE_ARGS[backend], "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs or os.cpu_count() or 1)}
+    env = {**os.environ, "CMAKE_ARGS": cmake_args(backend), "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs or os.cpu_count() or 1)}
     _pip("wheel", "--no-deps", "--no-cache-dir", "-w", str(out), str(src), log=log, env=env)
     wheel = cached_wheel(backend, version)
     if wheel is None:

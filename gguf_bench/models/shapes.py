@@ -1,0 +1,132 @@
+"""Header-only GGUF files of a given architecture shape (no tensor data), for twins at real shapes.
+
+A twin (models/twin.py) is written from a header alone; where no real model's header is at hand (no network, as on
+a lent GPU machine), `write_header` synthesises one with gguf.GGUFWriter: the architecture's hyperparameters and
+every tensor's name, shape and ggml type, laid out as a real file of that shape is, then the tensor infos end the
+file. `gguf-bench twin HEADER -o TWIN` (or `write_twin(file_prefix(HEADER), ...)`) fills in the data.
+
+The shapes are the published configurations (layers, width, FFN width, heads, KV heads, vocabulary, tied
+embeddings, QKV biases) of Llama-3-8B, Llama-3.2-1B, Qwen2.5-7B and Qwen2.5-0.5B, and tiny ones of the same layout for
+quick checks. What is not the real model's: the tokenizer (byte-level BPE from models/tiny.py, padded with
+`<extra_N>` tokens to the vocabulary size; a decode step's cost depends on the vocabulary's size, not its strings),
+Qwen2.5-7B's vocabulary (151936 as the 0.5B's, where its file pads to 152064: the pair check then needs no
+tolerance), and the quantization mix: targets in a Q4_K_M-like mix (Q4_K, with attn_v, ffn_down and output in
+Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the ffn_down/attn_v layers), drafts in Q8_0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gguf_bench.models.memory import tensor_bytes
+from gguf_bench.models.tiny import MERGES, vocabulary
+
+
+@dataclass(frozen=True)
+class ArchShape:
+    arch: str  # "llama" | "qwen2"
+    n_layers: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    n_vocab: int
+    tied: bool  # no output.weight: the token embedding is the output matrix
+    qkv_bias: bool
+    weights: str  # ggml type of the matrices
+    strong: str  # ggml type of attn_v, ffn_down and output (a Q4_K_M-like mix)
+    rope_base: float = 10000.0
+    n_ctx: int = 8192
+    description: str = ""
+
+
+SHAPES = {
+    "llama3-8b": ArchShape("llama", 32, 4096, 14336, 32, 8, 128256, False, False, "Q4_K", "Q6_K", 500000.0, 8192,
+                           "Llama-3-8B-shaped target, Q4_K_M-like"),
+    "llama3.2-1b": ArchShape("llama", 16, 2048, 8192, 32, 8, 128256, True, False, "Q8_0", "Q8_0", 500000.0, 8192,
+                             "Llama-3.2-1B-shaped draft, Q8_0"),
+    "qwen2.5-7b": ArchShape("qwen2", 28, 3584, 18944, 28, 4, 151936, False, True, "Q4_K", "Q6_K", 1000000.0, 32768,
+                            "Qwen2.5-7B-shaped target, Q4_K_M-like"),
+    "qwen2.5-0.5b": ArchShape("qwen2", 24, 896, 4864, 14, 2, 151936, True, True, "Q8_0", "Q8_0", 1000000.0, 32768,
+                              "Qwen2.5-0.5B-shaped draft, Q8_0"),
+    # the smallest shapes of the same layouts (scripts/gpu_proof.sh dry-run)
+    "tiny-llama": ArchShape("llama", 2, 256, 512, 4, 2, 2048, False, False, "Q4_K", "Q6_K", 500000.0, 4096,
+                            "tiny llama-layout target"),
+    "tiny-llama-draft": ArchShape("llama", 1, 256, 512, 4, 2, 2048, True, False, "Q8_0", "Q8_0", 500000.0, 4096,
+                                  "tiny llama-layout draft"),
+    "tiny-qwen2": ArchShape("qwen2", 2, 256, 512, 4, 2, 2048, False, True, "Q4_K", "Q6_K", 1000000.0, 4096,
+                            "tiny qwen2-layout target"),
+    "tiny-qwen2-draft": ArchShape("qwen2", 1, 256, 512, 4, 2, 2048, True, True, "Q8_0", "Q8_0", 1000000.0, 4096,
+                                  "tiny qwen2-layout draft"),
+}
+
+
+def tensors(shape: ArchShape) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, GGUF-order shape (ne0 first), ggml type) of every tensor, in a converter's order."""
+    d, ff, head_dim = shape.n_embd, shape.n_ff, shape.n_embd // shape.n_head
+    kv = shape.n_head_kv * head_dim
+    out = [("token_embd.weight", (d, shape.n_vocab), shape.weights)]
+    for i in range(shape.n_layers):
+        p = f"blk.{i}."
+        out.append((p + "attn_norm.weight", (d,), "F32"))
+        for name, rows in (("attn_q", d), ("attn_k", kv), ("attn_v", kv)):
+            out.append((p + name + ".weight", (d, rows), shape.strong if name == "attn_v" else shape.weights))
+            if shape.qkv_bias:
+                out.append((p + name + ".bias", (rows,), "F32"))
+        out += [(p + "attn_output.weight", (d, d), shape.weights), (p + "ffn_norm.weight", (d,), "F32"),
+                (p + "ffn_gate.weight", (d, ff), shape.weights), (p + "ffn_up.weight", (d, ff), shape.weights),
+                (p + "ffn_down.weight", (ff, d), shape.strong)]
+    out.append(("output_norm.weight", (d,), "F32"))
+    if not shape.tied:
+        out.append(("output.weight", (d, shape.n_vocab), shape.strong))
+    return out
+
+
+def write_header(path: Path, name: str, shape: ArchShape | None = None) -> Path:
+    """A header-only GGUF (metadata and tensor infos, no data) of SHAPES[name] (or `shape`) at `path`."""
+    import gguf
+
+    shape = shape or SHAPES[name]
+    tokens, types, bos, eos = vocabulary(shape.n_vocab - len(vocabulary()[0]))
+    assert len(tokens) == shape.n_vocab, (len(tokens), shape.n_vocab)
+    writer = gguf.GGUFWriter(str(path), shape.arch)
+    writer.add_name(name)
+    writer.add_description(f"{shape.description or name}: synthesised header (gguf_bench.models.shapes), no data")
+    writer.add_context_length(shape.n_ctx)
+    writer.add_embedding_length(shape.n_embd)
+    writer.add_block_count(shape.n_layers)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head_kv)
+    writer.add_rope_dimension_count(shape.n_embd // shape.n_head)
+    writer.add_rope_freq_base(shape.rope_base)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_vocab_size(shape.n_vocab)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M if shape.weights == "Q4_K" else gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(MERGES)
+    writer.add_bos_token_id(bos)
+    writer.add_eos_token_id(eos)
+    writer.add_add_bos_token(True)
+    for tname, dims, type_name in tensors(shape):
+        qtype = gguf.GGMLQuantizationType[type_name]
+        block = gguf.GGML_QUANT_SIZES[qtype][0]
+        if dims[0] % block:
+            raise ValueError(f"{name}: {tname} rows of {dims[0]} are not whole {type_name} blocks of {block}")
+        writer.add_tensor_info(tname, tuple(reversed(dims)), np.dtype(np.float32), tensor_bytes(type_name, dims), qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    return Path(path)
+
+
+def parameters(shape: ArchShape) -> int:
+    return sum(math.prod(dims) for _, dims, _ in tensors(shape))

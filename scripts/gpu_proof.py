@@ -1,0 +1,194 @@
+#!/usr/bin/env python
+"""The Python half of scripts/gpu_proof.sh (which says what the kit is): each subcommand one small step.
+
+    python scripts/gpu_proof.py sdist OUT.tar.gz        # the installed llama-cpp-python's sdist, pruned, packed
+    python scripts/gpu_proof.py missing                 # NAME==VERSION of each dependency the device image lacks
+    python scripts/gpu_proof.py headers DIR [--tiny]    # synthesised headers at real shapes (+ cached real models')
+    python scripts/gpu_proof.py arch                    # CMAKE_CUDA_ARCHITECTURES of the first GPU (nvidia-smi)
+    python scripts/gpu_proof.py check DIR               # every table the run wrote exists and holds numbers
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+# What the sdist's CUDA build of the library and of llama-server do not read (paths under the sdist's root): model
+# and vocabulary files, docs, tests, examples, other ggml backends, the web UI's sources (the server is built with
+# LLAMA_BUILD_UI=OFF and no prebuilt UI: engines/server_build.py).
+LLAMA = "vendor/llama.cpp/"
+PRUNE = [".git", "docs", "examples", "tests", "docker", LLAMA + "models", LLAMA + "docs", LLAMA + "media", LLAMA + "benches",
+         LLAMA + "tests", LLAMA + "examples", LLAMA + "pocs", LLAMA + "gguf-py", LLAMA + "conversion", LLAMA + ".github",
+         LLAMA + "ci", LLAMA + "tools/ui/src", LLAMA + "tools/ui/tests", LLAMA + "tools/ui/static",
+         LLAMA + "tools/ui/package-lock.json", LLAMA + "tools/server/public", LLAMA + "tools/server/tests"]
+PRUNE += [f"{LLAMA}ggml/src/ggml-{b}" for b in ("vulkan", "sycl", "metal", "opencl", "cann", "hexagon", "webgpu",
+                                                  "openvino", "et", "virtgpu", "musa", "hip", "zdnn", "zendnn")]
+
+MEDIA = (".mp4", ".png", ".jpg", ".jpeg", ".gif", ".wav", ".mp3", ".gguf")  # test inputs, pictures, vocabularies
+
+# The Python packages of the lent machines' image ('cuda'), as /work/.library/device/KINDS.md listed them on 2026-11-17
+# (names only; the image's versions serve): a dependency not in it travels as a wheel.
+IMAGE = set("""absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
+certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
+cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers
+flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx humanize hypothesis idna
+huggingface-hub imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
+lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe
+matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals
+networkx ninja numba numba-cuda numpy numpyro nvidia-ml-py onnx onnx-ir onnxruntime onnxscript opencv-python-headless
+optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy
+portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks
+pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil
+pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image scikit-learn scipy
+seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers statsmodels sympy
+tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch
+torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton typer
+typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp""".split())
+# The offline sdist build's own requirements (pip's isolated build environment takes them from the wheels folder).
+BUILD = ["scikit-build-core", "packaging", "pathspec"]
+ROOTS = ["gguf-bench", "llama-cpp-python"]  # gguf-bench itself travels as its own wheel
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements(dist: str) -> list[str]:
+    """The names dist needs at run time on the device's Python 3.12 (no extras), as this environment's metadata lists
+    them."""
+    from packaging.requirements import Requirement
+
+    out = []
+    for line in importlib.metadata.requires(dist) or []:
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate({"python_version": "3.12", "python_full_version": "3.12.3",
+                                                      "sys_platform": "linux", "platform_system": "Linux",
+                                                      "platform_machine": "x86_64", "extra": ""}):
+            out.append(norm(req.name))
+    return out
+
+
+def missing() -> list[str]:
+    """NAME==VERSION (this environment's version; NAME alone where it is not installed here) of every run-time
+    dependency, direct or not, outside the image, and of the sdist build's requirements."""
+    seen, todo = set(), list(ROOTS)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in IMAGE:
+            continue  # the image's own copy serves, with its own dependencies
+        todo += requirements(name)
+    need = sorted((seen - IMAGE - set(ROOTS)) | set(BUILD))
+    return [f"{n}=={v}" if (v := _version(n)) else n for n in need]
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:  # a build requirement not installed here: the newest serves
+        return None
+
+
+def sdist(out: Path) -> None:
+    from gguf_bench.engines.build import installed_version, sources
+
+    version = installed_version()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = sources(version, Path(tmp) / "sdist.log")
+    root = f"llama_cpp_python-{version}"
+    pruned = [src / p for p in PRUNE]
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        path = src.parent / info.name
+        if any(path == p or p in path.parents for p in pruned) or "/build/" in f"/{info.name}/" or \
+                (info.isfile() and info.name.lower().endswith(MEDIA)):
+            return None
+        return info
+
+    with tarfile.open(out, "w:gz", compresslevel=9) as tar:
+        tar.add(src, arcname=root, filter=keep)
+    print(f"{out}: {root} pruned of {len(PRUNE)} folders, {out.stat().st_size / 2**20:.1f} MiB")
+
+
+def headers(folder: Path, tiny: bool) -> None:
+    from gguf_bench.models.download import locate
+    from gguf_bench.models.headers import file_prefix
+    from gguf_bench.models.registry import load_registry
+    from gguf_bench.models.shapes import SHAPES, write_header
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in SHAPES:
+        if name.startswith("tiny-") == tiny:
+            write_header(folder / f"{name}.gguf", name)
+            print(f"{folder / name}.gguf: synthesised, {SHAPES[name].description}")
+    if tiny:
+        return
+    reg = load_registry()
+    for name in ("gemma-3-270m-q4_k_m", "qwen2.5-coder-1.5b-instruct-q4_k_m"):  # the real files that exist here
+        path = locate(reg.models[name], reg) if name in reg.models else None
+        if path is None:
+            print(f"{name}: not in the cache (gguf-bench download), its header not included")
+            continue
+        (folder / f"real-{name}.gguf").write_bytes(file_prefix(path))
+        print(f"{folder}/real-{name}.gguf: the header of {path.name}")
+
+
+def arch() -> None:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    print(out[0].replace(".", "") if out else "")
+
+
+STEP_TIME = re.compile(r"^\([\w-]+: \d+ s\)$", re.M)  # the line gpu_proof.sh adds: not a measurement
+
+
+def holds_numbers(text: str) -> bool:
+    return re.search(r"\d", STEP_TIME.sub("", text)) is not None
+
+
+def check(folder: Path) -> int:
+    """Every *.txt table the run wrote holds numbers; the list of them must not be empty."""
+    tables = sorted(folder.glob("*.txt"))
+    bad = [t.name for t in tables if t.name != "skipped.txt" and not holds_numbers(t.read_text(errors="replace"))]
+    for t in tables:
+        print(f"{t.name}: {t.stat().st_size} bytes")
+    if not tables or bad:
+        print(f"no numbers in: {', '.join(bad) or '(no tables)'}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("sdist").add_argument("out", type=Path)
+    sub.add_parser("missing")
+    h = sub.add_parser("headers")
+    h.add_argument("folder", type=Path)
+    h.add_argument("--tiny", action="store_true", help="the smallest shapes only (dry-run)")
+    sub.add_parser("arch")
+    sub.add_parser("check").add_argument("folder", type=Path)
+    args = ap.parse_args()
+    if args.cmd == "sdist":
+        sdist(args.out)
+    elif args.cmd == "missing":
+        print("\n".join(missing()))
+    elif args.cmd == "headers":
+        headers(args.folder, args.tiny)
+    elif args.cmd == "arch":
+        arch()
+    elif args.cmd == "check":
+        return check(args.folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

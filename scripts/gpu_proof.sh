@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# The GPU proof in one sitting (docs/gpu.md): build the CUDA backend on a lent GPU machine and measure real model
+# shapes there, with nothing downloaded there.
+#
+#   scripts/gpu_proof.sh prepare   # here: fill .gpukit/ (git-ignored, < 64 MiB) with what the lent machine needs
+#   scripts/gpu_proof.sh run       # there: the steps, each resumed where the last call stopped; exit 75 = call again
+#   scripts/gpu_proof.sh dry-run   # here: prepare, then every step on the CPU build at the smallest shapes
+#
+# The kit (.gpukit/): the installed llama-cpp-python's sdist, pruned (scripts/gpu_proof.py sdist); the wheels of the
+# dependencies the device image lacks, of the sdist's build requirements and of gguf-bench itself; synthesised headers
+# at real shapes (gguf_bench/models/shapes.py) and the headers of the real models cached here; device-call.txt.
+# State (.gpukit-state/, never carried) stays on the lent machine between calls while it is held: the venv, the cache
+# (the unpacked sdist, the CUDA wheel, llama-server), the twins, every table. Each call copies the tables to $OUT.
+# Environment: PYTHON (here: .venv/bin/python, else python3), GPU_PROOF_KIT, GPU_PROOF_STATE, GPU_PROOF_BUDGET (s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+KIT=${GPU_PROOF_KIT:-$ROOT/.gpukit}
+STATE=${GPU_PROOF_STATE:-$ROOT/.gpukit-state}
+PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo "$ROOT/.venv/bin/python" || echo python3 )}
+START=$(date +%s)
+BUDGET=${GPU_PROOF_BUDGET:-540}  # seconds one `run` may take (a device command is cut at 600)
+export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
+
+say() { echo "gpu-proof: $*"; }
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+again() { say "$1; call run again (exit 75)"; publish; exit 75; }
+
+prepare() {
+  local t0 size tree
+  t0=$(date +%s)
+  rm -rf "$KIT" && mkdir -p "$KIT/wheels" "$KIT/h/headers" "$KIT/h/headers-tiny"
+  "$PY" scripts/gpu_proof.py sdist "$KIT/llama_cpp_python-sdist.tar.gz"
+  "$PY" scripts/gpu_proof.py missing > "$KIT/missing.txt"
+  say "wheels for the device (cp312, manylinux): $(tr '\n' ' ' < "$KIT/missing.txt")"
+  # shellcheck disable=SC2046
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$KIT/wheels" $(cat "$KIT/missing.txt")
+  "$PY" -m pip wheel -q --no-deps -w "$KIT/wheels" "$ROOT"  # the project itself
+  "$PY" scripts/gpu_proof.py headers "$KIT/h/headers"
+  "$PY" scripts/gpu_proof.py headers "$KIT/h/headers-tiny" --tiny
+  tar czf "$KIT/headers.tar.gz" -C "$KIT/h" headers headers-tiny && rm -rf "$KIT/h"
+  device_call > "$KIT/device-call.txt"
+  size=$(du -sb "$KIT" | cut -f1)
+  tree=$(git ls-files -co --exclude-standard -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+  say "prepared $KIT in $(( $(date +%s) - t0 )) s: $(( size / 1024 )) KiB ($(( size / 1048576 )) MiB); with the working tree" \
+      "($(( tree / 1024 )) KiB) $(( (size + tree) / 1048576 )) MiB travel per call (limit 64 MiB)"
+  [ $(( size + tree )) -lt $(( 64 * 1048576 )) ] || { say "over 64 MiB"; exit 1; }
+}
+
+device_call() {
+  cat <<'EOF'
+run(kind="nvidia-h100-x1", timeout_s=600, carry=[".gpukit"],
+    command="bash scripts/gpu_proof.sh run 2>&1")
+# repeat the same call at once (the machine stays warm 30 s) while it exits 75; the tables come back in $OUT:
+# gpu-proof-summary.txt (every table) and gpu-proof.tar.gz (tables and logs)
+EOF
+}
+
+# --- the steps (each skipped once done; state in $STATE) --------------------------------------------------------------
+
+setup() {
+  mkdir -p "$STATE/tables" "$STATE/logs" "$STATE/cache/sdist"
+  export GGUF_BENCH_CACHE=$STATE/cache GGUF_BENCH_RESULTS=$STATE/results HF_HUB_OFFLINE=1
+  if [ -n "${DRY:-}" ]; then
+    PYV=$PY
+  else
+    export PIP_NO_INDEX=1 PIP_FIND_LINKS=$KIT/wheels  # the sdist build's isolated environment: from the wheels
+    PYV=$STATE/venv/bin/python
+  fi
+  [ -f "$STATE/setup.done" ] && return
+  tar xzf "$KIT/llama_cpp_python-sdist.tar.gz" -C "$STATE/cache/sdist"
+  tar xzf "$KIT/headers.tar.gz" -C "$STATE"
+  if [ -z "${DRY:-}" ]; then
+    python3 -m venv --system-site-packages "$STATE/venv"
+    "$PYV" -m pip install -q --no-index --no-deps "$KIT"/wheels/*.whl
+  fi
+  {
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "host: $(uname -srm), $(nproc) cores, python $("$PYV" -c 'import platform; print(platform.python_version())')"
+    if command -v nvidia-smi >/dev/null; then
+      echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader)"
+    else
+      echo "gpu: none (nvidia-smi not found): CPU build, smallest shapes (dry-run)"
+    fi
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none)"
+    echo "cmake: $(cmake --version | head -1)"
+    echo "llama-cpp-python: $("$PYV" -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')"
+  } > "$STATE/tables/machine.txt"
+  touch "$STATE/setup.done"
+}
+
+build() {
+  [ -f "$STATE/build.done" ] && return
+  local sdist arch cmds
+  sdist=$(echo "$STATE"/cache/sdist/llama_cpp_python-*/)
+  if [ -n "${DRY:-}" ]; then  # the pruned tree must configure (server, tools, UI step) and run its UI-assets step
+    cmds=(cmake -S "$sdist/vendor/llama.cpp" -B "$STATE/configure" -DGGML_CUDA=OFF -DGGML_NATIVE=OFF -DLLAMA_OPENSSL=OFF
+          -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF
+          -DLLAMA_BUILD_UI=OFF)
+    local t0; t0=$(date +%s)
+    "${cmds[@]}" > "$STATE/logs/configure.log" 2>&1 || { tail -20 "$STATE/logs/configure.log"; exit 1; }
+    cmake --build "$STATE/configure" --target llama-ui-assets >> "$STATE/logs/configure.log" 2>&1 \
+      || { tail -20 "$STATE/logs/configure.log"; exit 1; }
+    { echo "dry-run: the pruned sdist configured (CPU) and ran its UI-assets step in $(( $(date +%s) - t0 )).0 s:"
+      echo "  ${cmds[*]}"
+      echo "on the GPU machine this step runs (detached, polled):"
+      echo "  CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=<nvidia-smi compute_cap> gguf-bench build-gpu --cuda -j <cores>"
+      echo "  gguf-bench build-server -j <cores>"; } > "$STATE/tables/build.txt"
+    touch "$STATE/build.done"; return
+  fi
+  if [ ! -f "$STATE/build.started" ]; then
+    arch=$("$PYV" scripts/gpu_proof.py arch)
+    cat > "$STATE/build.sh" <<EOF
+set -e
+cd "$ROOT"
+t0=\$(date +%s)
+echo "\$ CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=$arch $PYV -m gguf_bench.cli build-gpu --cuda -j $(nproc)"
+CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=$arch "$PYV" -m gguf_bench.cli build-gpu --cuda -j $(nproc)
+t1=\$(date +%s); echo "build-gpu --cuda: \$((t1 - t0)) s"
+echo "\$ $PYV -m gguf_bench.cli build-server -j $(nproc)"
+"$PYV" -m gguf_bench.cli build-server -j $(nproc)
+t2=\$(date +%s); echo "build-server: \$((t2 - t1)) s"
+"$PYV" -m gguf_bench.cli info 2>&1 | head -20
+EOF
+    date +%s > "$STATE/build.started"
+    setsid bash -c "bash '$STATE/build.sh' > '$STATE/logs/build.log' 2>&1; echo \$? > '$STATE/build.rc'" < /dev/null &
+    say "build started (CUDA architectures $arch), detached; log $STATE/logs/build.log"
+  fi
+  while [ ! -f "$STATE/build.rc" ]; do
+    [ "$(left)" -gt 30 ] || again "still building ($(( $(date +%s) - $(cat "$STATE/build.started") )) s so far): $(tail -c 300 "$STATE/logs/build.log" | tr '\n' ' ')"
+    sleep 10
+  done
+  { cat "$STATE/logs/build.log"; echo "pip wheel / cmake logs:"; grep -h '^\$ ' "$STATE"/cache/llama.cpp-*/*/*.log 2>/dev/null || true
+  } > "$STATE/tables/build.txt"
+  [ "$(cat "$STATE/build.rc")" = 0 ] || { tail -40 "$STATE/logs/build.log"; say "the build failed"; publish; exit 1; }
+  touch "$STATE/build.done"
+}
+
+headers_dir() { [ -n "${DRY:-}" ] && echo "$STATE/headers-tiny" || echo "$STATE/headers"; }
+
+twins() {
+  [ -f "$STATE/twins.done" ] && return
+  mkdir -p "$STATE/twins"
+  : > "$STATE/tables/twins.txt"
+  for h in "$(headers_dir)"/*.gguf; do
+    "$PYV" -m gguf_bench.cli twin "$h" -o "$STATE/twins/$(basename "$h")" >> "$STATE/tables/twins.txt"
+  done
+  touch "$STATE/twins.done"
+}
+
+# the pairs: target and draft shape names (shapes.SHAPES), the dry-run's smallest
+pairs() { if [ -n "${DRY:-}" ]; then echo "llama:tiny-llama:tiny-llama-draft qwen:tiny-qwen2:tiny-qwen2-draft"
+          else echo "llama:llama3-8b:llama3.2-1b qwen:qwen2.5-7b:qwen2.5-0.5b"; fi; }
+
+# step NAME SECONDS COMMAND...: run once (marked done), within what is left of this call, output to tables/NAME.txt
+step() {
+  local name=$1 need=$2; shift 2
+  [ -f "$STATE/$name.done" ] && return
+  [ "$(left)" -gt "$need" ] || again "$name needs about $need s and $(left) s are left"
+  say "$name: $*"
+  local t0; t0=$(date +%s)
+  if timeout "$(( $(left) - 10 ))" "$@" > "$STATE/tables/$name.txt" 2> "$STATE/logs/$name.err"; then
+    echo "($name: $(( $(date +%s) - t0 )) s)" >> "$STATE/tables/$name.txt"
+    touch "$STATE/$name.done"
+  else
+    local rc=$?
+    tail -20 "$STATE/logs/$name.err"
+    [ $rc = 124 ] && again "$name ran out of this call's time"
+    say "$name failed (exit $rc)"; publish; exit 1
+  fi
+}
+
+measure() {
+  local gpu=1 t="$STATE/twins" h; h=$(headers_dir)
+  [ -n "${DRY:-}" ] && gpu=
+  if [ -n "$gpu" ]; then
+    GGUF_BENCH_REQUIRE_GPU=1 step offload 240 "$PYV" -m pytest -p no:cacheprovider -q -m gpu tests/test_offload.py
+  else
+    step offload 60 "$PYV" -m pytest -p no:cacheprovider -q -m gpu tests/test_offload.py
+  fi
+  local files=() p name tgt drf
+  for p in $(pairs); do IFS=: read -r name tgt drf <<< "$p"; files+=("$t/$tgt.gguf" "$t/$drf.gguf"); done
+  if [ -n "$gpu" ]; then
+    step plan 300 "$PYV" scripts/bench_plan.py "${files[@]}" --ctx 512,4096 --max-tensor-mib 1000000
+  else
+    echo "bench_plan.py needs a GPU device (llama.cpp's allocations on it): not run here" > "$STATE/tables/skipped.txt"
+  fi
+  for p in $(pairs); do
+    IFS=: read -r name tgt drf <<< "$p"
+    if [ -n "$gpu" ]; then
+      step "plan-cli-$name" 60 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 4096
+      step "tune-$name" 300 "$PYV" -m gguf_bench.cli tune --twin --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" -K 1-16 \
+        -ngl all -ngld all --acceptance 0.6,0.8 -n 64 --reps 3 --prompt-ids code-short --name "gpu-tune-$name"
+      step "engines-$name" 400 "$PYV" scripts/bench_engines.py --target "$t/$tgt.gguf" --draft "$t/$drf.gguf" -K 4,8 \
+        --temp 0,0.7 -n 128 --reps 3 --threads "$(nproc)" -ngl all -ngld all
+    else
+      local server=()
+      "$PYV" -c 'from gguf_bench.engines.server_build import find_server; find_server(None)' 2>/dev/null \
+        || server=(--no-server)
+      step "plan-cli-$name" 60 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 512 \
+        --vram 8GB
+      step "tune-$name" 120 "$PYV" -m gguf_bench.cli tune --twin --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" -K 1,2,4 \
+        --acceptance 0.6,0.8 -n 8 --reps 1 --threads 1 --prompt-ids code-short --name "gpu-tune-$name"
+      step "engines-$name" 120 "$PYV" scripts/bench_engines.py --target "$t/$tgt.gguf" --draft "$t/$drf.gguf" -K 2 \
+        --temp 0,0.7 -n 8 --reps 1 --threads 1 "${server[@]}"
+    fi
+  done
+}
+
+publish() {  # every table so far into $OUT (at most 8 files come back): one summary, one archive
+  local out=${OUT:-$STATE/out}
+  mkdir -p "$out"
+  for f in "$STATE"/tables/*.txt; do [ -f "$f" ] && { echo "=== $(basename "$f")"; cat "$f"; }; done \
+    > "$out/gpu-proof-summary.txt" 2>/dev/null || true
+  tar czf "$out/gpu-proof.tar.gz" -C "$STATE" tables logs 2>/dev/null || true
+}
+
+run_steps() {
+  setup; build; twins; measure; publish
+  "$PYV" scripts/gpu_proof.py check "$STATE/tables"
+  say "done in $(( $(date +%s) - START )) s; tables in $STATE/tables and ${OUT:-$STATE/out}"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) [ -f "$KIT/headers.tar.gz" ] || { say "no kit at $KIT: run prepare first (here), carry .gpukit"; exit 1; }
+       run_steps ;;
+  dry-run)
+    prepare
+    say "the device call (the same kit; $(device_call | wc -c) characters):"
+    device_call
+    export DRY=1
+    rm -rf "$STATE"
+    START=$(date +%s)
+    run_steps ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
+esac
