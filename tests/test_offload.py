@@ -137,3 +137,83 @@ def test_planner_weights_and_kv_equal_llama_cpps_buffers(tiny_pairs, ngl):
         assert where.layers == f"{predicted.layers}/{predicted.total_layers}"
         assert where.model_mib.get(device, 0) == pytest.approx(predicted.weights / MIB, abs=0.02)
         assert where.kv_mib.get(device, 0) == pytest.approx(predicted.kv / MIB, abs=0.02)
+
+
+# --- placement beyond -ngl (placing.py): experts in system memory, the draft off the device, -ot ---
+
+@pytest.fixture(scope="module")
+def moe_pair(tmp_path_factory):
+    from gguf_bench.models.tiny import TinySpec, make_pair
+
+    return make_pair(tmp_path_factory.mktemp("moe"), noise=0.0, spec=TinySpec(n_experts=8, n_experts_used=2))
+
+
+def _placed(files, ngl: int, ngld: int, placing=None, placing_draft=None) -> LoadedPair:
+    from gguf_bench.placing import Placing
+
+    load = LoadConfig(ngl=ngl, ngld=ngld, n_ctx=256, threads=2, placing=placing or Placing(),
+                      placing_draft=placing_draft or Placing())
+    return LoadedPair(PairFiles(*files, "moe"), load)
+
+
+def _expert_mib(path, layers: int) -> float:
+    """The expert weights of the first `layers` blocks, in MiB, from the header."""
+    import re
+
+    from gguf_bench.models.gguf import tensor_table
+    from gguf_bench.models.memory import tensor_bytes
+
+    expert = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate)_exps")
+    return sum(tensor_bytes(t.type_name, t.shape) for t in tensor_table(path)[1]
+               if (m := expert.match(t.name)) and int(m[1]) < layers) / 2**20
+
+
+def test_n_cpu_moe_keeps_exactly_those_experts_off_the_device(moe_pair):
+    from gguf_bench.placing import Placing
+
+    device = gpu_devices()[0].name
+    with _placed(moe_pair, ALL_LAYERS, ALL_LAYERS) as whole, \
+            _placed(moe_pair, ALL_LAYERS, ALL_LAYERS, Placing(n_cpu_moe=2), Placing(n_cpu_moe=1)) as placed:
+        for model, n, full in ((placed.target, 2, whole.target), (placed.draft, 1, whole.draft)):
+            where = model.placement
+            assert where.layers == f"{TOTAL}/{TOTAL}" and list(where.expert_layers.values()) == [list(range(n))], where
+            assert not _is_device_buffer(next(iter(where.expert_layers)))  # host memory, whatever its buffer's name
+            moved = full.placement.model_mib[device] - where.model_mib[device]
+            assert moved == pytest.approx(_expert_mib(model.path, n), abs=0.02)  # the log rounds to 0.01 MiB
+
+
+def _is_device_buffer(name: str) -> bool:
+    from gguf_bench.engines.placement import _is_device
+
+    return _is_device(name)
+
+
+def test_a_draft_on_no_device_holds_nothing_there(moe_pair):
+    from gguf_bench.placing import Placing
+
+    with _placed(moe_pair, ALL_LAYERS, ALL_LAYERS, placing_draft=Placing(devices=("none",))) as pair:
+        assert pair.draft.placement.device_mib() == {} and pair.draft.placement.layers == f"0/{TOTAL}"
+        assert pair.target.placement.device_mib()  # the target still offloads
+
+
+def test_an_override_pattern_sends_its_weights_to_the_cpu(moe_pair):
+    from gguf_bench.placing import Placing
+
+    with _placed(moe_pair, ALL_LAYERS, 0, Placing(overrides=((r"attn_(q|k)\.weight", "CPU"),))) as pair:
+        assert sum(pair.target.placement.overridden.values()) == 8  # q and k of 4 blocks
+
+
+@pytest.mark.parametrize("placing", ["-ncmoe 2", "-cmoe", "-ot ffn_down_exps=CPU"])
+def test_greedy_speculative_equals_the_target_alone_at_each_placement(moe_pair, placing):
+    from gguf_bench.placing import parse_label
+
+    with _placed(moe_pair, ALL_LAYERS, ALL_LAYERS, parse_label(placing), parse_label(placing)) as pair:
+        prompt = pair.prompt_tokens("The quick brown fox")
+        alone = pair.generate("target", prompt, 24, 0, GREEDY)
+        spec = pair.generate("speculative", prompt, 24, 3, GREEDY, verify=Verify.SEQUENTIAL)
+        assert spec.tokens == alone.tokens
+
+
+def test_a_device_the_build_lacks_is_one_line_naming_the_ones_it_has(moe_pair):
+    result = invoke("run", *pair_args(moe_pair), "-n", "4", "-dev", "CUDA7")
+    assert result.exit_code == 1 and f"it has {gpu_devices()[0].name}" in result.stderr

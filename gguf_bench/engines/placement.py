@@ -47,6 +47,15 @@ class Placement:
     def on_gpu(self) -> int:
         return int(self.layers.split("/")[0])
 
+    def host_expert_layers(self) -> list[int]:
+        """Layers whose expert weights an override kept in host memory (the CPU's buffer, or a GPU build's pinned
+        host buffer, Vulkan_Host/CUDA_Host: what llama.cpp picks for an override to CPU there)."""
+        return sorted({i for name, layers in self.expert_layers.items() if not _is_device(name) for i in layers})
+
+    def host_overridden(self) -> int:
+        """Other weights an override sent to host memory."""
+        return sum(n for name, n in self.overridden.items() if not _is_device(name))
+
     def device_mib(self) -> dict[str, float]:
         """Weights + KV + compute per non-host buffer (what a GPU must hold)."""
         out: dict[str, float] = {}
@@ -63,7 +72,8 @@ class Placement:
             parts.append(f"{name} {total:.1f} MiB (weights {self.model_mib.get(name, 0):.1f}, KV {self.kv_mib.get(name, 0):.1f}, "
                          f"compute {self.compute_mib.get(name, 0):.1f})")
         for name, layers in self.expert_layers.items():
-            parts.append(f"experts of {len(layers)} layer{'s' * (len(layers) != 1)} on {name} ({_spans(layers)})")
+            where = name if _is_device(name) else "CPU" if name == "CPU" else f"the CPU ({name})"
+            parts.append(f"experts of {len(layers)} layer{'s' * (len(layers) != 1)} on {where} ({_spans(layers)})")
         if self.overridden:
             parts.append("overridden: " + ", ".join(f"{n} weights to {b}" for b, n in self.overridden.items()))
         if self.kept_on_cpu:
@@ -101,6 +111,8 @@ def parse(lines: Iterable[str], n_layers: int) -> Placement:
         elif (m := _MOVED.search(line)) and _is_device(m[4]):  # from a device (not a host buffer's fallback)
             others = int(m[3])
             out.kept_on_cpu.append(f"{m[1]} ({m[2]})" + (f" and {others} more" if others else "") + f": {m[4]} -> {m[5]}")
+    if out.on_gpu and not any(_is_device(name) for name in out.model_mib):  # -dev none: llama.cpp still logs
+        out.layers = f"0/{out.layers.split('/')[1]}"  # 'offloaded N/N' with every weight in host memory
     return out
 
 
