@@ -27,7 +27,6 @@ EXAMPLES: dict[str, list[str]] = {
     "plan": [
         "gguf-bench plan qwen-coder-7b+0.5b --vram 24GB --ctx 4096",
         "gguf-bench plan --target t.gguf --draft d.gguf --vram 8GB --measure",
-        "gguf-bench plan --target t.gguf --draft d.gguf --vram CUDA0=24GB,CUDA1=12GB --draft-device none",
         "gguf-bench plan     # the default pair, on the first GPU the build sees",
     ],
     "twin": [
