@@ -137,3 +137,25 @@ def test_planner_weights_and_kv_equal_llama_cpps_buffers(tiny_pairs, ngl):
         assert where.layers == f"{predicted.layers}/{predicted.total_layers}"
         assert where.model_mib.get(device, 0) == pytest.approx(predicted.weights / MIB, abs=0.02)
         assert where.kv_mib.get(device, 0) == pytest.approx(predicted.kv / MIB, abs=0.02)
+
+
+@pytest.mark.parametrize("ngl", [2, ALL_LAYERS])
+@pytest.mark.parametrize("n_cpu_moe", [0, 2, ALL_LAYERS])
+def test_planner_with_experts_on_the_cpu_equals_llama_cpps_buffers(moe_pair, ngl, n_cpu_moe):
+    """-ncmoe on a MoE model: the planner's device weights (the offloaded layers less the experts kept on the CPU)
+    and KV cache (with its layer, whatever the experts do) against llama.cpp's buffers; the experts' layers against
+    its override log (to a host buffer: CPU, or the device's host buffer such as Vulkan_Host)."""
+    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.models.gguf import tensor_table
+    from gguf_bench.models.memory import MIB, Shape, device_bytes
+    from gguf_bench.placing import Placing
+
+    placing = Placing(n_cpu_moe=n_cpu_moe)
+    predicted = device_bytes(Shape.from_header(*tensor_table(moe_pair[0])), ngl, 256, placing=placing)
+    with Model(moe_pair[0], ngl, 256, 2, None, placing) as model:
+        where, device = model.placement, gpu_devices()[0].name
+    assert where.layers == f"{predicted.layers}/{predicted.total_layers}"
+    assert where.model_mib.get(device, 0) == pytest.approx(predicted.weights / MIB, abs=0.02)
+    assert where.kv_mib.get(device, 0) == pytest.approx(predicted.kv / MIB, abs=0.02)
+    on_host = sorted(i for buffer, layers in where.expert_layers.items() if buffer != device for i in layers)
+    assert on_host == list(predicted.expert_layers) and device not in where.expert_layers
