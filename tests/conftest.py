@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_bench.models.tiny import make_pair
+from gguf_bench.models.tiny import TinySpec, make_pair
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +42,12 @@ def tiny_pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     """Tiny target/draft pairs with high, middle and low acceptance."""
     root = tmp_path_factory.mktemp("tiny")
     return {level: make_pair(root / level, noise=noise, seed=0) for level, noise in NOISE.items()}
+
+
+@pytest.fixture(scope="session")
+def moe_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny mixture-of-experts pair: 4 blocks of 8 experts (2 used), the expert weights in blk.N.ffn_*_exps."""
+    return make_pair(tmp_path_factory.mktemp("moe"), spec=TinySpec(n_experts=8, n_experts_used=2))
 
 
 @pytest.fixture(scope="session")

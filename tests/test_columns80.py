@@ -90,6 +90,20 @@ def test_info_at_80_columns_keeps_paths_and_layer_counts_whole(tiny_pairs, colum
     assert_fits(text, str(target), str(draft), "5 (4 blocks + output)", "266 / 266 (difference 0, at most 128)")
 
 
+def test_plan_of_a_moe_pair_at_80_columns_keeps_every_placement_whole(moe_pair, columns80):
+    """Each draft placement (-ngld rows, the draft on the CPU) with its target placements, best first: every layer
+    with the fewest -ncmoe, then the most layers without; no column hidden, no cell folded."""
+    result = invoke("plan", *pair_args(moe_pair), "--vram", "520MiB", "--ctx", "512", "--draft-device", "none")
+    assert result.exit_code == 0, result.output
+    assert_fits(result.stdout, "tiny-target.gguf + tiny-draft.gguf")
+    head = [w for w in header(result.stdout, "-ncmoe") if w != "┃"]
+    assert head == ["-ngld", "draft", "-ngl", "-ncmoe", "weights", "KV", "compute", "total", "free"], head
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in result.stdout.splitlines() if line.startswith("│")]
+    placements = [(r[0], r[2], r[3]) for r in rows]
+    assert placements[:3] == [("0/5", "5/5", "0"), ("1/5", "5/5", "0"), ("2/5", "5/5", "2")], placements
+    assert placements[3] == ("", "4/5", "0") and placements[-1] == ("none", "5/5", "0"), placements
+
+
 @pytest.mark.parametrize("width", [80, 120])
 def test_titles_and_captions_fold_at_a_separator_or_not_at_all(width):
     """A long title (a sweep name and its path) and a long caption (busy rows, concurrency) fit the terminal, and every

@@ -141,13 +141,6 @@ def test_planner_weights_and_kv_equal_llama_cpps_buffers(tiny_pairs, ngl):
 
 # --- placement beyond -ngl (placing.py): experts in system memory, the draft off the device, -ot ---
 
-@pytest.fixture(scope="module")
-def moe_pair(tmp_path_factory):
-    from gguf_bench.models.tiny import TinySpec, make_pair
-
-    return make_pair(tmp_path_factory.mktemp("moe"), noise=0.0, spec=TinySpec(n_experts=8, n_experts_used=2))
-
-
 def _placed(files, ngl: int, ngld: int, placing=None, placing_draft=None) -> LoadedPair:
     from gguf_bench.placing import Placing
 
@@ -217,3 +210,25 @@ def test_greedy_speculative_equals_the_target_alone_at_each_placement(moe_pair, 
 def test_a_device_the_build_lacks_is_one_line_naming_the_ones_it_has(moe_pair):
     result = invoke("run", *pair_args(moe_pair), "-n", "4", "-dev", "CUDA7")
     assert result.exit_code == 1 and f"it has {gpu_devices()[0].name}" in result.stderr
+
+
+@pytest.mark.parametrize("ngl", [2, ALL_LAYERS])
+@pytest.mark.parametrize("n_cpu_moe", [0, 2, ALL_LAYERS])
+def test_planner_with_experts_on_the_cpu_equals_llama_cpps_buffers(moe_pair, ngl, n_cpu_moe):
+    """-ncmoe on a MoE model: the planner's device weights (the offloaded layers less the experts kept on the CPU)
+    and KV cache (with its layer, whatever the experts do) against llama.cpp's buffers; the experts' layers against
+    its override log (to a host buffer: CPU, or the device's host buffer such as Vulkan_Host)."""
+    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.models.gguf import tensor_table
+    from gguf_bench.models.memory import MIB, Shape, device_bytes
+    from gguf_bench.placing import Placing
+
+    placing = Placing(n_cpu_moe=n_cpu_moe)
+    predicted = device_bytes(Shape.from_header(*tensor_table(moe_pair[0])), ngl, 256, placing=placing)
+    with Model(moe_pair[0], ngl, 256, 2, None, placing) as model:
+        where, device = model.placement, gpu_devices()[0].name
+    assert where.layers == f"{predicted.layers}/{predicted.total_layers}"
+    assert where.model_mib.get(device, 0) == pytest.approx(predicted.weights / MIB, abs=0.02)
+    assert where.kv_mib.get(device, 0) == pytest.approx(predicted.kv / MIB, abs=0.02)
+    on_host = sorted(i for buffer, layers in where.expert_layers.items() if buffer != device for i in layers)
+    assert on_host == list(predicted.expert_layers) and device not in where.expert_layers

@@ -8,17 +8,8 @@ from cli_helpers import assert_user_error, invoke, pair_args, stored
 
 from gguf_bench.engines.llama_cpp import Model, check_placement
 from gguf_bench.errors import ConfigError
-from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.placing import EXPERTS_REGEX, Placing, parse_label, placing_axes, placings
-
-MOE = TinySpec(n_experts=8, n_experts_used=2)
-
-
-@pytest.fixture(scope="module")
-def moe_pair(tmp_path_factory):
-    return make_pair(tmp_path_factory.mktemp("moe"), noise=0.02, spec=MOE)
-
 
 # --- the value and its option text ---
 

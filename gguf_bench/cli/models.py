@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from gguf_bench import options
+from gguf_bench import options, placing
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import RegistryOpt, ResultsDirOpt, ThreadsOpt
 from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
@@ -25,6 +25,7 @@ from gguf_bench.engines.llama_cpp import (
 )
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import speed
+from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.sweep import SweepEvents
 from gguf_bench.models import memory
 from gguf_bench.models.download import fetch, locate
@@ -35,6 +36,7 @@ from gguf_bench.models.pairs import header_sources, resolve_for_info
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.models.twin import write_twin
+from gguf_bench.placing import Placing
 from gguf_bench.results.store import use_results_dir
 from gguf_bench.results.text import fit_title, size_text
 
@@ -171,11 +173,14 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
          target: Annotated[str | None, typer.Option("--target", help="target (instead of a pair name): a GGUF file, a "
                                                     "registry model, or a hub file REPO:QUANT or REPO/FILE.gguf")] = None,
          draft: Annotated[str | None, typer.Option("--draft", help="draft (with --target), spelled as --target")] = None,
-         vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for: 24GB, 24GiB, 8000MB "
-                                                  "(default: what this machine's first GPU device reports)")] = None,
+         vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for: 24GB, 24GiB, 8000MB, or one "
+                                                  "per device: Vulkan0=8GB,CUDA1=24GB (default: what this machine's "
+                                                  "first GPU device reports)")] = None,
+         draft_device: Annotated[list[str] | None, typer.Option("--draft-device", help="also plan the draft on these "
+                                                                "devices (-devd), 'none' for the CPU; repeatable")] = None,
          ctx_size: Annotated[int, typer.Option("--ctx-size", "--ctx", "-c", help="context size of each model")] = 4096,
-         margin: Annotated[str, typer.Option("--margin", help="memory kept free for what llama.cpp does not account "
-                                             "(the driver's context, allocator slack)")] = "512MiB",
+         margin: Annotated[str, typer.Option("--margin", help="memory kept free on each device for what llama.cpp does "
+                                             "not account (the driver's context, allocator slack)")] = "512MiB",
          measure: Annotated[bool, typer.Option("--measure", help="also measure each placement that fits on this "
                                                "machine: decode tokens/s of twins of both models (synthetic weights "
                                                "written from the headers, deleted afterwards)")] = False,
@@ -185,43 +190,74 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
          name: Annotated[str | None, typer.Option("--name", help="with --measure: store the runs in "
                                                   "results/NAME.jsonl (default: plan-TIMESTAMP)")] = None,
          results_dir_opt: ResultsDirOpt = None, registry: RegistryOpt = None) -> None:
-    """For each -ngld, the largest -ngl that fits the device, and what each term costs, from the GGUF headers
-    alone (for a hub model, its first megabytes: nothing is downloaded). --measure adds each fitting row's speed,
-    measured on twins of the two models."""
+    """For each draft placement (-ngld; the draft on other devices or the CPU with --draft-device), the target
+    placements that fit the devices, best first: the largest -ngl, and for a MoE target every layer with the fewest
+    --n-cpu-moe; with what each term costs, from the GGUF headers alone (for a hub model, its first megabytes:
+    nothing is downloaded). --measure adds each fitting row's speed, measured on twins of the two models."""
     if not measure and (measure_n is not None or threads is not None or name or results_dir_opt):
         raise BenchError("--measure-n, --threads, --name and --results-dir go with --measure")
     run = speed.SpeedRun(options.n_predict(measure_n or speed.DEFAULT_N), ctx_size, threads)
     use_results_dir(results_dir_opt)
     out = speed.results_file(name) if measure else None  # before any work: a new file, in a folder that can hold it
     budget, where = _budget(vram)
-    usable = budget - options.byte_size(margin, "--margin")
+    drafts = (Placing(), *(Placing(devices=placing.devices(d, "--draft-device")) for d in draft_device or ()))
+    usable = budget.less({device: options.byte_size(margin, "--margin") for device, _ in budget.devices})
     *sources, pair_name = header_sources(pair, target, draft, registry)  # files, registry models or hub files
     shapes = [memory.Shape.from_header(*header_table(*source_prefix(s, registry))) for s in sources]
-    rows = memory.plan(shapes[0], shapes[1], usable, ctx_size, [0, 1, shapes[1].total_layers // 2, options.ALL_LAYERS])
+    rows = memory.plan(shapes[0], shapes[1], usable, ctx_size, [0, 1, shapes[1].total_layers // 2, options.ALL_LAYERS],
+                       drafts=tuple(dict.fromkeys(drafts)))
     found = _measure_rows(rows, (pair_name, *sources), registry, run, out) if measure else None
-    caption = ("MiB; weights, KV cache and compute buffer on the device; compute is an estimate (the other terms are "
-               "arithmetic on the header)")
-    table = Table(title=f"{Path(sources[0]).name} + {Path(sources[1]).name}: device memory at -c {ctx_size} ({where}, {margin} kept "
-                  "free)", caption=caption + (f"\n{found[1].caption()}" if found else ""))
-    for col in ("-ngld", "draft", "largest -ngl", "target weights", "KV", "compute", "total", "free",
-                *(("target t/s", "draft t/s") if found else ())):
-        table.add_column(col, justify="right")
-    for r in rows:
-        t = r.target
-        table.add_row(f"{r.draft.layers}/{r.draft.total_layers}", f"{r.draft.total / MIB:.0f}",
-                      f"{t.layers}/{t.total_layers}" if t else f"0/{shapes[0].total_layers}", *(
-                          [f"{t.weights / MIB:.0f}", f"{t.kv / MIB:.0f}", f"{t.compute / MIB:.0f}"] if t else ["–"] * 3),
-                      f"{r.used / MIB:.0f}", f"{(r.budget - r.used) / MIB:.0f}", *(_speed_cells(r, found[0]) if found else ()))
-    console.print(fit_title(table, console.width))
+    title = (f"{Path(sources[0]).name} + {Path(sources[1]).name}: device memory at -c {ctx_size} ({where}, {margin} "
+             "kept free)")
+    console.print(fit_title(_plan_table(rows, shapes[0], title, found), console.width))
     if found:
         _measure_notes(found[0], rows)
+
+
+def _plan_table(rows: list[memory.PlanRow], target: memory.Shape, title: str,
+                found: tuple[speed.Measured, speed.SpeedRun] | None) -> Table:
+    """One line per target placement, grouped under its draft placement (its cells on the group's first line)."""
+    caption = ("MiB on the devices; compute is an estimate, the other terms are arithmetic on the header; free: on "
+               "the device with the least left. -ngld none: the draft on the CPU (-devd none). -ncmoe: the first "
+               "layers whose experts stay on the CPU")
+    table = Table(title=title, caption=caption + (f"\n{found[1].caption()}" if found else ""))
+    for col in ("-ngld", "draft", "-ngl", "-ncmoe", "weights", "KV", "compute", "total", "free",
+                *(("target t/s", "draft t/s") if found else ())):
+        table.add_column(col, justify="right")
+    last = None
+    for r in rows:
+        group = (r.placing_draft, r.ngld)
+        t = r.target
+        table.add_row(*(_draft_cells(r) if group != last else ("", "")),
+                      f"{t.layers}/{t.total_layers}" if t else f"0/{target.total_layers}", _moe_cell(r, target), *(
+                          [f"{t.weights / MIB:.0f}", f"{t.kv / MIB:.0f}", f"{t.compute / MIB:.0f}"] if t else ["–"] * 3),
+                      f"{r.used / MIB:.0f}", f"{r.free / MIB:.0f}", *(_speed_cells(r, found[0]) if found else ()))
+        last = group
+    return table
+
+
+def _draft_cells(row: memory.PlanRow) -> tuple[str, str]:
+    d = row.draft
+    where = "none" if row.placing_draft.no_offload else f"{d.layers}/{d.total_layers}"
+    devices = ",".join(row.placing_draft.devices) if row.placing_draft.devices and not row.placing_draft.no_offload else ""
+    return (f"{where} {devices}".strip(), f"{d.total / MIB:.0f}")
+
+
+def _moe_cell(row: memory.PlanRow, target: memory.Shape) -> str:
+    """The target's --n-cpu-moe: '-' for a dense target or no placement."""
+    return str(row.placing.expert_layers(target.n_layers)) if target.has_experts and row.target else "-"
+
+
+def _measurable(row: memory.PlanRow) -> bool:
+    """--measure measures -ngl/-ngld placements only (no -ncmoe, no -devd)."""
+    return row.target is not None and row.placing.is_default and row.placing_draft.is_default
 
 
 def _measure_rows(rows: list[memory.PlanRow], pair: tuple[str, str, str], registry: Path | None, run: speed.SpeedRun,
                   out: Path) -> tuple[speed.Measured, speed.SpeedRun] | None:
     """Each row that fits, measured on twins of the pair (name, target source, draft source): speed.measure_speeds;
     None when no row fits."""
-    placements = [(r.target.layers, r.draft.layers) for r in rows if r.target]
+    placements = list(dict.fromkeys((r.target.layers, r.draft.layers) for r in rows if _measurable(r)))
     if not placements:
         err.print("Note: no row fits the device, so nothing was measured", markup=False)
         return None
@@ -235,23 +271,23 @@ def _measure_rows(rows: list[memory.PlanRow], pair: tuple[str, str, str], regist
 
 
 def _speed_cells(row: memory.PlanRow, found: speed.Measured) -> list[str]:
-    got = found.speeds.get((row.target.layers, row.draft.layers)) if row.target else None
+    got = found.speeds.get((row.target.layers, row.draft.layers)) if _measurable(row) else None
     return [f"{v:.1f}" if v else "–" for v in ((got.target, got.draft) if got else (None, None))]
 
 
 def _measure_notes(found: speed.Measured, rows: list[memory.PlanRow]) -> None:
     """Why a fitting row has no speed, and where the runs are stored."""
     for r in rows:
-        got = found.speeds.get((r.target.layers, r.draft.layers)) if r.target else None
+        got = found.speeds.get((r.target.layers, r.draft.layers)) if _measurable(r) else None
         if got and got.error:
             err.print(f"Warning: -ngl {r.target.layers} -ngld {r.draft.layers} not measured: {got.error}", markup=False)
     console.print(f"stored {len(found.records)} runs in {found.out}", markup=False, soft_wrap=True)
 
 
-def _budget(vram: str | None) -> tuple[int, str]:
+def _budget(vram: str | None) -> tuple[memory.Budget, str]:
     if vram:
-        return options.byte_size(vram), f"--vram {vram}"
+        return vram_budget(vram), f"--vram {vram}"
     gpus = gpu_devices()
     if not gpus:
         raise BenchError("this machine has no GPU device llama.cpp can use: give the device's memory, e.g. --vram 24GB")
-    return gpus[0].memory_total, f"{gpus[0].name} {gpus[0].memory_total / MIB:.0f} MiB"
+    return memory.Budget.one(gpus[0].memory_total), f"{gpus[0].name} {gpus[0].memory_total / MIB:.0f} MiB"

@@ -74,6 +74,7 @@ from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
 from gguf_bench.measure import deploy, prompts, workloads
 from gguf_bench.measure.distributed import RayOptions, failure_message, ray_options, sweep_on_ray
+from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.plan import Grid, measured, single_run_grid
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
@@ -254,7 +255,7 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
                 n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
-                vram=options.byte_size(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin,
+                vram=vram_budget(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin,
                 parallels=options.positive_ints(parallels, "--parallel") if parallels else None,
                 clients=options.positive_ints(clients, "--clients") if clients else None,
                 request_timeout_s=request_timeout, warm_pool=warm_pool, depths=options.int_list(depths, "-d") if depths else [0],

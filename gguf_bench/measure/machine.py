@@ -8,30 +8,50 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gguf_bench.engines.llama_cpp import check_placement, gpu_devices
-from gguf_bench.errors import BenchError
+from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Grid
 from gguf_bench.models.gguf import tensor_table
-from gguf_bench.models.memory import Shape, fits
-from gguf_bench.placing import Placing
+from gguf_bench.models.memory import Budget, Shape, fits
+from gguf_bench.placing import CPU, Placing
 
 
-def device_budget(grid: Grid) -> int | None:
-    """Bytes a setting may put on the device: --vram, else what this build's first GPU device reports; None on a
-    CPU-only build (which ignores -ngl)."""
+def vram_budget(text: str) -> Budget:
+    """--vram: one size (one device), or NAME=SIZE per device; on a build with GPU devices each name must be one of
+    them, and the budgets are put in the build's device order (the order llama.cpp splits layers in)."""
+    budget = Budget.parse(text)
+    names = [d.name for d in gpu_devices()]
+    if not budget.named or not names:
+        return budget
+    for name, _ in budget.devices:
+        if name not in names:
+            raise ConfigError(f"--vram {name}=...: this build has no device '{name}'; it has {', '.join(names)}")
+    return Budget(tuple(sorted(budget.devices, key=lambda d: names.index(d[0]))))
+
+
+def device_budget(grid: Grid) -> Budget | None:
+    """What a setting may put on each device: --vram, else what this build's first GPU device reports (as one
+    device); None on a CPU-only build (which ignores -ngl)."""
     if grid.vram is not None:
         return grid.vram
-    gpus = gpu_devices() if any(lo.ngl or lo.ngld for lo in grid.settings()) else []
-    return gpus[0].memory_total if gpus else None
+    gpus = gpu_devices() if any(_offloads(lo) for lo in grid.settings()) else []
+    return Budget.one(gpus[0].memory_total) if gpus else None
 
 
-def does_not_fit(files: PairFiles, load: LoadConfig, n_ctx: int, budget: int) -> str | None:
-    """Why this offload setting cannot fit the device (models/memory.py's prediction from the headers), or None."""
-    if not (load.ngl or load.ngld):
+def _offloads(load: LoadConfig) -> bool:
+    """Whether a setting may put anything on a device: layers (-ngl, -ngld) or a weight sent there (-ot, -otd)."""
+    sent = [b for p in (load.placing, load.placing_draft) if not p.no_offload for _, b in p.overrides if b != CPU]
+    return bool(load.ngl or load.ngld or sent)
+
+
+def does_not_fit(files: PairFiles, load: LoadConfig, n_ctx: int, budget: Budget) -> str | None:
+    """Why this offload setting (-ngl/-ngld and the placings: -ncmoe, -ot, -dev and the draft's) cannot fit the
+    devices (models/memory.py's prediction from the headers), or None."""
+    if not _offloads(load):
         return None
     target = Shape.from_header(*tensor_table(files.target))
     draft = Shape.from_header(*tensor_table(files.draft)) if files.draft else None
-    why = fits(target, draft, load.ngl, load.ngld, n_ctx, budget)
+    why = fits(target, draft, load.ngl, load.ngld, n_ctx, budget, placing=load.placing, placing_draft=load.placing_draft)
     return f"{load.label}: {why}; lower -ngl/-ngld or --ctx-size" if why else None
 
 

@@ -22,6 +22,7 @@ from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.prompts import Prompt
+from gguf_bench.models.memory import Budget
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
 from gguf_bench.results.records import (
@@ -57,7 +58,7 @@ class Grid:
     threads: int | None = None
     with_draft_alone: bool = True
     with_target_alone: bool = True  # False: no baseline cells (tune --check's cost-schedule runs reuse its own)
-    vram: int | None = None  # device bytes to plan for (None: the first GPU device's own figure, on a GPU build)
+    vram: Budget | None = None  # device bytes to plan for (None: the first GPU device's own figure, on a GPU build)
     verify: Verify = Verify.BATCHED
     strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
     engines: tuple[str, ...] = (PYTHON_ENGINE,)  # who generates: gguf-bench's loop, llama-server, or both

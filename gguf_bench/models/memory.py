@@ -5,24 +5,42 @@ shared/notes/offload-memory.md):
 - layers are counted as llama.cpp counts them: the model's blocks plus the output layer. `-ngl N` offloads the
   output layer first (output.weight, output_norm; a tied embedding is copied there), then the last N-1 blocks;
   the token embeddings always stay on the CPU;
-- the KV cache of a layer lives with its weights (offload_kqv, the default): per layer and cell, key and value
-  rows of n_head_kv x head size, f16; the cache holds n_ctx cells rounded up to 256 (gguf-bench loads Gemma 3's
-  sliding-window layers with swa_full, so they hold as many);
+- with several devices, the offloaded layers are split by layer: layer i of the N offloaded goes to the first
+  device whose cumulative share exceeds i/N (llama.cpp's std::upper_bound over the normalized split). llama.cpp
+  takes the shares from each device's free memory; the planner takes them from the --vram budgets (`Budget`), the
+  same shares for the target and the draft (in llama.cpp the draft, loaded second, sees less free memory). No
+  -ts/--tensor-split, -sm row/tensor or pipeline parallelism's extra compute copies: a later issue;
+- tensor overrides (placing.Placing: -ot, then -ncmoe/-cmoe's one per layer) are tried in order and the first
+  pattern found in a weight's name wins: to 'CPU' (or another host buffer) the weight stays on the CPU, to a
+  device's buffer it goes to that device, whatever its layer. -dev none: nothing on any device;
+- the KV cache of a layer lives with its layer's device (offload_kqv, the default), whatever the overrides do to
+  its weights: per layer and cell, key and value rows of n_head_kv x head size, f16; the cache holds n_ctx cells
+  rounded up to 256 (gguf-bench loads Gemma 3's sliding-window layers with swa_full, so they hold as many);
 - the compute buffer is what the scheduler reserves for the worst graph of one ubatch (n_ubatch = 512 tokens):
-  estimated (`compute_estimate`), the one term here that is not arithmetic on the header. llama.cpp's own log
-  (engines/placement.py) is what every term is checked against (scripts/bench_plan.py).
+  estimated (`compute_estimate`), the one term here that is not arithmetic on the header, charged once to each
+  device that holds any of the model's weights or KV, and to its first device when none does (op offload).
+  llama.cpp's own log (engines/placement.py) is what every term is checked against (scripts/bench_plan.py).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from dataclasses import dataclass
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from gguf_bench.errors import ConfigError
+from gguf_bench.options import ALL_LAYERS, byte_size
+from gguf_bench.placing import EXPERTS_REGEX, Placing
 
 MIB = 2**20
 UBATCH = 512  # gguf-bench's n_batch = n_ubatch (engines/llama_cpp.Model)
 KV_BYTES = 2  # f16 keys and values
+INPUT = -1  # the layer index of the input layer (token embeddings): always on the CPU
+ONE_DEVICE = ""  # the name of the one device of a budget given as one size (--vram 24GB): every device name is it
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
+_EXPERTS = re.compile(EXPERTS_REGEX)
 
 
 def tensor_bytes(type_name: str, shape: tuple[int, ...]) -> int:
@@ -31,6 +49,33 @@ def tensor_bytes(type_name: str, shape: tuple[int, ...]) -> int:
 
     block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]]
     return math.prod(shape) // block * size
+
+
+@dataclass(frozen=True)
+class Weight:
+    """One weight as the planner places it: enough to apply -ot patterns and -ncmoe."""
+
+    name: str
+    bytes: int
+    layer: int  # its block; INPUT: the token embeddings; n_layers: the output layer (llama.cpp's index for it)
+    expert: bool = False  # a MoE expert weight (placing.EXPERTS_REGEX found in its name)
+
+
+def _weights(tensors: list, n_layers: int) -> tuple[Weight, ...]:
+    """Every weight with its layer; a tied embedding (no output.weight) once more, as the output layer's copy."""
+    out, embd = [], None
+    for t in tensors:
+        size = tensor_bytes(t.type_name, t.shape)
+        if m := _BLOCK.match(t.name):
+            out.append(Weight(t.name, size, int(m[1]), bool(_EXPERTS.search(t.name))))
+        elif t.name.startswith("token_embd"):
+            out.append(Weight(t.name, size, INPUT))
+            embd = t if t.name == "token_embd.weight" else embd
+        else:
+            out.append(Weight(t.name, size, n_layers))
+    if embd is not None and not any(t.name == "output.weight" for t in tensors):
+        out.append(Weight(embd.name, tensor_bytes(embd.type_name, embd.shape), n_layers))  # the output layer's copy
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -46,9 +91,11 @@ class Shape:
     head_v: int
     n_ff: int
     n_vocab: int
-    block_bytes: tuple[int, ...]  # weights of each block
+    block_bytes: tuple[int, ...]  # weights of each block but its experts
+    expert_bytes: tuple[int, ...]  # expert weights of each block (all 0 in a dense model)
     output_tensors: tuple[int, ...]  # bytes of each weight of the output layer (with the copy of a tied embedding)
     input_bytes: int  # token embeddings: always on the CPU
+    weights: tuple[Weight, ...] = field(default=(), repr=False)  # every weight, in the file's order
 
     @classmethod
     def from_header(cls, meta: dict, tensors: list) -> Shape:
@@ -60,31 +107,26 @@ class Shape:
 
         n_layers = int(key("block_count", 0))
         n_embd, n_head = int(key("embedding_length", 0)), int(key("attention.head_count", 1))
-        n_head_kv = int(key("attention.head_count_kv", n_head))
-        blocks = [0] * n_layers
-        output: list[int] = []
-        inputs = 0
-        names = {t.name for t in tensors}
-        embd = None
-        for t in tensors:
-            size = tensor_bytes(t.type_name, t.shape)
-            if m := _BLOCK.match(t.name):
-                blocks[int(m[1])] += size
-            elif t.name.startswith("token_embd"):
-                inputs += size
-                embd = t if t.name == "token_embd.weight" else embd
-            else:
-                output.append(size)
-        if "output.weight" not in names and embd is not None:
-            output.append(tensor_bytes(embd.type_name, embd.shape))  # tied: the output layer holds its own copy
+        weights = _weights(tensors, n_layers)
+        blocks, experts = [0] * n_layers, [0] * n_layers
+        for w in weights:
+            if 0 <= w.layer < n_layers:
+                (experts if w.expert else blocks)[w.layer] += w.bytes
         vocab_rows = next((t.shape[-1] for t in tensors if t.name in ("output.weight", "token_embd.weight")), 0)
-        return cls(arch, n_layers, n_embd, n_head, n_head_kv, int(key("attention.key_length", n_embd // max(n_head, 1))),
+        return cls(arch, n_layers, n_embd, n_head, int(key("attention.head_count_kv", n_head)),
+                   int(key("attention.key_length", n_embd // max(n_head, 1))),
                    int(key("attention.value_length", n_embd // max(n_head, 1))), int(key("feed_forward_length", 0)),
-                   int(vocab_rows), tuple(blocks), tuple(output), inputs)
+                   int(vocab_rows), tuple(blocks), tuple(experts),
+                   tuple(w.bytes for w in weights if w.layer == n_layers), sum(w.bytes for w in weights if w.layer == INPUT),
+                   weights)
 
     @property
     def total_layers(self) -> int:
         return self.n_layers + 1
+
+    @property
+    def has_experts(self) -> bool:
+        return any(self.expert_bytes)
 
     def offloaded(self, ngl: int) -> int:
         """Layers on the device for -ngl `ngl` (a huge value: all)."""
@@ -96,18 +138,91 @@ def kv_cells(n_ctx: int) -> int:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """Bytes each device may hold: one size for one device (--vram 24GB: today's single budget, every device name
+    is that device), or one per named device (--vram Vulkan0=8GB,CUDA1=24GB) in llama.cpp's device order."""
+
+    devices: tuple[tuple[str, int], ...]  # (name, bytes); ((ONE_DEVICE, bytes),) for one unnamed device
+
+    @classmethod
+    def one(cls, size: int) -> Budget:
+        return cls(((ONE_DEVICE, size),))
+
+    @classmethod
+    def parse(cls, text: str, what: str = "--vram") -> Budget:
+        """'24GB' (one device) or 'Vulkan0=8GB,CUDA1=24GB' (sizes as options.byte_size reads them)."""
+        if "=" not in text:
+            return cls.one(byte_size(text, what))
+        out: dict[str, int] = {}
+        for part in text.split(","):
+            name, eq, size = (s.strip() for s in part.partition("="))
+            if not eq or not name or not size or name in out:
+                raise ConfigError(f"bad {what} '{text}': give one size (24GB) or NAME=SIZE once per device, "
+                                  "separated by commas (Vulkan0=8GB,CUDA1=24GB)")
+            out[name] = byte_size(size, f"{what} size of {name}")
+        return cls(tuple(out.items()))
+
+    @property
+    def named(self) -> bool:
+        return self.devices[0][0] != ONE_DEVICE
+
+    def device(self, name: str) -> str:
+        """The device of this budget that a device or buffer name means (with one unnamed device: that one)."""
+        return name if self.named else ONE_DEVICE
+
+    def of(self, name: str) -> int:
+        found = dict(self.devices).get(self.device(name))
+        if found is None:
+            raise ConfigError(f"--vram gives no budget for device '{name}' (named by -dev, -devd or -ot): add "
+                              f"{name}=SIZE to it")
+        return found
+
+    def split(self, placing: Placing) -> tuple[tuple[str, int], ...]:
+        """The devices a model's layers are split over, with their shares: -dev's (none: no device), else all."""
+        if placing.no_offload:
+            return ()
+        if not placing.devices or not self.named:
+            return self.devices
+        return tuple((name, self.of(name)) for name in placing.devices)
+
+    def less(self, used: dict[str, int]) -> Budget:
+        """What is left of each device once `used` bytes (by device) are taken."""
+        self._check(used)
+        return Budget(tuple((name, size - used.get(name, 0)) for name, size in self.devices))
+
+    def over(self, used: dict[str, int]) -> str | None:
+        """The first device whose `used` bytes exceed its budget, or None."""
+        self._check(used)
+        return next((name for name, size in self.devices if used.get(name, 0) > size), None)
+
+    def _check(self, used: dict[str, int]) -> None:
+        for name in used:
+            self.of(name)
+
+
+def _as_budget(budget: int | Budget | None) -> Budget:
+    return budget if isinstance(budget, Budget) else Budget.one(budget or 0)
+
+
+@dataclass(frozen=True)
 class DeviceBytes:
-    """A model's predicted bytes on the device, by term."""
+    """A model's predicted bytes on the devices, by term (summed over the devices), and by device."""
 
     layers: int  # offloaded, out of total_layers
     total_layers: int
     weights: int
     kv: int
     compute: int
+    by_device: tuple[tuple[str, int], ...] = ()  # (device, weights + KV + compute there)
+    expert_layers: tuple[int, ...] = ()  # layers whose experts an override keeps on the CPU (llama.cpp logs these)
+    cpu_experts: int = 0  # bytes of those expert weights
 
     @property
     def total(self) -> int:
         return self.weights + self.kv + self.compute
+
+    def used(self) -> dict[str, int]:
+        return dict(self.by_device)
 
 
 def kv_bytes_per_layer(shape: Shape, n_ctx: int) -> int:
@@ -126,63 +241,175 @@ def compute_estimate(shape: Shape, n_ctx: int) -> int:
     return ffn + mask
 
 
-def device_bytes(shape: Shape, ngl: int, n_ctx: int, max_alloc: int | None = None) -> DeviceBytes:
-    """What -ngl `ngl` puts on the device at context n_ctx. max_alloc: the device's largest buffer (a weight
-    larger than that stays on the CPU, as llama.cpp falls back; Mesa's lavapipe stops at 128 MiB)."""
-    k = shape.offloaded(ngl)
-    blocks = range(shape.n_layers - (k - 1), shape.n_layers) if k > 1 else range(0)
-    output = sum(b for b in shape.output_tensors if max_alloc is None or b <= max_alloc) if k else 0
-    weights = output + sum(shape.block_bytes[i] for i in blocks)
-    kv = len(blocks) * kv_bytes_per_layer(shape, n_ctx)
-    return DeviceBytes(k, shape.total_layers, weights, kv, compute_estimate(shape, n_ctx))
+def layer_devices(n_layers: int, ngl: int, split: tuple[tuple[str, int], ...]) -> list[str | None]:
+    """The device of each layer index 0..n_layers (n_layers: the output layer), None for the CPU: llama.cpp's
+    get_layer_buft_list with the default split by layer, shares from `split`."""
+    act = min(max(ngl, 0), n_layers + 1) if split else 0
+    start = n_layers + 1 - act
+    total = sum(max(share, 0) for _, share in split) or 1
+    bounds, acc = [], 0
+    for _, share in split:
+        acc += max(share, 0)
+        bounds.append(acc / total)
+    return [None if il < start else split[min(bisect_right(bounds, (il - start) / act), len(split) - 1)][0]
+            for il in range(n_layers + 1)]
 
 
-def largest_fit(shape: Shape, budget: int, n_ctx: int, max_alloc: int | None = None) -> DeviceBytes | None:
-    """The most layers whose device bytes fit `budget` (None: not even the output layer)."""
+def _host(buffer: str) -> bool:
+    """A host buffer type (CPU, CPU_REPACK, CUDA_Host, ...): the weight stays in system memory."""
+    return buffer.startswith("CPU") or buffer.endswith("_Host") or buffer == "AMX"
+
+
+@functools.lru_cache(maxsize=512)
+def overridden(shape: Shape, placing: Placing) -> tuple[str | None, ...]:
+    """Per weight of `shape`, the buffer the first matching tensor override sends it to (None: no override)."""
+    rules = [(re.compile(p), buffer) for p, buffer in placing.tensor_overrides(shape.n_layers)]
+    return tuple(next((b for rule, b in rules if rule.search(w.name)), None) for w in shape.weights)
+
+
+def _weight_device(w: Weight, buffer: str | None, layers: list[str | None], max_alloc: int | None,
+                   budget: Budget) -> str | None:
+    """Where one weight goes: its override's buffer if one matched, else its layer's device (the output layer's
+    weights larger than the device's largest buffer stay on the CPU, as llama.cpp falls back); None: the CPU."""
+    if buffer is not None:
+        return None if _host(buffer) else budget.device(buffer)
+    if w.layer == INPUT:
+        return None
+    device = layers[w.layer]
+    too_big = w.layer == len(layers) - 1 and max_alloc is not None and w.bytes > max_alloc
+    return None if too_big else device
+
+
+def device_bytes(shape: Shape, ngl: int, n_ctx: int, max_alloc: int | None = None, placing: Placing = Placing(),
+                 budget: int | Budget | None = None) -> DeviceBytes:
+    """What -ngl `ngl` with `placing` puts on the devices at context n_ctx. budget: the devices, whose budgets are
+    the shares of the split by layer (None or a size: one device). max_alloc: the device's largest buffer (an
+    output weight larger than that stays on the CPU, as llama.cpp falls back; Mesa's lavapipe stops at 128 MiB)."""
+    budget = _as_budget(budget)
+    split = budget.split(placing)
+    layers = layer_devices(shape.n_layers, ngl, split)
+    weights: dict[str, int] = {}
+    kv: dict[str, int] = {}
+    for w, buffer in zip(shape.weights, overridden(shape, placing)):
+        if not placing.no_offload and (device := _weight_device(w, buffer, layers, max_alloc, budget)) is not None:
+            weights[device] = weights.get(device, 0) + w.bytes
+    for device in layers[:-1]:  # the blocks' KV caches follow their layers, not their weights' overrides
+        if device is not None:
+            kv[device] = kv.get(device, 0) + kv_bytes_per_layer(shape, n_ctx)
+    busy = list(dict.fromkeys([*(d for d, _ in split[:1]), *weights, *kv]))  # op offload: the first device
+    compute = {device: compute_estimate(shape, n_ctx) for device in busy}
+    by_device = tuple((d, weights.get(d, 0) + kv.get(d, 0) + compute[d]) for d in busy)
+    experts = [(w, b) for w, b in zip(shape.weights, overridden(shape, placing)) if w.expert and b and _host(b)]
+    return DeviceBytes(sum(d is not None for d in layers), shape.total_layers, sum(weights.values()), sum(kv.values()),
+                       sum(compute.values()), by_device, tuple(sorted({w.layer for w, _ in experts})),
+                       sum(w.bytes for w, _ in experts))
+
+
+def largest_fit(shape: Shape, room: int | Budget, n_ctx: int, max_alloc: int | None = None,
+                placing: Placing = Placing(), budget: Budget | None = None) -> DeviceBytes | None:
+    """The most layers whose device bytes fit `room` (None: not even the output layer). budget: the devices'
+    full budgets, the shares of the split (default: `room`)."""
+    room = _as_budget(room)
     best = None
     for ngl in range(1, shape.total_layers + 1):
-        need = device_bytes(shape, ngl, n_ctx, max_alloc)
-        if need.total > budget:
+        need = device_bytes(shape, ngl, n_ctx, max_alloc, placing, budget or room)
+        if room.over(need.used()) is not None:
             break
         best = need
     return best
 
 
+def fewest_cpu_moe(shape: Shape, room: Budget, n_ctx: int, max_alloc: int | None = None,
+                   budget: Budget | None = None) -> tuple[Placing, DeviceBytes] | None:
+    """Every layer on the devices with the experts of the fewest first layers on the CPU (-ncmoe N) that fits
+    `room`; None when not even -ncmoe all (every layer's experts on the CPU) fits. Bytes only fall as N grows."""
+    def at(n: int) -> DeviceBytes:
+        return device_bytes(shape, ALL_LAYERS, n_ctx, max_alloc, Placing(n_cpu_moe=n), budget or room)
+
+    lo, hi = 0, shape.n_layers
+    if room.over(at(hi).used()) is not None:
+        return None
+    while lo < hi:  # the smallest n that fits, in [lo, hi]
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if room.over(at(mid).used()) is None else (mid + 1, hi)
+    return Placing(n_cpu_moe=lo), at(lo)
+
+
 @dataclass(frozen=True)
 class PlanRow:
-    """For one -ngld: the draft's device bytes and the largest -ngl of the target that still fits beside it."""
+    """For one draft placement (-ngld, and -devd): the draft's device bytes and one target placement that fits
+    beside it (the largest -ngl; for a MoE target also every layer with the fewest -ncmoe)."""
 
     ngld: int
     draft: DeviceBytes
     target: DeviceBytes | None  # None: the draft alone leaves no room even for the target's output layer
-    budget: int
+    budget: Budget
+    placing: Placing = Placing()  # the target's (-ncmoe)
+    placing_draft: Placing = Placing()  # the draft's (-devd)
 
     @property
     def used(self) -> int:
         return self.draft.total + (self.target.total if self.target else 0)
 
+    @property
+    def free(self) -> int:
+        """Bytes left on the device with the least room left."""
+        used = {**self.draft.used()}
+        for device, size in (self.target.by_device if self.target else ()):
+            used[device] = used.get(device, 0) + size
+        return min(size for _, size in self.budget.less(used).devices)
 
-def plan(target: Shape, draft: Shape, budget: int, n_ctx: int, nglds: list[int], max_alloc: int | None = None) -> list[PlanRow]:
-    """Each -ngld in `nglds` (distinct layer counts only), with the largest -ngl that fits `budget` bytes."""
-    rows, seen = [], set()
-    for ngld in nglds:
-        d = device_bytes(draft, ngld, n_ctx, max_alloc)
-        if d.layers in seen:
-            continue
-        seen.add(d.layers)
-        room = budget - d.total
-        rows.append(PlanRow(d.layers, d, largest_fit(target, room, n_ctx, max_alloc) if room > 0 else None, budget))
+
+def plan(target: Shape, draft: Shape, budget: int | Budget, n_ctx: int, nglds: list[int], max_alloc: int | None = None,
+         drafts: tuple[Placing, ...] = (Placing(),)) -> list[PlanRow]:
+    """For each draft placement (each of `drafts` at each -ngld in `nglds`, distinct layer counts only), the target
+    placements that fit `budget` beside it, best first: every layer with the fewest -ncmoe (a MoE target), then
+    the largest -ngl without -ncmoe; one row with no target where nothing fits."""
+    budget = _as_budget(budget)
+    rows = []
+    for placing_draft in drafts:
+        seen = set()
+        for ngld in nglds:
+            d = device_bytes(draft, ngld, n_ctx, max_alloc, placing_draft, budget)
+            if d.layers not in seen:
+                seen.add(d.layers)
+                rows += [PlanRow(d.layers, d, t, budget, pt, placing_draft)
+                         for pt, t in _targets(target, d, budget, n_ctx, max_alloc)]
     return rows
 
 
-def fits(target: Shape, draft: Shape | None, ngl: int, ngld: int, n_ctx: int, budget: int,
-         max_alloc: int | None = None) -> str | None:
-    """None when target at -ngl and draft at -ngld fit `budget` bytes; else why not, in one line."""
-    t = device_bytes(target, ngl, n_ctx, max_alloc)
-    d = device_bytes(draft, ngld, n_ctx, max_alloc) if draft else None
-    need = t.total + (d.total if d else 0)
-    if need <= budget:
+def _targets(target: Shape, draft: DeviceBytes, budget: Budget, n_ctx: int,
+             max_alloc: int | None) -> list[tuple[Placing, DeviceBytes | None]]:
+    room = budget.less(draft.used())
+    if room.over({}) is not None:
+        return [(Placing(), None)]
+    most = largest_fit(target, room, n_ctx, max_alloc, Placing(), budget)
+    moe = fewest_cpu_moe(target, room, n_ctx, max_alloc, budget) if target.has_experts else None
+    found = [moe] if moe and not (most and most.layers == target.total_layers) else []
+    if most or not found:
+        found.append((Placing(), most))
+    return found
+
+
+def fits(target: Shape, draft: Shape | None, ngl: int, ngld: int, n_ctx: int, budget: int | Budget, *,
+         placing: Placing = Placing(), placing_draft: Placing = Placing()) -> str | None:
+    """None when target at -ngl with `placing` and draft at -ngld with `placing_draft` fit `budget` on every
+    device; else why not, in one line."""
+    budget = _as_budget(budget)
+    t = device_bytes(target, ngl, n_ctx, None, placing, budget)
+    d = device_bytes(draft, ngld, n_ctx, None, placing_draft, budget) if draft else None
+    need = t.used()
+    for device, size in (d.by_device if d else ()):
+        need[device] = need.get(device, 0) + size
+    device = budget.over(need)
+    if device is None:
         return None
-    return (f"predicted {need / MIB:.0f} MiB on the device (target {t.layers}/{t.total_layers} layers {t.total / MIB:.0f} MiB"
-            + (f", draft {d.layers}/{d.total_layers} layers {d.total / MIB:.0f} MiB" if d else "")
-            + f") > {budget / MIB:.0f} MiB available")
+    where = "the device" if device == ONE_DEVICE else device
+    return (f"predicted {need[device] / MIB:.0f} MiB on {where} ({_part(t, 'target', device)}"
+            + (f", {_part(d, 'draft', device)}" if d else "") + f") > {budget.of(device) / MIB:.0f} MiB available")
+
+
+def _part(m: DeviceBytes, name: str, device: str) -> str:
+    """'target 5/5 layers 12 MiB' (', on Vulkan0' with named devices): one model's share of an overfull device."""
+    on = "" if device == ONE_DEVICE else f" on {device}"
+    return f"{name} {m.layers}/{m.total_layers} layers{on} {m.used().get(device, 0) / MIB:.0f} MiB"
