@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gguf_bench.engines.llama_cpp import Model, gpu_devices, llama_versions, quantize
-from gguf_bench.measure.pair import LoadConfig, PairFiles
+from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import iter_records
@@ -40,7 +40,7 @@ from gguf_bench.models.memory import MIB, Shape, device_bytes
 from gguf_bench.models.registry import load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.options import ALL_LAYERS
-from gguf_bench.placing import Placing, parse_label
+from gguf_bench.placing import parse_label
 from gguf_bench.results.report import summarize, to_frame
 
 sys.path.insert(0, str(Path(__file__).parent))
