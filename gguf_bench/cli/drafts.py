@@ -8,9 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich import box
-from rich.table import Table
-from rich.text import Text
 
 from gguf_bench import options
 from gguf_bench.cli.app import command, console, err
@@ -18,7 +15,7 @@ from gguf_bench.cli.options import RegistryOpt
 from gguf_bench.errors import BenchError
 from gguf_bench.models import candidates as cands
 from gguf_bench.results import drafts as ranking
-from gguf_bench.results.text import fit_title, size_text
+from gguf_bench.results.text import size_text
 
 
 @command
@@ -85,33 +82,27 @@ def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: s
     h = found.target.header
     console.print(f"target: {target} ({h.architecture}, {size_text(h.file_size)})", markup=False, soft_wrap=True)
     mid = ranking.ALPHAS[len(ranking.ALPHAS) // 2]
-    table = Table(title=f"compatible drafts, best first (gain at {mid:.0%} acceptance)", box=box.SIMPLE_HEAD,
-                  pad_edge=False, show_edge=False, title_justify="left",
-                  caption="c: the draft's time per token / the target's (from bytes read per token); b/e: the "
-                          "acceptance below which no K gains; +%: predicted gain at that acceptance, best K",
-                  caption_justify="left")
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("draft", overflow="fold")
-    table.add_column("from", no_wrap=True)
-    table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("c", justify="right", no_wrap=True)
-    if vram:
-        table.add_column("fits", no_wrap=True)
-    table.add_column("b/e", justify="right", no_wrap=True)
-    for a in ranking.ALPHAS:
-        table.add_column(f"+%@{a * 100:.0f}", justify="right", no_wrap=True)
-    for i, r in enumerate(rows, 1):
-        c = r.candidate
-        fit = [] if not vram else ["?" if r.fits is None else "yes" if r.fits else "no"]
-        origin = c.origin if c.kind == "draft-simple" else c.kind.removeprefix("draft-")  # a sidecar says which
-        table.add_row(str(i), Text(c.name), origin, size_text(c.header.file_size),
-                      "?" if r.cost_ratio is None else f"{r.cost_ratio:.2f}", *fit,
-                      "–" if r.break_even is None else f"{r.break_even:.0%}",
-                      *[f"{g:+.0f} K{k}" if g > -100 else "–" for g, k in (r.gains.get(a, (-999, 0)) for a in ranking.ALPHAS)])
-    if rows:
-        console.print(fit_title(table, console.width))
-    else:
+    if not rows:
         console.print("no compatible draft file found", markup=False)
+    else:  # each draft's name on a line of its own (never folded), its figures under it
+        console.print(f"compatible drafts, best first (by gain at {mid:.0%} acceptance):", markup=False)
+        heads = ["from", "size", "c", *(["fits"] if vram else []), "b/e", *[f"+%@{a * 100:.0f}" for a in ranking.ALPHAS]]
+        widths = [9, 10, 5, *([4] if vram else []), 4, *[7] * len(ranking.ALPHAS)]
+        line = lambda cells: "    " + "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"  # noqa: E731
+                                               for i, (c, w) in enumerate(zip(cells, widths)))
+        console.print(line(heads).rstrip(), style="bold", markup=False)
+        for i, r in enumerate(rows, 1):
+            c = r.candidate
+            origin = c.origin if c.kind == "draft-simple" else c.kind.removeprefix("draft-")  # a sidecar says which
+            fit = [] if not vram else ["?" if r.fits is None else "yes" if r.fits else "no"]
+            gains = [f"{g:+.0f} K{k}" if g > -100 else "–" for g, k in (r.gains.get(a, (-999, 0)) for a in ranking.ALPHAS)]
+            console.print(f"{i:>2}  {c.name}", markup=False, soft_wrap=True)
+            console.print(line([origin, size_text(c.header.file_size), "?" if r.cost_ratio is None else
+                                f"{r.cost_ratio:.2f}", *fit, "–" if r.break_even is None else f"{r.break_even:.0%}",
+                                *gains]).rstrip(), markup=False)
+        console.print("c: the draft's time per token / the target's, from the bytes each reads per token (a batch "
+                      "verified in the time of one token); b/e: the acceptance below which no K gains; +%@A: the gain "
+                      "predicted at acceptance A, at its best K", style="dim", markup=False)
     others = [c for c in found.candidates if c.status in ("incompatible", "unreadable")]
     for c in others:
         console.print(f"{c.status}: {c.name} ({c.origin}): {c.reason}", markup=False, soft_wrap=True)

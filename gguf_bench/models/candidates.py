@@ -34,7 +34,7 @@ from gguf_bench.models.memory import Shape, tensor_bytes
 from gguf_bench.models.registry import HubSource, load_registry, parse_hub_ref
 from gguf_bench.models.vocab import TOKENS_KEY, info_from_header
 
-FIRST_READ = 2**20  # the first range of a hub header; $GGUF_BENCH_HEADER_READ overrides it
+FIRST_READ = 2**18  # the first range of a hub header; $GGUF_BENCH_HEADER_READ overrides it
 LARGEST_HEADER = 256 * 2**20
 DEFAULT_QUANTS = ("Q8_0", "Q4_K_M")
 SELF_QUANTS = 3  # lower quants of the target's own repository, at most
