@@ -202,3 +202,34 @@ def test_faults_are_one_line(models, tmp_path):
     assert local.returncode == 0, local.stderr
     assert local.stderr.startswith("Note: ") and "searched locally" in local.stderr
     assert "could not be searched" in local.stderr and "draft-same.gguf" in "".join(local.stdout.split())
+
+
+def _dflash(path: Path, markov: bool) -> Path:
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "dflash")
+    w.add_block_count(1)
+    w.add_tensor("fc.weight", random_weights(TinySpec(), 10, 0)["blk.0.attn_q.weight"])
+    if markov:
+        w.add_tensor("markov_w1.weight", random_weights(TinySpec(), 10, 0)["blk.0.attn_k.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_dspark_is_a_server_type_checked_for_its_markov_head(models, tmp_path):
+    """draft-dspark (the vendored llama-server has it): a dflash sidecar with a Markov head; drafts names it too."""
+    from gguf_bench.decoding.strategy import Strategy
+    from gguf_bench.errors import ConfigError
+    from gguf_bench.measure.server_engine import check_files
+    from gguf_bench.models.pairs import PairFiles
+
+    dspark, dflash = _dflash(tmp_path / "dspark.gguf", True), _dflash(tmp_path / "dflash.gguf", False)
+    check_files([Strategy("draft-dspark")], PairFiles(models["target"], dspark, "p"), "--spec-type draft-dspark")
+    for draft, needle in ((dflash, "no Markov head"), (models["same"], "is a llama model")):
+        with pytest.raises(ConfigError, match=needle):
+            check_files([Strategy("draft-dspark")], PairFiles(models["target"], draft, "p"), "--spec-type draft-dspark")
+    reader = HeaderReader()
+    assert (reader.local(dspark).sidecar, reader.local(dflash).sidecar) == ("draft-dspark", "draft-dflash")
