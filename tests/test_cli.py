@@ -33,16 +33,17 @@ def rule_row(output: str, rule: str) -> str:
 
 
 def test_info_incompatible_pair_names_the_rule(incompatible):
-    """The draft has 200 extra tokens before BOS/EOS: those rules fail on their own rows, the flags pass."""
+    """The draft has 200 extra tokens before BOS/EOS: those rules fail on their own rows, the flags pass. EOS ids
+    differ too, but llama.cpp compares them only when EOS is added (it is not here): that row passes."""
     result = invoke("info", *map(str, incompatible))
     assert result.exit_code == 0
-    assert "compatible: NO (BOS id, EOS id, vocab size, token text from id 5 differ)" in result.output
-    failing = {"BOS id": "264 / 464", "EOS id": "265 / 465", "vocab size": "266 / 466 (difference 200, at most 128)",
+    assert "compatible: NO (BOS id, vocab size, token text from id 5 differ)" in result.output
+    failing = {"BOS id": "264 / 464", "vocab size": "266 / 466 (difference 200, at most 128)",
                "token text from id 5": "token 264 differs"}
     for rule, detail in failing.items():
         row = rule_row(result.output, rule)
         assert " NO " in row and detail in row, row
-    for rule in ("vocab type", "add BOS flag", "add EOS flag"):
+    for rule in ("vocab type", "add BOS flag", "add EOS flag", "EOS id"):
         assert " yes " in rule_row(result.output, rule)
 
 

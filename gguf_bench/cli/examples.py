@@ -24,6 +24,11 @@ EXAMPLES: dict[str, list[str]] = {
         "gguf-bench make-test-pair /tmp/tiny --noise 0.05",
         "gguf-bench info /tmp/tiny/tiny-target.gguf /tmp/tiny/tiny-draft.gguf",
     ],
+    "drafts": [
+        "gguf-bench drafts Qwen/Qwen2.5-Coder-7B-Instruct-GGUF:Q4_K_M",
+        "gguf-bench drafts target.gguf --search ~/models --offline",
+        "gguf-bench drafts gemma-3-270m-f32 --vram 24GB --json",
+    ],
     "plan": [
         "gguf-bench plan qwen-coder-7b+0.5b --vram 24GB --ctx 4096",
         "gguf-bench plan --target t.gguf --draft d.gguf --vram 8GB --measure",

@@ -101,7 +101,7 @@ SpecTypeOpt = Annotated[str, typer.Option("--spec-type", help="who drafts: draft
                         "no draft model needed), ngram,draft (n-gram first, the model when it finds nothing; in a "
                         "sweep list write ngram+draft); with --engine server also llama-server's own types, spelled as "
                         "it spells them: draft-simple, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, "
-                        "draft-mtp, draft-eagle3, draft-dflash. -K becomes: --spec-draft-n-max K for draft-* (with "
+                        "draft-mtp, draft-eagle3, draft-dflash, draft-dspark. -K becomes: --spec-draft-n-max K for draft-* (with "
                         "--draft-min, --draft-p-min); --spec-<type>-size-m K for ngram-simple, ngram-map-k(4v) (size-n: "
                         "--ngram-max); --spec-ngram-mod-n-max K for ngram-mod (n-min: --draft-min, else 3/4 K; n-match 24); "
                         "ngram-cache drafts at most 8, so it runs at K=8 only")]

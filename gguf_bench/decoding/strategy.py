@@ -16,8 +16,8 @@ SPEC_ALIASES = {"ngram+draft": "ngram,draft"}  # the chain's name inside comma-s
 # llama-server's own --spec-type values, spelled as it spells them (--engine server only); see engines/llama_server.py
 # for the size flags each one gets from -K
 SERVER_SPEC_TYPES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
-                     "draft-mtp", "draft-eagle3", "draft-dflash")
-SIDECAR_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash")  # server types that read the draft file (-md)
+                     "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
+SIDECAR_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")  # server types that read the draft file (-md)
 K_SCHEDULES = ("fixed", "heuristic", "cost")  # cost: -K is the cap, each round sized by schedules.CostK
 
 

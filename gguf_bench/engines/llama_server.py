@@ -59,6 +59,8 @@ SIZE_FLAGS = {
     "draft-mtp": "--spec-draft-n-max K --spec-draft-n-min N --spec-draft-p-min P; the target's own MTP/NextN heads, no -md",
     "draft-eagle3": "--spec-draft-n-max K --spec-draft-n-min N --spec-draft-p-min P; -md EAGLE3-SIDECAR",
     "draft-dflash": "--spec-draft-n-max K --spec-draft-n-min N --spec-draft-p-min P; -md DFLASH-SIDECAR",
+    "draft-dspark": "--spec-draft-n-max K --spec-draft-n-min N --spec-draft-p-min P; -md DSPARK-SIDECAR (a dflash "
+                    "GGUF with a Markov head; llama.cpp refuses p-min > 0 when it has no confidence head)",
     "ngram-simple": "--spec-ngram-simple-size-n NGRAM_MAX --spec-ngram-simple-size-m K --spec-ngram-simple-min-hits 1",
     "ngram-map-k": "--spec-ngram-map-k-size-n NGRAM_MAX --spec-ngram-map-k-size-m K --spec-ngram-map-k-min-hits 1",
     "ngram-map-k4v": "--spec-ngram-map-k4v-size-n NGRAM_MAX --spec-ngram-map-k4v-size-m K --spec-ngram-map-k4v-min-hits 1",
@@ -94,7 +96,7 @@ class Speculation:
 
     @property
     def needs_draft_file(self) -> bool:
-        return self.spec_type in ("draft-simple", "draft-eagle3", "draft-dflash")
+        return self.spec_type in ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
 
     @property
     def pooled(self) -> bool:

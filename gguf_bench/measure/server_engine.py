@@ -84,14 +84,21 @@ def check_files(strategies: list[Strategy], files: PairFiles, server_help: str) 
         if spec_type == "draft-mtp" and not _has_nextn(files.target):
             raise ConfigError(f"--spec-type draft-mtp drafts with the target's MTP/NextN heads, and {files.target.name} "
                               "has none (no blk.N.nextn.* tensors); choose a model trained with MTP or another type")
-        sidecar = {"draft-eagle3": "eagle3", "draft-dflash": "dflash"}.get(spec_type)
+        sidecar = {"draft-eagle3": "eagle3", "draft-dflash": "dflash", "draft-dspark": "dflash"}.get(spec_type)
         if sidecar and files.draft is not None and (arch := _architecture(files.draft)) != sidecar:
             raise ConfigError(f"--spec-type {spec_type} needs a {sidecar} sidecar GGUF as the draft (--draft FILE); "
                               f"{files.draft.name} is a {arch} model")
+        if spec_type == "draft-dspark" and files.draft is not None and not _has_markov_head(files.draft):
+            raise ConfigError(f"--spec-type draft-dspark needs a DSpark sidecar (a dflash GGUF with markov_w1); "
+                              f"{files.draft.name} has no Markov head: it is a draft-dflash sidecar")
 
 
 def _has_nextn(path: Path) -> bool:
     return any(".nextn." in t.name for t in tensor_table(path)[1])
+
+
+def _has_markov_head(path: Path) -> bool:
+    return any(t.name == "markov_w1.weight" for t in tensor_table(path)[1])
 
 
 def _architecture(path: Path) -> str:

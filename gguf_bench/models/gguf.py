@@ -77,22 +77,37 @@ def total_size(path: Path) -> int:
 
 
 def compatibility(target: GGUFInfo, draft: GGUFInfo) -> list[Rule]:
-    """llama.cpp's rules for using `draft` to speculate for `target`, each with its verdict."""
+    """llama.cpp's rules for using `draft` to speculate for `target`, each with its verdict, in the order
+    common_speculative_are_compatible tests them (`first_failure` is the one it stops at). BOS (EOS) ids are compared
+    only when the target adds that token; token texts compare as C strings (up to a NUL byte), like its strcmp."""
     diff = abs(target.n_vocab - draft.n_vocab)
     n = min(target.n_vocab, draft.n_vocab)
-    first_bad = next((i for i in range(VOCAB_CHECK_START_TOKEN_ID, n) if target.tokens[i] != draft.tokens[i]), None)
+    first_bad = next((i for i in range(VOCAB_CHECK_START_TOKEN_ID, n)
+                      if _c_str(target.tokens[i]) != _c_str(draft.tokens[i])), None)
     return [
         Rule("vocab type", target.vocab_type == draft.vocab_type, f"{target.vocab_type} / {draft.vocab_type}"),
         Rule("add BOS flag", target.add_bos == draft.add_bos, f"{target.add_bos} / {draft.add_bos}"),
+        Rule("BOS id", not target.add_bos or target.bos_id == draft.bos_id,
+             f"{target.bos_id} / {draft.bos_id}" + ("" if target.add_bos else " (not compared: no BOS is added)")),
         Rule("add EOS flag", target.add_eos == draft.add_eos, f"{target.add_eos} / {draft.add_eos}"),
-        Rule("BOS id", target.bos_id == draft.bos_id, f"{target.bos_id} / {draft.bos_id}"),
-        Rule("EOS id", target.eos_id == draft.eos_id, f"{target.eos_id} / {draft.eos_id}"),
+        Rule("EOS id", not target.add_eos or target.eos_id == draft.eos_id,
+             f"{target.eos_id} / {draft.eos_id}" + ("" if target.add_eos else " (not compared: no EOS is added)")),
         Rule("vocab size", diff <= VOCAB_MAX_SIZE_DIFFERENCE,
              f"{target.n_vocab} / {draft.n_vocab} (difference {diff}, at most {VOCAB_MAX_SIZE_DIFFERENCE})"),
         Rule(f"token text from id {VOCAB_CHECK_START_TOKEN_ID}", first_bad is None,
              "identical" if first_bad is None else
              f"token {first_bad} differs: {target.tokens[first_bad]!r} / {draft.tokens[first_bad]!r}"),
     ]
+
+
+def _c_str(token: bytes) -> bytes:
+    """A token text as strcmp sees it: up to its first NUL byte."""
+    return token.split(b"\0", 1)[0]
+
+
+def first_failure(target: GGUFInfo, draft: GGUFInfo) -> Rule | None:
+    """The rule llama.cpp's check fails on first (it stops there), or None when it accepts the pair."""
+    return next((r for r in compatibility(target, draft) if not r.ok), None)
 
 
 def incompatibility(target: GGUFInfo, draft: GGUFInfo) -> str | None:
@@ -158,14 +173,16 @@ def header_table(buf, where: str = "the file") -> tuple[dict[str, object], list[
     return meta, tensors
 
 
-def header_layout(buf, where: str = "the file") -> tuple[dict[str, object], list[TensorInfo], HeaderLayout]:
-    """header_table, and where each part of the header lies (models/twin.py copies them)."""
+def header_layout(buf, where: str = "the file", keep: frozenset[str] = frozenset()
+                  ) -> tuple[dict[str, object], list[TensorInfo], HeaderLayout]:
+    """header_table, and where each part of the header lies (models/twin.py copies them). Array values are skipped
+    (None in the metadata) except those whose keys are in `keep`: a tuple of their items (strings as bytes)."""
     import struct
 
     import gguf
 
     try:
-        return _parse_header(buf, where, gguf, struct)
+        return _parse_header(buf, where, gguf, struct, keep)
     except (struct.error, IndexError) as exc:
         raise HeaderCutShort(f"{where}: the header goes on past the {len(buf)} bytes read") from exc
 
@@ -178,7 +195,8 @@ def _enum(kind, number: int, where: str, what: str):
                          "newer GGUF: upgrade the gguf package)") from None
 
 
-def _parse_header(buf, where: str, gguf, struct) -> tuple[dict[str, object], list[TensorInfo], HeaderLayout]:
+def _parse_header(buf, where: str, gguf, struct, keep: frozenset[str] = frozenset()
+                  ) -> tuple[dict[str, object], list[TensorInfo], HeaderLayout]:
     pos = 0
 
     def take(fmt: str):
@@ -193,12 +211,14 @@ def _parse_header(buf, where: str, gguf, struct) -> tuple[dict[str, object], lis
         pos += n
         return bytes(buf[pos - n:pos]).decode("utf-8", "replace")
 
-    def value(vtype: gguf.GGUFValueType):
+    def value(vtype: gguf.GGUFValueType, kept: bool = False):
         nonlocal pos
         if vtype == gguf.GGUFValueType.STRING:
             return string()
         if vtype == gguf.GGUFValueType.ARRAY:
             itype, n = _enum(gguf.GGUFValueType, take("I"), where, "value type"), take("Q")
+            if kept:
+                return _array(itype, n)
             if itype.name in _STRUCT:  # skipped whole: a 262k-entry score array costs nothing
                 pos += n * struct.calcsize(_STRUCT[itype.name])
             elif itype == gguf.GGUFValueType.STRING:  # a vocabulary: hop over each length-prefixed string
@@ -210,13 +230,31 @@ def _parse_header(buf, where: str, gguf, struct) -> tuple[dict[str, object], lis
             return None
         return take(_STRUCT[vtype.name])
 
+    def _array(itype, n: int) -> tuple:
+        nonlocal pos
+        if itype == gguf.GGUFValueType.STRING:  # the raw bytes of each string, as llama.cpp keeps them
+            out = []
+            for _ in range(n):
+                size = struct.unpack_from("<Q", buf, pos)[0]
+                if pos + 8 + size > len(buf):
+                    raise IndexError(pos)
+                out.append(bytes(buf[pos + 8:pos + 8 + size]))
+                pos += 8 + size
+            return tuple(out)
+        if itype.name in _STRUCT:
+            fmt = _STRUCT[itype.name]
+            values = struct.unpack_from(f"<{n}{fmt}", buf, pos)
+            pos += n * struct.calcsize(fmt)
+            return values
+        return tuple(value(itype) for _ in range(n))
+
     if take("4s") != b"GGUF":
         raise ModelError(f"{where} is not a GGUF file (no GGUF magic at its start)")
     version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
     meta, kv_start = {}, pos
     for _ in range(n_kv):
         key, vtype = string(), _enum(gguf.GGUFValueType, take("I"), where, "value type")
-        meta[key] = value(vtype)
+        meta[key] = value(vtype, key in keep)
     tensors, infos_start = [], pos
     for _ in range(n_tensors):
         name, n_dims = string(), take("I")

@@ -95,12 +95,17 @@ def perturb(weights: dict[str, np.ndarray], noise: float, seed: int) -> dict[str
 
 
 def write_gguf(path: Path, spec: TinySpec, weights: dict[str, np.ndarray], eos_id: int | None = None,
-               name: str = "tiny") -> Path:
+               name: str = "tiny", vocab: tuple[list[str], list[int], int, int] | None = None,
+               tokenizer: str = "gpt2", metadata: dict[str, str] | None = None) -> Path:
+    """A tiny model; `vocab` (tokens, types, bos, eos) replaces `vocabulary(spec.extra_tokens)`, `tokenizer` names
+    its type (gpt2: BPE with merges; llama: SentencePiece), `metadata` adds general.* strings (basename, size_label)."""
     import gguf
 
-    tokens, types, bos, eos = vocabulary(spec.extra_tokens)
+    tokens, types, bos, eos = vocab or vocabulary(spec.extra_tokens)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(name)
+    for key, value in (metadata or {}).items():
+        writer.add_string(key, value)
     writer.add_context_length(spec.n_ctx)
     writer.add_embedding_length(spec.width)
     writer.add_block_count(spec.n_layers)
@@ -114,11 +119,15 @@ def write_gguf(path: Path, spec: TinySpec, weights: dict[str, np.ndarray], eos_i
         writer.add_expert_used_count(spec.n_experts_used)
     writer.add_vocab_size(len(tokens))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    writer.add_tokenizer_model(tokenizer)
+    if tokenizer == "gpt2":
+        writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    writer.add_token_merges(MERGES)
+    if tokenizer == "gpt2":
+        writer.add_token_merges(MERGES)
+    else:
+        writer.add_token_scores([0.0] * len(tokens))
     writer.add_bos_token_id(bos)
     writer.add_eos_token_id(eos if eos_id is None else eos_id)
     writer.add_add_bos_token(True)
