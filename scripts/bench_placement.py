@@ -7,7 +7,8 @@ Three parts, one run (each says what it contains):
    header (models/memory.py) against what llama.cpp reported allocating there (engines/placement.py); needs a build
    that sees a GPU device (the Vulkan build on lavapipe here: GGML_VK_VISIBLE_DEVICES=0);
 2. verify curve: the MoE target's one-token step t(1) and t(K+1)/t(1) for batches of K+1 tokens (as a verify step
-   asks), experts where -ngl puts them against all in system memory (-cmoe) and half (-ncmoe N/2), interleaved rounds,
+   asks), experts where -ngl puts them against all in system memory (-cmoe) and a third (-ot ffn_down_exps=CPU),
+   interleaved rounds,
    medians; a batch routes to more experts than one token does, which is what makes verification dearer;
 3. sweep: target alone and speculative K per placement through gguf-bench's own sweep (sweep.iter_records):
    the MoE pair with its experts on the device or the CPU, gemma with its draft on the device or the CPU (-devd none).
@@ -47,7 +48,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_twins import TEXT, decode_s, verify_s  # noqa: E402  (the same timers as the twins' table)
 
 MOE = TinySpec(n_layers=8, width=256, n_heads=4, ff=512, n_experts=16, n_experts_used=2)
-MOE_PLACEMENTS = ["", "-ncmoe 4", "-cmoe"]
+# experts with their layers, one of each layer's three expert weights in system memory, all of them; some layers'
+# experts in system memory and the rest on the device (-ncmoe 4) crash Mesa's lavapipe at the first decode
+MOE_PLACEMENTS = ["", "-ot ffn_down_exps=CPU", "-cmoe"]
 
 
 def table(head: list[str], rows: list[list[str]], markdown: bool) -> None:

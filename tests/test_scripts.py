@@ -84,7 +84,7 @@ def test_bench_workloads_on_a_tiny_pair(tiny_pairs, tmp_path):
 def test_bench_placement_prints_the_verify_curve_and_the_sweep_per_placement():
     out = script("bench_placement.py", "-K", "1", "-n", "4", "--rounds", "1", "--no-gemma")
     curve = out[out.index("2. verify curve"):out.index("3. sweep")]
-    for placement in ("default", "-ncmoe 4", "-cmoe"):
+    for placement in ("default", "-ot ffn_down_exps=CPU", "-cmoe"):
         assert placement in curve
     sweep = out[out.index("3. sweep"):]
     assert "tiny-moe" in sweep and "-cmoe -cmoed" in sweep and "%" in sweep
