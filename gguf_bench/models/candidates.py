@@ -30,7 +30,7 @@ from gguf_bench.errors import BenchError, ModelError, RegistryError
 from gguf_bench.models.download import hub_error_message, locate
 from gguf_bench.models.files import SPLIT_RE, cache_dir, read_json, write_json
 from gguf_bench.models.gguf import GGUFInfo, HeaderCutShort, Rule, first_failure, header_layout
-from gguf_bench.models.memory import Shape, tensor_bytes
+from gguf_bench.models.memory import Shape, Weight, tensor_bytes
 from gguf_bench.models.registry import HubSource, load_registry, parse_hub_ref
 from gguf_bench.models.vocab import TOKENS_KEY, info_from_header
 
@@ -71,7 +71,12 @@ class Header:
         return str(self.meta.get("general.architecture", "unknown"))
 
     def planner_shape(self) -> Shape | None:
-        return Shape(**{k: tuple(v) if isinstance(v, list) else v for k, v in self.shape.items()}) if self.shape else None
+        """The planner's Shape back from its cached form (dataclasses.asdict: lists, and each Weight as a dict)."""
+        if not self.shape:
+            return None
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in self.shape.items()}
+        fields["weights"] = tuple(Weight(**w) for w in fields.get("weights", ()))
+        return Shape(**fields)
 
 
 class VocabStore:
