@@ -13,6 +13,7 @@ and say why.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -232,3 +233,49 @@ def test_planner_with_experts_on_the_cpu_equals_llama_cpps_buffers(moe_pair, ngl
     assert where.kv_mib.get(device, 0) == pytest.approx(predicted.kv / MIB, abs=0.02)
     on_host = sorted(i for buffer, layers in where.expert_layers.items() if buffer != device for i in layers)
     assert on_host == list(predicted.expert_layers) and device not in where.expert_layers
+
+
+# --- llama.cpp's own fitting (llama-fit-params) beside the planner: plan --compare-fit ---
+
+@pytest.mark.parametrize("budget_mib", [4, 5, 6, 8])
+def test_llama_fit_params_estimate_for_its_pick_equals_the_planners(moe_pair, fit_params_bin, budget_mib):
+    """llama-fit-params fits the tiny MoE target into a budget (-fitt: the device's free memory less the budget):
+    -ngl and the experts it moves to the CPU (-ot), and its estimate for that pick (--fit-print). It prints whole MiB
+    rounded down, and the model is 3.3 MiB, so a relative check (5%) cannot be made at that resolution: the
+    planner's bytes for the same pick, rounded down, must equal llama.cpp's model and KV numbers; the compute buffer
+    (the planner's estimate) within 1 MiB."""
+    from gguf_bench.engines import fit_params
+    from gguf_bench.models.gguf import tensor_table
+    from gguf_bench.models.memory import MIB, Budget, Shape, device_bytes
+
+    budget = Budget.one(budget_mib * MIB)
+    run, notes = fit_params.fit(moe_pair[0], 512, budget, binary=fit_params_bin)
+    assert run.choice is not None and not notes, run
+    (est,) = run.devices
+    picked = device_bytes(Shape.from_header(*tensor_table(moe_pair[0])), run.choice.layers, 512, None,
+                          run.choice.placing, budget)
+    assert est.device == gpu_devices()[0].name
+    assert (est.model, est.context) == (picked.weights // MIB, picked.kv // MIB), (est, picked)
+    assert abs(est.compute - picked.compute / MIB) < 1, (est, picked)
+    if budget_mib < 8:  # too small for the whole model: fewer layers, or experts to the CPU
+        assert picked.layers < TOTAL or picked.expert_layers, run.choice
+    else:
+        assert run.choice.ngl == -1 and not run.choice.overrides  # it fits as it is: nothing changed
+
+
+def test_plan_compare_fit_shows_llama_cpps_picks_beside_the_planner(moe_pair, fit_params_bin, monkeypatch):
+    """Each model fitted alone takes the whole budget: llama.cpp's two picks together need more than it holds,
+    while the planner's rows are joint."""
+    monkeypatch.setenv("GGUF_BENCH_CACHE", str(fit_params_bin.parents[2]))  # where the fixture built it
+    monkeypatch.setenv("COLUMNS", "80")
+    result = invoke("plan", *pair_args(moe_pair), "--vram", "520MiB", "--ctx", "512", "--compare-fit")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "fits it alone, the draft ignored" in text and text.count("llama.cpp picks") == 2, result.output
+    need = re.search(r"two picks together need (\d+) MiB on (\S+) of 8\b", text)
+    assert need and int(need[1]) > 8 and need[2] == gpu_devices()[0].name, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    free = gpu_devices()[0].memory_free
+    more = invoke("plan", *pair_args(moe_pair), "--vram", f"{free // 2**20 + 1024}MiB", "--margin", "0", "--ctx", "512",
+                  "--compare-fit")
+    assert more.exit_code == 0 and "is more than its free memory" in " ".join(more.output.split()), more.output
