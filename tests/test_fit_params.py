@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args
 
-from gguf_bench.engines import fit_params
+from gguf_bench.engines import fit_params, server_build
 from gguf_bench.engines.llama_cpp import gpu_devices
 from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import MIB, tensor_bytes
@@ -45,3 +45,17 @@ def test_compare_fit_needs_the_model_files(moe_pair):
     result = invoke("plan", "--target", "acme/none-GGUF:Q4_K_M", "--draft", str(moe_pair[1]), "--vram", "1GB",
                     "--compare-fit")
     assert_user_error(result, "--compare-fit needs the model file", "acme/none-GGUF:Q4_K_M")
+
+
+@pytest.mark.parametrize(("cached", "wanted", "compiled"), [
+    ((), ("llama-server",), ["llama-server", "llama-fit-params"]),  # a fresh cache: both, in one build
+    (("llama-server",), ("llama-fit-params",), ["llama-fit-params"]),  # only the missing one
+    (("llama-server",), ("llama-server",), None),  # there: nothing compiled
+    (("llama-server", "llama-fit-params"), ("llama-server", "llama-fit-params"), None),
+])
+def test_build_tools_compiles_every_missing_tool_in_one_build(monkeypatch, cached, wanted, compiled):
+    calls = []
+    monkeypatch.setattr(server_build, "cached_binary", lambda name=server_build.BINARY: name if name in cached else None)
+    monkeypatch.setattr(server_build, "_compile", lambda names, log, jobs: calls.append(names))
+    found = server_build.build_tools(server_build.build_dir() / "build.log", 2, wanted)
+    assert calls == ([compiled] if compiled else []) and list(found) == list(wanted)
