@@ -263,6 +263,17 @@ def test_llama_fit_params_estimate_for_its_pick_equals_the_planners(moe_pair, fi
         assert run.choice.ngl == -1 and not run.choice.overrides  # it fits as it is: nothing changed
 
 
+def test_llama_fit_params_keeps_a_placement_the_user_fixed(moe_pair, fit_params_bin):
+    """With -ncmoe given, llama.cpp changes nothing: when the model does not fit as placed, it says so."""
+    from gguf_bench.engines import fit_params
+    from gguf_bench.models.memory import MIB, Budget
+    from gguf_bench.placing import Placing
+
+    run, _ = fit_params.fit(moe_pair[0], 512, Budget.one(4 * MIB), Placing(n_cpu_moe=1), fit_params_bin)
+    assert run.choice is None and "tensor_buft_overrides already set by user" in run.failure, run
+    assert run.devices[0].model == 2  # its estimate as placed: blk 0's experts on the CPU, 2.57 MiB on the device (planner)
+
+
 def test_plan_compare_fit_shows_llama_cpps_picks_beside_the_planner(moe_pair, fit_params_bin, monkeypatch):
     """Each model fitted alone takes the whole budget: llama.cpp's two picks together need more than it holds,
     while the planner's rows are joint."""

@@ -71,10 +71,10 @@ def _together(runs: list[fit_params.FitRun], best: PlanRow | None, budget: Budge
         need[e.device] = need.get(e.device, 0) + e.total
     sizes = dict(budget.devices)
     parts = [f"{mib} MiB on {name} of {sizes.get(budget.device(name), 0) / MIB:.0f}" for name, mib in need.items()]
-    joint = f"; the planner's best row, {best.used / MIB:.1f} MiB, fits" if best else "; no row of the planner fits"
+    joint = (f"; the planner's best row, {best.used / MIB:.1f} MiB, fits (of its rows, the one that keeps the most "
+             "weight bytes of both models on the devices)" if best else "; no row of the planner fits")
     return ("MiB: llama.cpp's own estimate (--fit-print, whole MiB rounded down) and the planner's. "
-            f"llama.cpp's two picks together need {', '.join(parts) or 'nothing'} (at least: rounded down){joint}. "
-            "The planner's best row keeps the most weight bytes of both models on the devices.")
+            f"llama.cpp's two picks together need {', '.join(parts) or 'nothing'} (at least: rounded down){joint}.")
 
 
 def _planner_rows(table: Table, label: str, cells: tuple[str, str], m: DeviceBytes, device: str) -> None:
