@@ -237,6 +237,30 @@ def test_planner_with_experts_on_the_cpu_equals_llama_cpps_buffers(moe_pair, ngl
 
 # --- llama.cpp's own fitting (llama-fit-params) beside the planner: plan --compare-fit ---
 
+@pytest.fixture(scope="module")
+def wide_moe(tmp_path_factory):
+    """A wider MoE pair (width 256, FFN 512, 8 experts: 52 MiB of weights), large enough for whole MiB to be a fine
+    measure."""
+    from gguf_bench.models.tiny import TinySpec, make_pair
+
+    return make_pair(tmp_path_factory.mktemp("wide"), spec=TinySpec(width=256, ff=512, n_experts=8, n_experts_used=2))
+
+
+def _fit_and_plan(path, budget_mib: int, binary):
+    """llama-fit-params' pick for `path` within `budget_mib`, its device estimate, and the planner's bytes for it."""
+    from gguf_bench.engines import fit_params
+    from gguf_bench.models.gguf import tensor_table
+    from gguf_bench.models.memory import MIB, Budget, Shape, device_bytes
+
+    budget = Budget.one(budget_mib * MIB)
+    run, notes = fit_params.fit(path, 512, budget, binary=binary)
+    assert run.choice is not None and not notes, run
+    (est,) = run.devices
+    assert est.device == gpu_devices()[0].name
+    return run.choice, est, device_bytes(Shape.from_header(*tensor_table(path)), run.choice.layers, 512, None,
+                                         run.choice.placing, budget)
+
+
 @pytest.mark.parametrize("budget_mib", [4, 5, 6, 8])
 def test_llama_fit_params_estimate_for_its_pick_equals_the_planners(moe_pair, fit_params_bin, budget_mib):
     """llama-fit-params fits the tiny MoE target into a budget (-fitt: the device's free memory less the budget):
@@ -244,23 +268,28 @@ def test_llama_fit_params_estimate_for_its_pick_equals_the_planners(moe_pair, fi
     rounded down, and the model is 3.3 MiB, so a relative check (5%) cannot be made at that resolution: the
     planner's bytes for the same pick, rounded down, must equal llama.cpp's model and KV numbers; the compute buffer
     (the planner's estimate) within 1 MiB."""
-    from gguf_bench.engines import fit_params
-    from gguf_bench.models.gguf import tensor_table
-    from gguf_bench.models.memory import MIB, Budget, Shape, device_bytes
+    from gguf_bench.models.memory import MIB
 
-    budget = Budget.one(budget_mib * MIB)
-    run, notes = fit_params.fit(moe_pair[0], 512, budget, binary=fit_params_bin)
-    assert run.choice is not None and not notes, run
-    (est,) = run.devices
-    picked = device_bytes(Shape.from_header(*tensor_table(moe_pair[0])), run.choice.layers, 512, None,
-                          run.choice.placing, budget)
-    assert est.device == gpu_devices()[0].name
+    choice, est, picked = _fit_and_plan(moe_pair[0], budget_mib, fit_params_bin)
     assert (est.model, est.context) == (picked.weights // MIB, picked.kv // MIB), (est, picked)
     assert abs(est.compute - picked.compute / MIB) < 1, (est, picked)
     if budget_mib < 8:  # too small for the whole model: fewer layers, or experts to the CPU
-        assert picked.layers < TOTAL or picked.expert_layers, run.choice
+        assert picked.layers < TOTAL or picked.expert_layers, choice
     else:
-        assert run.choice.ngl == -1 and not run.choice.overrides  # it fits as it is: nothing changed
+        assert choice.ngl == -1 and not choice.overrides  # it fits as it is: nothing changed
+
+
+@pytest.mark.parametrize("budget_mib", [30, 40, 60, 80])
+def test_llama_fit_params_model_estimate_within_5_percent_of_the_planners(wide_moe, fit_params_bin, budget_mib):
+    """On the wider MoE target (52 MiB) the device's model bytes agree within 5% (the rounding down: under 1 MiB)
+    and the KV cache exactly. The compute buffer is not checked: llama.cpp estimates 7-10 MiB on lavapipe for this
+    shape, the planner 5 (its estimate's coefficients were read off gemma-3-270m)."""
+    from gguf_bench.models.memory import MIB
+
+    choice, est, picked = _fit_and_plan(wide_moe[0], budget_mib, fit_params_bin)
+    assert picked.weights > 10 * MIB and abs(est.model - picked.weights / MIB) <= 0.05 * picked.weights / MIB
+    assert est.model == picked.weights // MIB and est.context == picked.kv // MIB, (est, picked)
+    assert (budget_mib < 80) == bool(picked.expert_layers), choice  # experts to the CPU until it all fits
 
 
 def test_llama_fit_params_keeps_a_placement_the_user_fixed(moe_pair, fit_params_bin):
