@@ -19,7 +19,7 @@ cpu_only = pytest.mark.skipif(bool(gpu_devices()), reason="a build with a GPU de
 def test_without_a_gpu_device_llama_fit_params_sees_only_the_host(fit_params_bin, moe_pair):
     """Its estimate has the host row alone (every weight there), and its fit checks only host memory: it prints
     llama.cpp's default -ngl -1 whatever the budget, so there is nothing to compare."""
-    est = fit_params.estimate(moe_pair[0], ["-c", "512", *fit_params.UBATCH_FLAGS], fit_params_bin)
+    est = fit_params.estimate(moe_pair[0], ["-c", "512", *fit_params.LOAD_FLAGS], fit_params_bin)
     assert [e.device for e in est] == [fit_params.HOST]
     weights = sum(tensor_bytes(t.type_name, t.shape) for t in tensor_table(moe_pair[0])[1])
     assert est[0].model == weights // MIB and est[0].compute >= 0

@@ -29,7 +29,7 @@ from gguf_bench.models.memory import MIB, Budget
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.placing import Placing, overrides
 
-UBATCH_FLAGS = ["-b", "512", "-ub", "512"]  # gguf-bench's n_batch = n_ubatch (engines/llama_cpp.Model)
+LOAD_FLAGS = ["-b", "512", "-ub", "512", "--swa-full"]  # as engines/llama_cpp.Model loads: n_batch = n_ubatch, swa_full
 HOST = "Host"  # the last row of -fitp's estimate: system memory
 _FAILED = re.compile(r"failed to fit params to free device memory: (.*)")
 
@@ -133,7 +133,7 @@ def fit(model: Path, n_ctx: int, budget: Budget, placing: Placing = Placing(),
     fixed), and its estimate for that pick; with the notes of `margins`. On a build without GPU devices the fit is
     not run: the estimate alone (at the default placement) says what llama.cpp sees."""
     gpus = gpu_devices()
-    base = [*UBATCH_FLAGS, *placing.flags()]
+    base = [*LOAD_FLAGS, *placing.flags()]
     if not gpus:
         return FitRun(None, estimate(model, ["-c", str(n_ctx), *base], binary)), []
     names, free, notes = margins(budget, gpus)
