@@ -88,16 +88,27 @@ def gemma_q4_q2(real_cache) -> tuple[Path, Path]:
     return tuple(_fetch_real(real_cache, "gemma-3-270m-q4_k_m", "gemma-3-270m-q2_k"))
 
 
-@pytest.fixture(scope="session")
-def server_bin(real_cache) -> Path:
-    """llama-server built once per machine and llama-cpp-python version (`gguf-bench build-server`: about 6 minutes
-    on 2 cores the first time) into the shared cache, on this environment's ggml."""
+def _built(real_cache: Path, name: str) -> Path:
+    """One of `build-server`'s tools, built once per machine and llama-cpp-python version into the shared cache
+    (both in one build when neither is there), on this environment's ggml."""
     mp = pytest.MonkeyPatch()
     mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
     try:
-        from gguf_bench.engines.server_build import build_dir, build_server
+        from gguf_bench.engines.server_build import build_dir, build_tools
 
         build_dir().mkdir(parents=True, exist_ok=True)
-        return build_server(build_dir() / "build.log")
+        return build_tools(build_dir() / "build.log", wanted=(name,))[name]
     finally:
         mp.undo()
+
+
+@pytest.fixture(scope="session")
+def server_bin(real_cache) -> Path:
+    """llama-server (`gguf-bench build-server`: about 6 minutes on 2 cores the first time)."""
+    return _built(real_cache, "llama-server")
+
+
+@pytest.fixture(scope="session")
+def fit_params_bin(real_cache) -> Path:
+    """llama-fit-params, llama.cpp's own fitting (built by `gguf-bench build-server` beside llama-server)."""
+    return _built(real_cache, "llama-fit-params")

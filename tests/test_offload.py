@@ -13,6 +13,7 @@ and say why.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -235,3 +236,89 @@ def test_planner_with_experts_on_the_cpu_equals_llama_cpps_buffers(moe_pair, ngl
     assert where.kv_mib.get(device, 0) == pytest.approx(predicted.kv / MIB, abs=0.02)
     on_host = sorted(i for buffer, layers in where.expert_layers.items() if buffer != device for i in layers)
     assert on_host == list(predicted.expert_layers) and device not in where.expert_layers
+
+
+# --- llama.cpp's own fitting (llama-fit-params) beside the planner: plan --compare-fit ---
+
+@pytest.fixture(scope="module")
+def wide_moe(tmp_path_factory):
+    """A wider MoE pair (width 256, FFN 512, 8 experts: 52 MiB of weights), large enough for whole MiB to be a fine
+    measure."""
+    from gguf_bench.models.tiny import TinySpec, make_pair
+
+    return make_pair(tmp_path_factory.mktemp("wide"), spec=TinySpec(width=256, ff=512, n_experts=8, n_experts_used=2))
+
+
+def _fit_and_plan(path, budget_mib: int, binary):
+    """llama-fit-params' pick for `path` within `budget_mib`, its device estimate, and the planner's bytes for it."""
+    from gguf_bench.engines import fit_params
+    from gguf_bench.models.gguf import tensor_table
+    from gguf_bench.models.memory import MIB, Budget, Shape, device_bytes
+
+    budget = Budget.one(budget_mib * MIB)
+    run, notes = fit_params.fit(path, 512, budget, binary=binary)
+    assert run.choice is not None and not notes, run
+    (est,) = run.devices
+    assert est.device == gpu_devices()[0].name
+    return run.choice, est, device_bytes(Shape.from_header(*tensor_table(path)), run.choice.layers, 512, None,
+                                         run.choice.placing, budget)
+
+
+@pytest.mark.parametrize("budget_mib", [4, 5, 6, 8])
+def test_llama_fit_params_estimate_for_its_pick_equals_the_planners(moe_pair, fit_params_bin, budget_mib):
+    """llama-fit-params fits the tiny MoE target into a budget (-fitt: the device's free memory less the budget):
+    -ngl and the experts it moves to the CPU (-ot), and its estimate for that pick (--fit-print). It prints whole MiB
+    rounded down, and the model is 3.3 MiB, so a relative check (5%) cannot be made at that resolution: the
+    planner's bytes for the same pick, rounded down, must equal llama.cpp's model and KV numbers; the compute buffer
+    (the planner's estimate) within 1 MiB."""
+    from gguf_bench.models.memory import MIB
+
+    choice, est, picked = _fit_and_plan(moe_pair[0], budget_mib, fit_params_bin)
+    assert (est.model, est.context) == (picked.weights // MIB, picked.kv // MIB), (est, picked)
+    assert abs(est.compute - picked.compute / MIB) < 1, (est, picked)
+    if budget_mib < 8:  # too small for the whole model: fewer layers, or experts to the CPU
+        assert picked.layers < TOTAL or picked.expert_layers, choice
+    else:
+        assert choice.ngl == -1 and not choice.overrides  # it fits as it is: nothing changed
+
+
+@pytest.mark.parametrize("budget_mib", [30, 40, 60, 80])
+def test_llama_fit_params_model_estimate_within_5_percent_of_the_planners(wide_moe, fit_params_bin, budget_mib):
+    """On the wider MoE target (52 MiB) the device's model bytes agree within 5% (the rounding down: under 1 MiB)
+    and the KV cache exactly. The compute buffer is not checked: llama.cpp estimates 7-10 MiB on lavapipe for this
+    shape, the planner 5 (its estimate's coefficients were read off gemma-3-270m)."""
+    from gguf_bench.models.memory import MIB
+
+    choice, est, picked = _fit_and_plan(wide_moe[0], budget_mib, fit_params_bin)
+    assert picked.weights > 10 * MIB and abs(est.model - picked.weights / MIB) <= 0.05 * picked.weights / MIB
+    assert est.model == picked.weights // MIB and est.context == picked.kv // MIB, (est, picked)
+    assert (budget_mib < 80) == bool(picked.expert_layers), choice  # experts to the CPU until it all fits
+
+
+def test_llama_fit_params_keeps_a_placement_the_user_fixed(moe_pair, fit_params_bin):
+    """With -ncmoe given, llama.cpp changes nothing: when the model does not fit as placed, it says so."""
+    from gguf_bench.engines import fit_params
+    from gguf_bench.models.memory import MIB, Budget
+    from gguf_bench.placing import Placing
+
+    run, _ = fit_params.fit(moe_pair[0], 512, Budget.one(4 * MIB), Placing(n_cpu_moe=1), fit_params_bin)
+    assert run.choice is None and "tensor_buft_overrides already set by user" in run.failure, run
+    assert run.devices[0].model == 2  # its estimate as placed: blk 0's experts on the CPU, 2.57 MiB on the device (planner)
+
+
+def test_plan_compare_fit_shows_llama_cpps_picks_beside_the_planner(moe_pair, fit_params_bin, monkeypatch):
+    """Each model fitted alone takes the whole budget: llama.cpp's two picks together need more than it holds,
+    while the planner's rows are joint."""
+    monkeypatch.setenv("GGUF_BENCH_CACHE", str(fit_params_bin.parents[2]))  # where the fixture built it
+    monkeypatch.setenv("COLUMNS", "80")
+    result = invoke("plan", *pair_args(moe_pair), "--vram", "520MiB", "--ctx", "512", "--compare-fit")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "fits it alone, the draft ignored" in text and text.count("llama.cpp picks") == 2, result.output
+    need = re.search(r"two picks together need (\d+) MiB on (\S+) of 8\b", text)
+    assert need and int(need[1]) > 8 and need[2] == gpu_devices()[0].name, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    free = gpu_devices()[0].memory_free
+    more = invoke("plan", *pair_args(moe_pair), "--vram", f"{free // 2**20 + 1024}MiB", "--margin", "0", "--ctx", "512",
+                  "--compare-fit")
+    assert more.exit_code == 0 and "is more than its free memory" in " ".join(more.output.split()), more.output

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gguf_bench import options, placing
+from gguf_bench.cli import fit_compare
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import RegistryOpt, ResultsDirOpt, ThreadsOpt
 from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
@@ -189,11 +190,16 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
          threads: ThreadsOpt = None,
          name: Annotated[str | None, typer.Option("--name", help="with --measure: store the runs in "
                                                   "results/NAME.jsonl (default: plan-TIMESTAMP)")] = None,
+         compare_fit: Annotated[bool, typer.Option("--compare-fit", help="also run llama.cpp's own fitting "
+                                                   "(llama-fit-params, from `build-server`) on each model alone within "
+                                                   "the same budget: its pick and its estimate beside the planner's "
+                                                   "best row")] = False,
          results_dir_opt: ResultsDirOpt = None, registry: RegistryOpt = None) -> None:
     """For each draft placement (-ngld; the draft on other devices or the CPU with --draft-device), the target
     placements that fit the devices, best first: the largest -ngl, and for a MoE target every layer with the fewest
     --n-cpu-moe; with what each term costs, from the GGUF headers alone (for a hub model, its first megabytes:
-    nothing is downloaded). --measure adds each fitting row's speed, measured on twins of the two models."""
+    nothing is downloaded). --measure adds each fitting row's speed, measured on twins of the two models.
+    --compare-fit adds what llama.cpp's own fitting picks for each model alone (local files only)."""
     if not measure and (measure_n is not None or threads is not None or name or results_dir_opt):
         raise BenchError("--measure-n, --threads, --name and --results-dir go with --measure")
     run = speed.SpeedRun(options.n_predict(measure_n or speed.DEFAULT_N), ctx_size, threads)
@@ -203,6 +209,7 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
     drafts = (Placing(), *(Placing(devices=placing.devices(d, "--draft-device")) for d in draft_device or ()))
     usable = budget.less({device: options.byte_size(margin, "--margin") for device, _ in budget.devices})
     *sources, pair_name = header_sources(pair, target, draft, registry)  # files, registry models or hub files
+    files = _local_files(sources, registry) if compare_fit else None
     shapes = [memory.Shape.from_header(*header_table(*source_prefix(s, registry))) for s in sources]
     rows = memory.plan(shapes[0], shapes[1], usable, ctx_size, [0, 1, shapes[1].total_layers // 2, options.ALL_LAYERS],
                        drafts=tuple(dict.fromkeys(drafts)))
@@ -212,6 +219,21 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
     console.print(fit_title(_plan_table(rows, shapes[0], title, found), console.width))
     if found:
         _measure_notes(found[0], rows)
+    if files:
+        fit_compare.compare_fit(rows, shapes, files, usable, ctx_size)
+
+
+def _local_files(sources: list[str], registry: Path | None) -> list[Path]:
+    """--compare-fit runs llama-fit-params on files: each source a file, or a registry model in the cache."""
+    out = []
+    for source in sources:
+        reg = None if Path(source).is_file() else load_registry(registry)
+        path = Path(source) if reg is None else locate(reg.models[source], reg) if source in reg.models else None
+        if path is None:
+            raise BenchError(f"--compare-fit needs the model file (llama-fit-params reads it): '{source}' is neither a "
+                             "file nor a downloaded registry model; `gguf-bench download` it, or pass --target FILE")
+        out.append(path)
+    return out
 
 
 def _plan_table(rows: list[memory.PlanRow], target: memory.Shape, title: str,

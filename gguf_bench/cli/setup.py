@@ -52,18 +52,22 @@ def build_gpu(vulkan: Annotated[bool, typer.Option("--vulkan", help="the Vulkan 
 @command
 def build_server(jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="parallel compile jobs (default: all "
                                                           "cores)")] = None) -> None:
-    """Build llama-server from the installed llama-cpp-python's own llama.cpp sources, on the ggml it installed (CPU,
-    Vulkan or CUDA, as `build-gpu` left it), into the cache; a second call does nothing."""
+    """Build llama-server and llama-fit-params (llama.cpp's own fitting, for `plan --compare-fit`) from the installed
+    llama-cpp-python's own llama.cpp sources, on the ggml it installed (CPU, Vulkan or CUDA, as `build-gpu` left it),
+    into the cache, in one build; a second call does nothing (only a missing one is built)."""
     version = build.installed_version()
     where = server_build.build_dir(version)
-    if (binary := server_build.cached_binary()) is None:
+    missing = [name for name in server_build.TOOLS if server_build.cached_binary(name) is None]
+    if missing:
         where.mkdir(parents=True, exist_ok=True)
         log = where / "build.log"
-        err.print(f"compiling llama-server {version} ({server_build.backend()}) into {where} (log: {log}; about 15 "
-                  "minutes on 2 cores)", markup=False)
+        err.print(f"compiling {' and '.join(missing)} {version} ({server_build.backend()}) into {where} (log: {log}; "
+                  "about 15 minutes on 2 cores)", markup=False)
         started = time.monotonic()
-        with err.status("compiling llama-server ..."):
-            binary = server_build.build_server(log, jobs)
+        with err.status(f"compiling {' and '.join(missing)} ..."):
+            server_build.build_tools(log, jobs)
         err.print(f"built in {time.monotonic() - started:.0f} s", markup=False)
+    binary = where / server_build.BINARY
     version_line = probe(binary, server_build.library_env())
     console.print(f"llama-server: {binary} ({version_line}, {server_build.backend()})", markup=False)
+    console.print(f"llama-fit-params: {where / server_build.FIT_PARAMS}", markup=False)

@@ -73,7 +73,7 @@ class Placement:
                          f"compute {self.compute_mib.get(name, 0):.1f})")
         for name, layers in self.expert_layers.items():
             where = name if _is_device(name) else "CPU" if name == "CPU" else f"the CPU ({name})"
-            parts.append(f"experts of {len(layers)} layer{'s' * (len(layers) != 1)} on {where} ({_spans(layers)})")
+            parts.append(f"experts of {len(layers)} layer{'s' * (len(layers) != 1)} on {where} ({layer_spans(layers)})")
         if self.overridden:
             parts.append("overridden: " + ", ".join(f"{n} weights to {b}" for b, n in self.overridden.items()))
         if self.kept_on_cpu:
@@ -81,7 +81,7 @@ class Placement:
         return "; ".join(parts)
 
 
-def _spans(layers: list[int]) -> str:
+def layer_spans(layers: list[int] | tuple[int, ...]) -> str:
     """[0, 1, 2, 5] -> 'blk 0-2, 5'."""
     spans: list[list[int]] = []
     for i in sorted(layers):

@@ -1,15 +1,17 @@
-"""Build llama-server from the installed llama-cpp-python's own sources: `gguf-bench build-server`.
+"""Build llama-server and llama-fit-params from the installed llama-cpp-python's own sources: `gguf-bench build-server`.
 
 The llama.cpp tree vendored in the llama-cpp-python sdist is configured as the top-level project with
 `LLAMA_USE_SYSTEM_GGML=ON`, pointed at the ggml that llama-cpp-python installed (its `lib/cmake/ggml`), so only
-libllama, common and the server are compiled (linked in statically) and the server runs on the very ggml libraries the
+libllama, common and the tools are compiled (linked in statically) and the server runs on the very ggml libraries the
 Python engine loads: the same kernels, the same backend (CPU, Vulkan or CUDA: whatever `build-gpu` installed). A
 difference between the two engines comes from the decoding loop, never from the kernels. At run time the server is
 started with the Python engine's library folder first on LD_LIBRARY_PATH (`library_env`).
 
 Offline: no OpenSSL (HTTPS only serves `-hf` downloads), no prebuilt web UI (it would be downloaded from the hub),
-no tests or examples. The binary and the build log go to `~/.cache/gguf-bench/llama.cpp-<version>/<backend>/`; a
-second call finds the binary and does nothing.
+no tests or examples. The binaries and the build log go to `~/.cache/gguf-bench/llama.cpp-<version>/<backend>/`; a
+second call finds them and does nothing. The tools (`TOOLS`: llama-server, and llama-fit-params, llama.cpp's own
+fitting of one model to free device memory, engines/fit_params.py) are built in one CMake build when none is cached,
+so libllama and common are compiled once; when only one is missing, only that one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from gguf_bench.errors import BenchError
 from gguf_bench.models.files import cache_dir
 
 BINARY = "llama-server"
+FIT_PARAMS = "llama-fit-params"  # tools/fit-params
+TOOLS = (BINARY, FIT_PARAMS)
 MARKER = "built-by-gguf-bench.txt"  # beside a binary build_server made: it runs on the Python engine's ggml
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_USE_SYSTEM_GGML=ON",
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
@@ -61,8 +65,8 @@ def build_dir(version: str | None = None) -> Path:
     return cache_dir() / f"llama.cpp-{version or build.installed_version()}" / backend()
 
 
-def cached_binary() -> Path | None:
-    path = build_dir() / BINARY
+def cached_binary(name: str = BINARY) -> Path | None:
+    path = build_dir() / name
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
@@ -76,9 +80,21 @@ def library_env() -> dict[str, str]:
 
 
 def build_server(log: Path, jobs: int | None = None) -> Path:
-    """Compile llama-server into the cache; the cached binary if it is there."""
-    if (binary := cached_binary()) is not None:
-        return binary
+    """Compile llama-server into the cache (with llama-fit-params when neither is there); the cached binary if it is
+    there."""
+    return build_tools(log, jobs, (BINARY,))[BINARY]
+
+
+def build_tools(log: Path, jobs: int | None = None, wanted: tuple[str, ...] = TOOLS) -> dict[str, Path]:
+    """The `wanted` tools, from the cache; when one is missing, every tool not cached yet is compiled in one CMake
+    build (`--target` each), so a fresh cache compiles libllama and common once."""
+    missing = [name for name in TOOLS if cached_binary(name) is None]
+    if any(name in missing for name in wanted):
+        _compile(missing, log, jobs)
+    return {name: build_dir() / name for name in wanted}
+
+
+def _compile(names: list[str], log: Path, jobs: int | None) -> None:
     build.check_requirements("cpu")
     version = build.installed_version()
     src = build.sources(version, log) / "vendor" / "llama.cpp"
@@ -87,12 +103,13 @@ def build_server(log: Path, jobs: int | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     _run(["cmake", "-S", str(src), "-B", str(tree), *generator, *CMAKE_FLAGS, f"-Dggml_DIR={ggml_cmake_dir()}"], log)
-    _run(["cmake", "--build", str(tree), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 1)], log)
-    shutil.copy2(tree / "bin" / BINARY, out / BINARY)
-    (out / MARKER).write_text(f"llama-cpp-python {version}, {backend()} ggml, LLAMA_USE_SYSTEM_GGML: run it with "
-                              "LD_LIBRARY_PATH set to llama_cpp/lib of the environment that runs it\n")
-    shutil.rmtree(tree, ignore_errors=True)  # a few hundred MB of objects; the binary is all that is used
-    return out / BINARY
+    _run(["cmake", "--build", str(tree), "--target", *names, "-j", str(jobs or os.cpu_count() or 1)], log)
+    for name in names:
+        shutil.copy2(tree / "bin" / name, out / name)
+    (out / MARKER).write_text(f"llama-cpp-python {version}, {backend()} ggml, LLAMA_USE_SYSTEM_GGML: run "
+                              f"{' and '.join(TOOLS)} with LD_LIBRARY_PATH set to llama_cpp/lib of the environment "
+                              "that runs them\n")
+    shutil.rmtree(tree, ignore_errors=True)  # a few hundred MB of objects; the binaries are all that is used
 
 
 def _run(cmd: list[str], log: Path) -> None:

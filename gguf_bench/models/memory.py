@@ -216,6 +216,7 @@ class DeviceBytes:
     by_device: tuple[tuple[str, int], ...] = ()  # (device, weights + KV + compute there)
     expert_layers: tuple[int, ...] = ()  # layers whose experts an override keeps on the CPU (llama.cpp logs these)
     cpu_experts: int = 0  # bytes of those expert weights
+    terms: tuple[tuple[str, int, int, int], ...] = ()  # (device, weights, KV, compute) for each of by_device
 
     @property
     def total(self) -> int:
@@ -298,11 +299,21 @@ def device_bytes(shape: Shape, ngl: int, n_ctx: int, max_alloc: int | None = Non
             kv[device] = kv.get(device, 0) + kv_bytes_per_layer(shape, n_ctx)
     busy = list(dict.fromkeys([*(d for d, _ in split[:1]), *weights, *kv]))  # op offload: the first device
     compute = {device: compute_estimate(shape, n_ctx) for device in busy}
-    by_device = tuple((d, weights.get(d, 0) + kv.get(d, 0) + compute[d]) for d in busy)
-    experts = [(w, b) for w, b in zip(shape.weights, overridden(shape, placing)) if w.expert and b and _host(b)]
+    terms = tuple((d, weights.get(d, 0), kv.get(d, 0), compute[d]) for d in busy)
+    experts = cpu_experts(shape, placing)
     return DeviceBytes(sum(d is not None for d in layers), shape.total_layers, sum(weights.values()), sum(kv.values()),
-                       sum(compute.values()), by_device, tuple(sorted({w.layer for w, _ in experts})),
-                       sum(w.bytes for w, _ in experts))
+                       sum(compute.values()), tuple((d, sum(t)) for d, *t in terms), tuple(sorted(experts)),
+                       sum(experts.values()), terms)
+
+
+def cpu_experts(shape: Shape, placing: Placing) -> dict[int, int]:
+    """Per layer, the bytes of its expert weights that an override of `placing` keeps in host memory (a layer with
+    fewer than shape.expert_bytes[layer]: only some of its experts' tensors, e.g. ffn_down_exps)."""
+    out: dict[int, int] = {}
+    for w, buffer in zip(shape.weights, overridden(shape, placing)):
+        if w.expert and buffer and _host(buffer):
+            out[w.layer] = out.get(w.layer, 0) + w.bytes
+    return out
 
 
 def largest_fit(shape: Shape, room: int | Budget, n_ctx: int, max_alloc: int | None = None,
@@ -389,6 +400,14 @@ def _targets(target: Shape, draft: DeviceBytes, budget: Budget, n_ctx: int,
     if most or not found:
         found.append((Placing(), most))
     return found
+
+
+def best_row(rows: list[PlanRow]) -> PlanRow | None:
+    """The row that keeps the most weight bytes of the two models together on the devices (decode reads every
+    weight once per token: each byte on a device is read at its speed), the first of equals; None when no target
+    placement fits."""
+    fitting = [r for r in rows if r.target is not None]
+    return max(fitting, key=lambda r: r.target.weights + r.draft.weights) if fitting else None
 
 
 def fits(target: Shape, draft: Shape | None, ngl: int, ngld: int, n_ctx: int, budget: int | Budget, *,
