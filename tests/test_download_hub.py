@@ -181,3 +181,22 @@ def test_quant_pattern_that_matches_several_files(tmp_path, hub):
 def test_quant_pattern_with_the_hub_unreachable(tmp_path, hub):
     proc = cli(tmp_path, "http://127.0.0.1:9", registry_text(target_pattern="*q4_k_m*.gguf"), "tiny")
     assert_one_line_error(proc, "could not be reached")
+
+
+def test_run_takes_hub_files_and_registry_names_as_target_and_draft(tiny_pairs, tmp_path):
+    """--target/--draft named as llama.cpp names models (REPO/FILE.gguf, REPO:QUANT): downloaded through the real
+    huggingface_hub client into HF_HOME, then run; the pair is named by the files, as when the paths are given."""
+    target, draft = tiny_pairs["high"]
+    with HubServer() as server:
+        server.state.files["acme/tiny-GGUF"] = {"tiny-target-F32.gguf": target.read_bytes(),
+                                                "tiny-draft-F16.gguf": draft.read_bytes()}
+        env = {**os.environ, "HF_ENDPOINT": server.url, "HF_HUB_DISABLE_XET": "1"}
+        args = [sys.executable, "-m", "gguf_bench.cli", "run", "--target", "acme/tiny-GGUF/tiny-target-F32.gguf",
+                "--draft", "acme/tiny-GGUF:f16", "-K", "2", "-n", "8", "--name", "hub"]
+        proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+        bad = subprocess.run([*args[:5], "acme/tiny-GGUF:Q9_X", *args[6:]], capture_output=True, text=True, env=env,
+                             timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tiny-target-F32.gguf+tiny-draft-F16.gguf" in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "hf").rglob("*.gguf")) == ["tiny-draft-F16.gguf", "tiny-target-F32.gguf"]
+    assert bad.returncode == 1 and bad.stderr.count("Error:") == 1 and "Traceback" not in bad.stderr

@@ -13,8 +13,9 @@ from gguf_bench.decoding.loop import Verify
 # --- which models ---------------------------------------------------------------------------------
 PairArg = Annotated[str | None, typer.Argument(help="pair name from the registry (default: its default pair)")]
 PairsArg = Annotated[list[str] | None, typer.Argument(help="pair names (default: the registry's default)")]
-TargetOpt = Annotated[Path | None, typer.Option("--target", help="target GGUF file (instead of a pair name)")]
-DraftOpt = Annotated[Path | None, typer.Option("--draft", help="draft GGUF file (with --target)")]
+TargetOpt = Annotated[Path | None, typer.Option("--target", help="target (instead of a pair name): a GGUF file, a "
+                      "registry model, or a hub file REPO:QUANT or REPO/FILE.gguf (downloaded when missing)")]
+DraftOpt = Annotated[Path | None, typer.Option("--draft", help="draft (with --target), named as --target")]
 RegistryOpt = Annotated[Path | None, typer.Option("--registry", help="models.yaml to use "
                         "(default: $GGUF_BENCH_REGISTRY, ./models.yaml, or the one shipped with gguf-bench)")]
 

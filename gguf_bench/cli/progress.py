@@ -20,10 +20,10 @@ from rich.text import Text
 from gguf_bench import options
 from gguf_bench.cli.app import console, err
 from gguf_bench.engines.llama_cpp import gpu_offload_supported, quantize
-from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.errors import ConfigError
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, open_pair
 from gguf_bench.measure.sweep import SweepEvents
-from gguf_bench.models.pairs import PairChoice, PairFiles, resolve
+from gguf_bench.models.pairs import PairChoice, PairFiles, model_file, resolve
 from gguf_bench.results.records import RunRecord
 
 STEP_LINE_BYTES = 10_000_000  # where no bar can draw, a step of known size below this passes without a line
@@ -129,9 +129,8 @@ def pair_files(pair: str | None, target: Path | None, draft: Path | None, regist
         if need_draft:
             raise ConfigError("--spec-type draft needs a draft model: give --draft FILE with --target (or a pair name); "
                               "--spec-type ngram runs on --target alone")
-        if not target.is_file():
-            raise BenchError(f"model file {target} does not exist")
-        return PairFiles(target, None, target.name)
+        path = model_file(str(target), registry, DownloadProgress, quantize)
+        return PairFiles(path, None, path.name)
     return resolve(pair, target, draft, registry, progress=DownloadProgress, quantize=quantize)
 
 

@@ -142,9 +142,11 @@ def hub_filename(src: HubSource, online: bool) -> str | None:
     """The file to fetch: `file`, or the one that `pattern` picks from the repo (online) or the cache."""
     if src.file:
         return src.file
-    if not online:
-        cached = _cached_names(src)
-        return pick_file(src, cached) if cached else None
+    if not online:  # the cache may hold other files of the repo (another quant fetched before): not an answer
+        try:
+            return pick_file(src, _cached_names(src))
+        except DownloadError:
+            return None
     from huggingface_hub import HfApi
 
     try:

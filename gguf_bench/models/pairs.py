@@ -7,9 +7,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.errors import BenchError
+from gguf_bench.errors import BenchError, RegistryError
 from gguf_bench.models.download import Quantize, fetch, locate
-from gguf_bench.models.registry import load_registry
+from gguf_bench.models.registry import ModelRef, Registry, load_registry, parse_hub_ref
 
 # A context manager giving a download.Progress callback while files are fetched (the CLI's progress bar).
 ProgressFactory = Callable[[], AbstractContextManager]
@@ -41,14 +41,35 @@ def resolve(pair: str | None, target: Path | None, draft: Path | None, registry:
             raise BenchError("--target and --draft go together: give both files, or a pair name instead")
         if pair:
             raise BenchError("give either a pair name or --target/--draft, not both")
-        for path in (target, draft):
-            if not path.is_file():
-                raise BenchError(f"model file {path} does not exist")
+        target, draft = (model_file(str(m), registry, progress, quantize) for m in (target, draft))
         return PairFiles(target, draft, f"{target.name}+{draft.name}")
     reg = load_registry(registry)
     chosen = reg.pair(pair or reg.default)
     paths = [_local(ref, chosen.name, reg, progress, quantize) for ref in (chosen.target, chosen.draft)]
     return PairFiles(paths[0], paths[1], chosen.name)
+
+
+def model_file(source: str, registry: Path | None = None, progress: ProgressFactory | None = None,
+               quantize: Quantize | None = None) -> Path:
+    """A model named the way llama.cpp names one: a GGUF path, a registry model, or a hub file (REPO:QUANT or
+    REPO/FILE.gguf, downloaded into the Hugging Face cache); fetched with `progress` when not local yet."""
+    if Path(source).is_file():
+        return Path(source)
+    hub = parse_hub_ref(source)
+    try:
+        reg = load_registry(registry)
+    except RegistryError:
+        if hub is None:
+            raise
+        reg = Registry(Path(), {}, {}, "")
+    if source in reg.models:
+        return _local(reg.models[source], source, reg, progress, quantize)
+    if hub is not None:
+        return _local(ModelRef(source, hub), source, reg, progress, quantize)
+    if source.endswith(".gguf"):  # a path
+        raise BenchError(f"model file {source} does not exist")
+    raise BenchError(f"{source} is not a file, not a model of the registry ({reg.path}), and not a hub file "
+                     "(REPO:QUANT or REPO/FILE.gguf)")
 
 
 def header_sources(pair: str | None, target: Path | str | None, draft: Path | str | None,
@@ -72,7 +93,7 @@ def _local(ref, pair_name: str, reg, progress: ProgressFactory | None, quantize:
     if path is not None:
         return path
     if progress is None:
-        raise BenchError(f"model '{ref.name}' of pair '{pair_name}' is not downloaded; run `gguf-bench download {pair_name}`")
+        raise BenchError(f"model '{ref.name}' of '{pair_name}' is not downloaded; run `gguf-bench download {pair_name}`")
     with progress() as callback:
         return fetch(ref, reg, callback, quantize).path
 
