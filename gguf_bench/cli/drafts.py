@@ -28,7 +28,8 @@ from gguf_bench.measure import drafts as measuring
 from gguf_bench.measure import workloads
 from gguf_bench.models import candidates as cands
 from gguf_bench.results import drafts as ranking
-from gguf_bench.results.naming import fresh_name, results_path
+from gguf_bench.results.costmodel import DEFAULT_REPS
+from gguf_bench.results.naming import results_path
 from gguf_bench.results.store import exclusive, use_results_dir
 from gguf_bench.results.text import size_text
 
@@ -58,6 +59,8 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
            prompt_ids: PromptIdsOpt = None, prompts_file: PromptsFileOpt = None,
            ks: Annotated[str, typer.Option("--draft-max", "-K", help="with --measure: draft lengths to predict")] = "1-8",
            n_predict: NPredictOpt = 64, threads: ThreadsOpt = None, ngl: NglOpt = "0", ngld: NgldOpt = "0",
+           reps: Annotated[int, typer.Option("--reps", help="with --measure: repetitions of each decode timing, as "
+                                             "tune's")] = DEFAULT_REPS,
            name: Annotated[str | None, typer.Option("--name", help="with --measure: store the calibrations in "
                                                     "results/NAME.jsonl (default drafts-TIMESTAMP)")] = None,
            resume: Annotated[bool, typer.Option("--resume", help="with --measure: continue NAME, skipping the drafts "
@@ -68,8 +71,8 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
     its family and lower quants of its own repository, sidecars, its MTP heads and the n-gram types. Each is judged
     from its header alone by llama.cpp's own rule (nothing is downloaded) and ranked by the gain the cost model
     predicts. With --measure N, the N best are downloaded and calibrated on your prompts."""
-    job = _measure_job(target, measure, prompt_ids, prompts_file, ks, n_predict, threads, ctx_size, ngl, ngld, name,
-                       resume, results_dir_opt, registry) if measure is not None else None
+    job = _measure_job(target, measure, prompt_ids, prompts_file, ks, (n_predict, reps), threads, ctx_size, (ngl, ngld),
+                       name, resume, results_dir_opt, registry) if measure is not None else None
     qs = tuple(q.strip().upper() for q in quants.split(",") if q.strip())
     if not qs:
         raise BenchError("--quants needs at least one quant, e.g. Q8_0,Q4_K_M")
@@ -156,18 +159,21 @@ def _verdicts(found: cands.Search) -> None:
 # --- --measure ------------------------------------------------------------------------------------------------------
 
 
-def _measure_job(target: str, n: int, prompt_ids: str | None, prompts_file: str | None, ks: str, n_predict: int,
-                 threads: int | None, ctx_size: int, ngl: str, ngld: str, name: str | None, resume: bool,
-                 results_dir_opt: Path | None, registry: Path | None) -> measuring.MeasureJob:
-    """--measure's options checked before anything is read or downloaded (one line for each bad one)."""
+def _measure_job(target: str, n: int, prompt_ids: str | None, prompts_file: str | None, ks: str,
+                 lengths: tuple[int, int], threads: int | None, ctx_size: int, layers: tuple[str, str],
+                 name: str | None, resume: bool, results_dir_opt: Path | None,
+                 registry: Path | None) -> measuring.MeasureJob:
+    """--measure's options checked before anything is read or downloaded (one line for each bad one); lengths:
+    (--n-predict, --reps), layers: (-ngl, -ngld)."""
     measuring.check_count(n)
-    if n_predict < 2:
-        raise BenchError(f"--n-predict must be >= 2 to calibrate (got {n_predict})")
+    (n_predict, reps), (ngl, ngld) = lengths, layers
+    if n_predict < 2 or reps < 1:
+        raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 to calibrate (got {n_predict} and {reps})")
     use_results_dir(results_dir_opt)
     chosen = workloads.choose(prompt_ids, prompts_file, None, registry=registry)
-    name, out = results_path(name or fresh_name("drafts"), resume)
+    name, out = results_path(name, resume, "drafts")
     job = measuring.MeasureJob(target, n, chosen, options.draft_lengths(ks), n_predict, ctx_size, threads, name, out,
-                               resume, options.layers(ngl), options.layers(ngld), registry=registry)
+                               resume, options.layers(ngl), options.layers(ngld), reps, registry)
     warn_offload(job.ngl, job.ngld)
     return job
 

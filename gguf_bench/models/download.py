@@ -174,8 +174,8 @@ def hub_filename(src: HubSource, online: bool) -> str | None:
     """The file to fetch: `file`, or the one that `pattern` picks from the repo (online) or the cache."""
     if src.file:
         return src.file
-    if not online:
-        cached = _cached_names(src)
+    if not online:  # the snapshot may hold other files of the repository (another quant fetched before)
+        cached = [n for n in _cached_names(src) if fnmatch.fnmatch(n.lower(), src.pattern.lower())]
         return pick_file(src, cached) if cached else None
     from huggingface_hub import HfApi
 
