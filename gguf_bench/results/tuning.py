@@ -152,11 +152,12 @@ def calibration_markdown(frame) -> str:
 
 
 def _calibration_cells(frame) -> dict[str, list[str]]:
-    return {"pair": list(frame["pair"]), "setting": [f"-ngl {a} -ngld {b}" for a, b in zip(frame["ngl"], frame["ngld"])],
-            "n": [str(n) for n in frame["n_predict"]], "K": [str(k) for k in frame["k"]],
-            "tokens/s": [speed_text(x) for x in frame["predicted_tokens_per_s"]],
-            "alone": [speed_text(x) for x in frame["predicted_baseline_tokens_per_s"]],
-            "gain %": [number_text(x, "{:+.1f}") for x in frame["predicted_gain_pct"]]}
+    rows = list(frame.itertuples())
+    return {"pair": [r.pair for r in rows], "setting": [f"-ngl {r.ngl} -ngld {r.ngld}" for r in rows],
+            "n": [str(r.n_predict) for r in rows], "K": [str(r.k) for r in rows],
+            "tokens/s": [speed_text(r.predicted_tokens_per_s) for r in rows],
+            "alone": [speed_text(r.predicted_baseline_tokens_per_s) for r in rows],
+            "gain %": [number_text(r.predicted_gain_pct, "{:+.1f}") for r in rows]}
 
 
 def effective_settings(ngls: Sequence[int], nglds: Sequence[int], gpu: bool, target_layers: int,
