@@ -25,7 +25,9 @@ _SEARCH = re.compile(r"^/api/models/?(?:\?(?P<query>.*))?$")
 class HubState:
     files: dict[str, dict[str, bytes]] = field(default_factory=dict)  # repo -> filename -> content
     gated: set[str] = field(default_factory=set)
-    truncate_once: set[str] = field(default_factory=set)  # filenames whose first GET stops half way
+    truncate_once: set[str] = field(default_factory=set)  # filenames whose first whole-file GET stops half way
+    cut_then_down: set[str] = field(default_factory=set)  # filenames whose first whole-file GET stops half way, after
+    # which the hub is down (`down`: every request answered 503) until the test brings it back
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range)
     sent: int = 0  # bytes of file content sent
     down: bool = False  # answer every request with 503, as an unreachable hub would fail
@@ -94,8 +96,12 @@ class _Handler(BaseHTTPRequestHandler):
         if not body:
             return
         st.sent += len(payload) if body else 0
-        if name in st.truncate_once and not start:
+        whole = not start and not bounded  # a download's first GET (not a header's range read)
+        cut = name in st.cut_then_down and whole
+        if cut or (name in st.truncate_once and whole):
             st.truncate_once.discard(name)
+            st.cut_then_down.discard(name)
+            st.down = st.down or cut
             self.wfile.write(payload[: len(payload) // 2])
             self.wfile.flush()
             self.close_connection = True

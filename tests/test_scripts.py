@@ -88,3 +88,25 @@ def test_bench_placement_prints_the_verify_curve_and_the_sweep_per_placement():
         assert placement in curve
     sweep = out[out.index("3. sweep"):]
     assert "tiny-moe" in sweep and "-cmoe -cmoed" in sweep and "%" in sweep
+
+
+def test_bench_drafts_measures_then_sweeps_a_tiny_family(tiny_pairs, tmp_path):
+    """Two compatible drafts (the target's own weights, and noise 0.3) and one refused (a token changed at id 260)."""
+    from gguf_bench.models.tiny import TinySpec, random_weights, vocabulary, write_gguf
+
+    target, same = tiny_pairs["high"]
+    noisy = tiny_pairs["low"][1]
+    tokens, types, bos, eos = vocabulary()
+    changed = [*tokens[:260], "CHANGED", *tokens[261:]]
+    spec = TinySpec(n_layers=1)
+    other = write_gguf(tmp_path / "other-vocab.gguf", spec, random_weights(spec, len(tokens), 0),
+                       vocab=(changed, types, bos, eos))
+    (tmp_path / "same.gguf").symlink_to(same)
+    (tmp_path / "noisy.gguf").symlink_to(noisy)
+    out = script("bench_drafts.py", "--target", str(target), "--draft", str(tmp_path / "same.gguf"), "--draft",
+                 str(tmp_path / "noisy.gguf"), "--draft", str(other), "--measure", "2", "-K", "1-2", "-n", "6",
+                 "--threads", "1", "--reps", "1", "--prompt-ids", "code-short", "--results", str(tmp_path / "results"))
+    assert "refused: other-vocab.gguf: token text from id 5: token 260 differs" in out
+    rows = [line for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rows) == 2 and "same.gguf" in rows[0] and "| 100% |" in rows[0], out
+    assert "measured winner: same.gguf" in out and "winner's gain: predicted" in out and "deploy: llama-server" in out

@@ -191,8 +191,9 @@ def test_predicted_frame_has_report_columns_and_keeps_the_latest_record():
     old = record_for(tn.Timings(1.0, 1.0, (1.0,) * 5, 0.0), texts, [1, 2, 3], time="2026-01-01T00:00:00+00:00")
     new = record_for(TM, texts, [1, 2, 3], time="2026-01-02T00:00:00+00:00")
     df = tuning.predicted_frame([new, parse({"kind": "eval"}), old, parse({"mode": "target"})])
-    assert list(df.columns) == ["pair", "host", "ngl", "ngld", "temperature", "n_predict", "depth", "k", "predicted_tokens_per_s",
-                                "predicted_gain_pct", "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
+    assert list(df.columns) == ["pair", "host", "ngl", "ngld", "placement", "temperature", "n_predict", "depth", "k",
+                                "predicted_tokens_per_s", "predicted_gain_pct",
+                                "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
     assert list(df["k"]) == [1, 2, 3] and set(df["ngl"]) == {"0"}
     assert list(df["predicted_tokens_per_s"]) == pytest.approx([tn.predict(TM, texts, k, 10).tokens_per_s for k in (1, 2, 3)])
     assert df["predicted_best"].sum() == 1

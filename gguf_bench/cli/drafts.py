@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -11,10 +12,25 @@ import typer
 
 from gguf_bench import options
 from gguf_bench.cli.app import command, console, err
-from gguf_bench.cli.options import RegistryOpt
+from gguf_bench.cli.options import (
+    NgldOpt,
+    NglOpt,
+    NPredictOpt,
+    PromptIdsOpt,
+    PromptsFileOpt,
+    RegistryOpt,
+    ResultsDirOpt,
+    ThreadsOpt,
+)
+from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
 from gguf_bench.errors import BenchError
+from gguf_bench.measure import drafts as measuring
+from gguf_bench.measure import workloads
 from gguf_bench.models import candidates as cands
 from gguf_bench.results import drafts as ranking
+from gguf_bench.results.costmodel import DEFAULT_REPS
+from gguf_bench.results.naming import results_path
+from gguf_bench.results.store import exclusive, use_results_dir
 from gguf_bench.results.text import size_text
 
 
@@ -37,11 +53,26 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
            as_json: Annotated[bool, typer.Option("--json", help="print the ranking and every verdict as JSON")] = False,
            verbose: Annotated[bool, typer.Option("--verbose", "-v", help="also print what was read: headers, bytes, "
                                                  "requests, seconds")] = False,
+           measure: Annotated[int | None, typer.Option("--measure", help="download the N best compatible drafts that "
+                              "fit (and the target), calibrate each beside the target on the prompts as `tune` does, "
+                              "and rank them by the gain predicted from what was measured")] = None,
+           prompt_ids: PromptIdsOpt = None, prompts_file: PromptsFileOpt = None,
+           ks: Annotated[str, typer.Option("--draft-max", "-K", help="with --measure: draft lengths to predict")] = "1-8",
+           n_predict: NPredictOpt = 64, threads: ThreadsOpt = None, ngl: NglOpt = "0", ngld: NgldOpt = "0",
+           reps: Annotated[int, typer.Option("--reps", help="with --measure: repetitions of each decode timing, as "
+                                             "tune's")] = DEFAULT_REPS,
+           name: Annotated[str | None, typer.Option("--name", help="with --measure: store the calibrations in "
+                                                    "results/NAME.jsonl (default drafts-TIMESTAMP)")] = None,
+           resume: Annotated[bool, typer.Option("--resume", help="with --measure: continue NAME, skipping the drafts "
+                                                "calibrated there on the same prompts and settings")] = False,
+           results_dir_opt: ResultsDirOpt = None,
            registry: RegistryOpt = None) -> None:
     """Find every draft that can serve TARGET: the registry's drafts, local GGUF files, the hub's smaller models of
     its family and lower quants of its own repository, sidecars, its MTP heads and the n-gram types. Each is judged
     from its header alone by llama.cpp's own rule (nothing is downloaded) and ranked by the gain the cost model
-    predicts."""
+    predicts. With --measure N, the N best are downloaded and calibrated on your prompts."""
+    job = _measure_job(target, measure, prompt_ids, prompts_file, ks, (n_predict, reps), threads, ctx_size, (ngl, ngld),
+                       name, resume, results_dir_opt, registry) if measure is not None else None
     qs = tuple(q.strip().upper() for q in quants.split(",") if q.strip())
     if not qs:
         raise BenchError("--quants needs at least one quant, e.g. Q8_0,Q4_K_M")
@@ -62,6 +93,8 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
         unread = f"; unreadable: {', '.join(bad)} (first: {why})" if bad else ""
         raise BenchError(f"no draft candidate found for {target} (searched: {where}){hub}{unread}")
     rows = ranking.rank(found.target.header, found.candidates, budget, ctx_size)
+    if job is not None:
+        return _measure(job, found, rows, as_json, vram)
     seconds = time.perf_counter() - start
     if as_json:
         console.print_json(json.dumps({"target": target, "ranking": ranking.to_json(rows),
@@ -103,6 +136,11 @@ def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: s
         console.print("c: the draft's time per token / the target's, from the bytes each reads per token (a batch "
                       "verified in the time of one token); b/e: the acceptance below which no K gains; +%@A: the gain "
                       "predicted at acceptance A, at its best K", style="dim", markup=False)
+    _verdicts(found)
+
+
+def _verdicts(found: cands.Search) -> None:
+    """A line per candidate that cannot serve (with its reason), not checked, or needing no draft file."""
     others = [c for c in found.candidates if c.status in ("incompatible", "unreadable")]
     for c in others:
         console.print(f"{c.status}: {c.name} ({c.origin}): {c.reason}", markup=False, soft_wrap=True)
@@ -116,3 +154,107 @@ def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: s
     if ngrams:
         console.print(f"no draft file: {', '.join(ngrams)} (llama-server; acceptance depends on the text: "
                       "measure with tune or sweep --engine server)", markup=False, soft_wrap=True)
+
+
+# --- --measure ------------------------------------------------------------------------------------------------------
+
+
+def _measure_job(target: str, n: int, prompt_ids: str | None, prompts_file: str | None, ks: str,
+                 lengths: tuple[int, int], threads: int | None, ctx_size: int, layers: tuple[str, str],
+                 name: str | None, resume: bool, results_dir_opt: Path | None,
+                 registry: Path | None) -> measuring.MeasureJob:
+    """--measure's options checked before anything is read or downloaded (one line for each bad one); lengths:
+    (--n-predict, --reps), layers: (-ngl, -ngld)."""
+    measuring.check_count(n)
+    (n_predict, reps), (ngl, ngld) = lengths, layers
+    if n_predict < 2 or reps < 1:
+        raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 to calibrate (got {n_predict} and {reps})")
+    use_results_dir(results_dir_opt)
+    chosen = workloads.choose(prompt_ids, prompts_file, None, registry=registry)
+    name, out = results_path(name, resume, "drafts")
+    job = measuring.MeasureJob(target, n, chosen, options.draft_lengths(ks), n_predict, ctx_size, threads, name, out,
+                               resume, options.layers(ngl), options.layers(ngld), reps, registry)
+    warn_offload(job.ngl, job.ngld)
+    return job
+
+
+def _measure(job: measuring.MeasureJob, found: cands.Search, rows: list[ranking.Ranked], as_json: bool,
+             vram: str | None) -> None:
+    if found.hub_error:
+        err.print(f"Note: {found.hub_error}; searched locally: {', '.join(found.searched) or 'nothing'}", markup=False)
+    with exclusive(job.out), QuietStatus(f"measuring drafts for {job.target} ...") as status:
+        events = measuring.MeasureEvents(step=status.update, note=lambda line: err.print(line, markup=False))
+        try:
+            result = measuring.measure_drafts(job, rows, events, lambda: _paused(status))
+        except BenchError as exc:
+            if not job.out.is_file():
+                raise
+            raise type(exc)(f"{exc}; the calibrations done are in {job.out}: continue with `gguf-bench drafts "
+                            f"{job.target} --measure {job.n} --name {job.name} --resume`") from None
+    if as_json:
+        console.print_json(json.dumps({"target": job.target, "results": str(job.out)} | measuring.to_json(result)
+                                      | {"candidates": cands.to_json(found)}))
+        return
+    _print_measured(found, result, job, vram)
+
+
+@contextmanager
+def _paused(status: QuietStatus):
+    """A download's progress bar, with the status line out of its way while it draws."""
+    status.live.stop()
+    try:
+        with DownloadProgress() as bar:
+            yield bar
+    finally:
+        status.live.start(refresh=True)
+
+
+def _print_measured(found: cands.Search, result: measuring.MeasuredDrafts, job: measuring.MeasureJob,
+                    vram: str | None) -> None:
+    h = found.target.header
+    console.print(f"target: {job.target} ({h.architecture}, {size_text(h.file_size)})", markup=False, soft_wrap=True)
+    prompts = ", ".join(p.id for p in job.prompts)
+    console.print(f"measured {len(result.measured)} drafts on {prompts} (n={job.n_predict}, -K "
+                  f"{_ks_label(job.ks)}), best first by the gain predicted from the calibration:", markup=False)
+    mid = ranking.ALPHAS[len(ranking.ALPHAS) // 2]
+    widths = [9, 10, 5, 7, 6, 6, 2, 7, 7]
+    line = lambda cells: "    " + "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"  # noqa: E731
+                                           for i, (c, w) in enumerate(zip(cells, widths)))
+    console.print(line(["", "", "sizes", "", "measured", "", "", "", ""]).rstrip(), style="bold", markup=False)
+    console.print(line(["from", "size", "c", f"+%@{mid * 100:.0f}", "c", "accept", "K", "tok/s", "gain"]).rstrip(),
+                  style="bold", markup=False)
+    for i, m in enumerate(result.measured, 1):
+        c, r, top = m.row.candidate, m.row, m.rec.fastest
+        g, k = r.gains.get(mid, (float("-inf"), 0))
+        console.print(f"{i:>2}  {c.name}" + ("  (calibrated before)" if m.resumed else ""), markup=False, soft_wrap=True)
+        console.print(line([c.origin, size_text(c.header.file_size), "?" if r.cost_ratio is None else
+                            f"{r.cost_ratio:.2f}", f"{g:+.0f} K{k}" if g > -100 else "–", f"{m.cost_ratio:.2f}",
+                            f"{top.acceptance:.0%}", str(top.k), f"{top.tokens_per_s:.2f}", f"{top.gain_pct:+.0f}%"]
+                           ).rstrip(), markup=False)
+    base = result.winner.rec.baseline_tokens_per_s
+    console.print(f"sizes: predicted from the headers before any download (c: the draft's time per token / the "
+                  f"target's; +%@{mid * 100:.0f}: the gain at {mid:.0%} acceptance); measured: c, the acceptance at "
+                  f"the best K on these prompts, that K, and the tokens/s and gain the cost model predicts from the "
+                  f"calibration (the target alone: {base:.2f} tokens/s)", style="dim", markup=False)
+    for r, why in result.failed + result.skipped:
+        console.print(f"not measured: {r.candidate.name}: {why}", markup=False, soft_wrap=True)
+    _verdicts(found)
+    _winner_lines(result, job)
+
+
+def _ks_label(ks) -> str:
+    ks = list(ks)
+    return f"{ks[0]}-{ks[-1]}" if len(ks) > 2 and ks == list(range(ks[0], ks[-1] + 1)) else ",".join(map(str, ks))
+
+
+def _winner_lines(result: measuring.MeasuredDrafts, job: measuring.MeasureJob) -> None:
+    w = result.winner
+    if w.rec.speculative:
+        console.print(f"winner: {w.row.candidate.name}, -K {w.rec.fastest.k}: predicted {w.rec.fastest.tokens_per_s:.2f}"
+                      f" tokens/s ({w.gain_pct:+.1f}% over the target alone)", markup=False, soft_wrap=True)
+    else:
+        console.print(f"no draft is predicted to beat the target alone (the best, {w.row.candidate.name}, "
+                      f"{w.gain_pct:+.1f}%): run the target alone", markup=False, soft_wrap=True)
+    console.print("deploy (a prediction: check it with `gguf-bench sweep --engine server`):", markup=False)
+    console.print(result.deploy, markup=False, soft_wrap=True)
+    console.print(f"calibrations stored in {job.out} (`gguf-bench report` shows them)", markup=False, soft_wrap=True)

@@ -81,7 +81,7 @@ from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import placing_axes
 from gguf_bench.results import evals as evals_view
 from gguf_bench.results import report as rep
-from gguf_bench.results import specbench
+from gguf_bench.results import specbench, tuning
 from gguf_bench.results.naming import results_path, run_path
 from gguf_bench.results.plots import check_plot, plot
 from gguf_bench.results.records import RunRecord, to_dict
@@ -183,7 +183,11 @@ def _spec_bench(df, fmt: str | None, output: Path | None) -> None:
     if not fmt:
         console.print(fit_title(specbench.table(sb, console.width), console.width))
         return
-    text = specbench.markdown(sb) if fmt == "md" else rep.render(sb, fmt)
+    _write(specbench.markdown(sb) if fmt == "md" else rep.render(sb, fmt), output)
+
+
+def _write(text: str, output: Path | None) -> None:
+    """--format's text into --output, else to stdout."""
     if output:
         output.write_text(text, encoding="utf-8")
         console.print(f"wrote {output}")
@@ -343,33 +347,35 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     if loaded.unreadable:
         err.print(f"Warning: skipped {len(loaded.unreadable)} unreadable line(s): {', '.join(loaded.unreadable[:5])}"
                   + (" ..." if len(loaded.unreadable) > 5 else ""), markup=False)
-    if not loaded.runs and not loaded.evals:
-        raise BenchError("no runs or evaluations in these results" + (" (every line was unreadable)" if loaded.unreadable else ""))
+    if not loaded.runs and not loaded.evals and not loaded.calibrations:
+        raise BenchError("no runs, evaluations or calibrations in these results"
+                         + (" (every line was unreadable)" if loaded.unreadable else ""))
     df = rep.to_frame(loaded.runs)
     summary = rep.summarize(df, by_prompt=by_prompt or "prompt" in keep) if loaded.runs else None
     if summary is not None:
         summary = rep.with_predictions(summary, df, loaded.calibrations)
     if spec_bench:
         return _spec_bench(df, fmt, output)
+    if fmt and summary is None and not loaded.evals:  # calibrations alone
+        cals = tuning.calibration_frame(loaded.calibrations)
+        return _write(tuning.calibration_markdown(cals) if fmt == "md" else rep.render(cals, fmt), output)
     if fmt:
         if summary is not None and fmt != "md":  # each pair's best cell carries its llama-server command line
             summary = deploy.with_deploy(summary, df, loaded.runs)
-        text = rep.render_results(summary, loaded.evals, fmt)  # evaluations alone, or beside the runs in md
-        if output:
-            output.write_text(text, encoding="utf-8")
-            console.print(f"wrote {output}")
-        else:
-            sys.stdout.write(text)
+        _write(rep.render_results(summary, loaded.evals, fmt), output)  # evaluations alone, or beside the runs in md
     else:
         if summary is not None:
             _show_summary(summary, df, loaded.runs, show_host="host" in keep)
         if loaded.evals:
             console.print(fit_title(evals_view.table(loaded.evals), console.width))
     predicted = summary is not None and "predicted_tokens_per_s" in summary  # calibrations shown as pred.
-    unshown = [str(o.kind) for o in loaded.others] + ([] if predicted else [str(c.kind) for c in loaded.calibrations])
+    if not fmt and loaded.calibrations and not predicted:
+        console.print(tuning.calibration_table(tuning.calibration_frame(loaded.calibrations), console.width))
+    unshown = [str(o.kind) for o in loaded.others] + ([str(c.kind) for c in loaded.calibrations] if fmt and not predicted
+                                                     else [])
     if unshown:
         err.print(f"({len(unshown)} record(s) of kind {', '.join(sorted(set(unshown)))} not shown here)", markup=False)
     if plot_path:
         if summary is None:
-            raise BenchError("nothing to plot: these results hold evaluations only")
+            raise BenchError("nothing to plot: these results hold no runs (evaluations or calibrations only)")
         console.print(f"wrote {plot(summary, plot_path, plot_metric, df)}")

@@ -322,6 +322,7 @@ class Options:
     local_caches: bool = True  # the HF cache, llama.cpp's cache and LM Studio's folder
     max_repos: int = 40
     registry: Path | None = None
+    registry_drafts: bool = True  # False: the registry names the target only (a script's fixed candidate set)
 
 
 def size_of(text: str) -> float | None:
@@ -487,6 +488,8 @@ def judge(c: Candidate, t_info: GGUFInfo, reader: HeaderReader) -> None:
 def _registry_candidates(options: Options, target_source: str, reader: HeaderReader, add, search: Search) -> None:
     """The registry's drafts: each one already fetched; those on the hub when their name holds the target's family
     (and the hub is searched); the rest are noted as not fetched (a download makes their header readable)."""
+    if not options.registry_drafts:
+        return
     try:
         reg = load_registry(options.registry)
     except RegistryError:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.errors import DownloadError
+from gguf_bench.errors import BenchError, DownloadError, RegistryError
 from gguf_bench.models.files import (  # noqa: F401 (cache_dir, split_parts, sha256_file, file_sha256: re-exported)
     SPLIT_RE,
     Progress,
@@ -34,7 +34,16 @@ from gguf_bench.models.files import (  # noqa: F401 (cache_dir, split_parts, sha
     verify,
     write_json,
 )
-from gguf_bench.models.registry import DerivedSource, HubSource, LocalSource, ModelRef, PypiSource, Registry
+from gguf_bench.models.registry import (
+    DerivedSource,
+    HubSource,
+    LocalSource,
+    ModelRef,
+    PypiSource,
+    Registry,
+    load_registry,
+    parse_hub_ref,
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,29 @@ def fetch(ref: ModelRef, registry: Registry, progress: Progress = no_progress, q
     path, did_work = _KINDS[type(ref.source)].fetch(ref, registry, progress, quantize)
     _check_size(ref, path)
     return Fetched(ref.name, path, did_work)
+
+
+def fetch_named(source: str, registry: Path | None = None, progress: Progress = no_progress,
+                quantize: Quantize | None = None) -> Path:
+    """The local path of a model named as everywhere: a GGUF file, a registry model (fetched into its cache), or a hub
+    file in llama.cpp's -hf spelling, REPO:QUANT or REPO/FILE.gguf (downloaded into the Hugging Face cache). A hub
+    file lands in the cache only once complete (huggingface_hub writes it under a temporary name, then renames it):
+    a download cut off leaves nothing a later call would take for the file."""
+    if Path(source).is_file():
+        return Path(source)
+    hub = parse_hub_ref(source)
+    try:
+        reg = load_registry(registry)
+    except RegistryError:
+        if hub is None:
+            raise
+        reg = None
+    if reg is not None and source in reg.models:
+        return fetch(reg.models[source], reg, progress, quantize).path
+    if hub is None:
+        raise BenchError(f"{source} not found: not a file, not a registry model, and not a hub file "
+                         "(REPO:QUANT or REPO/FILE.gguf)")
+    return _fetch_hub(hub, progress)[0]
 
 
 def _check_size(ref: ModelRef, path: Path) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.errors import BenchError, RegistryError
-from gguf_bench.models.download import Quantize, fetch, locate
-from gguf_bench.models.registry import ModelRef, Registry, load_registry, parse_hub_ref
+from gguf_bench.errors import BenchError
+from gguf_bench.models.download import Quantize, fetch, fetch_named, locate, no_progress
+from gguf_bench.models.registry import load_registry, parse_hub_ref
 
 # A context manager giving a download.Progress callback while files are fetched (the CLI's progress bar).
 ProgressFactory = Callable[[], AbstractContextManager]
@@ -52,24 +52,13 @@ def resolve(pair: str | None, target: Path | None, draft: Path | None, registry:
 def model_file(source: str, registry: Path | None = None, progress: ProgressFactory | None = None,
                quantize: Quantize | None = None) -> Path:
     """A model named the way llama.cpp names one: a GGUF path, a registry model, or a hub file (REPO:QUANT or
-    REPO/FILE.gguf, downloaded into the Hugging Face cache); fetched with `progress` when not local yet."""
+    REPO/FILE.gguf, downloaded into the Hugging Face cache): download.fetch_named, under `progress`'s bar."""
     if Path(source).is_file():
         return Path(source)
-    hub = parse_hub_ref(source)
-    try:
-        reg = load_registry(registry)
-    except RegistryError:
-        if hub is None:
-            raise
-        reg = Registry(Path(), {}, {}, "")
-    if source in reg.models:
-        return _local(reg.models[source], source, reg, progress, quantize)
-    if hub is not None:
-        return _local(ModelRef(source, hub), source, reg, progress, quantize)
-    if source.endswith(".gguf"):  # a path
+    if source.endswith(".gguf") and parse_hub_ref(source) is None:  # a path
         raise BenchError(f"model file {source} does not exist")
-    raise BenchError(f"{source} is not a file, not a model of the registry ({reg.path}), and not a hub file "
-                     "(REPO:QUANT or REPO/FILE.gguf)")
+    with progress() if progress else nullcontext(no_progress) as callback:
+        return fetch_named(source, registry, callback, quantize)
 
 
 def header_sources(pair: str | None, target: Path | str | None, draft: Path | str | None,

@@ -10,11 +10,11 @@ from gguf_bench.errors import ConfigError
 from gguf_bench.results.store import default_name, ensure_results_dir
 
 
-def results_path(name: str | None, resume: bool) -> tuple[str, Path]:
-    """The sweep's name (from the time when not given) and its results file."""
+def results_path(name: str | None, resume: bool, prefix: str = "sweep") -> tuple[str, Path]:
+    """The sweep's name (PREFIX-TIMESTAMP when not given) and its results file."""
     if resume and not name:
-        raise ConfigError("--resume needs --name NAME of the sweep to continue")
-    name = options.results_name(name or fresh_name("sweep"))
+        raise ConfigError(f"--resume needs --name NAME of the {prefix} to continue")
+    name = options.results_name(name or fresh_name(prefix))
     out = ensure_results_dir() / f"{name}.jsonl"
     if out.exists() and not resume:
         raise ConfigError(f"{out} already exists; pass --resume to continue it, or choose another --name")

@@ -1,0 +1,207 @@
+"""`gguf-bench drafts TARGET --measure N`: the N best compatible drafts that fit (ranked from headers by
+results/drafts.py) are downloaded, each calibrated beside the target on the user's prompts by tune's own flow
+(measure/tune.py: the same records, stored in one results file), and ranked again by the gain the cost model predicts
+from what was measured: the acceptance on these prompts and the real speed of each model. Prints nothing: the CLI shows
+the `MeasuredDrafts` result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gguf_bench.decoding.strategy import DEFAULT_STRATEGY
+from gguf_bench.engines.llama_cpp import quantize
+from gguf_bench.errors import BenchError, ConfigError, ModelError
+from gguf_bench.measure.deploy import setting_line
+from gguf_bench.measure.pair import PairFiles
+from gguf_bench.measure.prompts import Prompt
+from gguf_bench.measure.tune import TuneEvents, TuneJob, tune
+from gguf_bench.models.download import fetch_named, no_progress
+from gguf_bench.options import layers_label
+from gguf_bench.results.costmodel import DEFAULT_REPS, Calibration, Recommendation, recommend
+from gguf_bench.results.drafts import Ranked
+from gguf_bench.results.drafts import to_json as ranking_json
+from gguf_bench.results.records import CalibrationRecord
+from gguf_bench.results.store import read_records
+
+# A context manager giving a download.Progress callback while a file is fetched (the CLI's progress bar).
+ProgressFactory = Callable[[], AbstractContextManager]
+
+
+@dataclass(frozen=True)
+class MeasureJob:
+    """What `--measure` calibrates and where it stores the records."""
+
+    target: str  # as the user named it: a file, a registry model, a hub file
+    n: int  # how many candidates to measure
+    prompts: Sequence[Prompt]
+    ks: Sequence[int]
+    n_predict: int
+    ctx_size: int
+    threads: int | None
+    name: str
+    out: Path
+    resume: bool = False
+    ngl: int = 0
+    ngld: int = 0
+    reps: int = DEFAULT_REPS
+    registry: Path | None = None
+
+    def tune_job(self, files: PairFiles) -> TuneJob:
+        return TuneJob(files, self.prompts, self.ks, self.n_predict, self.ctx_size, self.threads, self.name, self.out,
+                       self.reps)
+
+
+@dataclass
+class Measured:
+    """One candidate, calibrated: the size-based ranking row beside what its calibration predicts."""
+
+    row: Ranked
+    files: PairFiles
+    calibrations: list[Calibration]
+    rec: Recommendation  # the fastest K (rec.fastest, even when it does not gain) and the target alone
+    n_ctx: int  # the context the calibration ran at
+    resumed: bool = False  # read back from the results file, not calibrated again
+
+    @property
+    def gain_pct(self) -> float:
+        return self.rec.fastest.gain_pct
+
+    @property
+    def cost_ratio(self) -> float:
+        """c measured: the draft's one-token time over the target's."""
+        return self.rec.fastest_cal.timings.draft_cost_ratio()
+
+
+@dataclass
+class MeasuredDrafts:
+    target: Path
+    measured: list[Measured]  # best first: by the predicted gain at each one's best K
+    failed: list[tuple[Ranked, str]] = field(default_factory=list)  # could not be calibrated, and why
+    skipped: list[tuple[Ranked, str]] = field(default_factory=list)  # ranked but not measured, and why
+    deploy: str | None = None  # the winner's llama-server line (the target alone when no draft gains)
+
+    @property
+    def winner(self) -> Measured | None:
+        return self.measured[0] if self.measured else None
+
+
+@dataclass
+class MeasureEvents:
+    step: Callable[[str], None] = lambda what: None  # a status line
+    note: Callable[[str], None] = lambda line: None  # a line to keep (a candidate calibrated, resumed, skipped)
+
+
+def check_count(n: int) -> None:
+    if n < 1:
+        raise ConfigError(f"--measure takes how many drafts to download and calibrate, at least 1 (got {n})")
+
+
+def choose(rows: Sequence[Ranked], n: int) -> tuple[list[Ranked], list[tuple[Ranked, str]]]:
+    """The n best rows that fit (or were not checked) and that the Python loop can run (a draft model: not a sidecar),
+    and the rest of the ranking with why each is not measured."""
+    chosen, skipped = [], []
+    for r in rows:
+        if r.candidate.kind != "draft-simple":
+            skipped.append((r, f"{r.candidate.kind}: a llama-server sidecar, measured with sweep --engine server"))
+        elif r.fits is False:
+            skipped.append((r, f"does not fit: {r.fit_note}"))
+        elif len(chosen) < n:
+            chosen.append(r)
+    return chosen, skipped
+
+
+def pair_name(target: Path, draft: Path) -> str:
+    """TARGETSTEM+DRAFTSTEM: stable across runs and downloads, so that `report` groups each pair's calibrations."""
+    return f"{target.name.removesuffix('.gguf')}+{draft.name.removesuffix('.gguf')}"
+
+
+def measure_drafts(job: MeasureJob, rows: Sequence[Ranked], events: MeasureEvents = MeasureEvents(),
+                   progress: ProgressFactory | None = None) -> MeasuredDrafts:
+    """Fetch the target and the job.n best candidates among `rows` (results.drafts.rank's order), calibrate each pair
+    (or, with job.resume, read back a calibration of the same pair, prompts and settings from job.out), and rank them
+    by their predicted gain."""
+    check_count(job.n)
+    chosen, skipped = choose(rows, job.n)
+    if not chosen:
+        raise BenchError(f"no compatible draft model to measure for {job.target}"
+                         + (f" ({skipped[0][0].candidate.name}: {skipped[0][1]})" if skipped else ""))
+    target = _fetch(job.target, job.registry, progress, events)
+    stored = _stored(job.out) if job.resume else []
+    result = MeasuredDrafts(target, [], skipped=skipped)
+    names: set[str] = set()
+    for row in chosen:
+        draft = _fetch(row.candidate.name, job.registry, progress, events)
+        name = pair_name(target, draft)
+        name = name if name not in names else f"{name}~{len(names)}"  # two files of one name from two repositories
+        names.add(name)
+        try:
+            result.measured.append(_calibrated(job, row, PairFiles(target, draft, name), stored, events))
+        except (ModelError, MemoryError) as exc:  # this pair does not load: the others still stand
+            result.failed.append((row, str(exc)))
+            events.note(f"{row.candidate.name} could not be calibrated, skipped: {exc}")
+    if not result.measured:
+        raise ModelError(f"no draft could be calibrated ({result.failed[0][0].candidate.name}: {result.failed[0][1]})")
+    result.measured.sort(key=lambda m: -m.gain_pct)
+    result.deploy = deploy_line(result.measured[0], job.threads)
+    return result
+
+
+def _fetch(source: str, registry: Path | None, progress: ProgressFactory | None, events: MeasureEvents) -> Path:
+    events.step(f"fetching {source} ...")
+    with (progress() if progress else nullcontext(no_progress)) as callback:
+        return fetch_named(source, registry, callback, quantize)
+
+
+def _calibrated(job: MeasureJob, row: Ranked, files: PairFiles, stored: list[CalibrationRecord],
+                events: MeasureEvents) -> Measured:
+    tune_job = job.tune_job(files)
+    done = [r for r in stored if _same(r, job, files.name)]
+    if done:
+        events.note(f"{files.name}: calibrated before ({job.out.name}), not again")
+        cals = [Calibration.from_record(done[-1])]
+        return Measured(row, files, cals, recommend(cals), done[-1].config.n_ctx, resumed=True)
+    tune_events = TuneEvents(step=events.step, note=events.note, warn=events.note)
+    tuned = tune(tune_job, [job.ngl], [job.ngld], [DEFAULT_STRATEGY], check=False, events=tune_events)
+    events.note(f"{files.name}: calibrated")
+    return Measured(row, files, tuned.calibrations, tuned.rec, tuned.job.ctx_size)
+
+
+def _stored(out: Path) -> list[CalibrationRecord]:
+    return [r for r in read_records(out) if isinstance(r, CalibrationRecord)] if out.is_file() else []
+
+
+def _same(record: CalibrationRecord, job: MeasureJob, pair: str) -> bool:
+    """Whether `record` calibrated this pair on the job's prompts with its settings (what --resume skips)."""
+    cfg = record.config
+    return (record.pair == pair and list(cfg.prompts) == [p.id for p in job.prompts] and cfg.n_predict == job.n_predict
+            and list(cfg.ks) == list(job.ks) and str(cfg.ngl) == str(layers_label(job.ngl))
+            and str(cfg.ngld) == str(layers_label(job.ngld)) and cfg.threads == job.threads and not (cfg.depth or 0)
+            and not cfg.placement)
+
+
+def deploy_line(m: Measured, threads: int | None) -> str:
+    """The llama-server line of the measured winner: its best K, or the target alone when no K is predicted to gain."""
+    rec = m.rec
+    if rec.speculative:
+        return setting_line(m.files, DEFAULT_STRATEGY, rec.fastest.k, rec.fastest_cal, m.n_ctx, threads)
+    return setting_line(m.files, None, 0, rec.baseline_cal, m.n_ctx, threads)
+
+
+def to_json(result: MeasuredDrafts) -> dict:
+    """The measured ranking (best first), what was not measured, and the winner's deploy line, JSON-ready."""
+    rows = []
+    for m in result.measured:
+        top, sizes = m.rec.fastest, ranking_json([m.row])[0]
+        rows.append({"name": m.row.candidate.name, "origin": m.row.candidate.origin, "pair": m.files.name,
+                     "draft_file": str(m.files.draft), "resumed": m.resumed, "from_sizes": sizes,
+                     "measured": {"cost_ratio": m.cost_ratio, "acceptance": top.acceptance, "k": top.k,
+                                  "a": list(m.rec.fastest_cal.a), "predicted_tokens_per_s": top.tokens_per_s,
+                                  "predicted_gain_pct": top.gain_pct,
+                                  "predicted_baseline_tokens_per_s": m.rec.baseline_tokens_per_s,
+                                  "beats_target_alone": m.rec.speculative}})
+    return {"target_file": str(result.target), "measured": rows, "deploy": result.deploy,
+            "not_measured": [{"name": r.candidate.name, "reason": why} for r, why in result.failed + result.skipped]}
