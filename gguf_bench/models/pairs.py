@@ -82,7 +82,7 @@ def _local(ref, pair_name: str, reg, progress: ProgressFactory | None, quantize:
     if path is not None:
         return path
     if progress is None:
-        raise BenchError(f"model '{ref.name}' of '{pair_name}' is not downloaded; run `gguf-bench download {pair_name}`")
+        raise BenchError(f"model '{ref.name}' of pair '{pair_name}' is not downloaded; run `gguf-bench download {pair_name}`")
     with progress() as callback:
         return fetch(ref, reg, callback, quantize).path
 
