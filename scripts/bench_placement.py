@@ -15,9 +15,12 @@ Three parts, one run (each says what it contains):
 
     GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_placement.py [-K 1,2,4,8] [-n 32] [--rounds 3] [--markdown]
 
-The MoE pair is generated (random weights: 8 blocks of 16 experts, 2 used, 256 wide, F32, a step takes milliseconds);
+The MoE pair is generated (random weights: 8 blocks of --experts experts (16), 2 used, 256 wide, F32, a step takes
+milliseconds);
 gemma-3-270m F32 + Q4_K_M come from the registry (fetched when missing). On lavapipe the speeds say nothing about a
-real GPU's: a software device computes on this machine's own cores. Placement and sizes are real.
+real GPU's: a software device computes on this machine's own cores. Placement and sizes are real. Parts 2 and 3 run
+in child processes: lavapipe (Mesa 22, Debian 12) crashes in its own worker thread on some MoE graphs, and such a
+part then says so in one line instead of ending the run.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -47,7 +51,9 @@ from gguf_bench.results.report import summarize, to_frame
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_twins import TEXT, decode_s, verify_s  # noqa: E402  (the same timers as the twins' table)
 
-MOE = TinySpec(n_layers=8, width=256, n_heads=4, ff=512, n_experts=16, n_experts_used=2)
+
+def moe_spec(experts: int) -> TinySpec:
+    return TinySpec(n_layers=8, width=256, n_heads=4, ff=512, n_experts=experts, n_experts_used=2)
 # experts with their layers, one of each layer's three expert weights in system memory, all of them; some layers'
 # experts in system memory and the rest on the device (-ncmoe 4) crash Mesa's lavapipe at the first decode
 MOE_PLACEMENTS = ["", "-ot ffn_down_exps=CPU", "-cmoe"]
@@ -65,7 +71,7 @@ def table(head: list[str], rows: list[list[str]], markdown: bool) -> None:
     print()
 
 
-def planner_rows(models: dict[str, Path]) -> list[list[str]]:
+def planner_rows(models: dict[str, Path], max_alloc: int | None) -> list[list[str]]:
     """Weights + KV on the first GPU device: predicted / read back, per model, placement and -ngl (half, all)."""
     device, rows = gpu_devices()[0].name, []
     for name, path in models.items():
@@ -74,7 +80,7 @@ def planner_rows(models: dict[str, Path]) -> list[list[str]]:
         for label in (MOE_PLACEMENTS if moe else ["", "-dev none"]):
             placing = parse_label(label)
             for ngl in (shape.total_layers // 2, shape.total_layers):
-                p = device_bytes(shape, ngl, 512, placing=placing)
+                p = device_bytes(shape, ngl, 512, max_alloc, placing=placing)
                 with Model(path, ngl, 512, 2, None, placing) as m:
                     got = m.placement.model_mib.get(device, 0.0) + m.placement.kv_mib.get(device, 0.0)
                 want = (p.weights + p.kv) / MIB
@@ -135,32 +141,60 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--no-gemma", action="store_true", help="the generated MoE pair only")
+    ap.add_argument("--max-tensor-mib", type=float, default=128.0, help="the device's largest weight (lavapipe: 128 "
+                    "MiB; a larger one stays on the CPU); 0: no limit")
+    ap.add_argument("--experts", type=int, default=16, help="experts per layer of the generated MoE pair (2 used)")
+    ap.add_argument("--part", type=int, choices=(2, 3, 4), help=argparse.SUPPRESS)  # one part, in a child process
+    ap.add_argument("--moe", type=Path, help=argparse.SUPPRESS)  # the MoE pair's folder (child processes)
     args = ap.parse_args()
-    ks = [int(k) for k in args.K.split(",")]
+    if args.part:
+        return run_part(args)
     gpus = gpu_devices()
     where = gpus[0].label if gpus else "CPU only (no GPU device: the placement flags change only buffer types)"
     print(f"{platform.node()}: {platform.processor() or platform.machine()}, {where}, llama-cpp-python "
           f"{llama_versions()['llama_cpp_python']}, {args.threads} threads, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n")
     with tempfile.TemporaryDirectory(prefix="bench-placement-") as tmp:
-        target, draft = make_pair(Path(tmp), noise=0.02, spec=MOE)
-        moe = PairFiles(target, draft, "tiny-moe")
-        reg = load_registry()
-        gemma = None if args.no_gemma else PairFiles(
-            *(fetch(reg.models[m], reg, quantize=quantize).path for m in ("gemma-3-270m-f32", "gemma-3-270m-q4_k_m")),
-            "gemma-f32+q4km")
+        target, _ = make_pair(Path(tmp), noise=0.02, spec=moe_spec(args.experts))
         if gpus:
+            gemma = None if args.no_gemma else gemma_pair()
             models = {"moe target": target} | ({"gemma F32": gemma.target, "gemma Q4_K_M": gemma.draft} if gemma else {})
             print("1. planner against llama.cpp: weights + KV on the device, MiB (ctx 512)\n")
-            table(["model", "placement", "-ngl", "predicted", "llama.cpp", "error"], planner_rows(models), args.markdown)
-        print(f"2. verify curve of the MoE target at -ngl all (medians of {args.rounds} interleaved rounds)\n")
+            limit = int(args.max_tensor_mib * MIB) or None
+            table(["model", "placement", "-ngl", "predicted", "llama.cpp", "error"], planner_rows(models, limit),
+                  args.markdown)
+        # each part in its own process: a backend that crashes (lavapipe on MoE graphs) ends only that part
+        for part in (2, 3) if args.no_gemma else (2, 3, 4):
+            sys.stdout.flush()
+            child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--part", str(part), "--moe", tmp])
+            if child.returncode:
+                print(f"{part}. ended by the backend (exit {child.returncode}{', a crash' if child.returncode < 0 else ''});"
+                      " nothing measured in this part\n", flush=True)
+
+
+def gemma_pair() -> PairFiles:
+    reg = load_registry()
+    paths = [fetch(reg.models[m], reg, quantize=quantize).path for m in ("gemma-3-270m-f32", "gemma-3-270m-q4_k_m")]
+    return PairFiles(paths[0], paths[1], "gemma-f32+q4km")
+
+
+def run_part(args: argparse.Namespace) -> None:
+    ks = [int(k) for k in args.K.split(",")]
+    target, draft = args.moe / "tiny-target.gguf", args.moe / "tiny-draft.gguf"
+    if args.part == 2:
+        print(f"2. verify curve of the MoE target at -ngl all (medians of {args.rounds} interleaved rounds)\n", flush=True)
         table(["placement", "t(1) ms", *(f"t({k + 1})/t(1)" for k in ks)],
               verify_rows(target, ks, args.n, args.rounds, args.threads), args.markdown)
-        print(f"3. sweep at -ngl all -ngld all, n={args.n}, prompts code-short and chat-short: target alone tokens/s, "
-              "gain % (acceptance) per K\n")
-        rows = sweep_rows(moe, [("", ""), ("-cmoe", "-cmoed")], ks, args.n, args.threads, ALL_LAYERS)
-        if gemma:
-            rows += sweep_rows(gemma, [("", ""), ("", "-devd none")], ks, args.n, args.threads, ALL_LAYERS)
-        table(["pair", "placement", "target t/s", *(f"K={k}" for k in ks)], rows, args.markdown)
+        return
+    what = {3: "the MoE pair, its experts with their layers or in system memory",
+            4: "gemma F32 + Q4_K_M, its draft on the device or the CPU"}[args.part]
+    print(f"{args.part}. sweep at -ngl all -ngld all, n={args.n}, prompts code-short and chat-short, {what}: target "
+          "alone tokens/s, gain % (acceptance) per K\n", flush=True)
+    if args.part == 3:
+        rows = sweep_rows(PairFiles(target, draft, f"moe {args.experts}x"), [("", ""), ("-cmoe", "-cmoed")], ks, args.n,
+                          args.threads, ALL_LAYERS)
+    else:
+        rows = sweep_rows(gemma_pair(), [("", ""), ("", "-devd none")], ks, args.n, args.threads, ALL_LAYERS)
+    table(["pair", "placement", "target t/s", *(f"K={k}" for k in ks)], rows, args.markdown)
 
 
 if __name__ == "__main__":

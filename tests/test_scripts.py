@@ -87,7 +87,7 @@ def test_bench_placement_prints_the_verify_curve_and_the_sweep_per_placement():
     for placement in ("default", "-ot ffn_down_exps=CPU", "-cmoe"):
         assert placement in curve
     sweep = out[out.index("3. sweep"):]
-    assert "tiny-moe" in sweep and "-cmoe -cmoed" in sweep and "%" in sweep
+    assert "moe 16x" in sweep and "-cmoe -cmoed" in sweep and "%" in sweep
 
 
 def test_bench_drafts_measures_then_sweeps_a_tiny_family(tiny_pairs, tmp_path):
