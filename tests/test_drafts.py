@@ -233,3 +233,17 @@ def test_dspark_is_a_server_type_checked_for_its_markov_head(models, tmp_path):
             check_files([Strategy("draft-dspark")], PairFiles(models["target"], draft, "p"), "--spec-type draft-dspark")
     reader = HeaderReader()
     assert (reader.local(dspark).sidecar, reader.local(dflash).sidecar) == ("draft-dspark", "draft-dflash")
+
+
+def test_twins_measure_the_cost_ratio_and_the_verify_curve_on_this_machine(models, tmp_path):
+    """--twins: each draft-model candidate's c and the target's verify curve from twins (nothing downloaded, no twin
+    left behind); a sidecar keeps its size-based c (it loads only beside its target)."""
+    args = ["drafts", str(models["target"]), "--search", str(models["same"].parent), "--offline", "--no-caches",
+            "--twins", "-t", "1"]
+    out = json.loads(invoke(*args, "--json").stdout)
+    ranked = {Path(r["name"]).name: r for r in out["ranking"]}
+    assert ranked["draft-same.gguf"]["cost_ratio_from"] == "twins" and 0 < ranked["draft-same.gguf"]["cost_ratio"] < 10
+    assert ranked["eagle3.gguf"]["cost_ratio_from"] == "sizes"
+    table = invoke(*args)
+    assert table.exit_code == 0 and "measured on twins on this machine, with the target's verify curve" in table.stdout
+    assert not list((tmp_path / "cache").rglob("*.twin.gguf"))

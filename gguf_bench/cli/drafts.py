@@ -26,6 +26,7 @@ from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import drafts as measuring
 from gguf_bench.measure import workloads
+from gguf_bench.measure.draft_twins import TwinCosts, twin_costs
 from gguf_bench.models import candidates as cands
 from gguf_bench.results import drafts as ranking
 from gguf_bench.results.costmodel import DEFAULT_REPS
@@ -65,6 +66,9 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
                                                     "results/NAME.jsonl (default drafts-TIMESTAMP)")] = None,
            resume: Annotated[bool, typer.Option("--resume", help="with --measure: continue NAME, skipping the drafts "
                                                 "calibrated there on the same prompts and settings")] = False,
+           twins: Annotated[bool, typer.Option("--twins", help="measure c and the target's verify curve on this "
+                            "machine, on twins of the target and of each compatible draft (headers with synthetic "
+                            "weights: nothing is downloaded)")] = False,
            results_dir_opt: ResultsDirOpt = None,
            registry: RegistryOpt = None) -> None:
     """Find every draft that can serve TARGET: the registry's drafts, local GGUF files, the hub's smaller models of
@@ -92,7 +96,9 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
         why = next((c.reason for c in found.candidates if c.status == "unreadable"), "")
         unread = f"; unreadable: {', '.join(bad)} (first: {why})" if bad else ""
         raise BenchError(f"no draft candidate found for {target} (searched: {where}){hub}{unread}")
-    rows = ranking.rank(found.target.header, found.candidates, budget, ctx_size)
+    costs = _twin_costs(target, found, threads, registry) if twins else None
+    rows = ranking.rank(found.target.header, found.candidates, budget, ctx_size, costs and costs.ratios,
+                        costs and costs.verify)
     if job is not None:
         return _measure(job, found, rows, as_json, vram)
     seconds = time.perf_counter() - start
@@ -101,7 +107,7 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
                                        "candidates": cands.to_json(found), "searched": found.searched,
                                        "hub_error": found.hub_error}))
     else:
-        _print(found, rows, target, vram)
+        _print(found, rows, target, vram, costs)
     if found.hub_error:
         err.print(f"Note: {found.hub_error}; searched locally: {', '.join(found.searched) or 'nothing'}", markup=False)
     if verbose:
@@ -111,7 +117,15 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
                   markup=False)
 
 
-def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: str | None) -> None:
+def _twin_costs(target: str, found: cands.Search, threads: int | None, registry: Path | None) -> TwinCosts:
+    names = [c.name for c in found.candidates  # a sidecar (eagle3, dflash) loads only beside its target: its c from sizes
+             if c.status == "compatible" and c.kind == "draft-simple" and c.header is not None]
+    with QuietStatus(f"measuring twins of the target and {len(names)} drafts ..."):
+        return twin_costs(target, names, threads=threads, registry=registry)
+
+
+def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: str | None,
+           costs: TwinCosts | None = None) -> None:
     h = found.target.header
     console.print(f"target: {target} ({h.architecture}, {size_text(h.file_size)})", markup=False, soft_wrap=True)
     mid = ranking.ALPHAS[len(ranking.ALPHAS) // 2]
@@ -133,9 +147,11 @@ def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: s
             console.print(line([origin, size_text(c.header.file_size), "?" if r.cost_ratio is None else
                                 f"{r.cost_ratio:.2f}", *fit, "–" if r.break_even is None else f"{r.break_even:.0%}",
                                 *gains]).rstrip(), markup=False)
-        console.print("c: the draft's time per token / the target's, from the bytes each reads per token (a batch "
-                      "verified in the time of one token); b/e: the acceptance below which no K gains; +%@A: the gain "
-                      "predicted at acceptance A, at its best K", style="dim", markup=False)
+        how = ("measured on twins on this machine, with the target's verify curve t(K+1)/t(1) " +
+               " ".join(f"{v:.2f}" for v in costs.verify[1:]) if costs else
+               "from the bytes each reads per token (a batch verified in the time of one token)")
+        console.print(f"c: the draft's time per token / the target's, {how}; b/e: the acceptance below which no K "
+                      "gains; +%@A: the gain predicted at acceptance A, at its best K", style="dim", markup=False)
     _verdicts(found)
 
 

@@ -34,14 +34,18 @@ class Ranked:
         return self.gains.get(alpha, (float("-inf"), 0))[0]
 
 
-def timings(cost_ratio: float, k_max: int = K_MAX) -> Timings:
-    """Timings in units of the target's token time, with a flat verify (the memory-bound case)."""
-    return Timings(t_draft=cost_ratio, t_draft2=cost_ratio, t_verify=(1.0,) * (k_max + 1), round_overhead=0.0)
+def timings(cost_ratio: float, k_max: int = K_MAX, verify: tuple[float, ...] | None = None) -> Timings:
+    """Timings in units of the target's token time: a flat verify (the memory-bound case), or the verify curve
+    t(K+1)/t(1) measured (on twins)."""
+    curve = verify[:k_max + 1] if verify else (1.0,) * (k_max + 1)
+    return Timings(t_draft=cost_ratio, t_draft2=cost_ratio, t_verify=curve, round_overhead=0.0)
 
 
-def outlook(cost_ratio: float, alphas=ALPHAS, k_max: int = K_MAX) -> tuple[float | None, dict[float, tuple[float, int]]]:
+def outlook(cost_ratio: float, alphas=ALPHAS, k_max: int = K_MAX,
+            verify: tuple[float, ...] | None = None) -> tuple[float | None, dict[float, tuple[float, int]]]:
     """(break-even acceptance over every K up to k_max, {alpha: (best gain %, K)}) for a draft of this cost ratio."""
-    tm = timings(cost_ratio, k_max)
+    k_max = min(k_max, len(verify) - 1) if verify else k_max
+    tm = timings(cost_ratio, k_max, verify)
     evens = [b for k in range(1, k_max + 1) if (b := break_even(tm, k)) is not None]
     gains = {}
     for a in alphas:
@@ -51,9 +55,10 @@ def outlook(cost_ratio: float, alphas=ALPHAS, k_max: int = K_MAX) -> tuple[float
 
 
 def rank(target: Header, candidates: list[Candidate], budget: int | None = None, n_ctx: int = 4096,
-         measured: dict[str, float] | None = None) -> list[Ranked]:
+         measured: dict[str, float] | None = None, verify: tuple[float, ...] | None = None) -> list[Ranked]:
     """The compatible candidates that need a file, best first: those that fit (or are not checked) by their gain at
-    the middle acceptance rate, then those that do not fit."""
+    the middle acceptance rate, then those that do not fit. measured: cost ratios by name and verify: the target's
+    t(K+1)/t(1), both measured on twins (--twins)."""
     measured = measured or {}
     t_shape = target.planner_shape()
     rows = []
@@ -66,7 +71,7 @@ def rank(target: Header, candidates: list[Candidate], budget: int | None = None,
                              "sizes")
         r = Ranked(c, ratio, source)
         if ratio is not None:
-            r.break_even, r.gains = outlook(ratio)
+            r.break_even, r.gains = outlook(ratio, verify=verify if source == "twins" else None)
         d_shape = c.header.planner_shape()
         if budget is not None and t_shape and d_shape:
             why = fits(t_shape, d_shape, options.ALL_LAYERS, options.ALL_LAYERS, n_ctx, budget)
