@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.errors import BenchError, DownloadError, RegistryError
+from gguf_bench.errors import DownloadError
 from gguf_bench.models.files import (  # noqa: F401 (cache_dir, split_parts, sha256_file, file_sha256: re-exported)
     SPLIT_RE,
     Progress,
@@ -41,8 +41,7 @@ from gguf_bench.models.registry import (
     ModelRef,
     PypiSource,
     Registry,
-    load_registry,
-    parse_hub_ref,
+    name_model,
 )
 
 
@@ -80,21 +79,12 @@ def fetch_named(source: str, registry: Path | None = None, progress: Progress = 
     file in llama.cpp's -hf spelling, REPO:QUANT or REPO/FILE.gguf (downloaded into the Hugging Face cache). A hub
     file lands in the cache only once complete (huggingface_hub writes it under a temporary name, then renames it):
     a download cut off leaves nothing a later call would take for the file."""
-    if Path(source).is_file():
-        return Path(source)
-    hub = parse_hub_ref(source)
-    try:
-        reg = load_registry(registry)
-    except RegistryError:
-        if hub is None:
-            raise
-        reg = None
-    if reg is not None and source in reg.models:
-        return fetch(reg.models[source], reg, progress, quantize).path
-    if hub is None:
-        raise BenchError(f"{source} not found: not a file, not a registry model, and not a hub file "
-                         "(REPO:QUANT or REPO/FILE.gguf)")
-    return _fetch_hub(hub, progress)[0]
+    named = name_model(source, registry)
+    if named.path is not None:
+        return named.path
+    if named.ref is not None:
+        return fetch(named.ref, named.registry, progress, quantize).path
+    return _fetch_hub(named.hub, progress)[0]
 
 
 def _check_size(ref: ModelRef, path: Path) -> None:

@@ -8,10 +8,10 @@ import mmap
 import os
 from pathlib import Path
 
-from gguf_bench.errors import DownloadError, ModelError, RegistryError
+from gguf_bench.errors import DownloadError
 from gguf_bench.models.download import hub_error_message, hub_filename, locate
 from gguf_bench.models.gguf import HeaderCutShort, check_magic, header_layout
-from gguf_bench.models.registry import HubSource, ModelRef, load_registry, parse_hub_ref
+from gguf_bench.models.registry import HubSource, ModelRef, name_model
 
 FIRST_READ = 8 * 2**20  # $GGUF_BENCH_HEADER_READ overrides it (tests read a tiny header in pieces)
 LARGEST_HEADER = 256 * 2**20
@@ -51,23 +51,13 @@ def file_prefix(path: Path) -> bytes:
 def source_prefix(source: str, registry: Path | None = None) -> tuple[bytes, str]:
     """The header bytes of SOURCE and a description of it: a local GGUF file, a model of the registry (its cached
     file, else its hub file), or a hub file in llama.cpp's -hf spelling (REPO[:QUANT] or REPO/FILE.gguf)."""
-    if Path(source).is_file():
-        return file_prefix(Path(source)), str(source)
-    hub = parse_hub_ref(source)
-    try:
-        reg = load_registry(registry)
-    except RegistryError:
-        if hub is None:
-            raise
-        reg = None
-    if reg is not None and source in reg.models:
-        ref = reg.models[source]
-        path = locate(ref, reg)
-        return (file_prefix(path), f"{ref.name} ({path.name})") if path else hub_prefix(_hub_source(ref))
-    if hub is not None:
-        return hub_prefix(hub)
-    raise ModelError(f"{source} is not a file, not a model of the registry ({reg.path}), and not a hub file "
-                     "(REPO:QUANT or REPO/FILE.gguf)")
+    named = name_model(source, registry)
+    if named.path is not None:
+        return file_prefix(named.path), str(source)
+    if named.ref is not None:
+        path = locate(named.ref, named.registry)
+        return (file_prefix(path), f"{named.ref.name} ({path.name})") if path else hub_prefix(_hub_source(named.ref))
+    return hub_prefix(named.hub)
 
 
 def _first_bytes(src: HubSource, name: str, n: int) -> bytes:

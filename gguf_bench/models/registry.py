@@ -296,3 +296,34 @@ def _is_offline(ref: ModelRef, models: dict[str, ModelRef]) -> bool:
     if isinstance(ref.source, DerivedSource):
         ref = models[ref.source.base]
     return not isinstance(ref.source, HubSource)
+
+
+@dataclass(frozen=True)
+class Named:
+    """What a model's name on the command line is (llama.cpp's spellings): a local file, a model of the registry
+    (`registry` holds it), or a hub file."""
+
+    path: Path | None = None
+    ref: ModelRef | None = None
+    hub: HubSource | None = None
+    registry: Registry | None = None
+
+
+def name_model(source: str, registry: Path | None = None) -> Named:
+    """SOURCE as a file, a registry model or a hub file (REPO:QUANT or REPO/FILE.gguf), in that order; one error line
+    when it is none of them. A registry that cannot be read is an error only when SOURCE is no hub file either."""
+    if Path(source).is_file():
+        return Named(path=Path(source))
+    hub = parse_hub_ref(source)
+    try:
+        reg = load_registry(registry)
+    except RegistryError:
+        if hub is None:
+            raise
+        reg = None
+    if reg is not None and source in reg.models:
+        return Named(ref=reg.models[source], registry=reg)
+    if hub is None:
+        raise RegistryError(f"{source} is not a file, not a model of the registry ({reg.path}), and not a hub file "
+                            "(REPO:QUANT or REPO/FILE.gguf)")
+    return Named(hub=hub)
