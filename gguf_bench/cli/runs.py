@@ -369,10 +369,11 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         if loaded.evals:
             console.print(fit_title(evals_view.table(loaded.evals), console.width))
     predicted = summary is not None and "predicted_tokens_per_s" in summary  # calibrations shown as pred.
-    if not fmt and loaded.calibrations and not predicted:
+    cal_table = not fmt and loaded.calibrations and summary is None  # calibrations alone: their own table
+    if cal_table:
         console.print(tuning.calibration_table(tuning.calibration_frame(loaded.calibrations), console.width))
-    unshown = [str(o.kind) for o in loaded.others] + ([str(c.kind) for c in loaded.calibrations] if fmt and not predicted
-                                                     else [])
+    unshown = [str(o.kind) for o in loaded.others] + ([] if predicted or cal_table else
+                                                     [str(c.kind) for c in loaded.calibrations])
     if unshown:
         err.print(f"({len(unshown)} record(s) of kind {', '.join(sorted(set(unshown)))} not shown here)", markup=False)
     if plot_path:
