@@ -20,10 +20,12 @@ from test_server import servers_running
 from gguf_bench.engines.llama_cpp import Vocabulary
 from gguf_bench.engines.llama_server import Launch, Sampling, Server, Speculation, free_port
 from gguf_bench.engines.server_clients import run_round
+from gguf_bench.measure.deploy import command_line
 from gguf_bench.measure.plan import Grid, cells_done
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import PairFiles
+from gguf_bench.results.records import parse
 
 PLAIN_TYPES = ["draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 REPEATING = "one two three four five six seven eight nine ten " * 6  # gives the n-gram types something to find
@@ -177,20 +179,27 @@ def test_where_nothing_gains_the_deploy_line_is_the_target_alone(tiny_pairs, ser
 
 @pytest.mark.slow
 def test_the_printed_deploy_line_speculates_and_gives_the_records_acceptance(gemma_pair, server_bin, isolated):
-    """On the real gemma pair speculation pays: report prints the best cell's llama-server command; started from that
-    very text it speculates (/slots) and, at T=0 on the same prompt, drafts and accepts exactly what the record did.
-    --format json carries the same line."""
+    """On the real gemma pair: report prints the best cell's llama-server command (--format json carries the same
+    line); a speculative cell's command, written by the same code (deploy.command_line), started from that very text
+    speculates (/slots) and, at T=0 on the same prompt, drafts and accepts exactly what the record did. Which cell is
+    best is a matter of this machine's speed (K=4 gained +29% here, and lost -7% in another run minutes apart, as the
+    target alone's own speed swung 39-52 tokens/s): the test asserts what holds either way."""
     target, draft = gemma_pair
     text = "def fibonacci(n):"
-    result = invoke(*server_sweep((target, draft), server_bin, "dep", "-K", "2,4", "-n", "32",
+    result = invoke(*server_sweep((target, draft), server_bin, "dep", "-K", "4", "-n", "32",
                                   "--prompts", str(prompts_file(isolated, text))))
     assert result.exit_code == 0, result.output
-    printed, best, record = _deploy_line(isolated, "dep")
-    assert best["mode"] == "speculative" and best["gain_pct"] > 0, best
-    assert f"--spec-draft-n-max {best['k']}" in printed and "-md " in printed
+    printed, best, _ = _deploy_line(isolated, "dep")
+    record = next(r for r in stored(isolated / "results" / "dep.jsonl") if r["mode"] == "speculative")
+    line = command_line(parse(record))
+    if best["mode"] == "speculative":  # speculation paid on this machine: the printed line is this very line
+        assert best["gain_pct"] > 0 and printed == line, (best, printed, line)
+    else:  # it did not: the target alone, never a slower setting
+        assert best["mode"] == "target" and "--spec-type none" in printed, (best, printed)
+    assert "--spec-draft-n-max 4" in line and "-md " in line
     with Vocabulary(target) as vocab:
         tokens = vocab.tokenize(text)
-    speculative, timings = _serve_printed(printed, tokens, 32)
+    speculative, timings = _serve_printed(line, tokens, 32)
     assert speculative is True
     assert timings["predicted_n"] == record["metrics"]["n_tokens"]
     assert timings["draft_n"] == record["metrics"]["drafted"]
