@@ -76,8 +76,7 @@ def planner_rows(models: dict[str, Path], max_alloc: int | None) -> list[list[st
     device, rows = gpu_devices()[0].name, []
     for name, path in models.items():
         shape = Shape.from_header(*tensor_table(path))
-        moe = any(shape_has_experts(t.name) for t in tensor_table(path)[1])
-        for label in (MOE_PLACEMENTS if moe else ["", "-dev none"]):
+        for label in (MOE_PLACEMENTS if shape.has_experts else ["", "-dev none"]):
             placing = parse_label(label)
             for ngl in (shape.total_layers // 2, shape.total_layers):
                 p = device_bytes(shape, ngl, 512, max_alloc, placing=placing)
@@ -87,10 +86,6 @@ def planner_rows(models: dict[str, Path], max_alloc: int | None) -> list[list[st
                 err = f"{100 * (want / got - 1):+.1f}%" if got else ("exact" if want == 0 else "–")
                 rows.append([name, label or "default", f"{ngl}/{shape.total_layers}", f"{want:.2f}", f"{got:.2f}", err])
     return rows
-
-
-def shape_has_experts(name: str) -> bool:
-    return "_exps" in name
 
 
 def verify_rows(target: Path, ks: list[int], n: int, rounds: int, threads: int | None) -> list[list[str]]:

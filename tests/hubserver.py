@@ -112,13 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
         """The repository's file list, as /api/models/{repo}/tree/{revision} gives it."""
         listing = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
                    for name, data in files.items()]
-        payload = json.dumps(listing).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if body:
-            self.wfile.write(payload)
+        self._json(listing, body)
 
     def _model(self, repo: str) -> dict:
         """A model's entry as /api/models gives it with expand=siblings,sha (the `gguf` tag for GGUF repositories)."""

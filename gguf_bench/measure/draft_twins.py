@@ -20,7 +20,6 @@ TEXT = "def add(a, b):\n    return a + b\n\nclass Point:\n    def __init__(self,
 class TwinCosts:
     verify: tuple[float, ...]  # t(k+1)/t(1) of the target, k = 0..k_max
     ratios: dict[str, float]  # draft name -> its one-token step over the target's
-    target_step_s: float
 
 
 def twin_costs(target: str, drafts: list[str], k_max: int = 8, threads: int | None = None,
@@ -30,9 +29,9 @@ def twin_costs(target: str, drafts: list[str], k_max: int = 8, threads: int | No
     draft's token and the target's batches of 1..k_max+1, interleaved, medians). The verify curve is the first
     pair's."""
     if not drafts:
-        return TwinCosts((1.0,), {}, 0.0)
+        return TwinCosts((1.0,), {})
     load = LoadConfig(ALL_LAYERS, ALL_LAYERS, 512, threads)
-    ratios, verify, step = {}, (1.0,), 0.0
+    ratios, verify = {}, (1.0,)
     with twin_folder("drafts-twins-") as tmp:
         folder = Path(tmp)
         twin_target = twin_of(target, _sub(folder, 0), registry)
@@ -41,8 +40,8 @@ def twin_costs(target: str, drafts: list[str], k_max: int = 8, threads: int | No
                 costs = measure_costs(pair, pair.prompt_tokens(TEXT), n_predict, k_max)
             ratios[name] = costs.t_draft / costs.t_verify[0]
             if i == 1:
-                verify, step = tuple(t / costs.t_verify[0] for t in costs.t_verify), costs.t_verify[0]
-    return TwinCosts(verify, ratios, step)
+                verify = tuple(t / costs.t_verify[0] for t in costs.t_verify)
+    return TwinCosts(verify, ratios)
 
 
 def _sub(folder: Path, i: int) -> Path:
