@@ -3,8 +3,10 @@
 
 For each registry pair: tune the real files (this stores their calibration, acceptance included), then tune twins of
 the pair (`tune --twin`: twins written from the headers; the acceptance is the real calibration's just stored, so
-only the timings differ), and again, alternating, `--rounds` times. Prints per K the mean predicted tokens/s of both
-and their ratio; the target alone's too. Figures are predictions, each from its own calibration's timings.
+only the timings differ), and again, alternating, `--rounds` times. Every file is dropped from the page cache before
+each tune loads it (models/files.drop_page_cache), so real files and twins are read back the same way. Prints per K
+the mean predicted tokens/s of both and their ratio; the target alone's too. Figures are predictions, each from
+its own calibration's timings.
 
     python scripts/bench_twin_tune.py [PAIR ...] [-K 1-8] [-n 64] [--reps 6] [--rounds 2] [--threads 2] [--prompt-ids IDS]
         [--markdown]
@@ -23,6 +25,7 @@ from gguf_bench import options
 from gguf_bench.engines.llama_cpp import llama_versions, quantize
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.tune import TuneJob, tune, twin_job
+from gguf_bench.models.files import drop_page_cache
 from gguf_bench.models.pairs import header_sources, resolve
 from gguf_bench.results.store import use_results_dir
 from gguf_bench.results.tuning import tune_strategies
@@ -31,7 +34,9 @@ DEFAULT_PAIRS = ["gemma-270m-f32+q4km", "qwen-coder-1.5b-f16+q2k"]
 
 
 def predictions(job: TuneJob, ks: list[int]) -> dict[int, float]:
-    """K -> predicted tokens/s (0: the target alone) of one tune."""
+    """K -> predicted tokens/s (0: the target alone) of one tune, its files dropped from the page cache first."""
+    for path in (job.files.target, job.files.draft):
+        drop_page_cache(path)
     tuned = tune(job, [0], [0], tune_strategies("draft", "fixed", 1, 4, None, ks), check=False)
     cal = tuned.calibrations[0]
     out = {p.k: p.tokens_per_s for p in cal.predictions()}
@@ -46,7 +51,8 @@ def bench_pair(pair: str, args, ks: list[int], folder: Path) -> list[tuple[int, 
     chosen = builtin(args.prompt_ids.split(",") if args.prompt_ids else None)
     real = TuneJob(files, chosen, ks, args.n, 2048, args.threads, f"bench-{pair}", out, args.reps)
     *sources, _ = header_sources(pair, None, None, None)
-    twin = twin_job(real, tuple(sources), folder)
+    (folder / "twins" / pair).mkdir(parents=True)  # a folder per pair: each pair's twins apart
+    twin = twin_job(real, tuple(sources), folder / "twins" / pair)
     got: dict[str, list[dict[int, float]]] = {"real": [], "twin": []}
     for i in range(args.rounds):
         for side, job in (("real", real), ("twin", twin)):  # the real one first: the twin's acceptance is its

@@ -7,7 +7,11 @@ round after round: the time of one-token decode steps (decode tokens/s), and of 
 K+1 logits, as a verify step does, then rewound. Both are fed the same token ids (the tokens of a fixed text), so only
 the weights differ. Prints one table (markdown with --markdown) for docs/twins.md, with the machine and the date.
 
-    python scripts/bench_twins.py [MODEL ...] [-K 1,4,8] [-n 64] [--rounds 5] [--fetch] [--markdown]
+    python scripts/bench_twins.py [MODEL ...] [-K 1,4,8] [-n 64] [--rounds 5] [-ngl N|all] [--fetch] [--markdown]
+
+Both files are dropped from the page cache before they load (models/files.drop_page_cache): how a file's pages came
+into the cache (written by the derivation that made it, read piecemeal, or read back whole) changed a decode by 8% on
+these VMs, the same bytes in another cache state, so each side is read back the same way.
 
 MODEL: a registry model (fetched with --fetch, else skipped when not cached) or a GGUF path. The default set is the
 issue's: gemma-3-270m Q4_K_M, F32 and Q2_K, Qwen2.5-Coder-1.5B Q4_K_M, F16 and Q2_K.
@@ -23,8 +27,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gguf_bench import options
 from gguf_bench.engines.llama_cpp import Model, llama_versions, quantize
 from gguf_bench.models.download import fetch, locate
+from gguf_bench.models.files import drop_page_cache
 from gguf_bench.models.headers import file_prefix
 from gguf_bench.models.registry import load_registry
 from gguf_bench.models.twin import write_twin
@@ -65,16 +71,19 @@ def verify_s(model: Model, tokens: list[int], k: int, n: int) -> float:
     return (time.perf_counter() - t) / n
 
 
-def measure(real: Path, twin: Path, ks: list[int], n: int, rounds: int, threads: int | None) -> dict:
+def measure(real: Path, twin: Path, ks: list[int], n: int, rounds: int, threads: int | None, ngl: int) -> dict:
     """Interleaved: each round measures both files on every quantity, the real file first in even rounds and the twin
     first in odd ones (ABBA: a drift of the machine's speed favours neither). Medians over rounds."""
     times: dict[tuple[str, str], list[float]] = {}
-    with Model(real, n_ctx=512, n_threads=threads) as r, Model(twin, n_ctx=512, n_threads=threads) as t:
+    for path in (real, twin):
+        drop_page_cache(path)
+    with Model(real, ngl, n_ctx=512, n_threads=threads) as r, Model(twin, ngl, n_ctx=512, n_threads=threads) as t:
         tokens = r.tokenize(TEXT * 3)
         assert t.twin and not r.twin
         for model in (r, t):  # warm-up: the first pass over a twin's holes faults its zero pages in (and the real
-            decode_s(model, tokens, 4)  # file's pages may not be in the page cache yet)
-            verify_s(model, tokens, max(ks), 2)
+            decode_s(model, tokens, 4)  # file's pages come back into the page cache); every batch size once, as a
+            for k in ks:  # GPU backend may compile a kernel per size at first use
+                verify_s(model, tokens, k, 2)
         for i in range(rounds):
             for label, model in (("real", r), ("twin", t))[::1 if i % 2 == 0 else -1]:
                 times.setdefault((label, "1"), []).append(decode_s(model, tokens, n))
@@ -90,6 +99,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=64, help="decode steps per round (verify batches: n/4)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("-ngl", default="0", help="layers on the GPU for both files (a number or all; a GPU build)")
     ap.add_argument("--fetch", action="store_true", help="fetch registry models that are not cached")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
@@ -99,7 +109,8 @@ def main() -> None:
     head += [h for k in ks for h in (f"real t({k + 1})/t(1)", f"twin t({k + 1})/t(1)")]
     print(f"{platform.node()}: {platform.processor() or platform.machine()}, llama-cpp-python "
           f"{llama_versions()['llama_cpp_python']}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; medians of {args.rounds} "
-          f"interleaved rounds, {args.n} decode steps each\n")
+          f"interleaved rounds, {args.n} decode steps each, -ngl {args.ngl}, threads {args.threads or 'default'}; "
+          "both files dropped from the page cache before loading\n")
     print(("| " if args.markdown else "") + sep.join(head) + (" |" if args.markdown else ""))
     if args.markdown:
         print("|" + "|".join("---" for _ in head) + "|")
@@ -110,7 +121,7 @@ def main() -> None:
                 print(f"{name}: not cached (run with --fetch), skipped")
                 continue
             w = write_twin(file_prefix(real), Path(tmp) / f"twin-{real.name}", real.name)
-            m = measure(real, w.path, ks, args.n, args.rounds, args.threads)
+            m = measure(real, w.path, ks, args.n, args.rounds, args.threads, options.layers(args.ngl))
             row = [real.name, f"{w.seconds:.1f} s", f"{w.on_disk / 2**20:.1f} MiB ({100 * w.on_disk / real.stat().st_size:.1f}%)",
                    f"{1 / m['real', '1']:.1f}", f"{1 / m['twin', '1']:.1f}", f"{m['real', '1'] / m['twin', '1']:.3f}"]
             row += [f"{m[who, f'v{k}'] / m[who, '1']:.2f}" for k in ks for who in ("real", "twin")]

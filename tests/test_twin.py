@@ -250,3 +250,46 @@ def test_break_even_is_where_a_draft_starts_to_pay():
         assert 0 < a < 1 and at_acceptance(tm, a, k) == pytest.approx(1 / tm.t_target, rel=1e-3)
     slow = Timings(t_draft=0.2, t_draft2=0.2, t_verify=(0.1, 0.3), round_overhead=0.0)
     assert break_even(slow, 1) is None  # a draft dearer than the target never pays
+
+
+
+def _resident_pages(path: Path) -> int:
+    """Pages of the file in the page cache: mincore over a read-only mapping (a mapping faults nothing in)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size, page = path.stat().st_size, os.sysconf("SC_PAGE_SIZE")
+    vec = (ctypes.c_ubyte * ((size + page - 1) // page))()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        try:
+            assert libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(b & 1 for b in vec)
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this system")
+def test_drop_page_cache_empties_a_files_pages(tmp_path):
+    """The benchmarks' drop (models/files.drop_page_cache) leaves none of a just-written file's pages cached, dirty
+    ones included, and the bytes are unchanged (tmp_path is on a disk here; on tmpfs pages cannot be dropped)."""
+    from gguf_bench.models.files import drop_page_cache
+
+    path = tmp_path / "f.bin"
+    data = os.urandom(4 << 20)
+    path.write_bytes(data)
+    if _resident_pages(path) == 0:
+        pytest.skip("this file system does not keep a written file's pages in the page cache")
+    if subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True).stdout.strip() == "tmpfs":
+        pytest.skip("tmp_path is on tmpfs, whose pages are the file and cannot be dropped")
+    drop_page_cache(path)
+    assert _resident_pages(path) < 16  # of 1024
+    assert path.read_bytes() == data
