@@ -357,6 +357,27 @@ def test_download_killed_half_way_resumes_where_it_stopped(tmp_path):
         assert list(blobs.glob("*.incomplete")) == []
 
 
+def test_a_download_that_cannot_finish_says_what_it_kept_and_the_next_call_resumes(tmp_path):
+    data = os.urandom(24 << 20)  # half of it holds one whole 10 MiB write chunk
+    reg = tmp_path / "models.yaml"
+    reg.write_text(registry_for("big.gguf"))
+    with HubServer() as hub:
+        hub.state.files["acme/big-GGUF"] = {"big.gguf": data}
+        hub.state.cut_then_down.add("big.gguf")  # the transfer breaks half way, then the hub answers 503
+        env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"}
+        first = cli("download", "big", "--registry", str(reg), **env)
+        assert first.returncode == 1 and "Traceback" not in first.stderr, first.stderr
+        errors = [ln for ln in first.stderr.splitlines() if ln.startswith("Error: ")]  # below the progress line
+        assert len(errors) == 1 and "big.gguf" in errors[0] and "10 MB of it kept: the next call resumes" in errors[0]
+        hub.state.down = False
+        again = cli("download", "big", "--registry", str(reg), **env)
+        assert again.returncode == 0, again.stderr
+        gets = hub.state.gets("big.gguf")
+    assert gets[0] is None and gets[-1] == f"bytes={10 << 20}-", gets  # the client's own retry between them
+    snapshot = tmp_path / "hf" / "hub" / "models--acme--big-GGUF" / "snapshots" / COMMIT / "big.gguf"
+    assert snapshot.read_bytes() == data and not list(snapshot.parents[2].rglob("*.incomplete"))
+
+
 def test_a_damaged_partial_is_deleted_and_the_next_call_downloads_the_whole_file(tmp_path):
     data = os.urandom(1 << 20)
     reg = tmp_path / "models.yaml"
