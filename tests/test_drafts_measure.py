@@ -52,9 +52,12 @@ def test_measure_ranks_by_the_measured_acceptance_stores_records_and_resumes(fam
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     names = [Path(r["name"]).name for r in out["measured"]]
-    assert names == ["tiny-0.5b-same.gguf", "tiny-0.5b-noisy.gguf"]  # the sizes cannot tell them apart; acceptance can
-    same, noisy = (r["measured"] for r in out["measured"])
-    assert same["acceptance"] == 1.0 and noisy["acceptance"] < 0.5 and same["predicted_gain_pct"] > noisy["predicted_gain_pct"]
+    assert sorted(names) == ["tiny-0.5b-noisy.gguf", "tiny-0.5b-same.gguf"]
+    speeds = [r["measured"]["predicted_tokens_per_s"] for r in out["measured"]]
+    assert speeds == sorted(speeds, reverse=True)  # the rule; which is faster is a timing (on a busy machine, either)
+    by_name = {Path(r["name"]).name: r["measured"] for r in out["measured"]}
+    same, noisy = by_name["tiny-0.5b-same.gguf"], by_name["tiny-0.5b-noisy.gguf"]
+    assert same["acceptance"] == 1.0 and noisy["acceptance"] < 0.5  # the sizes cannot tell them apart; acceptance can
     assert [r["from_sizes"]["cost_ratio"] for r in out["measured"]] == [1.0, 1.0]
     assert "llama-server" in out["deploy"] and str(family["target"]) in out["deploy"]
     verdicts = {Path(c["name"]).name: c for c in out["candidates"]}
@@ -73,8 +76,7 @@ def test_measure_ranks_by_the_measured_acceptance_stores_records_and_resumes(fam
     assert again.stdout.count("(calibrated before)") == 2
     assert "winner: " in again.stdout or "no draft is predicted to beat the target alone" in again.stdout
     table = again.stdout.splitlines()
-    assert table.index(next(ln for ln in table if "tiny-0.5b-same" in ln)) < table.index(
-        next(ln for ln in table if "tiny-0.5b-noisy" in ln))
+    assert [Path(ln.split()[1]).name for ln in table if ln[:4].strip() in ("1", "2")] == names  # the stored order
     assert "incompatible: " in again.stdout and "deploy (" in again.stdout
     other = _local(family, "--measure", "2", "--name", "m", "-n", "10", "--resume")  # other settings: calibrated
     assert other.exit_code == 0 and len(stored(isolated / "results" / "m.jsonl")) == 4
