@@ -407,7 +407,8 @@ def test_a_partial_file_being_downloaded_is_kept(tmp_path, monkeypatch):
     blobs = hub_cache / "models--acme--x" / "blobs"
     blobs.mkdir(parents=True)
     busy, dead = blobs / "aaaa.1234abcd.incomplete", blobs / "bbbb.5678abcd.incomplete"
-    for p in (busy, dead):
+    ours = blobs / "dddd.gguf-bench.incomplete"  # resumed by the next download (models/resumable.py), however old
+    for p in (busy, dead, ours):
         p.write_bytes(b"x" * 1000)
         old = time.time() - 2 * ORPHAN_AGE_S
         os.utime(p, (old, old))
@@ -422,7 +423,7 @@ def test_a_partial_file_being_downloaded_is_kept(tmp_path, monkeypatch):
 
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub_cache))
         assert drop_orphaned_partials("acme/x") == 1000
-        assert busy.exists() and not dead.exists()
+        assert busy.exists() and not dead.exists() and ours.exists()
         fresh = blobs / "cccc.9abcdef0.incomplete"
         fresh.write_bytes(b"y")
         assert drop_orphaned_partials("acme/x") == 0 and fresh.exists()  # written to just now: kept
