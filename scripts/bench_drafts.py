@@ -4,11 +4,15 @@
 For a target and a list of candidate drafts (registry models, derived copies made by llama.cpp's quantizer, or
 files), through the library:
   1. fetch every model, and judge each candidate from its header (models/candidates.py, only these candidates);
-  2. `drafts --measure N`: calibrate the N best compatible ones (measure/drafts.py) and rank them by predicted gain;
+  2. `drafts --measure N`: calibrate the N best compatible ones (measure/drafts.py) and rank them by predicted
+     tokens/s;
   3. a full sweep (measure/sweep.iter_records: every K of -K, the target alone, greedy, the same prompts and -n) of
      every compatible candidate;
-then print the refused candidates with their reasons, the measured ranking, each candidate's best K and gain in the
-sweep, whether the two winners agree, and the winner's predicted gain over its measured one (target: within 10%).
+then print the refused candidates with their reasons, the measured ranking, each candidate's best K, tokens/s and gain
+in the sweep, whether the two winners agree (the sweep's best draft: the most tokens/s at its best K), and the
+winner's predicted gain over its measured one (target: within 10%). The sweep's gains are over the median of every
+target-alone run of the sweep, all pairs together: the target is the same for every pair, and one pair's few
+target-alone runs drift with the machine's load.
 
     python scripts/bench_drafts.py [--target qwen2.5-coder-1.5b-instruct-f16] [--draft NAME_OR_FILE ...]
                                    [--measure 3] [-K 1-8] [-n 64] [--threads 2] [--prompt-ids ...] [--results DIR]
@@ -63,33 +67,48 @@ def candidates(target: Path, folder: Path) -> tuple[cands.Search, list]:
 
 
 def sweep(name: str, files: PairFiles, grid: Grid, out: Path) -> dict:
-    """The pair's sweep: mean tokens/s of the target alone and of each K over the prompts, its best K and gain."""
+    """The pair's sweep: the tokens/s of each target-alone run, the mean tokens/s of each K over the prompts, and
+    its best K (gains() adds the gain)."""
     by_k: dict[int, list[float]] = {}
     for record in iter_records(name, files, grid):
         append_record(out, record)
         if not record.error and record.metrics and record.metrics.tokens_per_s:
             by_k.setdefault(0 if record.mode == Mode.TARGET else record.config.k, []).append(record.metrics.tokens_per_s)
+    alone = by_k.pop(0)
     speed = {k: statistics.fmean(v) for k, v in by_k.items()}
-    base = speed.pop(0)
     best_k = max(speed, key=speed.get)
-    return {"base": base, "speed": speed, "best_k": best_k, "gain": 100 * (speed[best_k] / base - 1)}
+    return {"alone": alone, "speed": speed, "best_k": best_k, "tokens_per_s": speed[best_k]}
+
+
+def gains(swept: dict[str, dict]) -> float:
+    """Give each pair its gain at its best K over the median of every target-alone run (all pairs); return that
+    median."""
+    base = statistics.median(v for s in swept.values() for v in s["alone"])
+    for s in swept.values():
+        s["gain"] = 100 * (s["tokens_per_s"] / base - 1)
+    return base
 
 
 def report(found: cands.Search, measured: measuring.MeasuredDrafts, swept: dict[str, dict], seconds: dict) -> None:
     for c in found.candidates:
         if c.status in ("incompatible", "unreadable"):
             print(f"refused: {Path(c.name).name}: {c.reason}")
-    print("\n| rank | draft | measured: best K | acceptance | predicted gain | sweep: best K | gain | target alone |")
-    print("|---|---|---|---|---|---|---|---|")
+    base = gains(swept)
+    print("\n| rank | draft | measured: best K | acceptance | predicted tok/s | predicted gain | sweep: best K | "
+          "tok/s | gain |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for i, m in enumerate(measured.measured, 1):
         top, s = m.rec.fastest, swept[m.row.candidate.name]
-        print(f"| {i} | {m.files.draft.name} | {top.k} | {top.acceptance:.0%} | {top.gain_pct:+.1f}% | {s['best_k']} | "
-              f"{s['gain']:+.1f}% | {s['base']:.2f} tok/s |")
+        print(f"| {i} | {m.files.draft.name} | {top.k} | {top.acceptance:.0%} | {top.tokens_per_s:.2f} | "
+              f"{top.gain_pct:+.1f}% | {s['best_k']} | {s['tokens_per_s']:.2f} | {s['gain']:+.1f}% |")
     for name, s in swept.items():
         if name not in {m.row.candidate.name for m in measured.measured}:
-            print(f"| – | {Path(name).name} (not measured) | | | | {s['best_k']} | {s['gain']:+.1f}% | {s['base']:.2f} tok/s |")
+            print(f"| – | {Path(name).name} (not measured) | | | | | {s['best_k']} | {s['tokens_per_s']:.2f} | "
+                  f"{s['gain']:+.1f}% |")
+    runs = sum(len(s["alone"]) for s in swept.values())
+    print(f"\nsweep gains over the target alone's median over all {runs} of its runs: {base:.2f} tok/s")
     winner = measured.winner
-    sweep_best = max(swept, key=lambda n: swept[n]["gain"])
+    sweep_best = max(swept, key=lambda n: swept[n]["tokens_per_s"])
     print(f"\nmeasured winner: {winner.files.draft.name} (-K {winner.rec.fastest.k}); sweep's best draft: "
           f"{Path(sweep_best).name} (-K {swept[sweep_best]['best_k']}): "
           f"{'they agree' if winner.row.candidate.name == sweep_best else 'they DIFFER'}")

@@ -6,6 +6,7 @@ traceback, and loses nothing already measured or stored.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -323,12 +324,9 @@ pairs:
 """
 
 
-def test_download_killed_half_way_restarts_and_leaves_no_orphan(tmp_path):
-    """What a user meets after a download is killed (SIGKILL, a crash, a power cut): huggingface_hub
-    2.x cannot resume it, so the next download starts from byte 0, and the dead process's partial file
-    is removed (it used to stay in the hub cache for good)."""
-    from gguf_bench.models import download
-
+def test_download_killed_half_way_resumes_where_it_stopped(tmp_path):
+    """What a user meets after a download is killed (SIGKILL, a crash, a power cut): the next call asks the hub for
+    the rest only (models/resumable.py), and the file ends whole, with no partial file left."""
     data = os.urandom(24 << 20)  # above the client's 10 MiB write chunk, so a partial file reaches the disk
     reg = tmp_path / "models.yaml"
     reg.write_text(registry_for("big.gguf"))
@@ -344,20 +342,61 @@ def test_download_killed_half_way_restarts_and_leaves_no_orphan(tmp_path):
         child.send_signal(signal.SIGKILL)
         child.wait()
         partials = list(blobs.glob("*.incomplete"))
-        assert len(partials) == 1 and 0 < partials[0].stat().st_size < len(data), partials
+        assert [p.name for p in partials] == [f"{hashlib.sha256(data).hexdigest()}.gguf-bench.incomplete"], partials
+        kept = partials[0].stat().st_size
+        assert 0 < kept < len(data)
         sent_first = hub.sent
-        old = time.time() - 2 * download.ORPHAN_AGE_S  # as when the next download comes later
-        os.utime(partials[0], (old, old))
 
         hub.bytes_per_s = None
         again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         assert again.returncode == 0, again.stderr
-        ranges = hub.state.gets("big.gguf")
-        assert ranges == [None, None], ranges  # the second transfer asked for the whole file again
-        assert hub.sent - sent_first >= len(data)
+        assert hub.state.gets("big.gguf") == [None, f"bytes={kept}-"]  # the second transfer asked for the rest only
+        assert hub.sent - sent_first < len(data)
         snapshot = tmp_path / "hf" / "hub" / "models--acme--big-GGUF" / "snapshots" / COMMIT / "big.gguf"
         assert snapshot.read_bytes() == data
-        assert list(blobs.glob("*.incomplete")) == []  # the dead process's partial file is gone
+        assert list(blobs.glob("*.incomplete")) == []
+
+
+def test_a_download_that_cannot_finish_says_what_it_kept_and_the_next_call_resumes(tmp_path):
+    data = os.urandom(24 << 20)  # half of it holds one whole 10 MiB write chunk
+    reg = tmp_path / "models.yaml"
+    reg.write_text(registry_for("big.gguf"))
+    with HubServer() as hub:
+        hub.state.files["acme/big-GGUF"] = {"big.gguf": data}
+        hub.state.cut_then_down.add("big.gguf")  # the transfer breaks half way, then the hub answers 503
+        env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"}
+        first = cli("download", "big", "--registry", str(reg), **env)
+        assert first.returncode == 1 and "Traceback" not in first.stderr, first.stderr
+        errors = [ln for ln in first.stderr.splitlines() if ln.startswith("Error: ")]  # below the progress line
+        assert len(errors) == 1 and "big.gguf" in errors[0] and "10 MB of it kept: the next call resumes" in errors[0]
+        hub.state.down = False
+        again = cli("download", "big", "--registry", str(reg), **env)
+        assert again.returncode == 0, again.stderr
+        gets = hub.state.gets("big.gguf")
+    assert gets[0] is None and gets[-1] == f"bytes={10 << 20}-", gets  # the client's own retry between them
+    snapshot = tmp_path / "hf" / "hub" / "models--acme--big-GGUF" / "snapshots" / COMMIT / "big.gguf"
+    assert snapshot.read_bytes() == data and not list(snapshot.parents[2].rglob("*.incomplete"))
+
+
+def test_a_damaged_partial_is_deleted_and_the_next_call_downloads_the_whole_file(tmp_path):
+    data = os.urandom(1 << 20)
+    reg = tmp_path / "models.yaml"
+    reg.write_text(registry_for("big.gguf"))
+    blobs = tmp_path / "hf" / "hub" / "models--acme--big-GGUF" / "blobs"
+    blobs.mkdir(parents=True)
+    partial = blobs / f"{hashlib.sha256(data).hexdigest()}.gguf-bench.incomplete"
+    partial.write_bytes(b"\0" * 1000)  # kept from an earlier call, but not the file's first bytes
+    with HubServer() as hub:
+        hub.state.files["acme/big-GGUF"] = {"big.gguf": data}
+        env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"}
+        first = cli("download", "big", "--registry", str(reg), **env)
+        error_line(first, "big.gguf", "do not match the hub's size and sha256", "deleted them")
+        assert not partial.exists() and not list(blobs.iterdir())
+        again = cli("download", "big", "--registry", str(reg), **env)
+        assert again.returncode == 0, again.stderr
+        assert hub.state.gets("big.gguf") == ["bytes=1000-", None]
+    snapshot = tmp_path / "hf" / "hub" / "models--acme--big-GGUF" / "snapshots" / COMMIT / "big.gguf"
+    assert snapshot.read_bytes() == data and list(blobs.glob("*.incomplete")) == []
 
 
 def test_a_partial_file_being_downloaded_is_kept(tmp_path, monkeypatch):
@@ -368,7 +407,8 @@ def test_a_partial_file_being_downloaded_is_kept(tmp_path, monkeypatch):
     blobs = hub_cache / "models--acme--x" / "blobs"
     blobs.mkdir(parents=True)
     busy, dead = blobs / "aaaa.1234abcd.incomplete", blobs / "bbbb.5678abcd.incomplete"
-    for p in (busy, dead):
+    ours = blobs / "dddd.gguf-bench.incomplete"  # resumed by the next download (models/resumable.py), however old
+    for p in (busy, dead, ours):
         p.write_bytes(b"x" * 1000)
         old = time.time() - 2 * ORPHAN_AGE_S
         os.utime(p, (old, old))
@@ -383,7 +423,7 @@ def test_a_partial_file_being_downloaded_is_kept(tmp_path, monkeypatch):
 
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub_cache))
         assert drop_orphaned_partials("acme/x") == 1000
-        assert busy.exists() and not dead.exists()
+        assert busy.exists() and not dead.exists() and ours.exists()
         fresh = blobs / "cccc.9abcdef0.incomplete"
         fresh.write_bytes(b"y")
         assert drop_orphaned_partials("acme/x") == 0 and fresh.exists()  # written to just now: kept

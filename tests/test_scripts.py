@@ -110,3 +110,4 @@ def test_bench_drafts_measures_then_sweeps_a_tiny_family(tiny_pairs, tmp_path):
     rows = [line for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
     assert len(rows) == 2 and "same.gguf" in rows[0] and "| 100% |" in rows[0], out
     assert "measured winner: same.gguf" in out and "winner's gain: predicted" in out and "deploy: llama-server" in out
+    assert "sweep gains over the target alone's median over all" in out

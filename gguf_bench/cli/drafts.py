@@ -56,7 +56,7 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
                                                  "requests, seconds")] = False,
            measure: Annotated[int | None, typer.Option("--measure", help="download the N best compatible drafts that "
                               "fit (and the target), calibrate each beside the target on the prompts as `tune` does, "
-                              "and rank them by the gain predicted from what was measured")] = None,
+                              "and rank them by the tokens/s predicted from what was measured")] = None,
            prompt_ids: PromptIdsOpt = None, prompts_file: PromptsFileOpt = None,
            ks: Annotated[str, typer.Option("--draft-max", "-K", help="with --measure: draft lengths to predict")] = "1-8",
            n_predict: NPredictOpt = 64, threads: ThreadsOpt = None, ngl: NglOpt = "0", ngld: NgldOpt = "0",
@@ -231,7 +231,7 @@ def _print_measured(found: cands.Search, result: measuring.MeasuredDrafts, job: 
     console.print(f"target: {job.target} ({h.architecture}, {size_text(h.file_size)})", markup=False, soft_wrap=True)
     prompts = ", ".join(p.id for p in job.prompts)
     console.print(f"measured {len(result.measured)} drafts on {prompts} (n={job.n_predict}, -K "
-                  f"{_ks_label(job.ks)}), best first by the gain predicted from the calibration:", markup=False)
+                  f"{_ks_label(job.ks)}), best first by the tokens/s predicted from the calibration:", markup=False)
     mid = ranking.ALPHAS[len(ranking.ALPHAS) // 2]
     widths = [9, 10, 5, 7, 6, 6, 2, 7, 7]
     line = lambda cells: "    " + "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"  # noqa: E731

@@ -1,8 +1,10 @@
 """`gguf-bench drafts TARGET --measure N`: the N best compatible drafts that fit (ranked from headers by
 results/drafts.py) are downloaded, each calibrated beside the target on the user's prompts by tune's own flow
-(measure/tune.py: the same records, stored in one results file), and ranked again by the gain the cost model predicts
-from what was measured: the acceptance on these prompts and the real speed of each model. Prints nothing: the CLI shows
-the `MeasuredDrafts` result.
+(measure/tune.py: the same records, stored in one results file), and ranked again by the tokens/s the cost model
+predicts from what was measured: the acceptance on these prompts and the real speed of each model. Every candidate
+serves the same target, so this is the order of their gains, without the gains' denominator: the target alone, timed
+again in each calibration, drifts between calibrations on a busy machine by more than the drafts differ. Prints
+nothing: the CLI shows the `MeasuredDrafts` result.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class Measured:
 @dataclass
 class MeasuredDrafts:
     target: Path
-    measured: list[Measured]  # best first: by the predicted gain at each one's best K
+    measured: list[Measured]  # best first: by the predicted tokens/s at each one's best K
     failed: list[tuple[Ranked, str]] = field(default_factory=list)  # could not be calibrated, and why
     skipped: list[tuple[Ranked, str]] = field(default_factory=list)  # ranked but not measured, and why
     deploy: str | None = None  # the winner's llama-server line (the target alone when no draft gains)
@@ -123,7 +125,7 @@ def measure_drafts(job: MeasureJob, rows: Sequence[Ranked], events: MeasureEvent
                    progress: ProgressFactory | None = None) -> MeasuredDrafts:
     """Fetch the target and the job.n best candidates among `rows` (results.drafts.rank's order), calibrate each pair
     (or, with job.resume, read back a calibration of the same pair, prompts and settings from job.out), and rank them
-    by their predicted gain."""
+    by their predicted tokens/s (best_first)."""
     check_count(job.n)
     chosen, skipped = choose(rows, job.n)
     if not chosen:
@@ -145,9 +147,15 @@ def measure_drafts(job: MeasureJob, rows: Sequence[Ranked], events: MeasureEvent
             events.note(f"{row.candidate.name} could not be calibrated, skipped: {exc}")
     if not result.measured:
         raise ModelError(f"no draft could be calibrated ({result.failed[0][0].candidate.name}: {result.failed[0][1]})")
-    result.measured.sort(key=lambda m: -m.gain_pct)
+    result.measured = best_first(result.measured)
     result.deploy = deploy_line(result.measured[0], job.threads)
     return result
+
+
+def best_first(measured: Sequence[Measured]) -> list[Measured]:
+    """By the predicted tokens/s at each one's best K, not by the gain: every pair has the same target, and each gain
+    is over the target alone as timed in its own calibration, which drifts from one calibration to the next."""
+    return sorted(measured, key=lambda m: -m.rec.fastest.tokens_per_s)
 
 
 def _fetch(source: str, registry: Path | None, progress: ProgressFactory | None, events: MeasureEvents) -> Path:

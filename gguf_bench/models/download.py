@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_bench.errors import DownloadError
+from gguf_bench.models import resumable
 from gguf_bench.models.files import (  # noqa: F401 (cache_dir, split_parts, sha256_file, file_sha256: re-exported)
     SPLIT_RE,
     Progress,
@@ -77,8 +78,8 @@ def fetch_named(source: str, registry: Path | None = None, progress: Progress = 
                 quantize: Quantize | None = None) -> Path:
     """The local path of a model named as everywhere: a GGUF file, a registry model (fetched into its cache), or a hub
     file in llama.cpp's -hf spelling, REPO:QUANT or REPO/FILE.gguf (downloaded into the Hugging Face cache). A hub
-    file lands in the cache only once complete (huggingface_hub writes it under a temporary name, then renames it):
-    a download cut off leaves nothing a later call would take for the file."""
+    file lands in the cache only once complete and checked (models/resumable.py): a download cut off leaves a partial
+    file that the next call resumes, and nothing a later call would take for the file."""
     named = name_model(source, registry)
     if named.path is not None:
         return named.path
@@ -204,9 +205,14 @@ def _fetch_hub(src: HubSource, progress: Progress) -> tuple[Path, bool]:
     drop_orphaned_partials(src.repo)
     paths = []
     for name in split_parts(hub_filename(src, online=True)):
+        bar = _tqdm_for(progress, f"download {name}")
         try:
-            paths.append(Path(hf_hub_download(src.repo, name, revision=src.revision,
-                                              tqdm_class=_tqdm_for(progress, f"download {name}"))))
+            resumable.fetch_blob(src.repo, name, src.revision, bar, progress)  # the bytes, resuming a cut transfer
+            paths.append(Path(hf_hub_download(src.repo, name, revision=src.revision, tqdm_class=bar)))  # the links
+        except resumable.Cut as cut:
+            raise DownloadError(hub_error_message(src, name, cut.cause) + cut.note) from None
+        except DownloadError:
+            raise
         except Exception as exc:  # huggingface_hub raises many types; translate the ones users meet
             raise DownloadError(hub_error_message(src, name, exc)) from None
     drop_orphaned_partials(src.repo)  # again: one too fresh to judge before a long transfer is old enough now
@@ -224,9 +230,10 @@ def drop_orphaned_partials(repo: str) -> int:
     """Delete the partial downloads a killed earlier process left in `repo`'s hub cache; return the bytes freed.
 
     huggingface_hub 2.x downloads each file into `blobs/<etag>.<random>.incomplete`, a name no later
-    process looks for: a transfer cut off by SIGKILL, a crash or a power cut restarts from zero and
-    its partial file stays on disk for good. One is an orphan when nobody holds the blob's download
-    lock and it has not grown for ORPHAN_AGE_S. Called before and after each hub download.
+    process looks for: a transfer cut off by SIGKILL, a crash or a power cut leaves its partial file on
+    disk for good. One is an orphan when nobody holds the blob's download lock and it has not grown for
+    ORPHAN_AGE_S. gguf-bench's own partials (resumable.SUFFIX), which the next call resumes, stay.
+    Called before and after each hub download.
     """
     from filelock import FileLock, Timeout
     from huggingface_hub import constants
@@ -234,6 +241,8 @@ def drop_orphaned_partials(repo: str) -> int:
     folder = f"models--{repo.replace('/', '--')}"
     freed = 0
     for partial in (Path(constants.HF_HUB_CACHE) / folder / "blobs").glob("*.*.incomplete"):
+        if partial.name.endswith(resumable.SUFFIX):
+            continue  # ours: resumed by the next download of this file
         etag = partial.name.split(".", 1)[0]
         lock = FileLock(Path(constants.HF_HUB_CACHE) / ".locks" / folder / f"{etag}.lock", timeout=0)
         try:
