@@ -138,7 +138,8 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                                           device_draft, single=True,
                                           split=Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)))
     files = pair_files(pair, target, draft, registry, need_draft=any(s.uses_model for s in grid.strategies))
-    warn_offload(*grid.ngls, *grid.nglds)
+    if not any(p.rpc for p in grid.placings):  # RPC servers' devices take layers whatever this build can do
+        warn_offload(*grid.ngls, *grid.nglds)
     with exclusive(out):  # no other process writes NAME while this runs
         out = run_path(out.stem)  # nor did one create it since
         with QuietStatus(f"running {files.name} ...", console):
@@ -292,7 +293,8 @@ def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -
     need_draft = any(s.uses_model for s in grid.strategies)
     files = ([pair_files(None, choice.target, choice.draft, choice.registry, need_draft)] if (choice.target or choice.draft)
              else [pair_files(p, None, None, choice.registry) for p in (choice.names or [None])])
-    warn_offload(*grid.ngls, *grid.nglds)
+    if not any(p.rpc for p in grid.placings):  # RPC servers' devices take layers whatever this build can do
+        warn_offload(*grid.ngls, *grid.nglds)
     try:
         for i, pair in enumerate(files):
             with SweepProgress(pair.name) as events:

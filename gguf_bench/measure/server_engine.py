@@ -223,7 +223,7 @@ class ServerSession:
         try:
             proc.server = server = Server(launch, self.engine.env)
         except ServerError as exc:
-            proc.failure = f"llama-server failed to start: {exc}"
+            proc.failure = f"llama-server failed to start: {_gone(placing.rpc) or exc}"
             return
         if first.mode == Mode.SPECULATIVE and not server.speculative:  # never report a plain run as a speculative one
             proc.failure = f"llama-server started without a draft context (/slots: speculative false); its log: {server.log_path}"
@@ -281,6 +281,15 @@ class ServerSession:
             greedy[key] = tokens
             return None
         return _identity(greedy[key], tokens) if key in greedy else None
+
+
+def _gone(endpoints: tuple[str, ...]) -> str | None:
+    """Why llama-server could not start, where an RPC server is gone (llama.cpp itself only says that a call failed)."""
+    try:
+        rpc.check_reachable(endpoints)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def _renamed(p: Placement | None, names: dict[str, str]) -> Placement | None:
