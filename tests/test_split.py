@@ -188,3 +188,19 @@ def test_link_ends_the_client_when_the_server_is_gone():
         host, port = proxied.split(":")
         with socket.create_connection((host, int(port)), timeout=5) as s:
             assert s.recv(1) == b""
+
+
+def test_python_engine_checks_the_split_against_its_own_devices(tiny_pairs):
+    """The Python engine applies -ts/-sm/-mg to llama_model_params; on a build with no GPU device a -ts has nothing to
+    split over: one line before anything loads."""
+    from gguf_bench.engines.llama_cpp import check_placement, gpu_devices
+
+    if gpu_devices():
+        pytest.skip("this build sees a GPU device: the CPU-only message does not apply")
+    with pytest.raises(ConfigError, match=r"-ts 1,1 gives 2 shares for 0 devices \(none\)"):
+        check_placement(tiny_pairs["high"][0], Placing(tensor_split=(1, 1)))
+    assert check_placement(tiny_pairs["high"][0], Placing(split_mode="none", main_gpu=0)) is None
+    from gguf_bench.engines.llama_cpp import Model
+
+    with Model(tiny_pairs["high"][0], 0, 256, 1, placing=Placing(tensor_split=(1,), split_mode="layer", main_gpu=0)) as m:
+        assert m.placement.layers == "0/5"  # set in llama_model_params and loaded; nothing to split over here

@@ -237,8 +237,11 @@ class ServerSession:
         proc.info = ServerRecord(command=command, version=self.engine.version,
                                  build_info=str(server.props.get("build_info")), speculative=server.speculative, pool=pool)
         if pool != "cold":  # a cold n-gram pool is left cold: llama-server warms its compute graphs up at load by itself
-            server.complete(self.prompts.whole(first.prompt.id, first.depth), min(16, self.grid.n_predict),
-                            _sampling(first, self.grid, self.twin), cache_prompt=first.depth > 0)
+            try:
+                server.complete(self.prompts.whole(first.prompt.id, first.depth), min(16, self.grid.n_predict),
+                                _sampling(first, self.grid, self.twin), cache_prompt=first.depth > 0)
+            except ServerError as exc:  # it died warming up (an RPC server gone, a kill): its cells fail, one line each
+                proc.died = str(exc)
 
     def _one(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Load | None]:
         """One request, alone on one slot."""
