@@ -88,16 +88,16 @@ def gemma_q4_q2(real_cache) -> tuple[Path, Path]:
     return tuple(_fetch_real(real_cache, "gemma-3-270m-q4_k_m", "gemma-3-270m-q2_k"))
 
 
-def _built(real_cache: Path, name: str) -> Path:
-    """One of `build-server`'s tools, built once per machine and llama-cpp-python version into the shared cache
-    (both in one build when neither is there), on this environment's ggml."""
+def _built(real_cache: Path, name: str, rpc: bool = False) -> Path:
+    """One of `build-server`'s tools (rpc: of `build-server --rpc`), built once per machine and llama-cpp-python
+    version into the shared cache (all of a build's tools in one build when none is there)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
     try:
         from gguf_bench.engines.server_build import build_dir, build_tools
 
-        build_dir().mkdir(parents=True, exist_ok=True)
-        return build_tools(build_dir() / "build.log", wanted=(name,))[name]
+        build_dir(rpc=rpc).mkdir(parents=True, exist_ok=True)
+        return build_tools(build_dir(rpc=rpc) / "build.log", wanted=(name,), rpc=rpc)[name]
     finally:
         mp.undo()
 
@@ -112,3 +112,18 @@ def server_bin(real_cache) -> Path:
 def fit_params_bin(real_cache) -> Path:
     """llama-fit-params, llama.cpp's own fitting (built by `gguf-bench build-server` beside llama-server)."""
     return _built(real_cache, "llama-fit-params")
+
+
+@pytest.fixture(scope="session")
+def rpc_bins(real_cache) -> tuple[Path, Path]:
+    """(llama-server, ggml-rpc-server) with llama.cpp's RPC backend (`gguf-bench build-server --rpc`: about 5 minutes
+    on 2 cores the first time); the tests skip, saying why, where it cannot be built, unless GGUF_BENCH_REQUIRE_RPC=1."""
+    from gguf_bench.engines.server_build import BINARY, RPC_SERVER
+    from gguf_bench.errors import BenchError
+
+    try:
+        return _built(real_cache, BINARY, rpc=True), _built(real_cache, RPC_SERVER, rpc=True)
+    except BenchError as exc:
+        if os.environ.get("GGUF_BENCH_REQUIRE_RPC") == "1":
+            raise
+        pytest.skip(f"no RPC build (set GGUF_BENCH_REQUIRE_RPC=1 to fail instead): {exc}")

@@ -111,3 +111,12 @@ def test_bench_drafts_measures_then_sweeps_a_tiny_family(tiny_pairs, tmp_path):
     assert len(rows) == 2 and "same.gguf" in rows[0] and "| 100% |" in rows[0], out
     assert "measured winner: same.gguf" in out and "winner's gain: predicted" in out and "deploy: llama-server" in out
     assert "sweep gains over the target alone's median over all" in out
+
+
+def test_bench_rpc_prints_a_row_per_delay(tiny_pairs, rpc_bins):
+    target, draft = tiny_pairs["high"]
+    out = script("bench_rpc.py", "--target", str(target), "--draft", str(draft), "-K", "2", "--delays", "0,2", "-n", "8",
+                 "--prompt-ids", "code-short", "--server-bin", str(rpc_bins[0]), "--rpc-server-bin", str(rpc_bins[1]),
+                 "--markdown")
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "ms |" in line]
+    assert rows == ["0 ms", "2 ms"], out

@@ -52,6 +52,18 @@ DeviceOpt = Annotated[list[str] | None, typer.Option("--device", "-dev", help="d
                       "(Vulkan0,CUDA1; none: no offload; `gguf-bench info` lists them); sweep: repeat for alternatives")]
 DeviceDraftOpt = Annotated[list[str] | None, typer.Option("--device-draft", "-devd", help="the draft's devices (none: the "
                            "draft on the CPU)")]
+# the target's split over several devices, and RPC servers' devices (placing.Split)
+TensorSplitOpt = Annotated[list[str] | None, typer.Option("--tensor-split", "-ts", help="each device's share of the "
+                           "target's layers, in device order (RPC servers' first): 1,1 or 3,1; sweep: repeat for "
+                           "alternatives")]
+SplitModeOpt = Annotated[str | None, typer.Option("--split-mode", "-sm", help="layer (default), row, or none (all on the "
+                         "-mg device); sweep: a comma list")]
+MainGpuOpt = Annotated[str | None, typer.Option("--main-gpu", "-mg", help="with -sm none: the device's index; sweep: a "
+                       "comma list")]
+RpcOpt = Annotated[list[str] | None, typer.Option("--rpc", help="HOST:PORT,... of llama.cpp rpc-servers, whose devices "
+                   "(RPC0, RPC1, ...) the target splits over (--engine server; `gguf-bench rpc-server` starts one)")]
+RpcDelayOpt = Annotated[str | None, typer.Option("--rpc-delay", help="one-way delay in ms added each way in front of "
+                        "each --rpc server by a loopback proxy (0-1000), to measure a network hop here; sweep: 0,1,3")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="who generates: python (gguf-bench's loop), server (llama.cpp's "
                       "llama-server, a process per setting), or both, side by side on the same files")]
 DepthOpt = Annotated[str | None, typer.Option("--depth", "-d", help="tokens of context before the prompt, as llama-bench's "

@@ -29,6 +29,7 @@ from gguf_bench.cli.options import (
     KOpt,
     KScheduleOpt,
     KsOpt,
+    MainGpuOpt,
     NCpuMoeDraftOpt,
     NCpuMoeOpt,
     NgldOpt,
@@ -53,12 +54,16 @@ from gguf_bench.cli.options import (
     RepsOpt,
     RequestTimeoutOpt,
     ResultsDirOpt,
+    RpcDelayOpt,
+    RpcOpt,
     SeedOpt,
     ServerBinOpt,
     SpecTypeOpt,
+    SplitModeOpt,
     TargetOpt,
     TempOpt,
     TempsOpt,
+    TensorSplitOpt,
     ThreadsDraftOpt,
     ThreadsOpt,
     TopKOpt,
@@ -78,7 +83,7 @@ from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.plan import Grid, measured, single_run_grid
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
-from gguf_bench.placing import placing_axes
+from gguf_bench.placing import Split, placing_axes
 from gguf_bench.results import evals as evals_view
 from gguf_bench.results import report as rep
 from gguf_bench.results import specbench, tuning
@@ -114,7 +119,9 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         "context before the prompt (llama-bench's -d; prefilled, not timed)")] = 0,
         n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None, device: DeviceOpt = None,
         n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
-        device_draft: DeviceDraftOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
+        device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
+        main_gpu: MainGpuOpt = None, rpc: RpcOpt = None, rpc_delay: RpcDelayOpt = None,
+        results_dir_opt: ResultsDirOpt = None) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process (and in llama-server with
     --engine server|both)."""
     use_results_dir(results_dir_opt)
@@ -128,9 +135,11 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                            **options.context_axes(flash_attn, cache_type_k, cache_type_v, batch_size, ubatch_size,
                                                   threads_draft, single=True),
                            **placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft,
-                                          device_draft, single=True))
+                                          device_draft, single=True,
+                                          split=Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)))
     files = pair_files(pair, target, draft, registry, need_draft=any(s.uses_model for s in grid.strategies))
-    warn_offload(*grid.ngls, *grid.nglds)
+    if not any(p.rpc for p in grid.placings):  # RPC servers' devices take layers whatever this build can do
+        warn_offload(*grid.ngls, *grid.nglds)
     with exclusive(out):  # no other process writes NAME while this runs
         out = run_path(out.stem)  # nor did one create it since
         with QuietStatus(f"running {files.name} ...", console):
@@ -242,14 +251,16 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
           ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None, depths: DepthOpt = None,
           n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None, device: DeviceOpt = None,
           n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
-          device_draft: DeviceDraftOpt = None,
+          device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
+          main_gpu: MainGpuOpt = None, rpc: RpcOpt = None, rpc_delay: RpcDelayOpt = None,
           parallels: ParallelOpt = None,
           clients: ClientsOpt = None, request_timeout: RequestTimeoutOpt = 600.0, warm_pool: WarmPoolOpt = False,
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
           results_dir_opt: ResultsDirOpt = None) -> None:
-    """Sweep drafting strategy x draft length x -ngl x -ngld x placement (-ncmoe, -ot, -dev and the draft's) x context
+    """Sweep drafting strategy x draft length x -ngl x -ngld x placement (-ncmoe, -ot, -dev, -ts, -sm, -mg, --rpc-delay
+    and the draft's) x context
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
     x prompt; store every run and print the report."""
     use_results_dir(results_dir_opt)
@@ -264,7 +275,8 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
                 clients=options.positive_ints(clients, "--clients") if clients else None,
                 request_timeout_s=request_timeout, warm_pool=warm_pool, depths=options.int_list(depths, "-d") if depths else [0],
                 **options.context_axes(flash_attns, cache_types_k, cache_types_v, batch_sizes, ubatch_sizes, threads_drafts),
-                **placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft, device_draft))
+                **placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft, device_draft,
+                               split=Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)))
     for why in grid.left_out():
         err.print(f"Warning: the sweep leaves out {why}", markup=False)
     name, out = results_path(name, resume)
@@ -281,7 +293,8 @@ def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -
     need_draft = any(s.uses_model for s in grid.strategies)
     files = ([pair_files(None, choice.target, choice.draft, choice.registry, need_draft)] if (choice.target or choice.draft)
              else [pair_files(p, None, None, choice.registry) for p in (choice.names or [None])])
-    warn_offload(*grid.ngls, *grid.nglds)
+    if not any(p.rpc for p in grid.placings):  # RPC servers' devices take layers whatever this build can do
+        warn_offload(*grid.ngls, *grid.nglds)
     try:
         for i, pair in enumerate(files):
             with SweepProgress(pair.name) as events:

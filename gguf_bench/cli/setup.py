@@ -1,5 +1,6 @@
 """`gguf-bench build-gpu`: llama-cpp-python with a GPU backend, built from its own sdist into this environment;
-`gguf-bench build-server`: llama-server from the same sources, on the same ggml."""
+`gguf-bench build-server`: llama-server from the same sources, on the same ggml; `gguf-bench rpc-server`: one of
+llama.cpp's RPC servers on this machine."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import typer
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.engines import build, server_build
 from gguf_bench.engines.llama_server import probe
+from gguf_bench.engines.rpc import RpcServer
 from gguf_bench.errors import BenchError
 
 
@@ -51,23 +53,45 @@ def build_gpu(vulkan: Annotated[bool, typer.Option("--vulkan", help="the Vulkan 
 
 @command
 def build_server(jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="parallel compile jobs (default: all "
-                                                          "cores)")] = None) -> None:
+                                                          "cores)")] = None,
+                 rpc: Annotated[bool, typer.Option("--rpc", help="instead: llama-server and ggml-rpc-server with llama.cpp's "
+                                                   "RPC backend, on their own static CPU ggml (for --rpc and "
+                                                   "`gguf-bench rpc-server`)")] = False) -> None:
     """Build llama-server and llama-fit-params (llama.cpp's own fitting, for `plan --compare-fit`) from the installed
     llama-cpp-python's own llama.cpp sources, on the ggml it installed (CPU, Vulkan or CUDA, as `build-gpu` left it),
     into the cache, in one build; a second call does nothing (only a missing one is built)."""
     version = build.installed_version()
-    where = server_build.build_dir(version)
-    missing = [name for name in server_build.TOOLS if server_build.cached_binary(name) is None]
+    where = server_build.build_dir(version, rpc)
+    tools = server_build.RPC_TOOLS if rpc else server_build.TOOLS
+    missing = [name for name in tools if server_build.cached_binary(name, rpc) is None]
     if missing:
         where.mkdir(parents=True, exist_ok=True)
         log = where / "build.log"
-        err.print(f"compiling {' and '.join(missing)} {version} ({server_build.backend()}) into {where} (log: {log}; "
-                  "about 15 minutes on 2 cores)", markup=False)
+        flavour = server_build.RPC_FLAVOUR if rpc else server_build.backend()
+        err.print(f"compiling {' and '.join(missing)} {version} ({flavour}) into {where} (log: {log}; "
+                  f"about {5 if rpc else 15} minutes on 2 cores)", markup=False)
         started = time.monotonic()
         with err.status(f"compiling {' and '.join(missing)} ..."):
-            server_build.build_tools(log, jobs)
+            server_build.build_tools(log, jobs, tools, rpc)
         err.print(f"built in {time.monotonic() - started:.0f} s", markup=False)
     binary = where / server_build.BINARY
-    version_line = probe(binary, server_build.library_env())
-    console.print(f"llama-server: {binary} ({version_line}, {server_build.backend()})", markup=False)
-    console.print(f"llama-fit-params: {where / server_build.FIT_PARAMS}", markup=False)
+    version_line = probe(binary, {} if rpc else server_build.library_env())
+    console.print(f"llama-server: {binary} ({version_line}, {server_build.RPC_FLAVOUR if rpc else server_build.backend()})",
+                  markup=False)
+    for name in tools[1:]:
+        console.print(f"{name}: {where / name}", markup=False)
+
+
+@command
+def rpc_server(port: Annotated[int, typer.Option("--port", help="the TCP port it listens on (127.0.0.1 only)")] = 50052,
+               threads: Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads of its CPU device "
+                                                           "(default: all cores)")] = None) -> None:
+    """Start llama.cpp's ggml-rpc-server (from `build-server --rpc`) on 127.0.0.1:PORT, offering this machine's devices
+    to `--rpc`, until Ctrl-C; it stops with this command. Insecure by llama.cpp's own word: loopback only here."""
+    with RpcServer(port, threads) as server:
+        console.print(f"rpc-server listening on {server.endpoint} ({server.binary}); stop with Ctrl-C", markup=False)
+        try:
+            server.proc.wait()
+        except KeyboardInterrupt:
+            return
+    raise BenchError(f"the rpc-server on {server.endpoint} exited with code {server.proc.returncode}")

@@ -20,6 +20,7 @@ from gguf_bench.cli.options import (
     DeviceDraftOpt,
     DeviceOpt,
     DraftOpt,
+    MainGpuOpt,
     NCpuMoeDraftOpt,
     NCpuMoeOpt,
     NgldsOpt,
@@ -33,7 +34,11 @@ from gguf_bench.cli.options import (
     PromptsFileOpt,
     RegistryOpt,
     ResultsDirOpt,
+    RpcDelayOpt,
+    RpcOpt,
+    SplitModeOpt,
     TargetOpt,
+    TensorSplitOpt,
     ThreadsOpt,
 )
 from gguf_bench.cli.progress import QuietStatus, pair_files
@@ -43,7 +48,7 @@ from gguf_bench.measure.tune import TuneEvents, TuneJob, twin_job
 from gguf_bench.measure.tune import tune as run_tune
 from gguf_bench.models.pairs import PairFiles, header_sources
 from gguf_bench.models.twin import twin_folder
-from gguf_bench.placing import placing_axes
+from gguf_bench.placing import Split, placing_axes
 from gguf_bench.results.costmodel import recommend
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
@@ -94,7 +99,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                                "tokens/s at, each in (0, 1]")] = "0.5,0.7,0.9",
          n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None, device: DeviceOpt = None,
          n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
-         device_draft: DeviceDraftOpt = None,
+         device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
+         main_gpu: MainGpuOpt = None, rpc: RpcOpt = None, rpc_delay: RpcDelayOpt = None,
          registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Predict tokens/s for every draft length and offload setting (and placement: -ncmoe, -ot, -dev and the draft's,
     each calibrated where it places the weights) from a short calibration, and
@@ -109,7 +115,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     if plot:
         check_plot()
     alphas = options.acceptances(acceptance)
-    axes = placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft, device_draft)
+    axes = placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft, device_draft,
+                        split=Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay))
     placed = {"placings": tuple(axes["placings"]), "placings_draft": tuple(axes["placings_draft"])}
     name = options.results_name(name or default_name("tune"))
     out = ensure_results_dir() / f"{name}.jsonl"

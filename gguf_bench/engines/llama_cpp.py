@@ -243,6 +243,13 @@ class Model(Vocabulary):
         self._devices = device_array(placing.devices) if placing.devices else None
         if self._devices is not None:
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        if placing.tensor_split:  # llama.cpp reads llama_max_devices() floats
+            self._split = (ctypes.c_float * self._lib.llama_max_devices())(*placing.tensor_split)
+            mparams.tensor_split = ctypes.cast(self._split, ctypes.POINTER(ctypes.c_float))
+        if placing.split_mode is not None:
+            mparams.split_mode = SPLIT_MODES[placing.split_mode]
+        if placing.main_gpu is not None:
+            mparams.main_gpu = placing.main_gpu
 
     def _load(self, llama_cpp, mparams, n_ctx: int, n_threads: int | None, context: dict) -> None:
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
@@ -548,6 +555,18 @@ def repack_buffer_type() -> int | None:
 
 # --- placement beyond -ngl (placing.Placing): tensor overrides by buffer-type name, device lists ---
 
+SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}  # enum llama_split_mode
+
+
+def check_rpc() -> None:
+    """The Python engine drives no RPC devices: one line saying what to run instead."""
+    supported = bool(_llama().llama_supports_rpc())
+    raise ConfigError("--rpc runs with --engine server (llama-server and `gguf-bench build-server --rpc`): the Python "
+                      + ("engine does not register RPC servers" if supported else
+                         "engine's llama-cpp-python has no RPC backend (it would need CMAKE_ARGS=-DGGML_RPC=ON pip "
+                         "install --force-reinstall --no-binary llama-cpp-python llama-cpp-python)"))
+
+
 
 def buffer_types() -> dict[str, int]:
     """The buffer types -ot can name, as llama.cpp's parser lists them: each device's own ('CPU', 'Vulkan0')."""
@@ -581,12 +600,13 @@ def placement_overrides(path: Path, placing: Placing) -> list[tuple[str, int]]:
     return [(p, bufts[b]) for p, b in placing.tensor_overrides(n_layers if experts else 0)]
 
 
-def check_placement(path: Path, placing: Placing, flag: str = "--n-cpu-moe") -> str | None:
-    """Raise ConfigError for what llama.cpp would refuse (a buffer type or device this build lacks, an -ot pattern
-    that matches nothing); return a note for -ncmoe on a model without experts (it changes nothing there)."""
+def check_placement(path: Path, placing: Placing, flag: str = "--n-cpu-moe", remote: bool = False) -> str | None:
+    """Raise ConfigError for what llama.cpp would refuse (a buffer type or device this build lacks, a split that does
+    not fit its devices, an -ot pattern that matches nothing); return a note for -ncmoe on a model without experts (it
+    changes nothing there). remote: the devices are RPC servers' too, checked by the server engine (engines/rpc.py)."""
     placement_overrides(path, placing)
-    if placing.devices:
-        device_array(placing.devices)
+    if not remote:
+        placing.check_devices([d.name for d in devices() if d.kind != "CPU"], draft=flag != "--n-cpu-moe")
     if placing.n_cpu_moe and not any(re.search(EXPERTS_REGEX, t.name) for t in tensor_table(path)[1]):
         return f"{flag} does nothing for {path.name}: it has no expert weights (not a mixture of experts)"
     return None

@@ -145,9 +145,11 @@ class Launch:
     parallel: int = 1  # -np: slots (the context grows with them, so each slot holds n_ctx)
     placing: tuple[str, ...] = ()  # the target's placement flags beyond -ngl (placing.Placing.flags: -ncmoe, -ot, -dev)
     placing_draft: tuple[str, ...] = ()  # the draft's (-ncmoed, -otd, -devd)
+    rpc: tuple[str, ...] = ()  # rpc-servers' HOST:PORT (placing.Placing.rpc_flags): right after -m, so -dev/-devd can
+    # name their devices
 
     def argv(self) -> list[str]:
-        cmd = [str(self.binary), "-m", str(self.target)]
+        cmd = [str(self.binary), "-m", str(self.target), *(["--rpc", ",".join(self.rpc)] if self.rpc else [])]
         if self.draft is not None and self.speculation.needs_draft_file:
             cmd += ["-md", str(self.draft), "-ngld", self.ngld, "-td", str(self.threads_draft or self.threads)]
             cmd += self.placing_draft

@@ -11,7 +11,8 @@ and, at debug level, the weights it kept on the CPU although their layer was off
 and each weight a tensor override (-ot, -ncmoe: placing.py) sent elsewhere:
     tensor blk.0.ffn_up_exps.weight (12 MiB q4_K) buffer type overridden to CPU
 `parse` turns those lines into a Placement. Buffer names are llama.cpp's: a device (Vulkan0, CUDA0), CPU, CPU_Mapped
-(weights read from the mmapped file), CPU_REPACK, or a device's host buffer (Vulkan_Host, CUDA_Host).
+(weights read from the mmapped file), CPU_REPACK, or a device's host buffer (Vulkan_Host, CUDA_Host); an RPC server's
+device is 'RPC0[HOST:PORT]' (its own index: engines/rpc.buffer_names gives the client's name).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-_BUFFER = re.compile(r"^\S+:\s+(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
+# llama-server's lines start with a time and a level ('0.00.346.055 I '), the Python engine's do not
+_BUFFER = re.compile(r"^(?:[\d.]+ [A-Z] )?\S+:\s+(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
 _MOVED = re.compile(r"tensor '([^']+)' \(([^)]+)\) \(and (\d+) others\) cannot be used with preferred buffer type (\S+), "
                     r"using (\S+) instead")
 _OVERRIDDEN = re.compile(r"tensor (\S+) \((\d+) MiB [^)]*\) buffer type overridden to (\S+)")

@@ -12,6 +12,11 @@ no tests or examples. The binaries and the build log go to `~/.cache/gguf-bench/
 second call finds them and does nothing. The tools (`TOOLS`: llama-server, and llama-fit-params, llama.cpp's own
 fitting of one model to free device memory, engines/fit_params.py) are built in one CMake build when none is cached,
 so libllama and common are compiled once; when only one is missing, only that one.
+
+`build-server --rpc`: the installed ggml has no RPC backend (llama-cpp-python builds without GGML_RPC), so llama-server
+and ggml-rpc-server (tools/rpc: a machine's devices offered over TCP) are built in one CMake build with their own
+static CPU ggml and `GGML_RPC=ON`, as llama.cpp's tools/rpc/README.md documents, into `.../llama.cpp-<version>/cpu-rpc/`
+(`RPC_TOOLS`). Self-contained: no library path needed. A sweep with `--rpc` runs that llama-server (or --server-bin).
 """
 
 from __future__ import annotations
@@ -29,10 +34,14 @@ from gguf_bench.models.files import cache_dir
 BINARY = "llama-server"
 FIT_PARAMS = "llama-fit-params"  # tools/fit-params
 TOOLS = (BINARY, FIT_PARAMS)
+RPC_SERVER = "ggml-rpc-server"  # tools/rpc (its CMake target)
+RPC_TOOLS = (BINARY, RPC_SERVER)
+RPC_FLAVOUR = "cpu-rpc"  # the RPC build's folder: its own static CPU ggml with GGML_RPC=ON
 MARKER = "built-by-gguf-bench.txt"  # beside a binary build_server made: it runs on the Python engine's ggml
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_USE_SYSTEM_GGML=ON",
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF"]
+RPC_CMAKE_FLAGS = [f for f in CMAKE_FLAGS if f != "-DLLAMA_USE_SYSTEM_GGML=ON"] + ["-DGGML_RPC=ON"]
 
 
 def llama_cpp_libs() -> Path:
@@ -61,12 +70,12 @@ def backend() -> str:
     return "cpu"
 
 
-def build_dir(version: str | None = None) -> Path:
-    return cache_dir() / f"llama.cpp-{version or build.installed_version()}" / backend()
+def build_dir(version: str | None = None, rpc: bool = False) -> Path:
+    return cache_dir() / f"llama.cpp-{version or build.installed_version()}" / (RPC_FLAVOUR if rpc else backend())
 
 
-def cached_binary(name: str = BINARY) -> Path | None:
-    path = build_dir() / name
+def cached_binary(name: str = BINARY, rpc: bool = False) -> Path | None:
+    path = build_dir(rpc=rpc) / name
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
@@ -85,30 +94,32 @@ def build_server(log: Path, jobs: int | None = None) -> Path:
     return build_tools(log, jobs, (BINARY,))[BINARY]
 
 
-def build_tools(log: Path, jobs: int | None = None, wanted: tuple[str, ...] = TOOLS) -> dict[str, Path]:
+def build_tools(log: Path, jobs: int | None = None, wanted: tuple[str, ...] = TOOLS, rpc: bool = False) -> dict[str, Path]:
     """The `wanted` tools, from the cache; when one is missing, every tool not cached yet is compiled in one CMake
-    build (`--target` each), so a fresh cache compiles libllama and common once."""
-    missing = [name for name in TOOLS if cached_binary(name) is None]
+    build (`--target` each), so a fresh cache compiles libllama and common once. rpc: the RPC build's (RPC_TOOLS)."""
+    missing = [name for name in (RPC_TOOLS if rpc else TOOLS) if cached_binary(name, rpc) is None]
     if any(name in missing for name in wanted):
-        _compile(missing, log, jobs)
-    return {name: build_dir() / name for name in wanted}
+        _compile(missing, log, jobs, rpc)
+    return {name: build_dir(rpc=rpc) / name for name in wanted}
 
 
-def _compile(names: list[str], log: Path, jobs: int | None) -> None:
+def _compile(names: list[str], log: Path, jobs: int | None, rpc: bool = False) -> None:
     build.check_requirements("cpu")
     version = build.installed_version()
     src = build.sources(version, log) / "vendor" / "llama.cpp"
-    out = build_dir(version)
+    out = build_dir(version, rpc)
     tree = out / "build"
     out.mkdir(parents=True, exist_ok=True)
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    _run(["cmake", "-S", str(src), "-B", str(tree), *generator, *CMAKE_FLAGS, f"-Dggml_DIR={ggml_cmake_dir()}"], log)
+    flags = RPC_CMAKE_FLAGS if rpc else [*CMAKE_FLAGS, f"-Dggml_DIR={ggml_cmake_dir()}"]
+    _run(["cmake", "-S", str(src), "-B", str(tree), *generator, *flags], log)
     _run(["cmake", "--build", str(tree), "--target", *names, "-j", str(jobs or os.cpu_count() or 1)], log)
     for name in names:
         shutil.copy2(tree / "bin" / name, out / name)
-    (out / MARKER).write_text(f"llama-cpp-python {version}, {backend()} ggml, LLAMA_USE_SYSTEM_GGML: run "
-                              f"{' and '.join(TOOLS)} with LD_LIBRARY_PATH set to llama_cpp/lib of the environment "
-                              "that runs them\n")
+    if not rpc:  # the RPC build runs on its own static ggml: no library path
+        (out / MARKER).write_text(f"llama-cpp-python {version}, {backend()} ggml, LLAMA_USE_SYSTEM_GGML: run "
+                                  f"{' and '.join(TOOLS)} with LD_LIBRARY_PATH set to llama_cpp/lib of the environment "
+                                  "that runs them\n")
     shutil.rmtree(tree, ignore_errors=True)  # a few hundred MB of objects; the binaries are all that is used
 
 
@@ -121,13 +132,15 @@ def _run(cmd: list[str], log: Path) -> None:
         raise BenchError(f"`{' '.join(cmd[:3])} ...` failed (exit {rc}); the log is {log}")
 
 
-def find_server(explicit: Path | None) -> tuple[Path, dict[str, str]]:
+def find_server(explicit: Path | None, rpc: bool = False) -> tuple[Path, dict[str, str]]:
     """The llama-server to run and the environment it needs: --server-bin, else `llama-server` on PATH, else the one
-    `build-server` made."""
+    `build-server` made. rpc (a setting with --rpc): --server-bin, else the one `build-server --rpc` made."""
     if explicit is not None:
         if not explicit.is_file() or not os.access(explicit, os.X_OK):
             raise BenchError(f"--server-bin {explicit} is not an executable file")
         return explicit, library_env() if (explicit.parent / MARKER).is_file() else {}
+    if rpc:
+        return rpc_binary(BINARY), {}
     on_path = shutil.which(BINARY)
     if on_path:
         return Path(on_path), {}
@@ -135,3 +148,12 @@ def find_server(explicit: Path | None) -> tuple[Path, dict[str, str]]:
         return binary, library_env()
     raise BenchError("no llama-server found (not on PATH, not built): run `gguf-bench build-server` "
                      "(about 15 minutes on 2 cores, once), or pass --server-bin PATH")
+
+
+def rpc_binary(name: str) -> Path:
+    """A tool of the RPC build (llama-server or ggml-rpc-server), or one line saying how to build it."""
+    found = cached_binary(name, rpc=True)
+    if found is None:
+        raise BenchError(f"no RPC-capable {name} built: run `gguf-bench build-server --rpc` (about 5 minutes on 2 "
+                         "cores, once), or pass --server-bin PATH of a llama-server built with -DGGML_RPC=ON")
+    return found

@@ -110,22 +110,23 @@ def _launch(record: RunRecord) -> Launch:
                   threads_draft=cfg.threads_draft, flash_attn=cfg.flash_attn, cache_type_k=cfg.cache_type_k,
                   cache_type_v=cfg.cache_type_v, parallel=cfg.parallel or 1,
                   placing=tuple(parse_label(cfg.placement).flags()),
-                  placing_draft=tuple(parse_label(cfg.placement_draft, draft=True).flags(draft=True)))
+                  placing_draft=tuple(parse_label(cfg.placement_draft, draft=True).flags(draft=True)),
+                  rpc=parse_label(cfg.placement).rpc)
 
 
 def setting_line(files: PairFiles, strategy: Strategy | None, k: int, cal: Calibration, n_ctx: int,
                  threads: int | None) -> str:
     """The llama-server line for a setting that `tune` predicted (not measured): the server this machine would run
     (else plain `llama-server`), 'all' layers as the model's count."""
+    placing, placing_draft = split_label(cal.placement)
     try:
-        binary, _ = find_server(None)
+        binary, _ = find_server(None, rpc=bool(placing.rpc))
     except BenchError:
         binary = Path("llama-server")
     mode = Mode.SPECULATIVE if strategy is not None else Mode.TARGET
     spec = speculation(mode, strategy, k)
-    placing, placing_draft = split_label(cal.placement)
     launch = Launch(binary, files.target, files.draft if spec.needs_draft_file else None, spec, str(cal.ngl),
                     str(cal.ngld), n_ctx, threads or os.cpu_count() or 1, placing=tuple(placing.flags()),
-                    placing_draft=tuple(placing_draft.flags(draft=True)))
+                    placing_draft=tuple(placing_draft.flags(draft=True)), rpc=placing.rpc)
     layers = (read_info(files.target).n_layers + 1, read_info(files.draft).n_layers + 1 if files.draft else None)
     return _shell(deploy_argv(launch.argv(), *layers))

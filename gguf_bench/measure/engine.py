@@ -41,8 +41,9 @@ def open_engine(name: str, grid: Grid, files: PairFiles) -> Engine:
     """The engine called `name` (results.records.ENGINES), checked against the files it will run."""
     if name == PYTHON_ENGINE:
         return PythonEngine()
-    engine = ServerEngine(grid.server_bin)
+    engine = ServerEngine(grid.server_bin, need_rpc=any(p.rpc for p in grid.placings))
     engine.check_files(grid.strategies, files)
+    engine.check_placements(grid)
     return engine
 
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from gguf_bench.engines.llama_cpp import check_placement, gpu_devices
+from gguf_bench.engines.llama_cpp import check_placement, check_rpc, gpu_devices
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Grid
@@ -24,7 +24,7 @@ def vram_budget(text: str) -> Budget:
     if not budget.named or not names:
         return budget
     for name, _ in budget.devices:
-        if name not in names:
+        if name not in names and not name.startswith("RPC"):  # an RPC server's device: the server engine's to check
             raise ConfigError(f"--vram {name}=...: this build has no device '{name}'; it has {', '.join(names)}")
     return Budget(tuple(sorted(budget.devices, key=lambda d: names.index(d[0]))))
 
@@ -47,8 +47,8 @@ def _offloads(load: LoadConfig) -> bool:
 def does_not_fit(files: PairFiles, load: LoadConfig, n_ctx: int, budget: Budget) -> str | None:
     """Why this offload setting (-ngl/-ngld and the placings: -ncmoe, -ot, -dev and the draft's) cannot fit the
     devices (models/memory.py's prediction from the headers), or None."""
-    if not _offloads(load):
-        return None
+    if not _offloads(load) or (load.placing.rpc and not budget.named):  # RPC devices: their servers' memory,
+        return None  # planned only when --vram names them (RPC0=8GB,...)
     target = Shape.from_header(*tensor_table(files.target))
     draft = Shape.from_header(*tensor_table(files.draft)) if files.draft else None
     why = fits(target, draft, load.ngl, load.ngld, n_ctx, budget, placing=load.placing, placing_draft=load.placing_draft)
@@ -79,10 +79,16 @@ def available_memory() -> int | None:
         return None
 
 
-def check_placements(files: PairFiles, placings: Sequence[Placing], placings_draft: Sequence[Placing]) -> list[str]:
+def check_placements(files: PairFiles, placings: Sequence[Placing], placings_draft: Sequence[Placing],
+                     python: bool = True) -> list[str]:
     """Each placement checked against its model before anything loads (ConfigError: one line for what llama.cpp would
-    refuse); notes for what does nothing (-ncmoe on a dense model), so a sweep over several pairs goes on."""
-    notes = [check_placement(files.target, p) for p in placings]
+    refuse); notes for what does nothing (-ncmoe on a dense model), so a sweep over several pairs goes on. With --rpc
+    the devices are the servers' too: the server engine checks them (ServerEngine.check_placements); python: the Python
+    engine runs these, and it has no RPC."""
+    remote = any(p.rpc for p in placings)
+    if remote and python:
+        check_rpc()
+    notes = [check_placement(files.target, p, remote=remote) for p in placings]
     if files.draft is not None:
-        notes += [check_placement(files.draft, p, "--n-cpu-moe-draft") for p in placings_draft]
+        notes += [check_placement(files.draft, p, "--n-cpu-moe-draft", remote) for p in placings_draft]
     return list(dict.fromkeys(n for n in notes if n))

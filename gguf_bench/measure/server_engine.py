@@ -26,13 +26,15 @@ import os
 import re
 import statistics
 import subprocess
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from gguf_bench.decoding.divergence import Identity, first_difference
 from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.engines import rpc
 from gguf_bench.engines.llama_cpp import read_info, use_extra_buffers
 from gguf_bench.engines.llama_server import (
     Completion,
@@ -44,6 +46,8 @@ from gguf_bench.engines.llama_server import (
     help_text,
     probe,
 )
+from gguf_bench.engines.placement import Placement
+from gguf_bench.engines.rpc_link import links
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.engines.server_clients import Round, run_round
 from gguf_bench.errors import ConfigError
@@ -110,23 +114,43 @@ class ServerEngine:
 
     name = SERVER_ENGINE
 
-    def __init__(self, binary: Path | None = None):
-        self.binary, self.env = find_server(binary)
+    def __init__(self, binary: Path | None = None, need_rpc: bool = False):
+        """need_rpc: some setting has --rpc (the RPC build, unless --server-bin)."""
+        self.binary, self.env = find_server(binary, need_rpc)
         self.version = probe(self.binary, self.env)
         self.help = help_text(self.binary, self.env)
+        self.devices: dict[tuple[str, ...], list[rpc.Device]] = {}  # per --rpc list: the devices it gives llama-server
 
     def check_files(self, strategies: list[Strategy], files: PairFiles) -> None:
         check_files(strategies, files, self.help)
 
+    def check_placements(self, grid: Grid) -> None:
+        """Before anything loads, each --rpc list's servers reached and their devices listed; then each placement's
+        device names, -ts and -mg checked against them (one line for the first that does not fit)."""
+        for placing in grid.placings:
+            if placing.rpc and placing.rpc not in self.devices:
+                rpc.check_reachable(placing.rpc)
+                self.devices[placing.rpc] = rpc.list_devices(self.binary, self.env, placing.rpc)
+        have = "llama-server with these RPC servers"
+        for placing in grid.placings:
+            if placing.rpc:
+                names = [d.name for d in self.devices[placing.rpc]]
+                placing.check_devices(names, have=have)
+                for draft in grid.placings_draft:
+                    draft.check_devices(names, draft=True, have=have)
+
     def open(self, setting: Setting, prompts: PreparedPrompts) -> ServerSession:
         return ServerSession(self, setting, prompts)
 
-    def launch(self, files: PairFiles, load: LoadConfig, spec: Speculation, parallel: int = 1) -> Launch:
+    def launch(self, files: PairFiles, load: LoadConfig, spec: Speculation, parallel: int = 1,
+               endpoints: tuple[str, ...] | None = None) -> Launch:
+        """endpoints: the RPC servers to connect to in place of the setting's (its delaying proxies)."""
         return Launch(self.binary, files.target, files.draft, spec, str(layers_label(load.ngl)), str(layers_label(load.ngld)),
                       load.n_ctx, load.threads or os.cpu_count() or 1, repack=use_extra_buffers(), batch=load.n_batch,
                       ubatch=load.n_ubatch, threads_draft=load.threads_draft, flash_attn=load.flash_attn,
                       cache_type_k=load.cache_type_k, cache_type_v=load.cache_type_v, parallel=parallel,
-                      placing=tuple(load.placing.flags()), placing_draft=tuple(load.placing_draft.flags(draft=True)))
+                      placing=tuple(load.placing.flags()), placing_draft=tuple(load.placing_draft.flags(draft=True)),
+                      rpc=load.placing.rpc if endpoints is None else endpoints)
 
 
 @dataclass
@@ -151,6 +175,8 @@ class ServerSession:
         self.twin = is_twin_file(files.target)  # generates to -n whatever token comes
         self.layers = (read_info(files.target).n_layers, read_info(files.draft).n_layers if files.draft else None)
         self.process: _Process | None = None
+        self._links = ExitStack()  # the delaying proxies of --rpc-delay, for the whole setting
+        self.endpoints: tuple[str, ...] | None = None  # what llama-server connects to (None: not yet opened)
 
     def order(self, cells: list[Cell]) -> list[Cell]:
         """Cells grouped by the process they need, in the order each group first appears, the target alone first
@@ -176,34 +202,46 @@ class ServerSession:
         return record(cell, measured, proc.offload, error, load=load, server=proc.info)
 
     def close(self) -> None:
-        """The running process stops; its log goes unless it failed to start."""
+        """The running process stops (its log goes unless it failed to start), then the setting's proxies."""
+        self._stop()
+        self._links.close()
+
+    def _stop(self) -> None:
         if self.process is not None and self.process.server is not None:
             self.process.server.close()
             self.process.server.remove_log()
         self.process = None
 
     def _start(self, first: Cell, key: tuple | None) -> None:
-        self.close()
+        self._stop()
+        placing = self.setting.load.placing
+        if self.endpoints is None:
+            self.endpoints = self._links.enter_context(links(placing.rpc, placing.rpc_delay_ms))
         spec = speculation(first.mode, first.strategy if first.mode == Mode.SPECULATIVE else None, first.k)
         self.process = proc = _Process(key)
+        launch = self.engine.launch(self.setting.files, self.setting.load, spec, first.parallel or 1, self.endpoints)
         try:
-            proc.server = server = Server(self.engine.launch(self.setting.files, self.setting.load, spec,
-                                                             first.parallel or 1), self.engine.env)
+            proc.server = server = Server(launch, self.engine.env)
         except ServerError as exc:
-            proc.failure = f"llama-server failed to start: {exc}"
+            proc.failure = f"llama-server failed to start: {_gone(placing.rpc) or exc}"
             return
         if first.mode == Mode.SPECULATIVE and not server.speculative:  # never report a plain run as a speculative one
             proc.failure = f"llama-server started without a draft context (/slots: speculative false); its log: {server.log_path}"
             return
         layers = self.layers if first.mode == Mode.SPECULATIVE else (self.layers[0], None)
-        target_pl, draft_pl = server.placements(*layers)
+        names = rpc.buffer_names(self.engine.devices.get(placing.rpc, []), placing.rpc, self.endpoints)
+        target_pl, draft_pl = (_renamed(p, names) for p in server.placements(*layers))
         proc.offload = Offload(target_pl.layers, draft_pl.layers if draft_pl else "-", target_pl, draft_pl)
         pool = ("warm" if self.grid.warm_pool else "cold") if spec.pooled else None
-        proc.info = ServerRecord(command=server.argv, version=self.engine.version,
+        command = replace(launch, port=server.launch.port, rpc=placing.rpc).argv()  # the servers' own addresses
+        proc.info = ServerRecord(command=command, version=self.engine.version,
                                  build_info=str(server.props.get("build_info")), speculative=server.speculative, pool=pool)
         if pool != "cold":  # a cold n-gram pool is left cold: llama-server warms its compute graphs up at load by itself
-            server.complete(self.prompts.whole(first.prompt.id, first.depth), min(16, self.grid.n_predict),
-                            _sampling(first, self.grid, self.twin), cache_prompt=first.depth > 0)
+            try:
+                server.complete(self.prompts.whole(first.prompt.id, first.depth), min(16, self.grid.n_predict),
+                                _sampling(first, self.grid, self.twin), cache_prompt=first.depth > 0)
+            except ServerError as exc:  # it died warming up (an RPC server gone, a kill): its cells fail, one line each
+                proc.died = str(exc)
 
     def _one(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Load | None]:
         """One request, alone on one slot."""
@@ -246,6 +284,23 @@ class ServerSession:
             greedy[key] = tokens
             return None
         return _identity(greedy[key], tokens) if key in greedy else None
+
+
+def _gone(endpoints: tuple[str, ...]) -> str | None:
+    """Why llama-server could not start, where an RPC server is gone (llama.cpp itself only says that a call failed)."""
+    try:
+        rpc.check_reachable(endpoints)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _renamed(p: Placement | None, names: dict[str, str]) -> Placement | None:
+    """A placement with llama.cpp's RPC buffer names as the client's device names (rpc.buffer_names)."""
+    if p is None or not names:
+        return p
+    parts = ("model_mib", "kv_mib", "compute_mib", "output_mib")
+    return replace(p, **{part: {names.get(k, k): v for k, v in getattr(p, part).items()} for part in parts})
 
 
 def _exited(server: Server, grace_s: float = 1.0) -> bool:

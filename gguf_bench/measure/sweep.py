@@ -14,7 +14,7 @@ from gguf_bench.measure.engine import open_engine, run_unit
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
 from gguf_bench.measure.plan import SKIPPED, Grid, Plan, cells_done, expand
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
-from gguf_bench.results.records import RunRecord
+from gguf_bench.results.records import PYTHON_ENGINE, RunRecord
 from gguf_bench.results.store import append_record, environment, exclusive, models_record, read_records
 
 
@@ -55,7 +55,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
     if note:
         events.note(note)
     machine.check_memory(files, grid)
-    for line in machine.check_placements(files, grid.placings, grid.placings_draft):
+    for line in machine.check_placements(files, grid.placings, grid.placings_draft, PYTHON_ENGINE in grid.engines):
         events.note(line)
     static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
     plan = expand(files, grid, static, skip)

@@ -8,8 +8,9 @@ shared/notes/offload-memory.md):
 - with several devices, the offloaded layers are split by layer: layer i of the N offloaded goes to the first
   device whose cumulative share exceeds i/N (llama.cpp's std::upper_bound over the normalized split). llama.cpp
   takes the shares from each device's free memory; the planner takes them from the --vram budgets (`Budget`), the
-  same shares for the target and the draft (in llama.cpp the draft, loaded second, sees less free memory). No
-  -ts/--tensor-split, -sm row/tensor or pipeline parallelism's extra compute copies: a later issue;
+  same shares for the target and the draft (in llama.cpp the draft, loaded second, sees less free memory); -ts gives
+  the shares instead, and -sm none puts every offloaded layer on the -mg device (placing.Placing). -sm row is planned
+  as layer (its split buffers exist on CUDA only), and pipeline parallelism's extra compute copies are not counted;
 - tensor overrides (placing.Placing: -ot, then -ncmoe/-cmoe's one per layer) are tried in order and the first
   pattern found in a weight's name wins: to 'CPU' (or another host buffer) the weight stays on the CPU, to a
   device's buffer it goes to that device, whatever its layer. -dev none: nothing on any device;
@@ -177,13 +178,21 @@ class Budget:
                               f"{name}=SIZE to it")
         return found
 
-    def split(self, placing: Placing) -> tuple[tuple[str, int], ...]:
-        """The devices a model's layers are split over, with their shares: -dev's (none: no device), else all."""
+    def split(self, placing: Placing) -> tuple[tuple[str, float], ...]:
+        """The devices a model's layers are split over, with their shares: -dev's (none: no device), else all; the
+        shares -ts gives, else the budgets; -sm none: the -mg device alone."""
         if placing.no_offload:
             return ()
-        if not placing.devices or not self.named:
-            return self.devices
-        return tuple((name, self.of(name)) for name in placing.devices)
+        devices = self.devices if not placing.devices or not self.named else tuple(
+            (name, self.of(name)) for name in placing.devices)
+        names = [name for name, _ in devices]
+        if self.named:
+            placing.check_devices(names, have="--vram")
+        if placing.split_mode == "none":
+            return ((devices[min(placing.main_gpu or 0, len(devices) - 1)][0], 1),)
+        if placing.tensor_split and len(placing.tensor_split) == len(devices):
+            return tuple(zip(names, placing.tensor_split))
+        return devices
 
     def less(self, used: dict[str, int]) -> Budget:
         """What is left of each device once `used` bytes (by device) are taken."""

@@ -207,13 +207,16 @@ class RunConfig:
     # llama.cpp did with it is `offload`'s read-back; None: llama.cpp's default placement (every older record)
     placement: str | None = None
     placement_draft: str | None = None  # the draft's ('-ncmoed 1 -devd none')
+    # a setting with --rpc: the one-way delay (ms) of gguf-bench's proxy in front of each RPC server, 0 for none (the
+    # placement carries it too, as --rpc-delay, so it is not in the key twice); None: no RPC server
+    rpc_delay_ms: int | None = None
 
     def cell_fields(self) -> dict:
         """What identifies the cell: the stored config without `category`, and without a default strategy, verify
         mode, engine or context setting (so that keys of files written before those existed stay the same)."""
         optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients", "depth",
                     "placement", "placement_draft")
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category", "rpc_delay_ms")}
         if self.strategy is not None:
             out["strategy"] = self.strategy.params()
         for name in ("verify", "engine", "parallel", "clients", "depth", "placement", "placement_draft"):
