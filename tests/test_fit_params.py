@@ -55,7 +55,18 @@ def test_compare_fit_needs_the_model_files(moe_pair):
 ])
 def test_build_tools_compiles_every_missing_tool_in_one_build(monkeypatch, cached, wanted, compiled):
     calls = []
-    monkeypatch.setattr(server_build, "cached_binary", lambda name=server_build.BINARY: name if name in cached else None)
-    monkeypatch.setattr(server_build, "_compile", lambda names, log, jobs: calls.append(names))
+    monkeypatch.setattr(server_build, "cached_binary",
+                        lambda name=server_build.BINARY, rpc=False: name if name in cached else None)
+    monkeypatch.setattr(server_build, "_compile", lambda names, log, jobs, rpc=False: calls.append(names))
     found = server_build.build_tools(server_build.build_dir() / "build.log", 2, wanted)
     assert calls == ([compiled] if compiled else []) and list(found) == list(wanted)
+
+
+def test_build_tools_rpc_compiles_the_rpc_builds_tools_in_one_build(monkeypatch):
+    """`build-server --rpc`: llama-server and ggml-rpc-server in one build of their own, into the RPC build's folder."""
+    calls = []
+    monkeypatch.setattr(server_build, "cached_binary", lambda name=server_build.BINARY, rpc=False: None)
+    monkeypatch.setattr(server_build, "_compile", lambda names, log, jobs, rpc=False: calls.append((names, rpc)))
+    found = server_build.build_tools(server_build.build_dir() / "build.log", 2, server_build.RPC_TOOLS, rpc=True)
+    assert calls == [(list(server_build.RPC_TOOLS), True)]
+    assert {p.parent for p in found.values()} == {server_build.build_dir(rpc=True)} != {server_build.build_dir()}
