@@ -79,12 +79,12 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "build-server": [
         "gguf-bench build-server                    # once; later calls do nothing",
-        "gguf-bench build-server --rpc              # llama-server and rpc-server with RPC",
+        "gguf-bench build-server --rpc          # llama-server and rpc-server, RPC on",
         "gguf-bench run --engine both -K 4 --prompt-ids code-short",
     ],
     "rpc-server": [
         "gguf-bench rpc-server --port 50052 --threads 1",
-        "gguf-bench sweep --engine server --rpc 127.0.0.1:50052 -ngl all --rpc-delay 0,1,3",
+        "gguf-bench sweep --engine server --rpc 127.0.0.1:50052 -ngl all",
     ],
 }
 
