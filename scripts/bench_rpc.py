@@ -45,7 +45,7 @@ def pair_files(args) -> PairFiles:
         return PairFiles(Path(args.target), Path(args.draft), "given")
     reg = load_registry(None)
     pair = reg.pairs[args.pair]
-    target, draft = (fetch(reg.models[n], reg, quantize=quantize).path for n in (pair.target, pair.draft))
+    target, draft = (fetch(ref, reg, quantize=quantize).path for ref in (pair.target, pair.draft))
     return PairFiles(target, draft, args.pair)
 
 
