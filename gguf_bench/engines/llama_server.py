@@ -291,13 +291,7 @@ class Server:
 
     def close(self) -> None:
         """SIGTERM (a graceful shutdown), SIGKILL after 10 s; the log file is kept only when the server failed."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
         self._log_file.close()
 
     def remove_log(self) -> None:
@@ -410,3 +404,14 @@ def probe(binary: Path, env: dict[str, str] | None = None) -> str:
                              env={**os.environ, **(env or {})})
     lines = [line for line in (version.stdout + version.stderr).splitlines() if line.startswith("version")]
     return lines[0].strip() if lines else "version unknown"
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 10) -> None:
+    """End a server process: SIGTERM (a graceful shutdown), SIGKILL when it has not ended after grace_s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.engines.llama_server import _die_with_parent
+from gguf_bench.engines.llama_server import _die_with_parent, stop
 from gguf_bench.engines.server_build import RPC_SERVER, rpc_binary
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.placing import endpoint_parts
@@ -109,13 +109,7 @@ class RpcServer:
         return self.proc.poll() is None
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
         if self._log is not subprocess.DEVNULL:
             self._log.close()
 
