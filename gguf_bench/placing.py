@@ -86,7 +86,7 @@ class Placing:
             if name != NO_DEVICE and name not in names:
                 raise ConfigError(f"{flag} {name}: {have} has no device '{name}'; it has "
                                   f"{', '.join(names) or 'no GPU device (use -dev none, or leave -dev out)'}")
-        used = list(self.devices) if self.devices and not self.no_offload else [] if self.no_offload else names
+        used = [] if self.no_offload else list(self.devices) or names  # -dev's list, else every device
         if self.tensor_split and len(self.tensor_split) != len(used):
             raise ConfigError(f"-ts {_shares(self.tensor_split)} gives {len(self.tensor_split)} shares for "
                               f"{len(used)} device{'s' * (len(used) != 1)} ({', '.join(used) or 'none'}): give one share "
