@@ -100,7 +100,7 @@ def report(found: cands.Search, measured: measuring.MeasuredDrafts, swept: dict[
     for i, m in enumerate(measured.measured, 1):
         top, s = m.rec.fastest, swept[m.row.candidate.name]
         print(f"| {i} | {m.files.draft.name} | {top.k} | {top.acceptance:.0%} | {top.tokens_per_s:.2f} | "
-              f"{top.gain_pct:+.1f}% | {s['best_k']} | {s['tokens_per_s']:.2f} | {s['gain']:+.1f}% |")
+              f"{measured.gain_pct(m):+.1f}% | {s['best_k']} | {s['tokens_per_s']:.2f} | {s['gain']:+.1f}% |")
     for name, s in swept.items():
         if name not in {m.row.candidate.name for m in measured.measured}:
             print(f"| – | {Path(name).name} (not measured) | | | | | {s['best_k']} | {s['tokens_per_s']:.2f} | "
@@ -112,7 +112,9 @@ def report(found: cands.Search, measured: measuring.MeasuredDrafts, swept: dict[
     print(f"\nmeasured winner: {winner.files.draft.name} (-K {winner.rec.fastest.k}); sweep's best draft: "
           f"{Path(sweep_best).name} (-K {swept[sweep_best]['best_k']}): "
           f"{'they agree' if winner.row.candidate.name == sweep_best else 'they DIFFER'}")
-    pred, meas = winner.gain_pct, swept[winner.row.candidate.name]["gain"]
+    print(f"predicted gains over the target alone's median over the {len(measured.measured)} calibrations: "
+          f"{measured.baseline_tokens_per_s:.2f} tok/s")
+    pred, meas = measured.gain_pct(winner), swept[winner.row.candidate.name]["gain"]
     ratio = f"{pred / meas:.2f}" if meas else "–"
     print(f"winner's gain: predicted {pred:+.1f}%, measured by the sweep {meas:+.1f}% (ratio {ratio}; speed-up ratio "
           f"{(1 + pred / 100) / (1 + meas / 100):.3f})")

@@ -84,8 +84,9 @@ def test_measure_ranks_by_the_measured_acceptance_stores_records_and_resumes(fam
 
 def test_measured_drafts_rank_by_predicted_tokens_per_s_not_by_gain(tmp_path):
     """Each calibration times the target alone anew. A draft calibrated while the target ran slow shows the larger
-    gain over that slow target alone, yet predicts fewer tokens/s: it ranks second (by gain it would be first)."""
-    from gguf_bench.measure.drafts import Measured, best_first
+    gain over that slow target alone, yet predicts fewer tokens/s: it ranks second (by gain it would be first). The
+    gains shown are over one target alone for all: the median of the calibrations' own."""
+    from gguf_bench.measure.drafts import Measured, MeasuredDrafts, best_first
     from gguf_bench.measure.pair import PairFiles
     from gguf_bench.models.candidates import Candidate
     from gguf_bench.results import costmodel as tn
@@ -100,8 +101,16 @@ def test_measured_drafts_rank_by_predicted_tokens_per_s_not_by_gain(tmp_path):
         return Measured(Ranked(Candidate(name, "search", "draft-simple"), 0.1), files, cals, tn.recommend(cals), 256)
 
     slow, fast = measured("timed-slow", 0.2), measured("timed-fast", 0.1)
-    assert slow.gain_pct > fast.gain_pct and slow.rec.fastest.tokens_per_s < fast.rec.fastest.tokens_per_s
+    assert slow.rec.fastest.gain_pct > fast.rec.fastest.gain_pct
+    assert slow.rec.fastest.tokens_per_s < fast.rec.fastest.tokens_per_s
     assert [m.files.name for m in best_first([slow, fast])] == ["timed-fast", "timed-slow"]
+    third = measured("timed-mid", 0.15)
+    result = MeasuredDrafts(tmp_path / "t.gguf", best_first([slow, fast, third]))
+    # the gains share one target alone: the median of the three calibrations' own (that of the middle one)
+    assert result.baseline_tokens_per_s == pytest.approx(third.rec.baseline_tokens_per_s)
+    assert result.gain_pct(fast) > result.gain_pct(third) > result.gain_pct(slow)
+    assert result.gain_pct(third) == pytest.approx(third.rec.fastest.gain_pct)
+    assert result.beats_target_alone(fast)
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -245,13 +245,14 @@ def _print_measured(found: cands.Search, result: measuring.MeasuredDrafts, job: 
         console.print(f"{i:>2}  {c.name}" + ("  (calibrated before)" if m.resumed else ""), markup=False, soft_wrap=True)
         console.print(line([c.origin, size_text(c.header.file_size), "?" if r.cost_ratio is None else
                             f"{r.cost_ratio:.2f}", f"{g:+.0f} K{k}" if g > -100 else "–", f"{m.cost_ratio:.2f}",
-                            f"{top.acceptance:.0%}", str(top.k), f"{top.tokens_per_s:.2f}", f"{top.gain_pct:+.0f}%"]
+                            f"{top.acceptance:.0%}", str(top.k), f"{top.tokens_per_s:.2f}", f"{result.gain_pct(m):+.0f}%"]
                            ).rstrip(), markup=False)
-    base = result.winner.rec.baseline_tokens_per_s
+    base, n_cal = result.baseline_tokens_per_s, sum(len(m.calibrations) for m in result.measured)
     console.print(f"sizes: predicted from the headers before any download (c: the draft's time per token / the "
                   f"target's; +%@{mid * 100:.0f}: the gain at {mid:.0%} acceptance); measured: c, the acceptance at "
                   f"the best K on these prompts, that K, and the tokens/s and gain the cost model predicts from the "
-                  f"calibration (the target alone: {base:.2f} tokens/s)", style="dim", markup=False)
+                  f"calibration (gains over the target alone: {base:.2f} tokens/s, the median of the {n_cal} "
+                  f"calibrations' own)", style="dim", markup=False)
     for r, why in result.failed + result.skipped:
         console.print(f"not measured: {r.candidate.name}: {why}", markup=False, soft_wrap=True)
     _verdicts(found)
@@ -265,12 +266,12 @@ def _ks_label(ks) -> str:
 
 def _winner_lines(result: measuring.MeasuredDrafts, job: measuring.MeasureJob) -> None:
     w = result.winner
-    if w.rec.speculative:
+    if result.beats_target_alone(w):
         console.print(f"winner: {w.row.candidate.name}, -K {w.rec.fastest.k}: predicted {w.rec.fastest.tokens_per_s:.2f}"
-                      f" tokens/s ({w.gain_pct:+.1f}% over the target alone)", markup=False, soft_wrap=True)
+                      f" tokens/s ({result.gain_pct(w):+.1f}% over the target alone)", markup=False, soft_wrap=True)
     else:
         console.print(f"no draft is predicted to beat the target alone (the best, {w.row.candidate.name}, "
-                      f"{w.gain_pct:+.1f}%): run the target alone", markup=False, soft_wrap=True)
+                      f"{result.gain_pct(w):+.1f}%): run the target alone", markup=False, soft_wrap=True)
     console.print("deploy (a prediction: check it with `gguf-bench sweep --engine server`):", markup=False)
     console.print(result.deploy, markup=False, soft_wrap=True)
     console.print(f"calibrations stored in {job.out} (`gguf-bench report` shows them)", markup=False, soft_wrap=True)

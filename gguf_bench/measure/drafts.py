@@ -2,13 +2,14 @@
 results/drafts.py) are downloaded, each calibrated beside the target on the user's prompts by tune's own flow
 (measure/tune.py: the same records, stored in one results file), and ranked again by the tokens/s the cost model
 predicts from what was measured: the acceptance on these prompts and the real speed of each model. Every candidate
-serves the same target, so this is the order of their gains, without the gains' denominator: the target alone, timed
-again in each calibration, drifts between calibrations on a busy machine by more than the drafts differ. Prints
-nothing: the CLI shows the `MeasuredDrafts` result.
+serves the same target, so this is the order of their gains. The gains share one denominator: the target alone, timed
+again in each calibration, drifts between calibrations on a busy machine by more than the drafts differ, so it is
+taken as the median over all of them. Prints nothing: the CLI shows the `MeasuredDrafts` result.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -69,10 +70,6 @@ class Measured:
     resumed: bool = False  # read back from the results file, not calibrated again
 
     @property
-    def gain_pct(self) -> float:
-        return self.rec.fastest.gain_pct
-
-    @property
     def cost_ratio(self) -> float:
         """c measured: the draft's one-token time over the target's."""
         return self.rec.fastest_cal.timings.draft_cost_ratio()
@@ -89,6 +86,18 @@ class MeasuredDrafts:
     @property
     def winner(self) -> Measured | None:
         return self.measured[0] if self.measured else None
+
+    @property
+    def baseline_tokens_per_s(self) -> float:
+        """The target alone: the median over every calibration of this run (each times the same target anew)."""
+        return statistics.median(m.rec.baseline_tokens_per_s for m in self.measured)
+
+    def gain_pct(self, m: Measured) -> float:
+        """m's predicted gain at its best K over the target alone of the whole run."""
+        return 100.0 * (m.rec.fastest.tokens_per_s / self.baseline_tokens_per_s - 1.0)
+
+    def beats_target_alone(self, m: Measured) -> bool:
+        return m.rec.fastest.tokens_per_s > self.baseline_tokens_per_s
 
 
 @dataclass
@@ -148,13 +157,13 @@ def measure_drafts(job: MeasureJob, rows: Sequence[Ranked], events: MeasureEvent
     if not result.measured:
         raise ModelError(f"no draft could be calibrated ({result.failed[0][0].candidate.name}: {result.failed[0][1]})")
     result.measured = best_first(result.measured)
-    result.deploy = deploy_line(result.measured[0], job.threads)
+    result.deploy = deploy_line(result.measured[0], result.beats_target_alone(result.measured[0]), job.threads)
     return result
 
 
 def best_first(measured: Sequence[Measured]) -> list[Measured]:
-    """By the predicted tokens/s at each one's best K, not by the gain: every pair has the same target, and each gain
-    is over the target alone as timed in its own calibration, which drifts from one calibration to the next."""
+    """By the predicted tokens/s at each one's best K, not by the gain over the target alone as timed in its own
+    calibration, which drifts from one calibration to the next: every pair has the same target."""
     return sorted(measured, key=lambda m: -m.rec.fastest.tokens_per_s)
 
 
@@ -191,10 +200,10 @@ def _same(record: CalibrationRecord, job: MeasureJob, pair: str) -> bool:
             and not cfg.placement)
 
 
-def deploy_line(m: Measured, threads: int | None) -> str:
+def deploy_line(m: Measured, gains: bool, threads: int | None) -> str:
     """The llama-server line of the measured winner: its best K, or the target alone when no K is predicted to gain."""
     rec = m.rec
-    if rec.speculative:
+    if gains:
         return setting_line(m.files, DEFAULT_STRATEGY, rec.fastest.k, rec.fastest_cal, m.n_ctx, threads)
     return setting_line(m.files, None, 0, rec.baseline_cal, m.n_ctx, threads)
 
@@ -208,8 +217,9 @@ def to_json(result: MeasuredDrafts) -> dict:
                      "draft_file": str(m.files.draft), "resumed": m.resumed, "from_sizes": sizes,
                      "measured": {"cost_ratio": m.cost_ratio, "acceptance": top.acceptance, "k": top.k,
                                   "a": list(m.rec.fastest_cal.a), "predicted_tokens_per_s": top.tokens_per_s,
-                                  "predicted_gain_pct": top.gain_pct,
-                                  "predicted_baseline_tokens_per_s": m.rec.baseline_tokens_per_s,
-                                  "beats_target_alone": m.rec.speculative}})
+                                  "predicted_gain_pct": result.gain_pct(m),
+                                  "calibration_baseline_tokens_per_s": m.rec.baseline_tokens_per_s,
+                                  "beats_target_alone": result.beats_target_alone(m)}})
     return {"target_file": str(result.target), "measured": rows, "deploy": result.deploy,
+            "predicted_baseline_tokens_per_s": result.baseline_tokens_per_s,
             "not_measured": [{"name": r.candidate.name, "reason": why} for r, why in result.failed + result.skipped]}
