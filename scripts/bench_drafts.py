@@ -10,8 +10,9 @@ files), through the library:
      every compatible candidate;
 then print the refused candidates with their reasons, the measured ranking, each candidate's best K, tokens/s and gain
 in the sweep, whether the two winners agree (the sweep's best draft: the most tokens/s at its best K), and the
-winner's predicted gain over its measured one (target: within 10%). The sweep's gains are over the median of every
-target-alone run of the sweep, all pairs together: the target is the same for every pair, and one pair's few
+winner's predicted gain over its measured one (target: within 10%). Both sides pool the target alone: the predicted
+gains are over the median of the calibrations' target alone, the sweep's over the median of every target-alone run of
+the sweep, all pairs together: the target is the same for every pair, and one pair's few
 target-alone runs drift with the machine's load.
 
     python scripts/bench_drafts.py [--target qwen2.5-coder-1.5b-instruct-f16] [--draft NAME_OR_FILE ...]
