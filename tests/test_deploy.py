@@ -240,10 +240,10 @@ def test_a_server_that_dies_with_requests_in_flight(tiny_pairs, server_bin, isol
     def killer():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed.is_set():
-            pids = servers_running(server_bin)
+            pids = servers_running(server_bin, files.target)
             if pids:
                 time.sleep(1.0)  # loaded and answering the first round
-                for pid in servers_running(server_bin):
+                for pid in servers_running(server_bin, files.target):
                     os.kill(pid, signal.SIGKILL)
                 killed.set()
             time.sleep(0.02)
@@ -258,5 +258,5 @@ def test_a_server_that_dies_with_requests_in_flight(tiny_pairs, server_bin, isol
     assert len(target) == 2 and len(spec) == 2 and all(r.error is None for r in spec)
     assert "requests failed" in target[0].error and "llama-server" in target[0].error
     assert "died earlier" in target[1].error
-    assert not servers_running(server_bin)
+    assert not servers_running(server_bin, files.target)
     assert cells_done(records) == {r.cell for r in spec}  # --resume leaves these, runs the failed rounds again

@@ -28,8 +28,9 @@ GGUF_BENCH = [sys.executable, "-m", "gguf_bench.cli"]
 PROMPT = "def fibonacci(n):"
 
 
-def servers_running(binary: Path) -> list[int]:
-    """Pids of live processes running `binary` (from /proc)."""
+def servers_running(binary: Path, model: Path) -> list[int]:
+    """Pids of live processes running `binary` on `model`, a file of this test (from /proc): a user's own servers do
+    not count, and are never killed."""
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -38,7 +39,7 @@ def servers_running(binary: Path) -> list[int]:
                 state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if cmdline and cmdline[0] == str(binary).encode() and state != "Z":
+            if cmdline and cmdline[0] == str(binary).encode() and str(model).encode() in cmdline and state != "Z":
                 pids.append(int(proc.name))
     return pids
 
@@ -102,7 +103,7 @@ def test_server_that_dies_mid_group_keeps_every_record(tiny_pairs, server_bin, i
     for record in iter_records("s", files, grid):
         records.append(record)
         if len(records) == 1:
-            for pid in servers_running(server_bin):
+            for pid in servers_running(server_bin, target):
                 os.kill(pid, signal.SIGKILL)
     assert [r.mode.value for r in records] == ["target"] * 3 + ["speculative"] * 3
     assert records[0].error is None
@@ -121,16 +122,17 @@ def test_no_server_outlives_a_killed_sweep(tiny_pairs, server_bin, isolated):
     with log.open("w") as out:
         proc = subprocess.Popen([*GGUF_BENCH, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
-    while not (seen := servers_running(server_bin)) and proc.poll() is None and time.monotonic() < deadline:
+    target = tiny_pairs["high"][0]
+    while not (seen := servers_running(server_bin, target)) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     # what the poll saw (a second look may come after that server's group ended, before the next one started)
     assert seen, f"no llama-server seen running (sweep exit {proc.poll()}):\n{log.read_text()}"
     proc.kill()
     assert proc.wait() == -signal.SIGKILL  # killed mid-sweep, not finished
     deadline = time.monotonic() + 15
-    while servers_running(server_bin) and time.monotonic() < deadline:
+    while servers_running(server_bin, target) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not servers_running(server_bin)
+    assert not servers_running(server_bin, target)
     killed = isolated / "results" / "killed.jsonl"
     before = len(read_records(killed)) if killed.exists() else 0
     assert before < 6 * 4
@@ -173,7 +175,7 @@ def test_port_in_use_and_load_failure(tiny_pairs, server_bin, isolated):
     result = invoke("run", "--target", str(target), "--spec-type", "ngram", "-n", "4", "-p", PROMPT, "--engine", "server",
                     "--server-bin", str(server_bin), "--ctx-size", "1000000000", "--name", "huge")
     assert_user_error(result, "llama-server failed to start", "exited with code")
-    assert not servers_running(server_bin)
+    assert not servers_running(server_bin, target)
 
 
 @pytest.mark.slow
