@@ -132,13 +132,17 @@ class Placing:
     def rpc_flags(self, endpoints: tuple[str, ...] | None = None) -> list[str]:
         """['--rpc', 'HOST:PORT,...'] (llama-server wants it right after -m: -dev/-devd can name its devices only once
         they are registered); endpoints: the addresses to connect to instead (a delaying proxy's)."""
-        endpoints = self.rpc if endpoints is None else endpoints
-        return ["--rpc", ",".join(endpoints)] if endpoints else []
+        return rpc_flag(self.rpc if endpoints is None else endpoints)
 
     def label(self, draft: bool = False) -> str | None:
         """The flags as one string (what a record stores), None for the default placement."""
         delay = ["--rpc-delay", str(self.rpc_delay_ms)] if self.rpc_delay_ms else []
         return " ".join([*self.rpc_flags(), *self.flags(draft), *delay]) or None
+
+
+def rpc_flag(endpoints: tuple[str, ...]) -> list[str]:
+    """['--rpc', 'HOST:PORT,...'] as llama.cpp's tools take it; [] for no RPC server."""
+    return ["--rpc", ",".join(endpoints)] if endpoints else []
 
 
 def _shares(values: tuple[float, ...]) -> str:

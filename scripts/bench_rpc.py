@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import platform
-import socket
 import statistics
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gguf_bench.engines.llama_cpp import quantize
+from gguf_bench.engines.llama_server import free_port
 from gguf_bench.engines.rpc import RpcServer
 from gguf_bench.engines.server_build import BINARY, RPC_SERVER, rpc_binary
 from gguf_bench.measure.pair import PairFiles
@@ -32,12 +32,6 @@ from gguf_bench.models.registry import load_registry
 from gguf_bench.options import ALL_LAYERS, draft_lengths
 from gguf_bench.placing import Split, placing_axes
 from gguf_bench.results.records import Mode, RunRecord
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pair_files(args) -> PairFiles:

@@ -21,6 +21,23 @@ def stored(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def processes_running(binary: Path, model: Path | None = None, parent: int | None = None) -> list[int]:
+    """Pids of live processes running `binary` (from /proc), only those given `model` and only children of `parent`
+    when given."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+                state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            except OSError:
+                continue
+            if (cmdline and cmdline[0] == str(binary).encode() and state != "Z"
+                    and (model is None or str(model).encode() in cmdline) and (parent is None or int(ppid) == parent)):
+                pids.append(int(proc.name))
+    return pids
+
+
 def pair_args(files) -> list[str]:
     return ["--target", str(files[0]), "--draft", str(files[1])]
 

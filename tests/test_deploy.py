@@ -14,8 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cli_helpers import assert_user_error, invoke, pair_args, stored
-from test_server import servers_running
+from cli_helpers import assert_user_error, invoke, pair_args, processes_running, stored
 
 from gguf_bench.engines.llama_cpp import Vocabulary
 from gguf_bench.engines.llama_server import Launch, Sampling, Server, Speculation, free_port
@@ -240,10 +239,10 @@ def test_a_server_that_dies_with_requests_in_flight(tiny_pairs, server_bin, isol
     def killer():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed.is_set():
-            pids = servers_running(server_bin, files.target)
+            pids = processes_running(server_bin, model=files.target)
             if pids:
                 time.sleep(1.0)  # loaded and answering the first round
-                for pid in servers_running(server_bin, files.target):
+                for pid in processes_running(server_bin, model=files.target):
                     os.kill(pid, signal.SIGKILL)
                 killed.set()
             time.sleep(0.02)
@@ -258,5 +257,5 @@ def test_a_server_that_dies_with_requests_in_flight(tiny_pairs, server_bin, isol
     assert len(target) == 2 and len(spec) == 2 and all(r.error is None for r in spec)
     assert "requests failed" in target[0].error and "llama-server" in target[0].error
     assert "died earlier" in target[1].error
-    assert not servers_running(server_bin, files.target)
+    assert not processes_running(server_bin, model=files.target)
     assert cells_done(records) == {r.cell for r in spec}  # --resume leaves these, runs the failed rounds again

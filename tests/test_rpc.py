@@ -6,13 +6,12 @@ one line; a server dying mid-sweep fails the later cells fast and --resume runs 
 from __future__ import annotations
 
 import os
-import socket
 import time
-from pathlib import Path
 
 import pytest
-from cli_helpers import assert_user_error, invoke, pair_args
+from cli_helpers import assert_user_error, invoke, pair_args, processes_running
 
+from gguf_bench.engines.llama_server import free_port
 from gguf_bench.engines.rpc import RpcServer
 from gguf_bench.measure.plan import Grid, cells_done
 from gguf_bench.measure.prompts import Prompt
@@ -27,35 +26,15 @@ from gguf_bench.results.store import read_records
 PROMPT = "def fibonacci(n):"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def children_running(binary: Path) -> list[int]:
-    """Live processes running `binary` that this test process started (a user's own servers do not count)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-                state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-            except OSError:
-                continue
-            if cmdline and cmdline[0] == str(binary).encode() and state != "Z" and int(ppid) == os.getpid():
-                pids.append(int(proc.name))
-    return pids
-
-
 @pytest.fixture
 def two_servers(rpc_bins):
     """Two rpc-servers on loopback, one thread each; both must be gone afterwards."""
-    servers = [RpcServer(_free_port(), threads=1, binary=rpc_bins[1]) for _ in range(2)]
+    servers = [RpcServer(free_port(), threads=1, binary=rpc_bins[1]) for _ in range(2)]
     yield servers
     for s in servers:
         s.close()
-    assert not children_running(rpc_bins[1]) and not children_running(rpc_bins[0])
+    mine = os.getpid()
+    assert not processes_running(rpc_bins[1], parent=mine) and not processes_running(rpc_bins[0], parent=mine)
 
 
 def _grid(rpc_bins, servers, **kw) -> Grid:
@@ -102,7 +81,7 @@ def test_rpc_faults_are_one_line_before_anything_loads(tiny_pairs, rpc_bins, two
     """An unreachable server is named; -ts not one share per device; -devd naming a device no server gave."""
     base = ["sweep", *pair_args(tiny_pairs["high"]), "-K", "2", "-n", "4", "--engine", "server", "--server-bin",
             str(rpc_bins[0]), "-ngl", "all", "--prompt-ids", "code-short"]
-    gone = f"127.0.0.1:{_free_port()}"
+    gone = f"127.0.0.1:{free_port()}"
     assert_user_error(invoke(*base, "--rpc", f"{two_servers[0].endpoint},{gone}", "--name", "a"),
                       f"the RPC server {gone} is unreachable")
     endpoints = ",".join(s.endpoint for s in two_servers)

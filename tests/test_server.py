@@ -10,10 +10,9 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from cli_helpers import assert_user_error, invoke, pair_args, stored
+from cli_helpers import assert_user_error, invoke, pair_args, processes_running, stored
 
 from gguf_bench.engines.llama_server import Launch, PortInUse, Server, Speculation
 from gguf_bench.engines.server_build import find_server
@@ -26,22 +25,6 @@ from gguf_bench.results.store import read_records
 
 GGUF_BENCH = [sys.executable, "-m", "gguf_bench.cli"]
 PROMPT = "def fibonacci(n):"
-
-
-def servers_running(binary: Path, model: Path) -> list[int]:
-    """Pids of live processes running `binary` on `model`, a file of this test (from /proc): a user's own servers do
-    not count, and are never killed."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if cmdline and cmdline[0] == str(binary).encode() and str(model).encode() in cmdline and state != "Z":
-                pids.append(int(proc.name))
-    return pids
 
 
 def test_run_both_engines_tiny_pair(tiny_pairs, server_bin, isolated):
@@ -103,7 +86,7 @@ def test_server_that_dies_mid_group_keeps_every_record(tiny_pairs, server_bin, i
     for record in iter_records("s", files, grid):
         records.append(record)
         if len(records) == 1:
-            for pid in servers_running(server_bin, target):
+            for pid in processes_running(server_bin, model=target):
                 os.kill(pid, signal.SIGKILL)
     assert [r.mode.value for r in records] == ["target"] * 3 + ["speculative"] * 3
     assert records[0].error is None
@@ -123,16 +106,16 @@ def test_no_server_outlives_a_killed_sweep(tiny_pairs, server_bin, isolated):
         proc = subprocess.Popen([*GGUF_BENCH, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     target = tiny_pairs["high"][0]
-    while not (seen := servers_running(server_bin, target)) and proc.poll() is None and time.monotonic() < deadline:
+    while not (seen := processes_running(server_bin, model=target)) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     # what the poll saw (a second look may come after that server's group ended, before the next one started)
     assert seen, f"no llama-server seen running (sweep exit {proc.poll()}):\n{log.read_text()}"
     proc.kill()
     assert proc.wait() == -signal.SIGKILL  # killed mid-sweep, not finished
     deadline = time.monotonic() + 15
-    while servers_running(server_bin, target) and time.monotonic() < deadline:
+    while processes_running(server_bin, model=target) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not servers_running(server_bin, target)
+    assert not processes_running(server_bin, model=target)
     killed = isolated / "results" / "killed.jsonl"
     before = len(read_records(killed)) if killed.exists() else 0
     assert before < 6 * 4
@@ -175,7 +158,7 @@ def test_port_in_use_and_load_failure(tiny_pairs, server_bin, isolated):
     result = invoke("run", "--target", str(target), "--spec-type", "ngram", "-n", "4", "-p", PROMPT, "--engine", "server",
                     "--server-bin", str(server_bin), "--ctx-size", "1000000000", "--name", "huge")
     assert_user_error(result, "llama-server failed to start", "exited with code")
-    assert not servers_running(server_bin, target)
+    assert not processes_running(server_bin, model=target)
 
 
 @pytest.mark.slow

@@ -247,12 +247,12 @@ def _print_measured(found: cands.Search, result: measuring.MeasuredDrafts, job: 
                             f"{r.cost_ratio:.2f}", f"{g:+.0f} K{k}" if g > -100 else "–", f"{m.cost_ratio:.2f}",
                             f"{top.acceptance:.0%}", str(top.k), f"{top.tokens_per_s:.2f}", f"{result.gain_pct(m):+.0f}%"]
                            ).rstrip(), markup=False)
-    base, n_cal = result.baseline_tokens_per_s, sum(len(m.calibrations) for m in result.measured)
+    base = result.baseline_tokens_per_s
     console.print(f"sizes: predicted from the headers before any download (c: the draft's time per token / the "
                   f"target's; +%@{mid * 100:.0f}: the gain at {mid:.0%} acceptance); measured: c, the acceptance at "
                   f"the best K on these prompts, that K, and the tokens/s and gain the cost model predicts from the "
-                  f"calibration (gains over the target alone: {base:.2f} tokens/s, the median of the {n_cal} "
-                  f"calibrations' own)", style="dim", markup=False)
+                  f"calibration (gains over the target alone: {base:.2f} tokens/s, the median of the "
+                  f"{len(result.measured)} calibrations' own)", style="dim", markup=False)
     for r, why in result.failed + result.skipped:
         console.print(f"not measured: {r.candidate.name}: {why}", markup=False, soft_wrap=True)
     _verdicts(found)

@@ -567,7 +567,6 @@ def check_rpc() -> None:
                          "install --force-reinstall --no-binary llama-cpp-python llama-cpp-python)"))
 
 
-
 def buffer_types() -> dict[str, int]:
     """The buffer types -ot can name, as llama.cpp's parser lists them: each device's own ('CPU', 'Vulkan0')."""
     lib = _ggml()

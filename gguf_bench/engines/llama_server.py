@@ -32,6 +32,7 @@ from pathlib import Path
 
 from gguf_bench.engines import placement
 from gguf_bench.errors import BenchError
+from gguf_bench.placing import rpc_flag
 
 SPEC_FLAGS = ("--spec-type", "--spec-draft-n-max")
 BENCH_ONLY = ("-lv", "4", "--metrics", "--cache-ram", "0", "--no-webui")  # what a benchmark needs and a deployment does not
@@ -149,7 +150,7 @@ class Launch:
     # name their devices
 
     def argv(self) -> list[str]:
-        cmd = [str(self.binary), "-m", str(self.target), *(["--rpc", ",".join(self.rpc)] if self.rpc else [])]
+        cmd = [str(self.binary), "-m", str(self.target), *rpc_flag(self.rpc)]
         if self.draft is not None and self.speculation.needs_draft_file:
             cmd += ["-md", str(self.draft), "-ngld", self.ngld, "-td", str(self.threads_draft or self.threads)]
             cmd += self.placing_draft
@@ -218,7 +219,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGTERM when gguf-bench dies (kill -9 included), so no server outlives it."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -244,7 +245,7 @@ class Server:
         self.log_path = Path(self._log_file.name)
         self.base = f"http://127.0.0.1:{self.launch.port}"
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
+                                     env={**os.environ, **(env or {})}, preexec_fn=die_with_parent)
         try:
             self._wait_ready(timeout_s)
             self.props = self._get("/props")

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.engines.llama_server import _die_with_parent, stop
+from gguf_bench.engines.llama_server import die_with_parent, stop
 from gguf_bench.engines.server_build import RPC_SERVER, rpc_binary
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.placing import endpoint_parts
+from gguf_bench.placing import endpoint_parts, rpc_flag
 
 CONNECT_TIMEOUT_S = 3.0
 _DEVICE = re.compile(r"^\s+(\S+): (.*) \((\d+) MiB, (\d+) MiB free\)$")
@@ -47,7 +47,7 @@ def check_reachable(endpoints: tuple[str, ...]) -> None:
 
 def list_devices(binary: Path, env: dict[str, str], endpoints: tuple[str, ...]) -> list[Device]:
     """The devices a llama-server given `--rpc endpoints` would use, in its order (`--list-devices`: the CPU aside)."""
-    argv = [str(binary), *(["--rpc", ",".join(endpoints)] if endpoints else []), "--list-devices"]
+    argv = [str(binary), *rpc_flag(endpoints), "--list-devices"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, **env},
                              stdin=subprocess.DEVNULL)
@@ -85,7 +85,7 @@ class RpcServer:
         self.argv = [str(self.binary), "-H", "127.0.0.1", "-p", str(port), "-t", str(threads or os.cpu_count() or 1)]
         self._log = open(log, "w") if log else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=die_with_parent)
         try:
             self._wait_listening(port, timeout_s)
         except BaseException:
