@@ -13,6 +13,8 @@ huggingface_hub does when hf_xet is not installed).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import re
 from pathlib import Path
@@ -21,6 +23,11 @@ from gguf_bench.errors import DownloadError
 from gguf_bench.models.files import Progress, no_progress, sha256_file
 
 SUFFIX = ".gguf-bench.incomplete"  # after the etag: a name huggingface_hub neither writes nor cleans up
+# huggingface_hub's http_get is not public API: what _transfer passes it, checked before the first transfer
+# (checked_http_get). It takes these from 1.1.0 (1.0.x has no tqdm_class) to 2.4.0, the newest checked.
+OLDEST_HUB = "1.1"  # pyproject.toml's lower bound
+HTTP_GET_ARGS = ("url", "sink")
+HTTP_GET_KWARGS = ("resume_size", "headers", "expected_size", "tqdm_class")
 
 
 class Cut(Exception):
@@ -43,6 +50,7 @@ def fetch_blob(repo: str, filename: str, revision: str | None, tqdm_class=None,
     from huggingface_hub.file_download import repo_folder_name
     from huggingface_hub.utils import WeakFileLock
 
+    http_get = checked_http_get()  # before any request: a changed huggingface_hub is one line, not a TypeError
     url = hf_hub_url(repo, filename, revision=revision)
     try:
         meta = get_hf_file_metadata(url)
@@ -59,16 +67,60 @@ def fetch_blob(repo: str, filename: str, revision: str | None, tqdm_class=None,
         if blob.exists():
             return
         partial = blob.with_name(meta.etag + SUFFIX)
-        _transfer(url, meta, partial, tqdm_class)
+        _transfer(http_get, url, meta, partial, tqdm_class)
         _check(partial, meta, filename, progress)
         os.replace(partial, blob)
 
 
-def _transfer(url: str, meta, partial: Path, tqdm_class) -> None:
-    """Append what `partial` lacks of the file (all of it when it holds more than the file: another version)."""
+@functools.cache
+def checked_http_get():
+    """huggingface_hub.file_download.http_get, once checked to take what _transfer passes; a DownloadError naming the
+    installed version, what changed and the pin to install when it does not (it is gone, or its parameters changed)."""
+    import huggingface_hub
+    from huggingface_hub import file_download
+
+    http_get = getattr(file_download, "http_get", None)
+    changed = http_get_change(http_get)
+    if changed:
+        version = huggingface_hub.__version__
+        raise DownloadError(f"huggingface_hub {version} changed the function gguf-bench downloads through "
+                            f"(huggingface_hub.file_download.http_get, not public API): {changed}; install the range "
+                            f"gguf-bench supports: pip install '{supported_pin(version)}'")
+    return http_get
+
+
+def supported_pin(installed: str) -> str:
+    """The requirement to install instead of `installed`: below it, or the supported range when it is older."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        newer = Version(installed) >= Version(OLDEST_HUB)
+    except InvalidVersion:
+        newer = False
+    return f"huggingface-hub>={OLDEST_HUB},<{installed}" if newer else f"huggingface-hub>={OLDEST_HUB},<3"
+
+
+def http_get_change(http_get) -> str | None:
+    """What keeps `http_get` from taking _transfer's call (HTTP_GET_ARGS, HTTP_GET_KWARGS), or None."""
+    if not callable(http_get):
+        return "it is gone"
+    try:
+        sig = inspect.signature(http_get)
+    except (TypeError, ValueError):
+        return "its signature cannot be read"
+    try:
+        sig.bind(*HTTP_GET_ARGS, **dict.fromkeys(HTTP_GET_KWARGS))
+    except TypeError as exc:
+        call = ", ".join([*HTTP_GET_ARGS, *(f"{k}=" for k in HTTP_GET_KWARGS)])
+        return f"it no longer takes http_get({call}): {exc}"
+    return None
+
+
+def _transfer(http_get, url: str, meta, partial: Path, tqdm_class) -> None:
+    """Append what `partial` lacks of the file (all of it when it holds more than the file: another version), through
+    `http_get` (checked_http_get's)."""
     from urllib.parse import urlparse
 
-    from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
     have = partial.stat().st_size if partial.exists() else 0
