@@ -328,6 +328,48 @@ def test_costs_come_from_a_stored_calibration_of_the_same_setting(tiny_pairs, is
         assert spec.draft_lengths[0] >= spec.rounds - 3  # its costs: a batch costs its tokens; no draft (a probe or two)
 
 
+def _calibration(files, placement: str | None, t_draft: float):
+    """A calibration record of `files` (a MoE pair) at -ngl 0 -ngld 0, 1 thread, at `placement` (its label)."""
+    from gguf_bench.results.records import CalibrationConfig, CalibrationRecord, CalibrationTimings
+    from gguf_bench.results.store import environment, models_record
+
+    return CalibrationRecord(pair="moe", config=CalibrationConfig(ngl=0, ngld=0, threads=1, ks=[8], k_max=8,
+                                                                  placement=placement),
+                             timings=CalibrationTimings(t_draft_s=t_draft, t_verify_s=[1.0 + b for b in range(9)]),
+                             time="2026-01-01T00:00:00+00:00", env=environment(), models=models_record(*files))
+
+
+def test_stored_costs_serve_only_the_placement_they_were_measured_at(moe_pair, isolated):
+    """A -cmoe verify curve (experts on the CPU) is not the default placement's, nor the other way round (issue 48);
+    a results file that cannot be read as text is no source, and nothing else is silenced."""
+    from gguf_bench.measure.costs import stored_costs
+    from gguf_bench.measure.pair import LoadConfig, LoadedPair
+    from gguf_bench.models.pairs import PairFiles
+    from gguf_bench.options import ALL_LAYERS
+    from gguf_bench.placing import Placing
+    from gguf_bench.results.store import append_record
+
+    files = PairFiles(*moe_pair, "moe")
+    (isolated / "results").mkdir(exist_ok=True)
+    (isolated / "results" / "binary.jsonl").write_bytes(b"\xff\xfe\x00 not text")
+    append_record(isolated / "results" / "tune-cmoe.jsonl", _calibration(moe_pair, "-cmoe", 0.25))
+    assert stored_costs(files, 0, 0, 1, 8) is None  # the default placement: no calibration of its own
+    cmoe = stored_costs(files, 0, 0, 1, 8, "-cmoe")
+    assert cmoe is not None and cmoe.t_draft == 0.25 and cmoe.source == "calibration"
+    assert stored_costs(files, 0, 0, 1, 8, "-ncmoe 2") is None  # experts of 2 layers on the CPU: another placement
+    assert stored_costs(files, 0, 0, 1, 8, "-cmoed") is None  # the draft's experts, not the target's
+    assert stored_costs(PairFiles(moe_pair[0], None, "moe"), 0, 0, 1, 8, "-cmoe").t_draft == 0.0  # n-gram: no draft
+    append_record(isolated / "results" / "tune-default.jsonl", _calibration(moe_pair, None, 0.5))
+    assert stored_costs(files, 0, 0, 1, 8).t_draft == 0.5
+    assert stored_costs(files, 0, 0, 1, 8, "-cmoe").t_draft == 0.25  # still its own
+    prompt_text, strategy = "Once upon a time", Strategy(k_schedule="cost")
+    for placing, want in ((Placing(n_cpu_moe=ALL_LAYERS), cmoe), (Placing(n_cpu_moe=2), None)):
+        with LoadedPair(files, LoadConfig(n_ctx=1024, threads=1, placing=placing)) as pair:  # a loaded pair asks too
+            spec = pair.generate("speculative", pair.prompt_tokens(prompt_text), 8, 8, GREEDY, strategy=strategy)
+            assert spec.costs_source == ("calibration" if want else "warm-up"), placing
+            assert want is None or pair.costs == want
+
+
 def test_sweep_stores_the_prediction_and_report_shows_it(tiny_pairs, isolated):
     from test_drafters import cli
 

@@ -1,7 +1,7 @@
 """This machine's step costs for the cost schedule (`--k-schedule cost`, decoding/schedules.CostK): the
 draft's cost per token and the target's verify cost per batch size.
 
-From tune's calibration when one is stored for the same pair, host and offload (`stored_costs`), else
+From tune's calibration when one is stored for the same pair, host, offload and placement (`stored_costs`), else
 measured at load, in the warm-up (`measure_costs`: a short verify curve, each batch size 1..K+1 timed a
 few times, interleaved). Also `DecodeTimer`, which both use.
 """
@@ -16,8 +16,10 @@ import numpy as np
 
 from gguf_bench.decoding.schedules import Costs
 from gguf_bench.engines.llama_cpp import Model
+from gguf_bench.errors import ConfigError
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.options import layers_label
+from gguf_bench.placing import Placing, split_label
 from gguf_bench.results.records import CalibrationRecord
 from gguf_bench.results.store import environment, read_records, results_dir
 
@@ -106,34 +108,48 @@ def _same_file(stored, path) -> bool:
     return path is None if stored is None else path is not None and stored.file == path.name and stored.size == path.stat().st_size
 
 
-def stored_costs(files: PairFiles, ngl: int, ngld: int, threads: int | None, k_max: int) -> Costs | None:
+def stored_costs(files: PairFiles, ngl: int, ngld: int, threads: int | None, k_max: int,
+                 placement: str | None = None) -> Costs | None:
     """The costs of the latest calibration in the results folder for the same target (and draft, when there is
-    one), offload, threads and host (CPU model and count, GPU), measured up to a batch of k_max + 1; None if none is."""
+    one), offload, placement (LoadConfig.placement_label: -ncmoe, -ot, -dev and the draft's; None or '': llama.cpp's
+    default), threads and host (CPU model and count, GPU), measured up to a batch of k_max + 1; None if none is."""
     folder = results_dir()
     if not folder.is_dir():
         return None
-    env = environment()
+    env, with_draft = environment(), files.draft is not None
+    want = (str(layers_label(ngl)), str(layers_label(ngld)) if with_draft else None, threads, env.cpu, env.cpu_count,
+            env.gpu, _placed(placement, with_draft))
     found: list[CalibrationRecord] = []
-    want = (str(layers_label(ngl)), str(layers_label(ngld)) if files.draft is not None else None, threads,
-            env.cpu, env.cpu_count, env.gpu)
     for path in sorted(folder.glob("*.jsonl")):
         try:
             records = read_records(path)
-        except Exception:  # a file report would complain about is simply not a source of costs
+        except (OSError, UnicodeDecodeError):  # unreadable, or not text: not a source of costs (report says why)
             continue
-        for r in records:
-            if (not isinstance(r, CalibrationRecord) or r.models.target is None or len(r.timings.t_verify_s) < k_max + 1
-                    or r.config.depth):  # costs at depth are not the costs of a run without it
-                continue
-            same_draft = files.draft is None or _same_file(r.models.draft, files.draft)
-            cfg = r.config
-            have = (str(cfg.ngl), str(cfg.ngld) if files.draft is not None else None, cfg.threads, r.env.cpu,
-                    r.env.cpu_count, r.env.gpu)
-            if _same_file(r.models.target, files.target) and same_draft and have == want:
-                found.append(r)
+        found += [r for r in records if isinstance(r, CalibrationRecord) and _serves(r, files, k_max, want)]
     if not found:
         return None
     t = max(found, key=lambda r: r.time or "").timings
-    with_draft = files.draft is not None
     return Costs(t.t_draft_s if with_draft else 0.0, tuple(t.t_verify_s[:k_max + 1]), t.round_overhead_s, "calibration",
                  t.t_draft2_s if with_draft else 0.0)
+
+
+def _serves(r: CalibrationRecord, files: PairFiles, k_max: int, want: tuple) -> bool:
+    """Whether calibration `r` measured these files at the setting `want` (stored_costs'), up to a batch of k_max + 1,
+    with no depth (costs at depth are not the costs of a run without it)."""
+    if r.models.target is None or len(r.timings.t_verify_s) < k_max + 1 or r.config.depth:
+        return False
+    with_draft, cfg = files.draft is not None, r.config
+    have = (str(cfg.ngl), str(cfg.ngld) if with_draft else None, cfg.threads, r.env.cpu, r.env.cpu_count, r.env.gpu,
+            _placed(cfg.placement, with_draft))
+    same_draft = not with_draft or _same_file(r.models.draft, files.draft)
+    return _same_file(r.models.target, files.target) and same_draft and have == want and have[-1] is not None
+
+
+def _placed(label: str | None, with_draft: bool) -> tuple[Placing, Placing | None] | None:
+    """Both models' placement as values (the draft's None without a draft); None for a label this version cannot
+    read (a later version's flag), which serves no query."""
+    try:
+        target, draft = split_label(label)
+    except (ConfigError, ValueError):
+        return None
+    return target, draft if with_draft else None

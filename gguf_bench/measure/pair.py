@@ -188,12 +188,13 @@ class LoadedPair:
 
     def step_costs(self, prompt: list[int], n_predict: int, k_max: int) -> Costs:
         """The draft's cost per token and the target's verify cost for batches of 1..k_max+1: tune's calibration when
-        one is stored for this pair, host and offload, else measured now (once per loaded pair, at the position a
-        generation from `prompt` passes halfway; the sweep's warm-up asks first)."""
+        one is stored for this pair, host, offload and placement, else measured now (once per loaded pair, at the
+        position a generation from `prompt` passes halfway; the sweep's warm-up asks first)."""
         if self.costs is None or self.costs.k_max < k_max:
-            stored = (stored_costs(self.files, self.load.ngl, self.load.ngld, self.load.threads, k_max)
-                      if self.load.default_context and self.load.default_placement and not self.depth
-                      else None)  # tune calibrates at the default context and placement, no depth
+            load = self.load
+            stored = (stored_costs(self.files, load.ngl, load.ngld, load.threads, k_max, load.placement_label)
+                      if load.default_context and not self.depth
+                      else None)  # tune calibrates at the default context (its records do not say another), no depth
             self.costs = stored or measure_costs(self, prompt, n_predict, k_max)
         return self.costs
 
