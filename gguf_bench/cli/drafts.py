@@ -26,7 +26,7 @@ from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import drafts as measuring
 from gguf_bench.measure import workloads
-from gguf_bench.measure.draft_twins import TwinCosts, twin_costs
+from gguf_bench.measure.draft_twins import TwinCosts, TwinSetting, twin_costs
 from gguf_bench.models import candidates as cands
 from gguf_bench.results import drafts as ranking
 from gguf_bench.results.costmodel import DEFAULT_REPS
@@ -96,7 +96,8 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
         why = next((c.reason for c in found.candidates if c.status == "unreadable"), "")
         unread = f"; unreadable: {', '.join(bad)} (first: {why})" if bad else ""
         raise BenchError(f"no draft candidate found for {target} (searched: {where}){hub}{unread}")
-    costs = _twin_costs(target, found, threads, registry) if twins else None
+    setting = TwinSetting(threads, budget, ctx_size)
+    costs = _twin_costs(found, setting, registry) if twins else None
     rows = ranking.rank(found.target.header, found.candidates, budget, ctx_size, costs and costs.ratios,
                         costs and costs.verify)
     if job is not None:
@@ -105,7 +106,7 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
     if as_json:
         console.print_json(json.dumps({"target": target, "ranking": ranking.to_json(rows),
                                        "candidates": cands.to_json(found), "searched": found.searched,
-                                       "hub_error": found.hub_error}))
+                                       "hub_error": found.hub_error} | ({"twins": _twins_json(costs)} if costs else {})))
     else:
         _print(found, rows, target, vram, costs)
     if found.hub_error:
@@ -117,11 +118,17 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
                   markup=False)
 
 
-def _twin_costs(target: str, found: cands.Search, threads: int | None, registry: Path | None) -> TwinCosts:
-    names = [c.name for c in found.candidates  # a sidecar (eagle3, dflash) loads only beside its target: its c from sizes
-             if c.status == "compatible" and c.kind == "draft-simple" and c.header is not None]
-    with QuietStatus(f"measuring twins of the target and {len(names)} drafts ..."):
-        return twin_costs(target, names, threads=threads, registry=registry)
+def _twin_costs(found: cands.Search, setting: TwinSetting, registry: Path | None) -> TwinCosts:
+    drafts = [c for c in found.candidates  # a sidecar (eagle3, dflash) loads only beside its target: its c from sizes
+              if c.status == "compatible" and c.kind == "draft-simple" and c.header is not None]
+    with QuietStatus(f"measuring twins of the target and {len(drafts)} drafts ...") as status:
+        events = measuring.MeasureEvents(step=status.update)  # each one not measured: a line under the table
+        return twin_costs(found.target, drafts, setting, registry, events=events)
+
+
+def _twins_json(costs: TwinCosts) -> dict:
+    return {"verify": list(costs.verify), "placements": costs.placements,
+            "not_measured": [{"name": c.name, "reason": why} for c, why in costs.failed]}
 
 
 def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: str | None,
@@ -148,11 +155,19 @@ def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: s
                                 f"{r.cost_ratio:.2f}", *fit, "–" if r.break_even is None else f"{r.break_even:.0%}",
                                 *gains]).rstrip(), markup=False)
         how = ("measured on twins on this machine, with the target's verify curve t(K+1)/t(1) " +
-               " ".join(f"{v:.2f}" for v in costs.verify[1:]) if costs else
+               " ".join(f"{v:.2f}" for v in costs.verify[1:]) + _placed_text(costs, vram) if costs else
                "from the bytes each reads per token (a batch verified in the time of one token)")
         console.print(f"c: the draft's time per token / the target's, {how}; b/e: the acceptance below which no K "
                       "gains; +%@A: the gain predicted at acceptance A, at its best K", style="dim", markup=False)
+    for c, why in costs.failed if costs else ():
+        console.print(f"not measured on twins (c from sizes): {c.name}: {why}", markup=False, soft_wrap=True)
     _verdicts(found)
+
+
+def _placed_text(costs: TwinCosts, vram: str | None) -> str:
+    """Where the twins ran: ', each pair at -ngl 7 -ngld 3 (as the planner places it in --vram 1GB)'."""
+    labels = ", ".join(dict.fromkeys(costs.placements.values()))
+    return f", each pair at {labels} ({f'as the planner places it in --vram {vram}' if vram else 'every layer'})"
 
 
 def _verdicts(found: cands.Search) -> None:

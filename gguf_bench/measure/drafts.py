@@ -10,14 +10,15 @@ taken as the median over all of them. Prints nothing: the CLI shows the `Measure
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY
 from gguf_bench.engines.llama_cpp import quantize
-from gguf_bench.errors import BenchError, ConfigError, ModelError
+from gguf_bench.errors import BenchError, ConfigError, DownloadError, ModelError
 from gguf_bench.measure.deploy import setting_line
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.prompts import Prompt
@@ -32,6 +33,10 @@ from gguf_bench.results.store import read_records
 
 # A context manager giving a download.Progress callback while a file is fetched (the CLI's progress bar).
 ProgressFactory = Callable[[], AbstractContextManager]
+T = TypeVar("T")
+# What makes one candidate unmeasurable while the others can be: its file (or twin) does not load, cannot be read or
+# written, or its header cannot be read from the hub; memory it does not fit in
+CANDIDATE_ERRORS = (ModelError, DownloadError, MemoryError)
 
 
 @dataclass(frozen=True)
@@ -149,16 +154,26 @@ def measure_drafts(job: MeasureJob, rows: Sequence[Ranked], events: MeasureEvent
         name = pair_name(target, draft)
         name = name if name not in names else f"{name}~{len(names)}"  # two files of one name from two repositories
         names.add(name)
-        try:
+        with one_candidate(row.candidate.name, row, result.failed, events.note, "could not be calibrated"):
             result.measured.append(_calibrated(job, row, PairFiles(target, draft, name), stored, events))
-        except (ModelError, MemoryError) as exc:  # this pair does not load: the others still stand
-            result.failed.append((row, str(exc)))
-            events.note(f"{row.candidate.name} could not be calibrated, skipped: {exc}")
     if not result.measured:
         raise ModelError(f"no draft could be calibrated ({result.failed[0][0].candidate.name}: {result.failed[0][1]})")
     result.measured = best_first(result.measured)
     result.deploy = deploy_line(result.measured[0], result.beats_target_alone(result.measured[0]), job.threads)
     return result
+
+
+@contextmanager
+def one_candidate(name: str, item: T, failed: list[tuple[T, str]], note: Callable[[str], None],
+                  what: str) -> Iterator[None]:
+    """The block measuring one candidate (`name`); when the candidate cannot be written, loaded or calibrated
+    (CANDIDATE_ERRORS), (item, why) joins `failed`, `note` says so and the block's work is left undone: the other
+    candidates still stand (--measure's calibrations, --twins' twins). Any other error goes on up."""
+    try:
+        yield
+    except CANDIDATE_ERRORS as exc:
+        failed.append((item, str(exc)))
+        note(f"{name} {what}, skipped: {exc}")
 
 
 def best_first(measured: Sequence[Measured]) -> list[Measured]:
