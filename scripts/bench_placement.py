@@ -40,8 +40,8 @@ from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.download import fetch
-from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import MIB, Shape, device_bytes
+from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.registry import load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.options import ALL_LAYERS

@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 
 from gguf_bench.engines.llama_cpp import Model, gpu_devices
-from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import MIB, Shape, device_bytes
+from gguf_bench.models.parts import tensor_table
 
 CACHE = Path(os.environ.get("GGUF_BENCH_CACHE", Path.home() / ".cache" / "gguf-bench"))
 DEFAULT_FILES = [CACHE / "pypi" / "gemma-3-270m-q4_k_m.gguf", CACHE / "derived" / "gemma-3-270m-q4_k_m.Q2_K.gguf",

@@ -31,7 +31,7 @@ from gguf_bench import options
 from gguf_bench.engines.llama_cpp import Model, llama_versions, quantize
 from gguf_bench.models.download import fetch, locate
 from gguf_bench.models.files import drop_page_cache
-from gguf_bench.models.headers import file_prefix
+from gguf_bench.models.parts import local_header
 from gguf_bench.models.registry import load_registry
 from gguf_bench.models.twin import write_twin
 
@@ -120,7 +120,7 @@ def main() -> None:
             if real is None:
                 print(f"{name}: not cached (run with --fetch), skipped")
                 continue
-            w = write_twin(file_prefix(real), Path(tmp) / f"twin-{real.name}", real.name)
+            w = write_twin(local_header(real), Path(tmp) / f"twin-{real.name}", real.name)
             m = measure(real, w.path, ks, args.n, args.rounds, args.threads, options.layers(args.ngl))
             row = [real.name, f"{w.seconds:.1f} s", f"{w.on_disk / 2**20:.1f} MiB ({100 * w.on_disk / real.stat().st_size:.1f}%)",
                    f"{1 / m['real', '1']:.1f}", f"{1 / m['twin', '1']:.1f}", f"{m['real', '1'] / m['twin', '1']:.3f}"]

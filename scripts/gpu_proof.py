@@ -120,7 +120,7 @@ def sdist(out: Path) -> None:
 
 def headers(folder: Path, tiny: bool) -> None:
     from gguf_bench.models.download import locate
-    from gguf_bench.models.headers import file_prefix
+    from gguf_bench.models.parts import local_header
     from gguf_bench.models.registry import load_registry
     from gguf_bench.models.shapes import SHAPES, write_header
 
@@ -137,7 +137,7 @@ def headers(folder: Path, tiny: bool) -> None:
         if path is None:
             print(f"{name}: not in the cache (gguf-bench download), its header not included")
             continue
-        (folder / f"real-{name}.gguf").write_bytes(file_prefix(path))
+        (folder / f"real-{name}.gguf").write_bytes(local_header(path).parts[0].prefix)
         print(f"{folder}/real-{name}.gguf: the header of {path.name}")
 
 

@@ -115,6 +115,12 @@ def fit_params_bin(real_cache) -> Path:
 
 
 @pytest.fixture(scope="session")
+def gguf_split_bin(real_cache) -> Path:
+    """llama-gguf-split, which writes split GGUF files as the hub ships big models (built beside llama-server)."""
+    return _built(real_cache, "llama-gguf-split")
+
+
+@pytest.fixture(scope="session")
 def rpc_bins(real_cache) -> tuple[Path, Path]:
     """(llama-server, ggml-rpc-server) with llama.cpp's RPC backend (`gguf-bench build-server --rpc`: about 5 minutes
     on 2 cores the first time); the tests skip, saying why, where it cannot be built, unless GGUF_BENCH_REQUIRE_RPC=1."""

@@ -9,8 +9,8 @@ from cli_helpers import assert_user_error, invoke, pair_args
 
 from gguf_bench.engines import fit_params, server_build
 from gguf_bench.engines.llama_cpp import gpu_devices
-from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import MIB, tensor_bytes
+from gguf_bench.models.parts import tensor_table
 
 cpu_only = pytest.mark.skipif(bool(gpu_devices()), reason="a build with a GPU device: tests/test_offload.py compares")
 
@@ -48,8 +48,9 @@ def test_compare_fit_needs_the_model_files(moe_pair):
 
 
 @pytest.mark.parametrize(("cached", "wanted", "compiled"), [
-    ((), ("llama-server",), ["llama-server", "llama-fit-params"]),  # a fresh cache: both, in one build
-    (("llama-server",), ("llama-fit-params",), ["llama-fit-params"]),  # only the missing one
+    ((), ("llama-server",), ["llama-server", "llama-fit-params", "llama-gguf-split"]),  # a fresh cache: all, in one build
+    (("llama-server", "llama-gguf-split"), ("llama-fit-params",), ["llama-fit-params"]),  # only the missing one
+    (("llama-server", "llama-fit-params"), ("llama-gguf-split",), ["llama-gguf-split"]),  # a cache from before it
     (("llama-server",), ("llama-server",), None),  # there: nothing compiled
     (("llama-server", "llama-fit-params"), ("llama-server", "llama-fit-params"), None),
 ])

@@ -128,8 +128,8 @@ def test_info_names_the_device_and_says_what_to_set_when_it_sees_none(tiny_pairs
 def test_planner_weights_and_kv_equal_llama_cpps_buffers(tiny_pairs, ngl):
     """The header-only prediction (models/memory.py) against what llama.cpp allocated on the device."""
     from gguf_bench.engines.llama_cpp import Model
-    from gguf_bench.models.gguf import tensor_table
     from gguf_bench.models.memory import MIB, Shape, device_bytes
+    from gguf_bench.models.parts import tensor_table
 
     path = tiny_pairs["middle"][0]
     predicted = device_bytes(Shape.from_header(*tensor_table(path)), ngl, 256)
@@ -154,8 +154,8 @@ def _expert_mib(path, layers: int) -> float:
     """The expert weights of the first `layers` blocks, in MiB, from the header."""
     import re
 
-    from gguf_bench.models.gguf import tensor_table
     from gguf_bench.models.memory import tensor_bytes
+    from gguf_bench.models.parts import tensor_table
 
     expert = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate)_exps")
     return sum(tensor_bytes(t.type_name, t.shape) for t in tensor_table(path)[1]
@@ -223,8 +223,8 @@ def test_planner_with_experts_on_the_cpu_equals_llama_cpps_buffers(moe_pair, ngl
     and KV cache (with its layer, whatever the experts do) against llama.cpp's buffers; the experts' layers against
     its override log (to a host buffer: CPU, or the device's host buffer such as Vulkan_Host)."""
     from gguf_bench.engines.llama_cpp import Model
-    from gguf_bench.models.gguf import tensor_table
     from gguf_bench.models.memory import MIB, Shape, device_bytes
+    from gguf_bench.models.parts import tensor_table
     from gguf_bench.placing import Placing
 
     placing = Placing(n_cpu_moe=n_cpu_moe)
@@ -252,8 +252,8 @@ def wide_moe(tmp_path_factory):
 def _fit_and_plan(path, budget_mib: int, binary):
     """llama-fit-params' pick for `path` within `budget_mib`, its device estimate, and the planner's bytes for it."""
     from gguf_bench.engines import fit_params
-    from gguf_bench.models.gguf import tensor_table
     from gguf_bench.models.memory import MIB, Budget, Shape, device_bytes
+    from gguf_bench.models.parts import tensor_table
 
     budget = Budget.one(budget_mib * MIB)
     run, notes = fit_params.fit(path, 512, budget, binary=binary)

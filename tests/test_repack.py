@@ -8,7 +8,7 @@ import pytest
 
 from gguf_bench.engines import repack
 from gguf_bench.engines.llama_cpp import Model
-from gguf_bench.models.gguf import tensor_table
+from gguf_bench.models.parts import tensor_table
 
 X86 = "CPU : AVX2 = 1 | AVX512 = 1 | REPACK = 1 |"
 

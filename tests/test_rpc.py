@@ -16,9 +16,9 @@ from gguf_bench.engines.rpc import RpcServer
 from gguf_bench.measure.plan import Grid, cells_done
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
-from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import MIB, Budget, Shape, device_bytes
 from gguf_bench.models.pairs import PairFiles
+from gguf_bench.models.parts import tensor_table
 from gguf_bench.placing import Placing, Split, placing_axes
 from gguf_bench.results.records import RunRecord
 from gguf_bench.results.store import read_records

@@ -19,8 +19,8 @@ from gguf_bench.errors import ConfigError
 from gguf_bench.measure.pair import LoadConfig
 from gguf_bench.measure.plan import Cell, Grid
 from gguf_bench.measure.prompts import Prompt
-from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import Budget, Shape, device_bytes, kv_bytes_per_layer
+from gguf_bench.models.parts import tensor_table
 from gguf_bench.placing import Placing, Split, placing_axes, split_label
 from gguf_bench.results.records import Mode
 

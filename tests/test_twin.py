@@ -17,8 +17,7 @@ import pytest
 from cli_helpers import assert_user_error, invoke
 
 from gguf_bench.models import twin as twin_mod
-from gguf_bench.models.gguf import tensor_table
-from gguf_bench.models.headers import file_prefix
+from gguf_bench.models.parts import local_header, tensor_table
 from gguf_bench.models.tiny import TinySpec, make_pair, random_weights, vocabulary, write_gguf
 from gguf_bench.models.twin import MARKER, check_room, is_twin_file, write_twin
 
@@ -26,7 +25,7 @@ from hubserver import HubServer
 
 
 def _twin(src: Path, out: Path) -> Path:
-    return write_twin(file_prefix(src), out, src.name).path
+    return write_twin(local_header(src), out, src.name).path
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -35,7 +34,7 @@ def _leftovers(folder: Path) -> list[str]:
 
 def test_twin_copies_the_header_and_is_sparse(tiny_pairs, tmp_path):
     src = tiny_pairs["middle"][0]
-    w = write_twin(file_prefix(src), tmp_path / "twin.gguf", src.name)
+    w = write_twin(local_header(src), tmp_path / "twin.gguf", src.name)
     meta, tensors = tensor_table(src)
     twin_meta, twin_tensors = tensor_table(w.path)
     assert twin_tensors == tensors  # names, types, shapes and offsets
@@ -112,7 +111,9 @@ def test_twin_command_and_a_hub_twin_reads_only_ranges(tiny_pairs, tmp_path):
             assert tensors == local_tensors and meta[MARKER].startswith("acme/tiny-GGUF/tiny-F32.gguf")
             assert {k: v for k, v in meta.items() if k != MARKER} == {k: v for k, v in local_meta.items() if k != MARKER}
         gets = server.state.gets("tiny-F32.gguf")
-    assert gets and all(rng and rng.startswith("bytes=0-") for rng in gets), gets  # never a full GET
+    assert gets and all(rng and rng.startswith("bytes=") for rng in gets), gets  # never a full GET
+    ranges = [tuple(int(x) for x in rng.removeprefix("bytes=").split("-")) for rng in gets[:len(gets) // 2]]
+    assert ranges[0][0] == 0 and all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:])), gets  # each goes on
     assert not list((tmp_path / "hf").rglob("tiny-F32.gguf"))  # nothing downloaded
 
 
@@ -167,7 +168,7 @@ def test_gemma_twin_allocates_the_real_buffers(gemma_q4_q2, tmp_path):
     from gguf_bench.engines.llama_cpp import Model
 
     real = gemma_q4_q2[0]
-    w = write_twin(file_prefix(real), tmp_path / "gemma-twin.gguf", real.name)
+    w = write_twin(local_header(real), tmp_path / "gemma-twin.gguf", real.name)
     assert w.seconds < 10 and (not w.sparse or w.on_disk < real.stat().st_size / 10)
     with Model(real, n_ctx=512) as r, Model(w.path, n_ctx=512) as t:
         for part in ("model_mib", "kv_mib", "compute_mib", "output_mib"):

@@ -104,7 +104,8 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
         return _measure(job, found, rows, as_json, vram)
     seconds = time.perf_counter() - start
     if as_json:
-        console.print_json(json.dumps({"target": target, "ranking": ranking.to_json(rows),
+        console.print_json(json.dumps({"target": target, "target_model": cands.header_json(found.target.header),
+                                       "ranking": ranking.to_json(rows),
                                        "candidates": cands.to_json(found), "searched": found.searched,
                                        "hub_error": found.hub_error} | ({"twins": _twins_json(costs)} if costs else {})))
     else:
@@ -131,10 +132,14 @@ def _twins_json(costs: TwinCosts) -> dict:
             "not_measured": [{"name": c.name, "reason": why} for c, why in costs.failed]}
 
 
+def _target_line(target: str, h: cands.Header) -> str:
+    parts = f" in {h.n_parts} files" if h.n_parts > 1 else ""
+    return f"target: {target} ({h.architecture}, {size_text(h.file_size)}{parts})"
+
+
 def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: str | None,
            costs: TwinCosts | None = None) -> None:
-    h = found.target.header
-    console.print(f"target: {target} ({h.architecture}, {size_text(h.file_size)})", markup=False, soft_wrap=True)
+    console.print(_target_line(target, found.target.header), markup=False, soft_wrap=True)
     mid = ranking.ALPHAS[len(ranking.ALPHAS) // 2]
     if not rows:
         console.print("no compatible draft file found", markup=False)
@@ -242,8 +247,7 @@ def _paused(status: QuietStatus):
 
 def _print_measured(found: cands.Search, result: measuring.MeasuredDrafts, job: measuring.MeasureJob,
                     vram: str | None) -> None:
-    h = found.target.header
-    console.print(f"target: {job.target} ({h.architecture}, {size_text(h.file_size)})", markup=False, soft_wrap=True)
+    console.print(_target_line(job.target, found.target.header), markup=False, soft_wrap=True)
     prompts = ", ".join(p.id for p in job.prompts)
     console.print(f"measured {len(result.measured)} drafts on {prompts} (n={job.n_predict}, -K "
                   f"{_ks_label(job.ks)}), best first by the tokens/s predicted from the calibration:", markup=False)

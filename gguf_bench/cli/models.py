@@ -30,13 +30,14 @@ from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.sweep import SweepEvents
 from gguf_bench.models import memory
 from gguf_bench.models.download import fetch, locate
-from gguf_bench.models.gguf import compatibility, header_table
-from gguf_bench.models.headers import source_prefix
+from gguf_bench.models.gguf import compatibility
+from gguf_bench.models.headers import source_header
 from gguf_bench.models.memory import MIB
 from gguf_bench.models.pairs import header_sources, resolve_for_info
+from gguf_bench.models.parts import part_paths
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
-from gguf_bench.models.twin import write_twin
+from gguf_bench.models.twin import twin_paths, write_twin
 from gguf_bench.placing import Placing
 from gguf_bench.results.store import use_results_dir
 from gguf_bench.results.text import fit_title, size_text
@@ -160,13 +161,15 @@ def twin(source: Annotated[str, typer.Argument(help="a GGUF file, a registry mod
          registry: RegistryOpt = None) -> None:
     """Write a twin: the model's real header with synthetic weights (mostly holes of a sparse file). It decodes as
     fast as the model, for speed only: its acceptance and text mean nothing, and it never stops at end-of-generation."""
-    prefix, label = source_prefix(source, registry)
-    if output.exists() and output.resolve() == Path(source).resolve():
+    header = source_header(source, registry)
+    sources = {p.resolve() for p in part_paths(Path(source))} if Path(source).is_file() else set()
+    if any(p.exists() and p.resolve() in sources for p in twin_paths(header, output)):
         raise BenchError(f"the twin would overwrite its source {source}: give another -o")
-    w = write_twin(prefix, output, label)
-    console.print(f"twin of {label}: {w.n_tensors} tensors, {size_text(w.size)} logical, {size_text(w.on_disk)} on disk"
-                  f"{'' if w.sparse else ' (this file system keeps no holes)'}, {w.seconds:.1f} s -> {w.path}",
-                  markup=False, soft_wrap=True)
+    w = write_twin(header, output, header.label)
+    parts = f" in {len(header.parts)} parts" if header.split else ""
+    console.print(f"twin of {header.label}{parts}: {w.n_tensors} tensors, {size_text(w.size)} logical, "
+                  f"{size_text(w.on_disk)} on disk{'' if w.sparse else ' (this file system keeps no holes)'}, "
+                  f"{w.seconds:.1f} s -> {w.path}", markup=False, soft_wrap=True)
 
 
 @command
@@ -210,7 +213,7 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
     usable = budget.less({device: options.byte_size(margin, "--margin") for device, _ in budget.devices})
     *sources, pair_name = header_sources(pair, target, draft, registry)  # files, registry models or hub files
     files = _local_files(sources, registry) if compare_fit else None
-    shapes = [memory.Shape.from_header(*header_table(*source_prefix(s, registry))) for s in sources]
+    shapes = [memory.Shape.from_header(*source_header(s, registry).table()) for s in sources]
     rows = memory.plan(shapes[0], shapes[1], usable, ctx_size, [0, 1, shapes[1].total_layers // 2, options.ALL_LAYERS],
                        drafts=tuple(dict.fromkeys(drafts)))
     found = _measure_rows(rows, (pair_name, *sources), registry, run, out) if measure else None

@@ -57,7 +57,8 @@ def build_server(jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="
                  rpc: Annotated[bool, typer.Option("--rpc", help="instead: llama-server and ggml-rpc-server with llama.cpp's "
                                                    "RPC backend, on their own static CPU ggml (for --rpc and "
                                                    "`gguf-bench rpc-server`)")] = False) -> None:
-    """Build llama-server and llama-fit-params (llama.cpp's own fitting, for `plan --compare-fit`) from the installed
+    """Build llama-server, llama-fit-params (llama.cpp's own fitting, for `plan --compare-fit`) and llama-gguf-split
+    (writes and merges split GGUF files) from the installed
     llama-cpp-python's own llama.cpp sources, on the ggml it installed (CPU, Vulkan or CUDA, as `build-gpu` left it),
     into the cache, in one build; a second call does nothing (only a missing one is built)."""
     version = build.installed_version()

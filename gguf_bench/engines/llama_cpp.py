@@ -21,7 +21,8 @@ import numpy as np
 
 from gguf_bench.engines import placement, repack
 from gguf_bench.errors import ConfigError, ModelError
-from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata, tensor_table
+from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata
+from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.registry import DERIVE_TYPES
 from gguf_bench.models.twin import MARKER
 from gguf_bench.options import CONTEXT_DEFAULTS

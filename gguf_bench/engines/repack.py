@@ -18,7 +18,7 @@ import ctypes
 import re
 from pathlib import Path
 
-from gguf_bench.models.gguf import tensor_table
+from gguf_bench.models.parts import tensor_table
 
 # type -> the instruction set llama.cpp's x86 repack needs for it; every one needs ne[1] % 8 == 0
 X86_REPACK = {"Q4_0": "AVX2", "Q4_K": "AVX2", "IQ4_NL": "AVX2", "MXFP4": "AVX2", "Q2_K": "AVX512"}

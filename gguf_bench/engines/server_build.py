@@ -9,8 +9,9 @@ started with the Python engine's library folder first on LD_LIBRARY_PATH (`libra
 
 Offline: no OpenSSL (HTTPS only serves `-hf` downloads), no prebuilt web UI (it would be downloaded from the hub),
 no tests or examples. The binaries and the build log go to `~/.cache/gguf-bench/llama.cpp-<version>/<backend>/`; a
-second call finds them and does nothing. The tools (`TOOLS`: llama-server, and llama-fit-params, llama.cpp's own
-fitting of one model to free device memory, engines/fit_params.py) are built in one CMake build when none is cached,
+second call finds them and does nothing. The tools (`TOOLS`: llama-server; llama-fit-params, llama.cpp's own
+fitting of one model to free device memory, engines/fit_params.py; llama-gguf-split, which writes and merges split
+GGUF files as the hub ships big models) are built in one CMake build when none is cached,
 so libllama and common are compiled once; when only one is missing, only that one.
 
 `build-server --rpc`: the installed ggml has no RPC backend (llama-cpp-python builds without GGML_RPC), so llama-server
@@ -33,7 +34,8 @@ from gguf_bench.models.files import cache_dir
 
 BINARY = "llama-server"
 FIT_PARAMS = "llama-fit-params"  # tools/fit-params
-TOOLS = (BINARY, FIT_PARAMS)
+GGUF_SPLIT = "llama-gguf-split"  # tools/gguf-split: splits a GGUF into parts as the hub ships big models, and merges
+TOOLS = (BINARY, FIT_PARAMS, GGUF_SPLIT)
 RPC_SERVER = "ggml-rpc-server"  # tools/rpc (its CMake target)
 RPC_TOOLS = (BINARY, RPC_SERVER)
 RPC_FLAVOUR = "cpu-rpc"  # the RPC build's folder: its own static CPU ggml with GGML_RPC=ON

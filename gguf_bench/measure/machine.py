@@ -11,8 +11,8 @@ from gguf_bench.engines.llama_cpp import check_placement, check_rpc, gpu_devices
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Grid
-from gguf_bench.models.gguf import tensor_table
 from gguf_bench.models.memory import Budget, Shape, fits
+from gguf_bench.models.parts import tensor_table
 from gguf_bench.placing import CPU, Placing
 
 

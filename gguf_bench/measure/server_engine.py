@@ -55,7 +55,7 @@ from gguf_bench.measure.loadmeter import ServerLoadMeter
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting
 from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.models.gguf import tensor_table
+from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
 from gguf_bench.results.records import SERVER_ENGINE, Load, Mode, Offload, RunMetrics, RunRecord

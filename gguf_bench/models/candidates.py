@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import re
 import struct
@@ -29,13 +28,14 @@ from pathlib import Path
 from gguf_bench.errors import BenchError, ModelError, RegistryError
 from gguf_bench.models.download import hub_error_message, locate
 from gguf_bench.models.files import SPLIT_RE, cache_dir, read_json, write_json
-from gguf_bench.models.gguf import GGUFInfo, HeaderCutShort, Rule, first_failure, header_layout
+from gguf_bench.models.gguf import GGUFInfo, Rule, first_failure, total_size
+from gguf_bench.models.headers import HubReader, ReadStats
 from gguf_bench.models.memory import Shape, Weight, tensor_bytes
-from gguf_bench.models.registry import HubSource, load_registry, parse_hub_ref
+from gguf_bench.models.parts import ModelHeader, local_header, model_path, part_paths
+from gguf_bench.models.registry import HubSource, load_registry, name_model, parse_hub_ref
 from gguf_bench.models.vocab import TOKENS_KEY, info_from_header
 
-FIRST_READ = 2**18  # the first range of a hub header; $GGUF_BENCH_HEADER_READ overrides it
-LARGEST_HEADER = 256 * 2**20
+HEADER_SCHEMA = 2  # the cached Header's form: an entry of another (older) form is read again
 DEFAULT_QUANTS = ("Q8_0", "Q4_K_M")
 SELF_QUANTS = 3  # lower quants of the target's own repository, at most
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
@@ -65,6 +65,7 @@ class Header:
     file_size: int
     mtp: bool  # the target's own MTP/NextN heads (llama.cpp's draft-mtp detection)
     sidecar: str | None  # draft-eagle3 / draft-dflash / draft-dspark by architecture and tensors, else None
+    n_parts: int = 1  # files of a split GGUF (file_size and the tensors count them all)
 
     @property
     def architecture(self) -> str:
@@ -118,14 +119,6 @@ class VocabStore:
         return self._loaded[sha]
 
 
-@dataclass
-class ReadStats:
-    bytes: int = 0  # hub bytes received
-    requests: int = 0  # ranged GETs of hub files
-    headers_read: int = 0  # headers parsed (hub or local)
-    cached: int = 0  # headers answered by the cache
-
-
 class HeaderReader:
     """Headers of local and hub files, through the cache; counts what it reads."""
 
@@ -134,87 +127,49 @@ class HeaderReader:
         self.folder = self.store.folder.parent / "headers"
         self.use_cache = use_cache
         self.stats = ReadStats()
+        self.hub_reader = HubReader(self.stats)
 
     def local(self, path: Path) -> Header:
-        path = Path(path)
-        st = path.stat()
-        key = f"file:{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+        """The header of the model in `path` (any part of a split model: every part is read), cached by the parts'
+        paths, sizes and modification times."""
+        paths = part_paths(model_path(Path(path)))
+        key = "file:" + ";".join(f"{p.resolve()}:{(st := p.stat()).st_size}:{st.st_mtime_ns}" for p in paths)
         if (got := self._cached(key)) is not None:
             return got
-        with open(path, "rb") as fh:
-            if fh.read(4) != b"GGUF":
-                raise ModelError(f"{path} is not a GGUF file (no GGUF magic at its start)")
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return self._store(key, self._parse(buf, str(path), _total_size(path)))
+        return self._store(key, self._parse(local_header(paths[0], frozenset({TOKENS_KEY}))))
 
-    def hub(self, repo: str, name: str, revision: str | None = None, commit: str | None = None,
-            size: int | None = None) -> Header:
-        """The header of REPO/NAME on the hub. With the repository's commit it is cached (a commit never changes)."""
+    def hub(self, repo: str, name: str, revision: str | None = None, commit: str | None = None) -> Header:
+        """The header of REPO/NAME on the hub (every part of a split model). With the repository's commit it is cached
+        (a commit never changes)."""
         key = f"hub:{repo}@{commit}/{name}" if commit else None
         if key and (got := self._cached(key)) is not None:
             return got
-        where = f"{repo}/{name}"
-        data = bytearray()
-        start, end = 0, int(os.environ.get("GGUF_BENCH_HEADER_READ", FIRST_READ))
-        while True:
-            chunk = self._range(repo, name, revision or commit, start, end)
-            data += chunk
-            try:
-                header = self._parse(data, where, size or 0)
-                break
-            except HeaderCutShort:
-                if len(chunk) < end - start or end >= LARGEST_HEADER:
-                    raise ModelError(f"{where}: the file ends (or passes {LARGEST_HEADER // 2**20} MiB) before its "
-                                     "header does") from None
-                start, end = end, end * 2
+        header = self._parse(self.hub_reader.header(repo, name, revision or commit, frozenset({TOKENS_KEY})))
         return self._store(key, header) if key else header
 
-    def _range(self, repo: str, name: str, revision: str | None, start: int, end: int) -> bytes:
-        """Bytes [start, end) of a hub file, by one range request (a server that ignores Range is read that far)."""
-        from huggingface_hub import constants, hf_hub_url
-        from huggingface_hub.utils import build_hf_headers, get_session
-
-        url = hf_hub_url(repo, name, revision=revision, endpoint=constants.ENDPOINT)
-        headers = {**build_hf_headers(), "Range": f"bytes={start}-{end - 1}"}
-        out = bytearray()
-        self.stats.requests += 1
-        try:
-            with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=60) as resp:
-                resp.raise_for_status()
-                skip = start if resp.status_code == 200 else 0  # Range ignored: the file from its start
-                for chunk in resp.iter_bytes():
-                    out += chunk
-                    if len(out) >= end - start + skip:
-                        break
-        except Exception as exc:  # unreachable, gated, missing: one line, as a download says it
-            raise ModelError(hub_error_message(HubSource(repo=repo, file=name, revision=revision), name, exc)) from None
-        finally:
-            self.stats.bytes += len(out)
-        return bytes(out[skip:end - start + skip])
-
-    def _parse(self, buf, where: str, file_size: int) -> Header:
-        meta, tensors, layout = header_layout(buf, where, frozenset({TOKENS_KEY}))
-        self.stats.headers_read += 1
-        if not file_size and tensors:
-            last = max(tensors, key=lambda t: t.offset)
-            file_size = layout.data_start + last.offset + tensor_bytes(last.type_name, last.shape)
+    def _parse(self, model: ModelHeader) -> Header:
+        meta, tensors = model.table()
+        self.stats.headers_read += len(model.parts)
         vocab = None
         if meta.get("tokenizer.ggml.model") is not None:
-            info = info_from_header(meta, tensors, where, file_size)
+            info = info_from_header(meta, tensors, model.label, model.size)
             vocab = {k: getattr(info, k) for k in ("vocab_type", "n_vocab", "bos_id", "eos_id", "add_bos", "add_eos")}
             vocab["tokens_sha"] = self.store.put(info.tokens)
         scalars = {k: v for k, v in meta.items() if v is not None and k != TOKENS_KEY and
                    not (isinstance(v, str) and len(v) > 512)}  # chat templates stay out of the cache
-        return Header(where, scalars, _shape(meta, tensors), vocab, *_params(meta, tensors), file_size,
-                      _has_mtp(meta, tensors), _sidecar(meta, tensors))
+        return Header(model.label, scalars, _shape(meta, tensors), vocab, *_params(meta, tensors), model.size,
+                      _has_mtp(meta, tensors), _sidecar(meta, tensors), len(model.parts))
 
     def _cached(self, key: str) -> Header | None:
         if not self.use_cache:
             return None
         raw = read_json(self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json")
-        if raw.get("key") != key:
+        if raw.get("key") != key or raw.get("schema") != HEADER_SCHEMA:
+            return None  # another file's, or written by another version of gguf-bench: read the header again
+        try:
+            header = Header(**raw["header"])
+        except TypeError:  # a damaged entry
             return None
-        header = Header(**raw["header"])
         if header.vocab and self.store.get(header.vocab["tokens_sha"]) is None:
             return None  # its vocabulary was removed: read it again
         self.stats.cached += 1
@@ -222,7 +177,7 @@ class HeaderReader:
 
     def _store(self, key: str, header: Header) -> Header:
         write_json(self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json",
-                   {"key": key, "header": asdict(header)})
+                   {"key": key, "schema": HEADER_SCHEMA, "header": asdict(header)})
         return header
 
     def info(self, header: Header) -> GGUFInfo:
@@ -235,12 +190,6 @@ class HeaderReader:
         return GGUFInfo(path=Path(header.label), architecture=arch, name=str(header.meta.get("general.name", "")),
                         n_layers=int(header.meta.get(f"{arch}.block_count") or 0), quant="", file_size=header.file_size,
                         context_length=None, tokens=tokens, **v)
-
-
-def _total_size(path: Path) -> int:
-    from gguf_bench.models.gguf import total_size
-
-    return total_size(path)
 
 
 def _shape(meta: dict, tensors: list) -> dict | None:
@@ -378,27 +327,23 @@ def read_target(source: str, reader: HeaderReader, registry: Path | None = None)
 
 
 def _read_source(source: str, reader: HeaderReader, registry: Path | None) -> Header:
-    if Path(source).is_file():
-        return reader.local(Path(source))
-    hub = parse_hub_ref(source)
+    """The header of a model named as everywhere (registry.name_model): its file, its registry model's cached file,
+    else its hub file."""
     try:
-        reg = load_registry(registry)
+        named = name_model(source, registry)
     except RegistryError:
-        reg = None
-    if reg is not None and source in reg.models:
-        ref = reg.models[source]
-        path = locate(ref, reg)
-        if path:
-            return reader.local(path)
-        if isinstance(ref.source, HubSource):
-            hub = ref.source
-        else:
-            raise ModelError(f"registry model {source} is not downloaded yet ({ref.source.label}): run "
-                             "`gguf-bench download` for its pair")
-    if hub is None:
         raise BenchError(f"{source} not found: not a file, not a registry model, and not a hub file "
-                         "(REPO:QUANT or REPO/FILE.gguf)")
-    return _hub_header(hub, reader)
+                         "(REPO:QUANT or REPO/FILE.gguf)") from None
+    if named.path is not None:
+        return reader.local(named.path)
+    if named.ref is not None:
+        if path := locate(named.ref, named.registry):
+            return reader.local(path)
+        if not isinstance(named.ref.source, HubSource):
+            raise ModelError(f"registry model {source} is not downloaded yet ({named.ref.source.label}): run "
+                             "`gguf-bench download` for its pair")
+        return _hub_header(named.ref.source, reader)
+    return _hub_header(named.hub, reader)
 
 
 def _hub_header(src: HubSource, reader: HeaderReader) -> Header:
@@ -426,7 +371,7 @@ def find(target_source: str, options: Options, reader: HeaderReader) -> Search:
     for origin, folder in local_places(options):
         search.searched.append(f"{origin} {folder}")
         for path in gguf_files(folder):
-            add(Candidate(str(path), origin, "draft-simple"), lambda p=path: reader.local(p), local_size=_total_size(path))
+            add(Candidate(str(path), origin, "draft-simple"), lambda p=path: reader.local(p), local_size=total_size(path))
     if options.hub:
         _hub_candidates(target_source, target.header, options, reader, add, search)
     if target.header.mtp:
@@ -623,6 +568,13 @@ def _spelling(repo: str, name: str, files: list[str]) -> str:
     if q and sum(1 for f in files if q.lower() in f.lower()) == 1:
         return f"{repo}:{q}"
     return f"{repo}/{name}"
+
+
+def header_json(h: Header) -> dict:
+    """What a header says of the model's size: every part of a split model counted."""
+    shape = h.planner_shape()
+    return {"architecture": h.architecture, "file_size": h.file_size, "parts": h.n_parts, "params": h.n_params,
+            "active_params": h.active_params, "weights_bytes": sum(w.bytes for w in shape.weights) if shape else None}
 
 
 def to_json(search: Search) -> list[dict]:

@@ -154,28 +154,14 @@ _STRUCT = {"UINT8": "B", "INT8": "b", "UINT16": "H", "INT16": "h", "UINT32": "I"
            "BOOL": "?", "UINT64": "Q", "INT64": "q", "FLOAT64": "d"}  # gguf.GGUFValueType name -> struct format
 
 
-def tensor_table(path: Path) -> tuple[dict[str, object], list[TensorInfo]]:
-    """The scalar and string metadata and the tensor table of a GGUF file, read from its header alone.
-    gguf.GGUFReader parses every array value (20 s for a 262k-token vocabulary); this skips them."""
-    import mmap
-
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        return header_table(buf, str(path))
-
-
 class HeaderCutShort(ModelError):
     """The bytes given end before the header does: read more of the file."""
 
 
-def header_table(buf, where: str = "the file") -> tuple[dict[str, object], list[TensorInfo]]:
-    """tensor_table of the first bytes of a GGUF file (a bytes-like prefix: enough for the header)."""
-    meta, tensors, _layout = header_layout(buf, where)
-    return meta, tensors
-
-
 def header_layout(buf, where: str = "the file", keep: frozenset[str] = frozenset()
                   ) -> tuple[dict[str, object], list[TensorInfo], HeaderLayout]:
-    """header_table, and where each part of the header lies (models/twin.py copies them). Array values are skipped
+    """The metadata and tensor table of the first bytes of a GGUF file (enough for its header), and where each part
+    of the header lies (models/twin.py copies them). Array values are skipped
     (None in the metadata) except those whose keys are in `keep`: a tuple of their items (strings as bytes)."""
     import struct
 

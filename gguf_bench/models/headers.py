@@ -1,20 +1,85 @@
-"""GGUF headers of registry models without downloading them: the cached file when there is one, else the first
-megabytes of the file on the hub (HTTP range reads through huggingface_hub's session), read until the header
-ends. A 70B file's header is a few MB; its weights are never fetched."""
+"""GGUF headers of models without downloading them: the cached file when there is one, else the first megabytes of
+each of its files on the hub (HTTP range reads through huggingface_hub's session), read until the header ends. A 70B
+file's header is a few MB; its weights are never fetched. A split model's every part is read (models/parts.py).
+
+`HubReader` is the one ranged reader of hub headers: each range goes on where the last one stopped, doubling, and it
+counts the requests and bytes it made (the drafts finder prints them).
+"""
 
 from __future__ import annotations
 
-import mmap
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.errors import DownloadError
+from gguf_bench.errors import DownloadError, ModelError
 from gguf_bench.models.download import hub_error_message, hub_filename, locate
-from gguf_bench.models.gguf import HeaderCutShort, check_magic, header_layout
+from gguf_bench.models.files import split_parts
+from gguf_bench.models.gguf import HeaderCutShort
+from gguf_bench.models.parts import ModelHeader, PartHeader, joined, local_header, part_header
 from gguf_bench.models.registry import HubSource, ModelRef, name_model
 
-FIRST_READ = 8 * 2**20  # $GGUF_BENCH_HEADER_READ overrides it (tests read a tiny header in pieces)
+FIRST_READ = 2**18  # the first range of a hub header; $GGUF_BENCH_HEADER_READ overrides it
 LARGEST_HEADER = 256 * 2**20
+
+
+@dataclass
+class ReadStats:
+    bytes: int = 0  # hub bytes received
+    requests: int = 0  # ranged GETs of hub files
+    headers_read: int = 0  # headers parsed (hub or local)
+    cached: int = 0  # headers answered by the cache
+
+
+class HubReader:
+    """Headers of hub files by range requests; `stats` counts what it fetched."""
+
+    def __init__(self, stats: ReadStats | None = None):
+        self.stats = stats or ReadStats()
+
+    def header(self, repo: str, name: str, revision: str | None = None,
+               keep: frozenset[str] = frozenset()) -> ModelHeader:
+        """The header of the model REPO/NAME (any part's name of a split model: every part is read)."""
+        parts = [self.part(repo, n, revision, keep) for n in split_parts(name)]
+        return joined(f"{repo}/{name}", parts)
+
+    def part(self, repo: str, name: str, revision: str | None, keep: frozenset[str] = frozenset()) -> PartHeader:
+        """One file's header: ranges from byte 0, each going on where the last stopped and twice as far."""
+        where, data = f"{repo}/{name}", bytearray()
+        start, end = 0, int(os.environ.get("GGUF_BENCH_HEADER_READ", FIRST_READ))
+        while True:
+            chunk = self._range(repo, name, revision, start, end)
+            data += chunk
+            try:
+                return part_header(data, where, keep=keep)
+            except HeaderCutShort:
+                if len(chunk) < end - start or end >= LARGEST_HEADER:
+                    raise ModelError(f"{where}: the file ends (or passes {LARGEST_HEADER // 2**20} MiB) before its "
+                                     "header does") from None
+                start, end = end, end * 2
+
+    def _range(self, repo: str, name: str, revision: str | None, start: int, end: int) -> bytes:
+        """Bytes [start, end) of a hub file, by one range request (a server that ignores Range is read that far)."""
+        from huggingface_hub import constants, hf_hub_url
+        from huggingface_hub.utils import build_hf_headers, get_session
+
+        url = hf_hub_url(repo, name, revision=revision, endpoint=constants.ENDPOINT)
+        headers = {**build_hf_headers(), "Range": f"bytes={start}-{end - 1}"}
+        out, skip = bytearray(), 0
+        self.stats.requests += 1
+        try:
+            with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=60) as resp:
+                resp.raise_for_status()
+                skip = start if resp.status_code == 200 else 0  # Range ignored: the file from its start
+                for chunk in resp.iter_bytes():
+                    out += chunk
+                    if len(out) >= end - start + skip:
+                        break
+        except Exception as exc:  # unreachable, gated, missing: one line, as a download says it
+            raise ModelError(hub_error_message(HubSource(repo=repo, file=name, revision=revision), name, exc)) from None
+        finally:
+            self.stats.bytes += len(out)
+        return bytes(out[skip:end - start + skip])
 
 
 def _hub_source(ref: ModelRef) -> HubSource:
@@ -24,57 +89,21 @@ def _hub_source(ref: ModelRef) -> HubSource:
     return ref.source
 
 
-def hub_prefix(src: HubSource) -> tuple[bytes, str]:
-    """The first bytes of a hub file, as many as its header takes (range requests, growing), and its name."""
-    name = hub_filename(src, online=True)
-    where = f"{src.repo}/{name}"
-    n = int(os.environ.get("GGUF_BENCH_HEADER_READ", FIRST_READ))
-    while True:
-        data = _first_bytes(src, name, n)
-        try:
-            header_layout(data, where)
-            return data, where
-        except HeaderCutShort:
-            if len(data) < n or n >= LARGEST_HEADER:  # the whole file, or an absurd header: not a GGUF we can read
-                raise
-            n *= 4
+def hub_header(src: HubSource, reader: HubReader | None = None) -> ModelHeader:
+    """The header of the hub model `src` names (its file, or the one its pattern picks; every part if split)."""
+    return (reader or HubReader()).header(src.repo, hub_filename(src, online=True), src.revision)
 
 
-def file_prefix(path: Path) -> bytes:
-    """A local GGUF file's header bytes (up to the end of its tensor infos); the weights are not read."""
-    path = check_magic(path)
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        _meta, _tensors, layout = header_layout(buf, str(path))
-        return bytes(buf[:layout.infos[1]])
-
-
-def source_prefix(source: str, registry: Path | None = None) -> tuple[bytes, str]:
-    """The header bytes of SOURCE and a description of it: a local GGUF file, a model of the registry (its cached
-    file, else its hub file), or a hub file in llama.cpp's -hf spelling (REPO[:QUANT] or REPO/FILE.gguf)."""
+def source_header(source: str, registry: Path | None = None) -> ModelHeader:
+    """The header of SOURCE, labelled: a local GGUF file (any part of a split model), a model of the registry (its
+    cached file, else its hub file), or a hub file in llama.cpp's -hf spelling (REPO[:QUANT] or REPO/FILE.gguf)."""
     named = name_model(source, registry)
     if named.path is not None:
-        return file_prefix(named.path), str(source)
+        return local_header(named.path)
     if named.ref is not None:
         path = locate(named.ref, named.registry)
-        return (file_prefix(path), f"{named.ref.name} ({path.name})") if path else hub_prefix(_hub_source(named.ref))
-    return hub_prefix(named.hub)
-
-
-def _first_bytes(src: HubSource, name: str, n: int) -> bytes:
-    """The first n bytes of a hub file, by a range request (a server that ignores Range is read only that far)."""
-    from huggingface_hub import constants, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, get_session
-
-    url = hf_hub_url(src.repo, name, revision=src.revision, endpoint=constants.ENDPOINT)
-    headers = {**build_hf_headers(), "Range": f"bytes=0-{n - 1}"}
-    out = bytearray()
-    try:
-        with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=60) as resp:
-            resp.raise_for_status()
-            for chunk in resp.iter_bytes():
-                out += chunk
-                if len(out) >= n:
-                    break
-    except Exception as exc:  # unreachable, gated, missing: one line, as a download says it
-        raise DownloadError(hub_error_message(src, name, exc)) from None
-    return bytes(out[:n])
+        if path is None:
+            return hub_header(_hub_source(named.ref))
+        header = local_header(path)
+        return ModelHeader(f"{named.ref.name} ({path.name})", header.parts)
+    return hub_header(named.hub)

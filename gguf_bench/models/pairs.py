@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gguf_bench.errors import BenchError
 from gguf_bench.models.download import Quantize, fetch, fetch_named, locate, no_progress
+from gguf_bench.models.parts import model_path
 from gguf_bench.models.registry import load_registry, parse_hub_ref
 
 # A context manager giving a download.Progress callback while files are fetched (the CLI's progress bar).
@@ -54,7 +55,7 @@ def model_file(source: str, registry: Path | None = None, progress: ProgressFact
     """A model named the way llama.cpp names one: a GGUF path, a registry model, or a hub file (REPO:QUANT or
     REPO/FILE.gguf, downloaded into the Hugging Face cache): download.fetch_named, under `progress`'s bar."""
     if Path(source).is_file():
-        return Path(source)
+        return model_path(Path(source))
     if source.endswith(".gguf") and parse_hub_ref(source) is None:  # a path
         raise BenchError(f"model file {source} does not exist")
     with progress() if progress else nullcontext(no_progress) as callback:
@@ -99,4 +100,4 @@ def resolve_for_info(items: list[str], registry: Path | None) -> tuple[list[Path
         raise BenchError(f"model file {missing[0]} does not exist (to name a pair, give its name alone; "
                          "`gguf-bench models` lists them)")
     labels = ["target", "draft"] if len(items) == 2 else [Path(i).name for i in items]
-    return [Path(i) for i in items], labels
+    return [model_path(Path(i)) for i in items], labels

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from gguf_bench.errors import RegistryError
+from gguf_bench.models.parts import model_path
 
 # llama.cpp quantizer output types that `derive` accepts (llama_ftype names).
 DERIVE_TYPES = {
@@ -313,7 +314,7 @@ def name_model(source: str, registry: Path | None = None) -> Named:
     """SOURCE as a file, a registry model or a hub file (REPO:QUANT or REPO/FILE.gguf), in that order; one error line
     when it is none of them. A registry that cannot be read is an error only when SOURCE is no hub file either."""
     if Path(source).is_file():
-        return Named(path=Path(source))
+        return Named(path=model_path(Path(source)))
     hub = parse_hub_ref(source)
     try:
         reg = load_registry(registry)

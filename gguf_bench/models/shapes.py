@@ -3,7 +3,7 @@
 A twin (models/twin.py) is written from a header alone; where no real model's header is at hand (no network, as on
 a lent GPU machine), `write_header` synthesises one with gguf.GGUFWriter: the architecture's hyperparameters and
 every tensor's name, shape and ggml type, laid out as a real file of that shape is, then the tensor infos end the
-file. `gguf-bench twin HEADER -o TWIN` (or `write_twin(file_prefix(HEADER), ...)`) fills in the data.
+file. `gguf-bench twin HEADER -o TWIN` (or `write_twin(local_header(HEADER), ...)`) fills in the data.
 
 The shapes are the published configurations (layers, width, FFN width, heads, KV heads, vocabulary, tied
 embeddings, QKV biases) of Llama-3-8B, Llama-3.2-1B, Qwen2.5-7B and Qwen2.5-0.5B, and tiny ones of the same layout for
@@ -42,6 +42,15 @@ class ArchShape:
     rope_base: float = 10000.0
     n_ctx: int = 8192
     description: str = ""
+    head_dim: int = 0  # 0: n_embd / n_head
+    n_expert: int = 0  # a mixture of experts: experts per layer (0: dense)
+    n_expert_used: int = 0
+    n_ff_exp: int = 0  # each expert's FFN width
+    qk_norm: bool = False  # per-head RMS norms of Q and K (Qwen3)
+
+    @property
+    def key_length(self) -> int:
+        return self.head_dim or self.n_embd // self.n_head
 
 
 SHAPES = {
@@ -60,6 +69,15 @@ SHAPES = {
                                   "tiny llama-layout draft"),
     "tiny-qwen2": ArchShape("qwen2", 2, 256, 512, 4, 2, 2048, False, True, "Q4_K", "Q6_K", 1000000.0, 4096,
                             "tiny qwen2-layout target"),
+    # Qwen3-235B-A22B's published configuration (94 layers, 128 experts of width 1536, 8 used, 64 heads of 128, 4 KV
+    # heads, QK norms, untied output): 235B parameters, 22B active; in a Q4_K_M-like mix about 133 GiB, which the hub
+    # ships split in 3 or more files
+    "qwen3-235b-a22b": ArchShape("qwen3moe", 94, 4096, 12288, 64, 4, 151936, False, False, "Q4_K", "Q6_K", 1000000.0,
+                                 40960, "Qwen3-235B-A22B-shaped MoE target, Q4_K_M-like", head_dim=128, n_expert=128,
+                                 n_expert_used=8, n_ff_exp=1536, qk_norm=True),
+    "tiny-qwen3moe": ArchShape("qwen3moe", 2, 256, 512, 4, 2, 2048, False, False, "Q4_K", "Q6_K", 1000000.0, 4096,
+                               "tiny qwen3moe-layout target", head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256,
+                               qk_norm=True),
     "tiny-qwen2-draft": ArchShape("qwen2", 1, 256, 512, 4, 2, 2048, True, True, "Q8_0", "Q8_0", 1000000.0, 4096,
                                   "tiny qwen2-layout draft"),
 }
@@ -67,33 +85,44 @@ SHAPES = {
 
 def tensors(shape: ArchShape) -> list[tuple[str, tuple[int, ...], str]]:
     """(name, GGUF-order shape (ne0 first), ggml type) of every tensor, in a converter's order."""
-    d, ff, head_dim = shape.n_embd, shape.n_ff, shape.n_embd // shape.n_head
-    kv = shape.n_head_kv * head_dim
+    d, ff, head_dim = shape.n_embd, shape.n_ff, shape.key_length
+    q, kv = shape.n_head * head_dim, shape.n_head_kv * head_dim
     out = [("token_embd.weight", (d, shape.n_vocab), shape.weights)]
     for i in range(shape.n_layers):
         p = f"blk.{i}."
         out.append((p + "attn_norm.weight", (d,), "F32"))
-        for name, rows in (("attn_q", d), ("attn_k", kv), ("attn_v", kv)):
+        for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
             out.append((p + name + ".weight", (d, rows), shape.strong if name == "attn_v" else shape.weights))
             if shape.qkv_bias:
                 out.append((p + name + ".bias", (rows,), "F32"))
-        out += [(p + "attn_output.weight", (d, d), shape.weights), (p + "ffn_norm.weight", (d,), "F32"),
-                (p + "ffn_gate.weight", (d, ff), shape.weights), (p + "ffn_up.weight", (d, ff), shape.weights),
-                (p + "ffn_down.weight", (ff, d), shape.strong)]
+        if shape.qk_norm:
+            out += [(p + "attn_q_norm.weight", (head_dim,), "F32"), (p + "attn_k_norm.weight", (head_dim,), "F32")]
+        out += [(p + "attn_output.weight", (q, d), shape.weights), (p + "ffn_norm.weight", (d,), "F32")]
+        if shape.n_expert:
+            fe, n = shape.n_ff_exp, shape.n_expert
+            out += [(p + "ffn_gate_inp.weight", (d, n), "F32"), (p + "ffn_gate_exps.weight", (d, fe, n), shape.weights),
+                    (p + "ffn_up_exps.weight", (d, fe, n), shape.weights),
+                    (p + "ffn_down_exps.weight", (fe, d, n), shape.strong)]
+        else:
+            out += [(p + "ffn_gate.weight", (d, ff), shape.weights), (p + "ffn_up.weight", (d, ff), shape.weights),
+                    (p + "ffn_down.weight", (ff, d), shape.strong)]
     out.append(("output_norm.weight", (d,), "F32"))
     if not shape.tied:
         out.append(("output.weight", (d, shape.n_vocab), shape.strong))
     return out
 
 
-def write_header(path: Path, name: str, shape: ArchShape | None = None) -> Path:
-    """A header-only GGUF (metadata and tensor infos, no data) of SHAPES[name] (or `shape`) at `path`."""
+def write_header(path: Path, name: str, shape: ArchShape | None = None, split_max_size: int = 0) -> Path:
+    """A header-only GGUF (metadata and tensor infos, no data) of SHAPES[name] (or `shape`) at `path`. With
+    `split_max_size` (bytes of tensor data per part), split as the hub ships big models: gguf.GGUFWriter's own split
+    (llama-gguf-split's layout and `split.*` keys), parts named PATH-00001-of-0000N.gguf; the first part's path is
+    returned."""
     import gguf
 
     shape = shape or SHAPES[name]
     tokens, types, bos, eos = vocabulary(shape.n_vocab - len(vocabulary()[0]))
     assert len(tokens) == shape.n_vocab, (len(tokens), shape.n_vocab)
-    writer = gguf.GGUFWriter(str(path), shape.arch)
+    writer = gguf.GGUFWriter(str(path), shape.arch, split_max_size=split_max_size)
     writer.add_name(name)
     writer.add_description(f"{shape.description or name}: synthesised header (gguf_bench.models.shapes), no data")
     writer.add_context_length(shape.n_ctx)
@@ -102,7 +131,13 @@ def write_header(path: Path, name: str, shape: ArchShape | None = None) -> Path:
     writer.add_feed_forward_length(shape.n_ff)
     writer.add_head_count(shape.n_head)
     writer.add_head_count_kv(shape.n_head_kv)
-    writer.add_rope_dimension_count(shape.n_embd // shape.n_head)
+    writer.add_rope_dimension_count(shape.key_length)
+    writer.add_key_length(shape.key_length)
+    writer.add_value_length(shape.key_length)
+    if shape.n_expert:
+        writer.add_expert_count(shape.n_expert)
+        writer.add_expert_used_count(shape.n_expert_used)
+        writer.add_expert_feed_forward_length(shape.n_ff_exp)
     writer.add_rope_freq_base(shape.rope_base)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_vocab_size(shape.n_vocab)
@@ -121,11 +156,12 @@ def write_header(path: Path, name: str, shape: ArchShape | None = None) -> Path:
         if dims[0] % block:
             raise ValueError(f"{name}: {tname} rows of {dims[0]} are not whole {type_name} blocks of {block}")
         writer.add_tensor_info(tname, tuple(reversed(dims)), np.dtype(np.float32), tensor_bytes(type_name, dims), qtype)
+    written = writer.format_shard_names(Path(path)) if len(writer.tensors) > 1 else [Path(path)]
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     writer.close()
-    return Path(path)
+    return Path(written[0])
 
 
 def parameters(shape: ArchShape) -> int:

@@ -32,11 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from gguf_bench.errors import ModelError
-from gguf_bench.models.files import cache_dir
-from gguf_bench.models.gguf import HeaderLayout, TensorInfo, header_layout, tensor_table
-from gguf_bench.models.headers import source_prefix
+from gguf_bench.models.files import SPLIT_RE, cache_dir
+from gguf_bench.models.gguf import HeaderLayout, TensorInfo
+from gguf_bench.models.headers import source_header
 from gguf_bench.models.memory import tensor_bytes
 from gguf_bench.models.pairs import PairFiles
+from gguf_bench.models.parts import ModelHeader, PartHeader, tensor_table
 
 MARKER = "gguf_bench.twin"
 TOKEN_BAND = 4096  # embedding/output rows given random data (all rows of a MoE model's embedding)
@@ -191,24 +192,68 @@ def data_size(tensors: list[TensorInfo], alignment: int) -> int:
     return -(-end // alignment) * alignment
 
 
-def write_twin(prefix, out: Path, source: str, seed: int = 0) -> Written:
-    """Write the twin of the GGUF whose header bytes are `prefix` (at least up to the end of its tensor infos) to
-    `out`: through a temporary file in the same folder, renamed at the end (nothing half-written is left)."""
+def twin_paths(header: ModelHeader, out: Path) -> list[Path]:
+    """Where each part's twin goes: `out` for one file; for a split model, `out` with llama.cpp's part suffix
+    (OUT-00001-of-0000N.gguf, the name llama.cpp finds the other parts by), from the path given or any part's name."""
+    n = len(header.parts)
+    if n == 1:
+        return [out]
+    stem = out.name.removesuffix(".gguf")
+    if (m := SPLIT_RE.match(out.name)) and int(m["n"]) == n:
+        stem = m["stem"]
+    return [out.with_name(f"{stem}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
+
+
+def write_twin(header: ModelHeader, out: Path, source: str, seed: int = 0) -> Written:
+    """Write the twin of the model whose header is `header` to `out` (a split model: one twin per part, named as
+    twin_paths says; `path` is the first). Each file goes through a temporary file in the target folder, renamed at
+    the end; when any part fails, no part is left behind."""
     started = time.perf_counter()
-    meta, tensors, layout = header_layout(prefix, source)
-    header = twin_header(prefix, layout, None if is_twin(meta) else source)
-    plan = fills(meta, tensors)
-    for f in plan:  # every type is checked before a byte is written
-        synthetic_rows(f, 0, 1, np.random.default_rng(seed))
-    total = len(header) + data_size(tensors, layout.alignment)
-    written = sum(f.rows * row_bytes(f.tensor.type_name, f.tensor.shape[0]) for f in plan)
     out = Path(out)
     folder = out.parent if str(out.parent) else Path(".")
     if not folder.is_dir():
         raise ModelError(f"cannot write the twin: folder {folder} does not exist")
-    sparse = supports_holes(folder)
-    check_room(folder, total if not sparse else len(header) + written, shutil.disk_usage(folder).free, sparse)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=folder)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ModelError(f"cannot write the twin into {folder}: permission denied; give -o in a folder you can write")
+    plans = [(part, fills(part.meta, list(part.tensors))) for part in header.parts]
+    for _part, plan in plans:  # every type is checked before a byte is written
+        for f in plan:
+            synthetic_rows(f, 0, 1, np.random.default_rng(seed))
+    paths, done = twin_paths(header, out), []
+    try:
+        sparse = supports_holes(folder)
+        check_room(folder, sum(_room(part, plan, sparse) for part, plan in plans), shutil.disk_usage(folder).free, sparse)
+        for (part, plan), path in zip(plans, paths):
+            _write_part(part, plan, path, None if is_twin(header.meta) else source, seed)
+            done.append(path)
+    except BaseException as exc:
+        for path in done:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if isinstance(exc, OSError):
+            why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+            raise ModelError(f"cannot write the twin {out}: {why}; nothing was left behind") from None
+        raise
+    stats = [p.stat() for p in paths]
+    return Written(paths[0], len(header.tensors), sum(st.st_size for st in stats), sum(st.st_blocks * 512 for st in stats),
+                   sum(_written(plan) for _part, plan in plans), sparse, time.perf_counter() - started)
+
+
+def _written(plan: list[Fill]) -> int:
+    return sum(f.rows * row_bytes(f.tensor.type_name, f.tensor.shape[0]) for f in plan)
+
+
+def _room(part: PartHeader, plan: list[Fill], sparse: bool) -> int:
+    """Bytes one part's twin takes on disk: its header and written data where holes are kept, else its whole size."""
+    header = part.layout.data_start + len(MARKER) + 256  # the header and the marker key
+    return header + (_written(plan) if sparse else data_size(list(part.tensors), part.layout.alignment))
+
+
+def _write_part(part: PartHeader, plan: list[Fill], out: Path, marker: str | None, seed: int) -> None:
+    """One part's twin at `out`, through a temporary file in its folder (removed when anything fails)."""
+    header = twin_header(part.prefix, part.layout, marker)
+    total = len(header) + data_size(list(part.tensors), part.layout.alignment)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(header)
@@ -218,17 +263,10 @@ def write_twin(prefix, out: Path, source: str, seed: int = 0) -> Written:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # as a file opened the ordinary way (mkstemp makes it 0600)
         os.replace(tmp, out)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise ModelError(f"cannot write the twin {out}: {why}; nothing was left behind") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    st = out.stat()
-    return Written(out, len(tensors), st.st_size, st.st_blocks * 512, written, sparse, time.perf_counter() - started)
 
 
 def _write_data(fh, data_start: int, plan: list[Fill], rng: np.random.Generator) -> None:
@@ -267,11 +305,13 @@ def check_room(folder: Path, need: int, free: int, sparse: bool) -> None:
 
 
 def twin_of(source: str, folder: Path, registry: Path | None = None) -> Path:
-    """A twin of SOURCE (a GGUF file, a registry model, or a hub file: headers.source_prefix reads its header only)
+    """A twin of SOURCE (a GGUF file, a registry model, or a hub file: headers.source_header reads its header only)
     written into `folder`, named after the source."""
-    prefix, label = source_prefix(source, registry)
+    header = source_header(source, registry)
     name = re.sub(r"[^\w.-]+", "_", Path(source).name if Path(source).is_file() else source).removesuffix(".gguf")
-    return write_twin(prefix, folder / f"{name[-100:]}.twin.gguf", label).path
+    if m := SPLIT_RE.match(f"{name}.gguf"):
+        name = m["stem"]
+    return write_twin(header, folder / f"{name[-100:]}.twin.gguf", header.label).path
 
 
 def twin_folder(prefix: str = "twins-") -> tempfile.TemporaryDirectory:
