@@ -120,3 +120,9 @@ def test_bench_rpc_prints_a_row_per_delay(tiny_pairs, rpc_bins):
                  "--markdown")
     rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "ms |" in line]
     assert rows == ["0 ms", "2 ms"], out
+
+
+def test_bench_twin_variants_times_the_real_file_against_three_twins(tiny_pairs):
+    out = script("bench_twin_variants.py", str(tiny_pairs["middle"][0]), "--rounds", "2", "-n", "4", "--threads", "1")
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    assert rows == ["real", "twin", "twin, no holes", "twin, full output"], out
