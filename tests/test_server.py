@@ -75,6 +75,20 @@ def test_sweep_server_resume_runs_only_what_is_missing(tiny_pairs, server_bin, i
     assert len(again) == 4 and again[-1]["cell"] == first[1]["cell"] and again[-1]["error"] is None
 
 
+def test_sweep_whose_cells_fail_counts_them_and_exits_3(tiny_pairs, server_bin, isolated):
+    """Every server of this sweep fails to start (a context of a billion tokens, refused by llama-server itself): the
+    sweep stores an error record per cell, ends with one line counting them and naming --resume, and exits 3."""
+    target, _ = tiny_pairs["high"]
+    result = invoke("sweep", "--target", str(target), "--spec-type", "ngram", "-K", "1,2", "-n", "4", "--prompt-ids",
+                    "code-short", "--engine", "server", "--server-bin", str(server_bin), "--ctx-size", "1000000000",
+                    "--name", "failing")
+    records = stored(isolated / "results" / "failing.jsonl")
+    assert len(records) == 3 and all("llama-server failed to start" in r["error"] for r in records)
+    assert result.exit_code == 3, result.output
+    assert "3 cells failed" in result.stderr and "--name failing --resume" in result.stderr
+    assert "Traceback" not in result.output
+
+
 def test_server_that_dies_mid_group_keeps_every_record(tiny_pairs, server_bin, isolated):
     """Kill llama-server after the first measured cell: the rest of its group get an error each, the next group
     starts a new server and measures; nothing is lost."""

@@ -80,7 +80,7 @@ from gguf_bench.errors import BenchError, ResultsError
 from gguf_bench.measure import deploy, prompts, workloads
 from gguf_bench.measure.distributed import RayOptions, failure_message, ray_options, sweep_on_ray
 from gguf_bench.measure.machine import vram_budget
-from gguf_bench.measure.plan import Grid, measured, single_run_grid
+from gguf_bench.measure.plan import Grid, cells_failed, measured, single_run_grid
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import Split, placing_axes
@@ -98,6 +98,8 @@ from gguf_bench.results.store import (
     use_results_dir,
 )
 from gguf_bench.results.text import fit_title, fold
+
+FAILED_CELLS = 3  # sweep's exit status when it ends with failed cells (1: an error, 2: `check` found a difference)
 
 
 @command
@@ -305,7 +307,19 @@ def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -
         raise typer.Exit(130) from None
     except ResultsError as exc:
         raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
-    _show_runs([r for r in read_records(out) if isinstance(r, RunRecord)], title=f"sweep {name} ({out})")
+    records = [r for r in read_records(out) if isinstance(r, RunRecord)]
+    _show_runs(records, title=f"sweep {name} ({out})")
+    _fail_on_failed_cells(records, name, out)
+
+
+def _fail_on_failed_cells(records: list[RunRecord], name: str, out: Path, resume_flags: str = "") -> None:
+    """One line counting the cells that failed and how to run them again, then exit FAILED_CELLS: scripts and CI see it."""
+    failed = cells_failed(records)
+    if failed:
+        err.print(f"{len(failed)} cell{'s' if len(failed) > 1 else ''} failed (each record in {out} says why); run "
+                  f"{'them' if len(failed) > 1 else 'it'} again with `gguf-bench sweep ... --name {name} --resume"
+                  f"{resume_flags}`", markup=False)
+        raise typer.Exit(FAILED_CELLS)
 
 
 def _sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice, ray: RayOptions) -> None:
@@ -329,6 +343,8 @@ def _sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairCh
         _show_runs(records, title=title, deploy_lines=False)
     if summary.failures:
         raise BenchError(failure_message(summary, name))
+    if out.is_file():
+        _fail_on_failed_cells(records, name, out, f" --ray {address}")
 
 
 @command

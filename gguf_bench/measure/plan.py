@@ -250,6 +250,12 @@ def cells_done(records: list, pair: str | None = None) -> set[str]:
             if isinstance(r, RunRecord) and r.cell and done(r) and (pair is None or r.pair == pair)}
 
 
+def cells_failed(records: list) -> set[str]:
+    """Keys of the cells whose every record failed (none measured or skipped): what `sweep --resume` runs again."""
+    failed = {r.cell for r in records if isinstance(r, RunRecord) and r.cell and not done(r)}
+    return failed - cells_done(records)
+
+
 @dataclass(frozen=True)
 class Setting:
     """What one load of a pair, or one llama-server configuration, needs: the files, the load (offload, context,
