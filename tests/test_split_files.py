@@ -248,3 +248,57 @@ def test_a_235b_moe_split_header_plans_as_one_file(tmp_path):
     assert weights <= model["file_size"] <= 1.001 * weights, model  # data as laid out, and each part's header
     print(f"235B split header through the local hub: {len(parts)} parts, {sent / 2**20:.1f} MiB sent, {seconds:.1f} s "
           f"for drafts --verbose; {drafts.stderr.strip().splitlines()[-1]}")
+
+
+def test_a_header_is_read_once_per_file_version(split_pair, tmp_path):
+    copy = tmp_path / "t.gguf"
+    shutil.copy(split_pair["target"], copy)
+    first = local_header(copy)
+    assert local_header(copy).parts[0] is first.parts[0]  # the engines, the planner and the checks share one read
+    os.utime(copy, ns=(time.time_ns(), time.time_ns() + 10**9))  # the file changed: read again
+    assert local_header(copy).parts[0] is not first.parts[0]
+    with pytest.raises(TypeError):
+        first.meta["general.name"] = "changed"  # shared, so read-only
+
+
+def test_twin_measures_and_sweeps_take_a_split_target(split_pair):
+    part, draft = str(split_pair["parts"][1]), str(split_pair["draft"])
+    measured = invoke("plan", "--target", part, "--draft", draft, "--vram", "1GB", "--ctx", "512", "--measure",
+                      "--measure-n", "4")
+    assert measured.exit_code == 0, measured.output
+    assert "target t/s" in measured.stdout and "tiny-target-00002-of-00003.gguf" in measured.stdout
+    tuned = invoke("tune", "--twin", "--target", part, "--draft", draft, "-K", "1-2", "-n", "8", "--prompt-ids",
+                   "code-short", "--reps", "1", "--acceptance", "0.7", "--json")
+    assert tuned.exit_code == 0, tuned.output
+    assert {r["k"] for r in json.loads(tuned.stdout)["at_acceptance"]} == {1, 2}
+    swept = invoke("sweep", "--target", part, "--draft", draft, "-K", "2", "-n", "8", "--prompt-ids", "code-short",
+                   "--name", "split-sweep")
+    assert swept.exit_code == 0, swept.output
+    assert "K=2" in swept.stdout and "tiny-target-00001-of-00003.gguf" in swept.stdout  # loaded from part 1
+
+
+@pytest.mark.slow
+def test_a_real_model_split_by_size_answers_as_its_file(gguf_split_bin, gemma_pair, tmp_path):
+    """gemma-3-270m Q4_K_M (the default draft) cut by llama-gguf-split into parts of at most 100 MB."""
+    target, draft = gemma_pair
+    (tmp_path / "parts").mkdir()
+    subprocess.run([str(gguf_split_bin), "--split", "--split-max-size", "100M", str(draft),
+                    str(tmp_path / "parts" / "gemma-q4")], check=True, capture_output=True, timeout=300)
+    parts = sorted((tmp_path / "parts").glob("gemma-q4-*-of-*.gguf"))
+    assert len(parts) == 3
+    _same_model(local_header(parts[2]), local_header(draft))
+    plans = [invoke("plan", "--target", str(target), "--draft", str(d), "--vram", "2GB") for d in (draft, parts[2])]
+    assert all(r.exit_code == 0 for r in plans), plans[1].output
+    assert _without_names(plans[0].stdout, draft.name) == _without_names(plans[1].stdout, parts[2].name)
+    found = []
+    for folder in (draft.parent, tmp_path / "parts"):
+        result = invoke("drafts", str(target), "--search", str(folder), "--offline", "--no-caches", "--vram", "2GB",
+                        "--json")
+        assert result.exit_code == 0, result.output
+        found.append(next(r for r in json.loads(result.stdout)["ranking"] if "q4" in Path(r["name"]).name.lower()))
+    assert found[1]["name"] == str(parts[0]) and found[1]["cost_ratio"] == found[0]["cost_ratio"]
+    twin = invoke("twin", str(parts[1]), "-o", str(tmp_path / "twin.gguf"))
+    assert twin.exit_code == 0, twin.output
+    run = invoke("run", "--target", str(tmp_path / "twin-00001-of-00003.gguf"), "--draft", str(draft), "-n", "4",
+                 "-K", "2", "--prompt", "hi", "--json")
+    assert run.exit_code == 0 and all(r["metrics"]["n_tokens"] == 4 for r in json.loads(run.stdout)), run.output

@@ -32,7 +32,7 @@ from gguf_bench.models.gguf import GGUFInfo, Rule, first_failure, total_size
 from gguf_bench.models.headers import HubReader, ReadStats
 from gguf_bench.models.memory import Shape, Weight, tensor_bytes
 from gguf_bench.models.parts import ModelHeader, local_header, model_path, part_paths
-from gguf_bench.models.registry import HubSource, load_registry, name_model, parse_hub_ref
+from gguf_bench.models.registry import HubSource, Named, load_registry, name_model
 from gguf_bench.models.vocab import TOKENS_KEY, info_from_header
 
 HEADER_SCHEMA = 2  # the cached Header's form: an entry of another (older) form is read again
@@ -246,6 +246,7 @@ class Candidate:
     header: Header | None = None
     status: str = "unchecked"  # compatible, incompatible, unreadable, unchecked (needs no file)
     reason: str = ""  # the first failing condition, why it is unreadable, or a note
+    named: Named | None = None  # what its name resolved to (the target's: once, for every later question)
 
     @property
     def needs_file(self) -> bool:
@@ -317,23 +318,26 @@ def gguf_files(folder: Path) -> list[Path]:
 
 
 def read_target(source: str, reader: HeaderReader, registry: Path | None = None) -> Candidate:
-    """The target's header, named as everywhere (a path, a registry model, a hub file); one line when not found."""
-    c = Candidate(source, "target", "target")
-    c.header = _read_source(source, reader, registry)
+    """The target's header, named as everywhere (a path, a registry model, a hub file); one line when not found. Its
+    name is resolved here once (`named`): the hub search asks it for the target's repository."""
+    c = Candidate(source, "target", "target", named=_resolve(source, registry))
+    c.header = _read_named(c.named, source, reader)
     if c.header.vocab is None:
         raise BenchError(f"target {source} has no vocabulary in its header: not a model a draft can serve")
     c.status = "target"
     return c
 
 
-def _read_source(source: str, reader: HeaderReader, registry: Path | None) -> Header:
-    """The header of a model named as everywhere (registry.name_model): its file, its registry model's cached file,
-    else its hub file."""
+def _resolve(source: str, registry: Path | None) -> Named:
     try:
-        named = name_model(source, registry)
+        return name_model(source, registry)
     except RegistryError:
         raise BenchError(f"{source} not found: not a file, not a registry model, and not a hub file "
                          "(REPO:QUANT or REPO/FILE.gguf)") from None
+
+
+def _read_named(named: Named, source: str, reader: HeaderReader) -> Header:
+    """The header of a resolved model: its file, its registry model's cached file, else its hub file."""
     if named.path is not None:
         return reader.local(named.path)
     if named.ref is not None:
@@ -440,7 +444,7 @@ def _registry_candidates(options: Options, target_source: str, reader: HeaderRea
     except RegistryError:
         return
     search.searched.append(f"registry {reg.path}")
-    family = [q.lower() for q in family_queries(search.target.header.meta, target_source)]
+    family = [q.lower() for q in family_queries(search.target.header.meta, search.target.named.hub)]
     for name in dict.fromkeys(p.draft.name for p in reg.pairs.values()):
         ref = reg.models[name]
         path = locate(ref, reg)
@@ -460,7 +464,7 @@ def _registry_candidates(options: Options, target_source: str, reader: HeaderRea
 # --- the hub ------------------------------------------------------------------------------------------------------
 
 
-def family_queries(meta: dict, target_source: str) -> list[str]:
+def family_queries(meta: dict, target_hub: HubSource | None = None) -> list[str]:
     """What to search the hub for: the target's base name (else its name without size and fine-tune), and the base
     model's name the same way."""
     out = []
@@ -475,7 +479,7 @@ def family_queries(meta: dict, target_source: str) -> list[str]:
             out.append(text)
         if key == "general.basename":
             break
-    if not out and (hub := parse_hub_ref(target_source)):
+    if not out and (hub := target_hub):
         out.append(_SIZE.sub("", hub.repo.split("/")[1]).replace("GGUF", "").strip("-_ "))
     return out
 
@@ -485,7 +489,7 @@ def _hub_candidates(target_source: str, t_header: Header, options: Options, read
     from huggingface_hub import HfApi
 
     meta = t_header.meta
-    t_hub = parse_hub_ref(target_source)
+    t_hub = search.target.named.hub if search.target.named else None
     t_repo = t_hub.repo if t_hub else None
     t_size = size_of(str(meta.get("general.size_label") or "")) or size_of(target_source) or float(t_header.n_params)
     from huggingface_hub.utils import logging as hf_logging
@@ -495,7 +499,7 @@ def _hub_candidates(target_source: str, t_header: Header, options: Options, read
     repos: dict[str, object] = {}
     try:
         _probe()  # an unreachable hub fails here at once, not after list_models' retries (half a minute)
-        for q in family_queries(meta, target_source):
+        for q in family_queries(meta, t_hub):
             for m in api.list_models(search=q, filter="gguf", expand=["siblings", "sha"], limit=options.max_repos * 2):
                 repos.setdefault(m.id, m)
         if t_repo and t_repo not in repos:

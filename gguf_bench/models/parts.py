@@ -9,9 +9,11 @@ that asks what a model holds (the planner, the drafts finder, twins, placement c
 
 from __future__ import annotations
 
+import functools
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from gguf_bench.errors import ModelError
 from gguf_bench.models.files import SPLIT_RE, split_parts
@@ -27,7 +29,7 @@ class PartHeader:
 
     name: str  # the file's name (a local path, or REPO/FILE on the hub)
     prefix: bytes
-    meta: dict
+    meta: MappingProxyType  # read-only: a header read once is shared by everyone who asks
     tensors: tuple[TensorInfo, ...]
     layout: HeaderLayout
     size: int  # the file's bytes as its tensor infos lay them out (a header-only file counts its tensors' data)
@@ -41,7 +43,7 @@ class ModelHeader:
     parts: tuple[PartHeader, ...]
 
     @property
-    def meta(self) -> dict:
+    def meta(self) -> MappingProxyType:
         return self.parts[0].meta
 
     @property
@@ -71,7 +73,7 @@ def part_header(buf, name: str, size: int | None = None, keep: frozenset[str] = 
     """One part's header from its first bytes (enough for the header: models/gguf.HeaderCutShort otherwise); `size`:
     the file's size where known (a local file's, with any padding after its data)."""
     meta, tensors, layout = header_layout(buf, name, keep)
-    return PartHeader(name, bytes(buf[:layout.infos[1]]), meta, tuple(tensors), layout,
+    return PartHeader(name, bytes(buf[:layout.infos[1]]), MappingProxyType(meta), tuple(tensors), layout,
                       max(size or 0, laid_out_size(layout, tensors)))
 
 
@@ -135,13 +137,23 @@ def local_header(path: Path, keep: frozenset[str] = frozenset()) -> ModelHeader:
 
 
 def read_part(path: Path, keep: frozenset[str] = frozenset()) -> PartHeader:
-    """One local file's own header (a split model's part: its own tensors only)."""
+    """One local file's own header (a split model's part: its own tensors only). Read once per file version: the
+    same path, size and modification time give the header already read (engines, planner and checks all ask)."""
+    try:
+        st = Path(path).stat()
+    except OSError as exc:
+        raise ModelError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return _read_part(str(path), st.st_size, st.st_mtime_ns, keep)
+
+
+@functools.lru_cache(maxsize=8)  # a header with its vocabulary kept is ~10 MB: a few models' worth
+def _read_part(path: str, size: int, mtime_ns: int, keep: frozenset[str]) -> PartHeader:
     try:
         with open(path, "rb") as fh:
             if fh.read(4) != b"GGUF":
                 raise ModelError(f"{path} is not a GGUF file (no GGUF magic at its start)")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return part_header(buf, str(path), path.stat().st_size, keep)
+                return part_header(buf, path, size, keep)
     except OSError as exc:
         raise ModelError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError:  # mmap of an empty file
