@@ -75,6 +75,9 @@ def test_plan_info_and_drafts_answer_as_for_the_single_file(split_pair, tmp_path
     plans = [invoke("plan", "--target", str(t), "--draft", str(draft), "--vram", "1GB") for t in (target, parts[1])]
     assert all(r.exit_code == 0 for r in plans), plans[1].output
     assert _without_names(plans[0].stdout, target.name) == _without_names(plans[1].stdout, parts[1].name)
+    from gguf_bench.cli.models import _local_files
+
+    assert _local_files([str(parts[1]), str(draft)], None) == [parts[0], draft]  # --compare-fit: llama-fit-params loads part 1
     info = invoke("info", str(parts[2]))
     assert info.exit_code == 0, info.output
     total = sum(p.stat().st_size for p in parts)

@@ -34,7 +34,7 @@ from gguf_bench.models.gguf import compatibility
 from gguf_bench.models.headers import source_header
 from gguf_bench.models.memory import MIB
 from gguf_bench.models.pairs import header_sources, resolve_for_info
-from gguf_bench.models.parts import part_paths
+from gguf_bench.models.parts import model_path, part_paths
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.models.twin import twin_paths, write_twin
@@ -231,7 +231,7 @@ def _local_files(sources: list[str], registry: Path | None) -> list[Path]:
     out = []
     for source in sources:
         reg = None if Path(source).is_file() else load_registry(registry)
-        path = Path(source) if reg is None else locate(reg.models[source], reg) if source in reg.models else None
+        path = model_path(Path(source)) if reg is None else locate(reg.models[source], reg) if source in reg.models else None
         if path is None:
             raise BenchError(f"--compare-fit needs the model file (llama-fit-params reads it): '{source}' is neither a "
                              "file nor a downloaded registry model; `gguf-bench download` it, or pass --target FILE")
