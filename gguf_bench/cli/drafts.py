@@ -89,7 +89,7 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
     opts = cands.Options(tuple(search or ()), qs, hub=not offline, local_caches=not no_caches, registry=registry)
     found = cands.find(target, opts, reader)
     read = [c for c in found.candidates if c.needs_file and c.status in ("compatible", "incompatible")]
-    if not read:
+    if not read and not any(c.kind == "draft-mtp" for c in found.candidates):  # heads need no file
         where = ", ".join(found.searched) or "nowhere"
         hub = f"; {found.hub_error}" if found.hub_error else ""
         bad = [c.name for c in found.candidates if c.status == "unreadable"]

@@ -22,6 +22,7 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "make-test-pair": [
         "gguf-bench make-test-pair /tmp/tiny --noise 0.05",
+        "gguf-bench make-test-pair /tmp/tiny --mtp    # a target with an MTP head",
         "gguf-bench info /tmp/tiny/tiny-target.gguf /tmp/tiny/tiny-draft.gguf",
     ],
     "drafts": [

@@ -37,6 +37,7 @@ from gguf_bench.models.pairs import header_sources, resolve_for_info
 from gguf_bench.models.parts import model_path, part_paths
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
+from gguf_bench.models.tiny_heads import write_mtp_target
 from gguf_bench.models.twin import twin_paths, write_twin
 from gguf_bench.placing import Placing
 from gguf_bench.results.store import use_results_dir
@@ -140,9 +141,15 @@ def make_test_pair(out_dir: Annotated[Path, typer.Argument(help="folder to write
                    experts_used: Annotated[int, typer.Option("--experts-used", help="experts each token is routed "
                                                              "to")] = 2,
                    dense_draft: Annotated[bool, typer.Option("--dense-draft", help="with --experts: a small dense draft "
-                                                             "with the same vocabulary instead of a perturbed copy")] = False
+                                                             "with the same vocabulary instead of a perturbed copy")] = False,
+                   mtp: Annotated[bool, typer.Option("--mtp", help="instead: tiny-mtp.gguf, a glm4moe target with its "
+                                                     "own MTP head (--spec-type draft-mtp, no draft file)")] = False
                    ) -> None:
-    """Write a tiny llama-architecture target/draft pair (random weights) for tests and trials."""
+    """Write a tiny llama-architecture target/draft pair (random weights) for tests and trials; with --mtp a tiny target
+    that drafts for itself (one MTP head)."""
+    if mtp:
+        console.print(f"target with an MTP head: {write_mtp_target(out_dir / 'tiny-mtp.gguf', seed=seed)}")
+        return
     if noise < 0:
         raise BenchError(f"--noise must be >= 0, got {noise}")
     if experts < 0 or (experts and not 1 <= experts_used <= experts):

@@ -42,7 +42,7 @@ def open_engine(name: str, grid: Grid, files: PairFiles) -> Engine:
     if name == PYTHON_ENGINE:
         return PythonEngine()
     engine = ServerEngine(grid.server_bin, need_rpc=any(p.rpc for p in grid.placings))
-    engine.check_files(grid.strategies, files)
+    engine.check_files(grid.strategies, files, grid.ks)
     engine.check_placements(grid)
     return engine
 

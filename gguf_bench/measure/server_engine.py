@@ -55,6 +55,7 @@ from gguf_bench.measure.loadmeter import ServerLoadMeter
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting
 from gguf_bench.measure.prepared import PreparedPrompts
+from gguf_bench.models.heads import chained_k_limit, mtp_heads
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
@@ -87,7 +88,8 @@ def check_files(strategies: list[Strategy], files: PairFiles, server_help: str) 
                               "newer one with `gguf-bench build-server` or pass --server-bin")
         if spec_type == "draft-mtp" and not _has_nextn(files.target):
             raise ConfigError(f"--spec-type draft-mtp drafts with the target's MTP/NextN heads, and {files.target.name} "
-                              "has none (no blk.N.nextn.* tensors); choose a model trained with MTP or another type")
+                              f"has none (llama.cpp reads them from {_architecture(files.target)}.nextn_predict_layers "
+                              "and the last block's nextn.eh_proj); choose a model trained with MTP or another type")
         sidecar = {"draft-eagle3": "eagle3", "draft-dflash": "dflash", "draft-dspark": "dflash"}.get(spec_type)
         if sidecar and files.draft is not None and (arch := _architecture(files.draft)) != sidecar:
             raise ConfigError(f"--spec-type {spec_type} needs a {sidecar} sidecar GGUF as the draft (--draft FILE); "
@@ -98,7 +100,21 @@ def check_files(strategies: list[Strategy], files: PairFiles, server_help: str) 
 
 
 def _has_nextn(path: Path) -> bool:
-    return any(".nextn." in t.name for t in tensor_table(path)[1])
+    """llama.cpp's reading of MTP heads (models/heads.py: the rule `drafts` lists draft-mtp by)."""
+    meta, tensors = tensor_table(path)
+    return mtp_heads(meta, (t.name for t in tensors)) > 0
+
+
+def check_mtp_k(strategies: list[Strategy], ks: list[int], files: PairFiles) -> None:
+    """One line for a -K the target's chained MTP heads cannot draft: llama.cpp clamps draft-mtp's
+    --spec-draft-n-max to their count (common/speculative.cpp:1421-1424) without a word."""
+    if not any(server_type(s) == "draft-mtp" for s in strategies) or not ks:
+        return
+    meta, tensors = tensor_table(files.target)
+    limit = chained_k_limit(meta, (t.name for t in tensors))
+    if limit is not None and max(ks) > limit:
+        raise ConfigError(f"-K {max(ks)}: {files.target.name} has {limit} chained MTP heads (one per draft step), and "
+                          f"llama.cpp's draft-mtp drafts at most {limit} with them; give -K up to {limit}")
 
 
 def _has_markov_head(path: Path) -> bool:
@@ -121,8 +137,9 @@ class ServerEngine:
         self.help = help_text(self.binary, self.env)
         self.devices: dict[tuple[str, ...], list[rpc.Device]] = {}  # per --rpc list: the devices it gives llama-server
 
-    def check_files(self, strategies: list[Strategy], files: PairFiles) -> None:
+    def check_files(self, strategies: list[Strategy], files: PairFiles, ks: list[int] | None = None) -> None:
         check_files(strategies, files, self.help)
+        check_mtp_k(strategies, list(ks or []), files)
 
     def check_placements(self, grid: Grid) -> None:
         """Before anything loads, each --rpc list's servers reached and their devices listed; then each placement's

@@ -30,6 +30,7 @@ from gguf_bench.models.download import hub_error_message, locate
 from gguf_bench.models.files import SPLIT_RE, cache_dir, read_json, write_json
 from gguf_bench.models.gguf import GGUFInfo, Rule, first_failure, total_size
 from gguf_bench.models.headers import HubReader, ReadStats
+from gguf_bench.models.heads import mtp_heads
 from gguf_bench.models.memory import Shape, Weight, tensor_bytes
 from gguf_bench.models.parts import ModelHeader, local_header, model_path, part_paths
 from gguf_bench.models.registry import HubSource, Named, load_registry, name_model
@@ -218,11 +219,8 @@ def _params(meta: dict, tensors: list) -> tuple[int, int, int]:
 
 
 def _has_mtp(meta: dict, tensors: list) -> bool:
-    """llama.cpp's draft-mtp detection: the last block has a NextN projection; or the header says it has such layers."""
-    arch = meta.get("general.architecture")
-    blocks = int(meta.get(f"{arch}.block_count") or 0)
-    names = {t.name for t in tensors}
-    return f"blk.{blocks - 1}.nextn.eh_proj.weight" in names or int(meta.get(f"{arch}.nextn_predict_layers") or 0) > 0
+    """llama.cpp's draft-mtp detection (models/heads.py, the rule the server engine checks too)."""
+    return mtp_heads(meta, (t.name for t in tensors)) > 0
 
 
 def _sidecar(meta: dict, tensors: list) -> str | None:

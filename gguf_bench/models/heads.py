@@ -1,0 +1,36 @@
+"""Does a model draft for itself? llama.cpp's one reading of MTP (NextN) heads, from a GGUF header.
+
+The vendored llama.cpp (0.3.36's, 0c1e570) decides in three places, and a model runs `--spec-type draft-mtp` only
+where all three agree:
+- `{arch}.nextn_predict_layers` > 0: without it llama_init_from_model refuses the MTP context
+  (src/llama-context.cpp:3881, "context type MTP requested but model doesn't contain MTP layers");
+- the NextN block's projection is in the file: `blk.{block_count - 1}.nextn.eh_proj.weight` is how
+  common_speculative_types_from_gguf recognises an MTP GGUF (common/speculative.cpp:2290), and a header that declares
+  heads whose tensors were stripped loads trunk-only (the `trunk_only` probe of src/models/glm4-moe.cpp:33, step35.cpp,
+  mimo2.cpp), where the MTP graph then asserts `nextn.eh_proj`;
+- architecture `dflash` is a sidecar, never a target with heads (speculative.cpp:2286).
+How many heads there are matters too: more than one (step35) chain one per draft step, and llama.cpp drafts at most
+that many (speculative.cpp:1421-1424 clamps --spec-draft-n-max, silently); one head drafts any K, step after step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def mtp_heads(meta: dict, tensor_names: Iterable[str]) -> int:
+    """The MTP heads llama-server's draft-mtp would run on this model: 0 for none."""
+    arch = meta.get("general.architecture")
+    if not arch or arch == "dflash":
+        return 0
+    declared = int(meta.get(f"{arch}.nextn_predict_layers") or 0)
+    blocks = int(meta.get(f"{arch}.block_count") or 0)
+    if declared <= 0 or blocks <= 0:
+        return 0
+    return declared if f"blk.{blocks - 1}.nextn.eh_proj.weight" in set(tensor_names) else 0
+
+
+def chained_k_limit(meta: dict, tensor_names: Iterable[str]) -> int | None:
+    """The largest K draft-mtp drafts with these heads: their count where several chain (one per step), else None."""
+    n = mtp_heads(meta, tensor_names)
+    return n if n > 1 else None

@@ -1,0 +1,109 @@
+"""A tiny target with its own MTP (NextN) head, random weights, for llama-server's `--spec-type draft-mtp`.
+
+Architecture glm4moe (GLM-4.5's): the simplest whose draft-mtp graph the vendored llama.cpp has. Its trunk is plain
+attention (no recurrent state: qwen35/qwen3next are hybrids with gated delta-net layers, whose speculation needs state
+checkpoints, and deepseek2's attention is MLA), and its one NextN block is a trunk block plus eh_proj/enorm/hnorm
+(src/models/glm4-moe.cpp: load_arch_tensors, graph_mtp). What that file asks for, and so what is written:
+- every block is a mixture of experts (`leading_dense_block_count` 0) with one shared expert and a routing bias
+  (`ffn_exp_probs_b`): graph_mtp asserts `ffn_gate_inp` and runs the shared expert unconditionally;
+- `block_count` counts the NextN block; `nextn_predict_layers` = 1 (graph_mtp asserts exactly one);
+- the head reuses `token_embd` and `output`/`output_norm` (nextn.embed_tokens, shared_head_* are optional).
+Acceptance means nothing (random weights); drafting, verifying and the counters do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gguf_bench.models.tiny import MERGES, vocabulary
+
+ARCH = "glm4moe"
+
+
+@dataclass(frozen=True)
+class TinyMtpSpec:
+    n_layers: int = 2  # trunk blocks; the NextN block is one more
+    width: int = 64
+    n_heads: int = 4
+    ff_exp: int = 64
+    n_experts: int = 4
+    n_experts_used: int = 2
+    n_ctx: int = 4096
+    logit_scale: float = 4.0
+
+
+def mtp_weights(spec: TinyMtpSpec, n_vocab: int, seed: int, heads: int = 1) -> dict[str, np.ndarray]:
+    """Weights in GGUF's (reversed) shape order: blocks 0..n_layers-1 the trunk, the `heads` blocks after them NextN
+    heads."""
+    rng = np.random.default_rng(seed)
+    d, f, e = spec.width, spec.ff_exp, spec.n_experts
+
+    def mat(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    w = {"token_embd.weight": mat(n_vocab, d, scale=np.sqrt(d)), "output_norm.weight": np.ones(d, np.float32),
+         "output.weight": mat(n_vocab, d, scale=spec.logit_scale)}
+    for i in range(spec.n_layers + heads):
+        p = f"blk.{i}."
+        w |= {p + "attn_norm.weight": np.ones(d, np.float32), p + "attn_q.weight": mat(d, d),
+              p + "attn_k.weight": mat(d, d), p + "attn_v.weight": mat(d, d), p + "attn_output.weight": mat(d, d),
+              p + "post_attention_norm.weight": np.ones(d, np.float32),
+              p + "ffn_gate_inp.weight": mat(e, d), p + "exp_probs_b.bias": np.zeros(e, np.float32),
+              p + "ffn_gate_exps.weight": mat(e, f, d), p + "ffn_up_exps.weight": mat(e, f, d),
+              p + "ffn_down_exps.weight": mat(e, d, f),
+              p + "ffn_gate_shexp.weight": mat(f, d), p + "ffn_up_shexp.weight": mat(f, d),
+              p + "ffn_down_shexp.weight": mat(d, f)}
+    for i in range(spec.n_layers, spec.n_layers + heads):
+        p = f"blk.{i}.nextn."
+        w |= {p + "eh_proj.weight": mat(d, 2 * d), p + "enorm.weight": np.ones(d, np.float32),
+              p + "hnorm.weight": np.ones(d, np.float32)}
+    return w
+
+
+def write_mtp_target(path: Path, spec: TinyMtpSpec = TinyMtpSpec(), seed: int = 0, heads: int = 1) -> Path:
+    """A tiny glm4moe target with `heads` NextN heads. 0: the same trunk without them (for refusals). More than one is
+    a header for the rules only: llama.cpp's glm4moe MTP graph runs exactly one (glm4-moe.cpp:136 asserts it)."""
+    import gguf
+
+    tokens, types, bos, eos = vocabulary()
+    weights = mtp_weights(spec, len(tokens), seed, heads)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), ARCH)
+    writer.add_name(f"tiny-mtp-{heads}-heads")
+    writer.add_context_length(spec.n_ctx)
+    writer.add_embedding_length(spec.width)
+    writer.add_block_count(spec.n_layers + heads)
+    writer.add_uint32(f"{ARCH}.nextn_predict_layers", heads)
+    writer.add_feed_forward_length(spec.ff_exp)
+    writer.add_expert_feed_forward_length(spec.ff_exp)
+    writer.add_head_count(spec.n_heads)
+    writer.add_head_count_kv(spec.n_heads)
+    writer.add_rope_dimension_count(spec.width // spec.n_heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_expert_count(spec.n_experts)
+    writer.add_expert_used_count(spec.n_experts_used)
+    writer.add_expert_shared_count(1)
+    writer.add_leading_dense_block_count(0)
+    writer.add_expert_weights_norm(True)
+    writer.add_expert_weights_scale(1.0)
+    writer.add_vocab_size(len(tokens))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(MERGES)
+    writer.add_bos_token_id(bos)
+    writer.add_eos_token_id(eos)
+    writer.add_add_bos_token(True)
+    for name, w in weights.items():
+        writer.add_tensor(name, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -1,0 +1,98 @@
+"""A target that drafts for itself (issue 51): a tiny glm4moe with one MTP (NextN) head, written in the run
+(models/tiny_heads.py), found by `drafts` from its header, measured end to end through llama-server's draft-mtp, and
+refused in one line where it cannot draft."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import assert_user_error, invoke, stored
+from test_deploy import _serve_printed
+
+from gguf_bench.engines.llama_cpp import Vocabulary
+from gguf_bench.measure.deploy import command_line
+from gguf_bench.measure.server_engine import _has_nextn
+from gguf_bench.models.candidates import _has_mtp
+from gguf_bench.models.heads import chained_k_limit, mtp_heads
+from gguf_bench.models.parts import tensor_table
+from gguf_bench.models.tiny_heads import write_mtp_target
+from gguf_bench.results.records import parse
+
+PROMPT = "def fibonacci(n):"
+
+
+@pytest.fixture(scope="module")
+def mtp_models(tmp_path_factory) -> dict[int, object]:
+    """heads -> file: 1 (runs), 0 (the same trunk without it), 2 (a header for the rules: chained heads)."""
+    folder = tmp_path_factory.mktemp("mtp")
+    return {n: write_mtp_target(folder / f"tiny-mtp-{n}.gguf", heads=n) for n in (0, 1, 2)}
+
+
+def test_one_rule_for_mtp_heads(mtp_models):
+    """The server engine's check and the drafts finder read heads by one rule (llama.cpp's): the header's
+    nextn_predict_layers and the last block's nextn.eh_proj, both; a header that declares heads whose tensors are gone
+    (a trunk-only file) has none, and so has a file with the tensors but no declaration."""
+    for n, path in mtp_models.items():
+        meta, tensors = tensor_table(path)
+        assert mtp_heads(meta, [t.name for t in tensors]) == n
+        assert _has_nextn(path) is _has_mtp(meta, tensors) is (n > 0)
+    assert chained_k_limit(*_names(mtp_models[2])) == 2 and chained_k_limit(*_names(mtp_models[1])) is None
+    meta, names = _names(mtp_models[1])
+    assert mtp_heads(meta, [x for x in names if ".nextn." not in x]) == 0  # stripped heads
+    assert mtp_heads({**meta, "glm4moe.nextn_predict_layers": 0}, names) == 0  # undeclared
+
+
+def _names(path) -> tuple[dict, list[str]]:
+    meta, tensors = tensor_table(path)
+    return meta, [t.name for t in tensors]
+
+
+def test_drafts_lists_draft_mtp_from_the_header(mtp_models):
+    """`drafts` names the target's own heads as a candidate with no draft file, from its header, even where no draft
+    file is found; without heads it finds nothing."""
+    result = invoke("drafts", str(mtp_models[1]), "--offline", "--no-caches", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    mtp = [c for c in found["candidates"] if c["type"] == "draft-mtp"]
+    assert len(mtp) == 1 and mtp[0]["origin"] == "target" and found["target_model"]["architecture"] == "glm4moe"
+    # without heads and with no draft file anywhere (the test's caches are empty) there is nothing to list
+    assert_user_error(invoke("drafts", str(mtp_models[0]), "--offline", "--no-caches"), "no draft candidate found")
+
+
+def test_draft_mtp_end_to_end_through_llama_server(mtp_models, server_bin, isolated):
+    """A server sweep at K = 1, 2, 4: every cell ran draft-mtp on the target alone (no -md), drafted, and stored its
+    acceptance per position; the deploy command of a draft-mtp cell, started from its text, speculates and drafts what
+    the record did. Random heads never pay, so the sweep's own printed line is the target alone's."""
+    target = mtp_models[1]
+    result = invoke("sweep", "--target", str(target), "--engine", "server", "--server-bin", str(server_bin),
+                    "--spec-type", "draft-mtp", "-K", "1,2,4", "-n", "16", "-t", "2", "--prompt-ids", "code-short",
+                    "--name", "mtp")
+    assert result.exit_code == 0, result.output
+    assert "deploy tiny-mtp-1" in result.stdout
+    records = stored(isolated / "results" / "mtp.jsonl")
+    spec = [r for r in records if r["mode"] == "speculative"]
+    assert [r["config"]["k"] for r in spec] == [1, 2, 4]
+    for r in spec:
+        assert r["error"] is None and r["server"]["speculative"] is True, r
+        cmd = r["server"]["command"]
+        assert cmd[cmd.index("--spec-type") + 1] == "draft-mtp" and "-md" not in cmd
+        m = r["metrics"]
+        assert m["drafted"] > 0 and m["rounds"] > 0 and sum(m["accepted_at"]) == m["accepted"]
+        assert len(m["accepted_at"]) == r["config"]["k"]
+    record = spec[1]
+    line = command_line(parse(record))
+    assert "--spec-type draft-mtp" in line and "--spec-draft-n-max 2" in line
+    with Vocabulary(target) as vocab:
+        tokens = vocab.tokenize(PROMPT)
+    speculative, timings = _serve_printed(line, tokens, 16)
+    assert speculative is True and timings["draft_n"] > 0
+
+
+def test_draft_mtp_refusals_are_one_line(mtp_models, server_bin):
+    """No heads: today's refusal. Two chained heads: llama.cpp drafts at most two with them, so -K 3 is refused
+    before any server starts (one head drafts any K)."""
+    args = ["--engine", "server", "--server-bin", str(server_bin), "--spec-type", "draft-mtp", "-n", "8", "-t", "1",
+            "--prompt-ids", "code-short"]
+    assert_user_error(invoke("sweep", "--target", str(mtp_models[0]), "-K", "1", *args), "draft-mtp", "has none")
+    assert_user_error(invoke("sweep", "--target", str(mtp_models[2]), "-K", "2,3", *args), "-K 3", "at most 2")
