@@ -16,7 +16,7 @@ from gguf_bench.measure.server_engine import _has_nextn
 from gguf_bench.models.candidates import _has_mtp
 from gguf_bench.models.heads import chained_k_limit, mtp_heads
 from gguf_bench.models.parts import tensor_table
-from gguf_bench.models.tiny_heads import write_mtp_target
+from gguf_bench.models.tiny_heads import write_eagle3_sidecar, write_mtp_target
 from gguf_bench.results.records import parse
 
 PROMPT = "def fibonacci(n):"
@@ -96,3 +96,22 @@ def test_draft_mtp_refusals_are_one_line(mtp_models, server_bin):
             "--prompt-ids", "code-short"]
     assert_user_error(invoke("sweep", "--target", str(mtp_models[0]), "-K", "1", *args), "draft-mtp", "has none")
     assert_user_error(invoke("sweep", "--target", str(mtp_models[2]), "-K", "2,3", *args), "-K 3", "at most 2")
+
+
+def test_an_eagle3_sidecar_drafts_through_llama_server(tiny_pairs, server_bin, isolated, tmp_path):
+    """A tiny EAGLE-3 sidecar written for the tiny llama target (three of its layers' inputs through `fc`): `drafts`
+    finds it by its architecture, and a server sweep with --spec-type draft-eagle3 drafts at every K."""
+    target = tiny_pairs["middle"][0]
+    sidecar = write_eagle3_sidecar(tmp_path / "tiny-eagle3.gguf")
+    found = json.loads(invoke("drafts", str(target), "--search", str(tmp_path), "--offline", "--no-caches",
+                              "--json").stdout)
+    assert [c["type"] for c in found["candidates"] if c["name"] == str(sidecar)] == ["draft-eagle3"]
+    result = invoke("sweep", "--target", str(target), "--draft", str(sidecar), "--engine", "server", "--server-bin",
+                    str(server_bin), "--spec-type", "draft-eagle3", "-K", "1,2", "-n", "16", "-t", "2",
+                    "--prompt-ids", "code-short", "--name", "eagle3")
+    assert result.exit_code == 0, result.output
+    spec = [r for r in stored(isolated / "results" / "eagle3.jsonl") if r["mode"] == "speculative"]
+    assert [r["config"]["k"] for r in spec] == [1, 2]
+    for r in spec:
+        assert r["error"] is None and r["server"]["speculative"] is True, r
+        assert r["metrics"]["drafted"] > 0 and len(r["metrics"]["accepted_at"]) == r["config"]["k"]

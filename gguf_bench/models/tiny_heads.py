@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_bench.models.tiny import MERGES, vocabulary
+from gguf_bench.models.tiny import MERGES, TinySpec, vocabulary
 
 ARCH = "glm4moe"
 
@@ -107,3 +107,63 @@ def write_mtp_target(path: Path, spec: TinyMtpSpec = TinyMtpSpec(), seed: int = 
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_eagle3_sidecar(path: Path, target: TinySpec = TinySpec(), seed: int = 1,
+                         layers: tuple[int, int, int] = (0, 1, 2)) -> Path:
+    """A tiny EAGLE-3 sidecar for make_pair's llama target (`target` its spec): architecture eagle3, one decoder block
+    whose attention reads the token's embedding beside `fc` of three target layers' inputs (`layers`: llama.cpp's llama
+    graph hands each layer's input to the sidecar, src/models/llama.cpp `t_layer_inp`), and the target's vocabulary
+    (src/models/eagle3.cpp: load_arch_hparams, load_arch_tensors)."""
+    import gguf
+
+    tokens, types, bos, eos = vocabulary(target.extra_tokens)
+    rng = np.random.default_rng(seed)
+    d, ff, n = target.width, target.ff, len(tokens)
+
+    def mat(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    ones = np.ones(d, np.float32)
+    weights = {"token_embd.weight": mat(n, d, scale=np.sqrt(d)), "fc.weight": mat(d, 3 * d), "output_norm.weight": ones,
+               "output.weight": mat(n, d, scale=target.logit_scale), "blk.0.attn_norm.weight": ones,
+               "blk.0.attn_norm_2.weight": ones, "blk.0.attn_q.weight": mat(d, 2 * d), "blk.0.attn_k.weight": mat(d, 2 * d),
+               "blk.0.attn_v.weight": mat(d, 2 * d), "blk.0.attn_output.weight": mat(d, d), "blk.0.ffn_norm.weight": ones,
+               "blk.0.ffn_gate.weight": mat(ff, d), "blk.0.ffn_up.weight": mat(ff, d), "blk.0.ffn_down.weight": mat(d, ff)}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), "eagle3")
+    writer.add_name("tiny-eagle3")
+    writer.add_context_length(target.n_ctx)
+    writer.add_embedding_length(d)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(ff)
+    writer.add_head_count(target.n_heads)
+    writer.add_head_count_kv(target.n_heads)
+    writer.add_rope_dimension_count(d // target.n_heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_array("eagle3.target_layers", list(layers))
+    writer.add_uint32("eagle3.target_hidden_size", d)
+    _add_vocabulary(writer, tokens, types, bos, eos)
+    for name, w in weights.items():
+        writer.add_tensor(name, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_vocabulary(writer, tokens: list[str], types: list[int], bos: int, eos: int) -> None:
+    import gguf
+
+    writer.add_vocab_size(len(tokens))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(MERGES)
+    writer.add_bos_token_id(bos)
+    writer.add_eos_token_id(eos)
+    writer.add_add_bos_token(True)
