@@ -37,7 +37,7 @@ from gguf_bench.models.pairs import header_sources, resolve_for_info
 from gguf_bench.models.parts import model_path, part_paths
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
-from gguf_bench.models.tiny_heads import write_eagle3_sidecar, write_mtp_target
+from gguf_bench.models.tiny_heads import write_dflash_sidecar, write_eagle3_sidecar, write_mtp_target
 from gguf_bench.models.twin import twin_paths, write_twin
 from gguf_bench.placing import Placing
 from gguf_bench.results.store import use_results_dir
@@ -144,8 +144,9 @@ def make_test_pair(out_dir: Annotated[Path, typer.Argument(help="folder to write
                                                              "with the same vocabulary instead of a perturbed copy")] = False,
                    mtp: Annotated[bool, typer.Option("--mtp", help="instead: tiny-mtp.gguf, a glm4moe target with its "
                                                      "own MTP head (--spec-type draft-mtp, no draft file)")] = False,
-                   eagle3: Annotated[bool, typer.Option("--eagle3", help="also tiny-eagle3.gguf, an EAGLE-3 sidecar for "
-                                                        "the target (--spec-type draft-eagle3)")] = False
+                   sidecars: Annotated[bool, typer.Option("--sidecars", help="also tiny-eagle3.gguf and tiny-dflash.gguf, "
+                                                          "EAGLE-3 and DFlash sidecars for the target (--spec-type "
+                                                          "draft-eagle3, draft-dflash)")] = False
                    ) -> None:
     """Write a tiny llama-architecture target/draft pair (random weights) for tests and trials; with --mtp a tiny target
     that drafts for itself (one MTP head)."""
@@ -161,8 +162,9 @@ def make_test_pair(out_dir: Annotated[Path, typer.Argument(help="folder to write
     target, draft = make_pair(out_dir, noise=noise, seed=seed, spec=spec,
                               draft_spec=TinySpec(n_layers=2) if dense_draft and experts else None)
     console.print(f"target: {target}\ndraft:  {draft}")
-    if eagle3:
-        console.print(f"eagle3: {write_eagle3_sidecar(out_dir / 'tiny-eagle3.gguf', spec, seed + 2)}")
+    if sidecars:
+        console.print(f"eagle3: {write_eagle3_sidecar(out_dir / 'tiny-eagle3.gguf', spec, seed + 2)}\n"
+                      f"dflash: {write_dflash_sidecar(out_dir / 'tiny-dflash.gguf', spec, seed + 3)}")
 
 
 @command

@@ -55,7 +55,7 @@ from gguf_bench.measure.loadmeter import ServerLoadMeter
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting
 from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.models.heads import chained_k_limit, mtp_heads
+from gguf_bench.models.heads import block_k_limit, chained_k_limit, mtp_heads
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
@@ -105,16 +105,24 @@ def _has_nextn(path: Path) -> bool:
     return mtp_heads(meta, (t.name for t in tensors)) > 0
 
 
-def check_mtp_k(strategies: list[Strategy], ks: list[int], files: PairFiles) -> None:
-    """One line for a -K the target's chained MTP heads cannot draft: llama.cpp clamps draft-mtp's
-    --spec-draft-n-max to their count (common/speculative.cpp:1421-1424) without a word."""
-    if not any(server_type(s) == "draft-mtp" for s in strategies) or not ks:
+def check_draft_k(strategies: list[Strategy], ks: list[int], files: PairFiles) -> None:
+    """One line for a -K the drafter cannot reach: chained MTP heads draft at most their count, a DFlash/DSpark sidecar
+    one trained block; llama.cpp clamps --spec-draft-n-max to either without a word (models/heads.py), and the cell
+    would be recorded at a K it did not run."""
+    if not ks:
         return
-    meta, tensors = tensor_table(files.target)
-    limit = chained_k_limit(meta, (t.name for t in tensors))
-    if limit is not None and max(ks) > limit:
-        raise ConfigError(f"-K {max(ks)}: {files.target.name} has {limit} chained MTP heads (one per draft step), and "
-                          f"llama.cpp's draft-mtp drafts at most {limit} with them; give -K up to {limit}")
+    types = {server_type(s) for s in strategies}
+    if "draft-mtp" in types:
+        meta, tensors = tensor_table(files.target)
+        limit = chained_k_limit(meta, (t.name for t in tensors))
+        if limit is not None and max(ks) > limit:
+            raise ConfigError(f"-K {max(ks)}: {files.target.name} has {limit} chained MTP heads (one per draft step), "
+                              f"and llama.cpp's draft-mtp drafts at most {limit} with them; give -K up to {limit}")
+    for spec_type in sorted(types & {"draft-dflash", "draft-dspark"}):
+        limit = block_k_limit(tensor_table(files.draft)[0], spec_type) if files.draft is not None else None
+        if limit is not None and max(ks) > limit:
+            raise ConfigError(f"-K {max(ks)}: llama.cpp's {spec_type} drafts at most {limit} tokens with "
+                              f"{files.draft.name} (one block of its dflash.block_size); give -K up to {limit}")
 
 
 def _has_markov_head(path: Path) -> bool:
@@ -139,7 +147,7 @@ class ServerEngine:
 
     def check_files(self, strategies: list[Strategy], files: PairFiles, ks: list[int] | None = None) -> None:
         check_files(strategies, files, self.help)
-        check_mtp_k(strategies, list(ks or []), files)
+        check_draft_k(strategies, list(ks or []), files)
 
     def check_placements(self, grid: Grid) -> None:
         """Before anything loads, each --rpc list's servers reached and their devices listed; then each placement's

@@ -34,3 +34,14 @@ def chained_k_limit(meta: dict, tensor_names: Iterable[str]) -> int | None:
     """The largest K draft-mtp drafts with these heads: their count where several chain (one per step), else None."""
     n = mtp_heads(meta, tensor_names)
     return n if n > 1 else None
+
+
+def block_k_limit(meta: dict, spec_type: str) -> int | None:
+    """The largest K a DFlash/DSpark sidecar drafts: one block of its trained size (`dflash.block_size`, 16 when
+    unset) less the slot of the last token, or the whole block for DSpark's anchor-first layout; llama.cpp clamps
+    --spec-draft-n-max to it, silently (common/speculative.cpp:980-1021). None for other files."""
+    if meta.get("general.architecture") != "dflash":
+        return None
+    block = int(meta.get("dflash.block_size") or 16)
+    anchor = str(meta.get("dflash.sample_from_anchor", True)).lower() in ("true", "1")
+    return block if spec_type == "draft-dspark" and anchor else block - 1

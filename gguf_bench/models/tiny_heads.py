@@ -1,4 +1,5 @@
-"""A tiny target with its own MTP (NextN) head, random weights, for llama-server's `--spec-type draft-mtp`.
+"""Tiny drafters of 2026's kinds, random weights: a target with its own MTP (NextN) head (llama-server's
+`--spec-type draft-mtp`), and EAGLE-3 and DFlash sidecars for tiny.py's llama target (draft-eagle3, draft-dflash).
 
 Architecture glm4moe (GLM-4.5's): the simplest whose draft-mtp graph the vendored llama.cpp has. Its trunk is plain
 attention (no recurrent state: qwen35/qwen3next are hybrids with gated delta-net layers, whose speculation needs state
@@ -167,3 +168,51 @@ def _add_vocabulary(writer, tokens: list[str], types: list[int], bos: int, eos: 
     writer.add_bos_token_id(bos)
     writer.add_eos_token_id(eos)
     writer.add_add_bos_token(True)
+
+
+def write_dflash_sidecar(path: Path, target: TinySpec = TinySpec(), seed: int = 3,
+                         layers: tuple[int, ...] = (0, 1, 2), block_size: int = 8) -> Path:
+    """A tiny DFlash sidecar for make_pair's llama target: architecture dflash, one block that denoises
+    [last token, <mask> x (block_size - 1)] in one pass, reading `fc` of the target layers' inputs (`layers`); llama.cpp
+    drafts at most block_size - 1 with it (src/models/dflash.cpp, common/speculative.cpp:1016). Its mask token is the
+    vocabulary's BOS (any id serves with random weights)."""
+    import gguf
+
+    tokens, types, bos, eos = vocabulary(target.extra_tokens)
+    rng = np.random.default_rng(seed)
+    d, ff, n, hd = target.width, target.ff, len(tokens), target.width // target.n_heads
+
+    def mat(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    ones = np.ones(d, np.float32)
+    weights = {"token_embd.weight": mat(n, d, scale=np.sqrt(d)), "fc.weight": mat(d, len(layers) * d),
+               "enc.output_norm.weight": ones, "output_norm.weight": ones,
+               "output.weight": mat(n, d, scale=target.logit_scale), "blk.0.attn_norm.weight": ones,
+               "blk.0.attn_q.weight": mat(d, d), "blk.0.attn_k.weight": mat(d, d), "blk.0.attn_v.weight": mat(d, d),
+               "blk.0.attn_output.weight": mat(d, d), "blk.0.attn_q_norm.weight": np.ones(hd, np.float32),
+               "blk.0.attn_k_norm.weight": np.ones(hd, np.float32), "blk.0.ffn_norm.weight": ones,
+               "blk.0.ffn_gate.weight": mat(ff, d), "blk.0.ffn_up.weight": mat(ff, d), "blk.0.ffn_down.weight": mat(d, ff)}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), "dflash")
+    writer.add_name("tiny-dflash")
+    writer.add_context_length(target.n_ctx)
+    writer.add_embedding_length(d)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(ff)
+    writer.add_head_count(target.n_heads)
+    writer.add_head_count_kv(target.n_heads)
+    writer.add_rope_dimension_count(hd)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_array("dflash.target_layers", list(layers))
+    writer.add_uint32("dflash.block_size", block_size)
+    _add_vocabulary(writer, tokens, types, bos, eos)
+    writer.add_uint32("tokenizer.ggml.mask_token_id", bos)
+    for name, w in weights.items():
+        writer.add_tensor(name, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
