@@ -61,6 +61,12 @@ def test_any_part_reads_as_the_whole_model(split_pair):
     meta_first = local_header(split_pair["meta_first"][2])  # part 1 holds metadata and no tensor
     assert len(meta_first.parts) == 4 and not meta_first.parts[0].tensors
     _same_model(meta_first, single)
+    from gguf_bench.engines.llama_cpp import read_info
+
+    by_llama, whole = read_info(parts[2]), read_info(split_pair["target"])  # llama.cpp loads part 1, whichever is named
+    assert by_llama is read_info(parts[0]) and by_llama.path == parts[0]  # read once
+    assert (by_llama.tokens, by_llama.n_layers) == (whole.tokens, whole.n_layers)
+    assert by_llama.file_size == sum(p.stat().st_size for p in parts)
 
 
 def _without_names(text: str, *names: str) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 from gguf_bench.engines import placement, repack
 from gguf_bench.errors import ConfigError, ModelError
 from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata
-from gguf_bench.models.parts import tensor_table
+from gguf_bench.models.parts import model_path, tensor_table
 from gguf_bench.models.registry import DERIVE_TYPES
 from gguf_bench.models.twin import MARKER
 from gguf_bench.options import CONTEXT_DEFAULTS
@@ -403,8 +403,16 @@ VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: 
 
 
 def read_info(path: Path) -> GGUFInfo:
-    """A model's architecture, layers and vocabulary as llama.cpp reads them (the vocabulary only is loaded)."""
-    path = check_magic(path)
+    """A model's architecture, layers and vocabulary as llama.cpp reads them (the vocabulary only is loaded), from
+    part 1 when `path` is any part of a split model. Read once per file version (path, size, modification time):
+    the pair check, the prompts' preparation and the engines ask it for the same files."""
+    path = check_magic(model_path(Path(path)))
+    st = path.stat()
+    return _read_info(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_info(path: Path, size: int, mtime_ns: int) -> GGUFInfo:
     return info_from_metadata(path, read_metadata(path))
 
 
