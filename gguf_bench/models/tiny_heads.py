@@ -36,15 +36,19 @@ class TinyMtpSpec:
     logit_scale: float = 4.0
 
 
-def mtp_weights(spec: TinyMtpSpec, n_vocab: int, seed: int, heads: int = 1) -> dict[str, np.ndarray]:
-    """Weights in GGUF's (reversed) shape order: blocks 0..n_layers-1 the trunk, the `heads` blocks after them NextN
-    heads."""
-    rng = np.random.default_rng(seed)
-    d, f, e = spec.width, spec.ff_exp, spec.n_experts
-
+def _matrices(rng: np.random.Generator):
+    """mat(*shape, scale): random weights of unit output spread times `scale` (rows read by a matmul of shape[-1])."""
     def mat(*shape: int, scale: float = 1.0) -> np.ndarray:
         return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
 
+    return mat
+
+
+def mtp_weights(spec: TinyMtpSpec, n_vocab: int, seed: int, heads: int = 1) -> dict[str, np.ndarray]:
+    """Weights in GGUF's (reversed) shape order: blocks 0..n_layers-1 the trunk, the `heads` blocks after them NextN
+    heads."""
+    mat = _matrices(np.random.default_rng(seed))
+    d, f, e = spec.width, spec.ff_exp, spec.n_experts
     w = {"token_embd.weight": mat(n_vocab, d, scale=np.sqrt(d)), "output_norm.weight": np.ones(d, np.float32),
          "output.weight": mat(n_vocab, d, scale=spec.logit_scale)}
     for i in range(spec.n_layers + heads):
@@ -64,88 +68,26 @@ def mtp_weights(spec: TinyMtpSpec, n_vocab: int, seed: int, heads: int = 1) -> d
     return w
 
 
-def write_mtp_target(path: Path, spec: TinyMtpSpec = TinyMtpSpec(), seed: int = 0, heads: int = 1) -> Path:
-    """A tiny glm4moe target with `heads` NextN heads. 0: the same trunk without them (for refusals). More than one is
-    a header for the rules only: llama.cpp's glm4moe MTP graph runs exactly one (glm4-moe.cpp:136 asserts it)."""
+def _writer(path: Path, arch: str, name: str, n_ctx: int, width: int, blocks: int, ff: int, n_heads: int):
+    """A GGUFWriter at `path` (its folder made) with the hyperparameters every tiny model here shares."""
     import gguf
 
-    tokens, types, bos, eos = vocabulary()
-    weights = mtp_weights(spec, len(tokens), seed, heads)
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(str(path), ARCH)
-    writer.add_name(f"tiny-mtp-{heads}-heads")
-    writer.add_context_length(spec.n_ctx)
-    writer.add_embedding_length(spec.width)
-    writer.add_block_count(spec.n_layers + heads)
-    writer.add_uint32(f"{ARCH}.nextn_predict_layers", heads)
-    writer.add_feed_forward_length(spec.ff_exp)
-    writer.add_expert_feed_forward_length(spec.ff_exp)
-    writer.add_head_count(spec.n_heads)
-    writer.add_head_count_kv(spec.n_heads)
-    writer.add_rope_dimension_count(spec.width // spec.n_heads)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_expert_count(spec.n_experts)
-    writer.add_expert_used_count(spec.n_experts_used)
-    writer.add_expert_shared_count(1)
-    writer.add_leading_dense_block_count(0)
-    writer.add_expert_weights_norm(True)
-    writer.add_expert_weights_scale(1.0)
-    writer.add_vocab_size(len(tokens))
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(MERGES)
-    writer.add_bos_token_id(bos)
-    writer.add_eos_token_id(eos)
-    writer.add_add_bos_token(True)
-    for name, w in weights.items():
-        writer.add_tensor(name, w)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
-def write_eagle3_sidecar(path: Path, target: TinySpec = TinySpec(), seed: int = 1,
-                         layers: tuple[int, int, int] = (0, 1, 2)) -> Path:
-    """A tiny EAGLE-3 sidecar for make_pair's llama target (`target` its spec): architecture eagle3, one decoder block
-    whose attention reads the token's embedding beside `fc` of three target layers' inputs (`layers`: llama.cpp's llama
-    graph hands each layer's input to the sidecar, src/models/llama.cpp `t_layer_inp`), and the target's vocabulary
-    (src/models/eagle3.cpp: load_arch_hparams, load_arch_tensors)."""
-    import gguf
-
-    tokens, types, bos, eos = vocabulary(target.extra_tokens)
-    rng = np.random.default_rng(seed)
-    d, ff, n = target.width, target.ff, len(tokens)
-
-    def mat(*shape: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
-
-    ones = np.ones(d, np.float32)
-    weights = {"token_embd.weight": mat(n, d, scale=np.sqrt(d)), "fc.weight": mat(d, 3 * d), "output_norm.weight": ones,
-               "output.weight": mat(n, d, scale=target.logit_scale), "blk.0.attn_norm.weight": ones,
-               "blk.0.attn_norm_2.weight": ones, "blk.0.attn_q.weight": mat(d, 2 * d), "blk.0.attn_k.weight": mat(d, 2 * d),
-               "blk.0.attn_v.weight": mat(d, 2 * d), "blk.0.attn_output.weight": mat(d, d), "blk.0.ffn_norm.weight": ones,
-               "blk.0.ffn_gate.weight": mat(ff, d), "blk.0.ffn_up.weight": mat(ff, d), "blk.0.ffn_down.weight": mat(d, ff)}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(str(path), "eagle3")
-    writer.add_name("tiny-eagle3")
-    writer.add_context_length(target.n_ctx)
-    writer.add_embedding_length(d)
-    writer.add_block_count(1)
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(name)
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(width)
+    writer.add_block_count(blocks)
     writer.add_feed_forward_length(ff)
-    writer.add_head_count(target.n_heads)
-    writer.add_head_count_kv(target.n_heads)
-    writer.add_rope_dimension_count(d // target.n_heads)
+    writer.add_head_count(n_heads)
+    writer.add_head_count_kv(n_heads)
+    writer.add_rope_dimension_count(width // n_heads)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_array("eagle3.target_layers", list(layers))
-    writer.add_uint32("eagle3.target_hidden_size", d)
-    _add_vocabulary(writer, tokens, types, bos, eos)
+    return writer
+
+
+def _finish(writer, weights: dict[str, np.ndarray], path: Path) -> Path:
+    """The tensors added, the file written and closed."""
     for name, w in weights.items():
         writer.add_tensor(name, w)
     writer.write_header_to_file()
@@ -170,21 +112,57 @@ def _add_vocabulary(writer, tokens: list[str], types: list[int], bos: int, eos: 
     writer.add_add_bos_token(True)
 
 
+def write_mtp_target(path: Path, spec: TinyMtpSpec = TinyMtpSpec(), seed: int = 0, heads: int = 1) -> Path:
+    """A tiny glm4moe target with `heads` NextN heads. 0: the same trunk without them (for refusals). More than one is
+    a header for the rules only: llama.cpp's glm4moe MTP graph runs exactly one (glm4-moe.cpp:136 asserts it)."""
+    tokens, types, bos, eos = vocabulary()
+    path = Path(path)
+    writer = _writer(path, ARCH, f"tiny-mtp-{heads}-heads", spec.n_ctx, spec.width, spec.n_layers + heads, spec.ff_exp,
+                     spec.n_heads)
+    writer.add_uint32(f"{ARCH}.nextn_predict_layers", heads)
+    writer.add_expert_feed_forward_length(spec.ff_exp)
+    writer.add_expert_count(spec.n_experts)
+    writer.add_expert_used_count(spec.n_experts_used)
+    writer.add_expert_shared_count(1)
+    writer.add_leading_dense_block_count(0)
+    writer.add_expert_weights_norm(True)
+    writer.add_expert_weights_scale(1.0)
+    _add_vocabulary(writer, tokens, types, bos, eos)
+    return _finish(writer, mtp_weights(spec, len(tokens), seed, heads), path)
+
+
+def write_eagle3_sidecar(path: Path, target: TinySpec = TinySpec(), seed: int = 1,
+                         layers: tuple[int, int, int] = (0, 1, 2)) -> Path:
+    """A tiny EAGLE-3 sidecar for make_pair's llama target (`target` its spec): architecture eagle3, one decoder block
+    whose attention reads the token's embedding beside `fc` of three target layers' inputs (`layers`: llama.cpp's llama
+    graph hands each layer's input to the sidecar, src/models/llama.cpp `t_layer_inp`), and the target's vocabulary
+    (src/models/eagle3.cpp: load_arch_hparams, load_arch_tensors)."""
+    tokens, types, bos, eos = vocabulary(target.extra_tokens)
+    mat = _matrices(np.random.default_rng(seed))
+    d, ff, n = target.width, target.ff, len(tokens)
+    ones = np.ones(d, np.float32)
+    weights = {"token_embd.weight": mat(n, d, scale=np.sqrt(d)), "fc.weight": mat(d, 3 * d), "output_norm.weight": ones,
+               "output.weight": mat(n, d, scale=target.logit_scale), "blk.0.attn_norm.weight": ones,
+               "blk.0.attn_norm_2.weight": ones, "blk.0.attn_q.weight": mat(d, 2 * d), "blk.0.attn_k.weight": mat(d, 2 * d),
+               "blk.0.attn_v.weight": mat(d, 2 * d), "blk.0.attn_output.weight": mat(d, d), "blk.0.ffn_norm.weight": ones,
+               "blk.0.ffn_gate.weight": mat(ff, d), "blk.0.ffn_up.weight": mat(ff, d), "blk.0.ffn_down.weight": mat(d, ff)}
+    path = Path(path)
+    writer = _writer(path, "eagle3", "tiny-eagle3", target.n_ctx, d, 1, ff, target.n_heads)
+    writer.add_array("eagle3.target_layers", list(layers))
+    writer.add_uint32("eagle3.target_hidden_size", d)
+    _add_vocabulary(writer, tokens, types, bos, eos)
+    return _finish(writer, weights, path)
+
+
 def write_dflash_sidecar(path: Path, target: TinySpec = TinySpec(), seed: int = 3,
                          layers: tuple[int, ...] = (0, 1, 2), block_size: int = 8) -> Path:
     """A tiny DFlash sidecar for make_pair's llama target: architecture dflash, one block that denoises
     [last token, <mask> x (block_size - 1)] in one pass, reading `fc` of the target layers' inputs (`layers`); llama.cpp
     drafts at most block_size - 1 with it (src/models/dflash.cpp, common/speculative.cpp:1016). Its mask token is the
     vocabulary's BOS (any id serves with random weights)."""
-    import gguf
-
     tokens, types, bos, eos = vocabulary(target.extra_tokens)
-    rng = np.random.default_rng(seed)
+    mat = _matrices(np.random.default_rng(seed))
     d, ff, n, hd = target.width, target.ff, len(tokens), target.width // target.n_heads
-
-    def mat(*shape: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
-
     ones = np.ones(d, np.float32)
     weights = {"token_embd.weight": mat(n, d, scale=np.sqrt(d)), "fc.weight": mat(d, len(layers) * d),
                "enc.output_norm.weight": ones, "output_norm.weight": ones,
@@ -194,25 +172,9 @@ def write_dflash_sidecar(path: Path, target: TinySpec = TinySpec(), seed: int = 
                "blk.0.attn_k_norm.weight": np.ones(hd, np.float32), "blk.0.ffn_norm.weight": ones,
                "blk.0.ffn_gate.weight": mat(ff, d), "blk.0.ffn_up.weight": mat(ff, d), "blk.0.ffn_down.weight": mat(d, ff)}
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(str(path), "dflash")
-    writer.add_name("tiny-dflash")
-    writer.add_context_length(target.n_ctx)
-    writer.add_embedding_length(d)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(ff)
-    writer.add_head_count(target.n_heads)
-    writer.add_head_count_kv(target.n_heads)
-    writer.add_rope_dimension_count(hd)
-    writer.add_layer_norm_rms_eps(1e-5)
+    writer = _writer(path, "dflash", "tiny-dflash", target.n_ctx, d, 1, ff, target.n_heads)
     writer.add_array("dflash.target_layers", list(layers))
     writer.add_uint32("dflash.block_size", block_size)
     _add_vocabulary(writer, tokens, types, bos, eos)
     writer.add_uint32("tokenizer.ggml.mask_token_id", bos)
-    for name, w in weights.items():
-        writer.add_tensor(name, w)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return _finish(writer, weights, path)
