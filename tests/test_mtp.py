@@ -121,3 +121,25 @@ def test_eagle3_and_dflash_sidecars_draft_through_llama_server(tiny_pairs, serve
             assert r["metrics"]["drafted"] > 0 and len(r["metrics"]["accepted_at"]) == r["config"]["k"]
     assert_user_error(invoke("sweep", *args, "--draft", str(dflash), "--spec-type", "draft-dflash", "-K", "8"),
                       "-K 8", "at most 7")
+
+
+def test_the_planner_counts_the_trunk_as_llama_cpp_does_and_the_heads_apart(mtp_models):
+    """llama.cpp's layers are the trunk (n_layer() = block_count - nextn_predict_layers) plus the output; the NextN
+    block is loaded only for draft-mtp: the planner keeps its bytes apart (mtp_bytes), out of every placement."""
+    from gguf_bench.engines.llama_cpp import Model, read_info
+    from gguf_bench.models.memory import Shape, device_bytes, tensor_bytes
+
+    meta, tensors = tensor_table(mtp_models[1])
+    shape = Shape.from_header(meta, tensors)
+    heads = sum(tensor_bytes(t.type_name, t.shape) for t in tensors if t.name.startswith("blk.2."))
+    assert (shape.n_layers, shape.mtp_bytes) == (2, heads) and heads > 0
+    trunk = Shape.from_header(*tensor_table(mtp_models[0]))  # the same trunk without its head
+    assert (shape.block_bytes, shape.expert_bytes, shape.output_tensors) == (trunk.block_bytes, trunk.expert_bytes,
+                                                                            trunk.output_tensors)
+    assert device_bytes(shape, 99, 512).weights == device_bytes(trunk, 99, 512).weights
+    assert read_info(mtp_models[1]).n_layers == 2
+    with Model(mtp_models[1], 0, n_ctx=256) as model:
+        assert model.placement.layers == f"0/{shape.total_layers}"  # llama.cpp's own count: 3
+    result = invoke("plan", "--target", str(mtp_models[1]), "--draft", str(mtp_models[1]), "--vram", "1GB")
+    assert result.exit_code == 0 and "3/3" in result.stdout and "4/4" not in result.stdout, result.output
+    assert f"target's MTP heads: {heads / 2**20:.0f} MiB more" in result.stdout

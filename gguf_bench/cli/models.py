@@ -233,6 +233,10 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
     title = (f"{Path(sources[0]).name} + {Path(sources[1]).name}: device memory at -c {ctx_size} ({where}, {margin} "
              "kept free)")
     console.print(fit_title(_plan_table(rows, shapes[0], title, found), console.width))
+    for role, shape in zip(("target", "draft"), shapes):
+        if shape.mtp_bytes:
+            console.print(f"{role}'s MTP heads: {shape.mtp_bytes / MIB:.0f} MiB more, loaded only for --spec-type "
+                          "draft-mtp (llama.cpp skips them otherwise; not in the rows above)", markup=False)
     if found:
         _measure_notes(found[0], rows)
     if files:

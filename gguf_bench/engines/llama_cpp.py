@@ -21,7 +21,7 @@ import numpy as np
 
 from gguf_bench.engines import placement, repack
 from gguf_bench.errors import ConfigError, ModelError
-from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata
+from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata, trunk_layers
 from gguf_bench.models.parts import model_path, tensor_table
 from gguf_bench.models.registry import DERIVE_TYPES
 from gguf_bench.models.twin import MARKER
@@ -431,7 +431,7 @@ def read_metadata(path: Path) -> dict:
         return {
             "architecture": arch,
             "name": meta("general.name") or Path(path).name,
-            "n_layers": int(meta(f"{arch}.block_count") or 0),
+            "n_layers": int(meta(f"{arch}.block_count") or 0) - int(meta(f"{arch}.nextn_predict_layers") or 0),  # the trunk
             "context_length": int(meta(f"{arch}.context_length") or 0) or None,
             "file_type": meta("general.file_type"),
             "n_vocab": n_vocab,
@@ -595,7 +595,7 @@ def placement_overrides(path: Path, placing: Placing) -> list[tuple[str, int]]:
     if not placing.overrides and not placing.n_cpu_moe:
         return []
     meta, tensors = tensor_table(path)
-    n_layers = int(meta.get(f"{meta.get('general.architecture')}.block_count") or 0)
+    n_layers = trunk_layers(meta)
     names, bufts = [t.name for t in tensors], buffer_types()
     for pattern, buffer in placing.overrides:
         if buffer not in bufts:

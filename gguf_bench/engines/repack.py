@@ -18,6 +18,7 @@ import ctypes
 import re
 from pathlib import Path
 
+from gguf_bench.models.gguf import trunk_layers
 from gguf_bench.models.parts import tensor_table
 
 # type -> the instruction set llama.cpp's x86 repack needs for it; every one needs ne[1] % 8 == 0
@@ -35,7 +36,7 @@ def repackable(path: Path, system_info: str, n_gpu_layers: int = 0) -> list[str]
     """Names of the weights of `path` that llama.cpp would repack on this CPU, among those it keeps on the
     CPU with `n_gpu_layers` offloaded (llama.cpp offloads the output layer first, then the last blocks)."""
     meta, tensors = tensor_table(path)
-    blocks = int(meta.get(f"{meta.get('general.architecture')}.block_count") or 0)
+    blocks = trunk_layers(meta)
     cpu_blocks = None if n_gpu_layers <= 0 else max(0, blocks + 1 - n_gpu_layers)
     have = {isa for isa in ("AVX2", "AVX512") if f"{isa} = 1" in system_info}
     return [t.name for t in tensors

@@ -28,7 +28,7 @@ from pathlib import Path
 from gguf_bench.errors import BenchError, ModelError, RegistryError
 from gguf_bench.models.download import hub_error_message, locate
 from gguf_bench.models.files import SPLIT_RE, cache_dir, read_json, write_json
-from gguf_bench.models.gguf import GGUFInfo, Rule, first_failure, total_size
+from gguf_bench.models.gguf import GGUFInfo, Rule, first_failure, total_size, trunk_layers
 from gguf_bench.models.headers import HubReader, ReadStats
 from gguf_bench.models.heads import mtp_heads
 from gguf_bench.models.memory import Shape, Weight, tensor_bytes
@@ -189,7 +189,7 @@ class HeaderReader:
             raise ModelError(f"{header.label}: its vocabulary is no longer in the cache ({self.store.folder})")
         arch = header.architecture
         return GGUFInfo(path=Path(header.label), architecture=arch, name=str(header.meta.get("general.name", "")),
-                        n_layers=int(header.meta.get(f"{arch}.block_count") or 0), quant="", file_size=header.file_size,
+                        n_layers=trunk_layers(header.meta), quant="", file_size=header.file_size,
                         context_length=None, tokens=tokens, **v)
 
 

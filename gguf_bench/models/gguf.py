@@ -21,7 +21,7 @@ class GGUFInfo:
     path: Path
     architecture: str
     name: str
-    n_layers: int  # what -ngl counts (llama.cpp offloads the output layer as one more)
+    n_layers: int  # what -ngl counts (llama.cpp offloads the output layer as one more), MTP (NextN) blocks not counted
     n_vocab: int
     vocab_type: str
     quant: str
@@ -57,6 +57,13 @@ def info_from_metadata(path: Path, meta: dict) -> GGUFInfo:
     meta = dict(meta)
     file_type = meta.pop("file_type")
     return GGUFInfo(path=path, quant=quant_name(file_type), file_size=total_size(path), **meta)
+
+
+def trunk_layers(meta) -> int:
+    """The blocks llama.cpp counts as layers (what -ngl and -ncmoe count): `block_count` less the MTP (NextN) blocks
+    that follow the trunk (`nextn_predict_layers`), which it loads only for draft-mtp."""
+    arch = meta.get("general.architecture")
+    return int(meta.get(f"{arch}.block_count") or 0) - int(meta.get(f"{arch}.nextn_predict_layers") or 0)
 
 
 def quant_name(ftype) -> str:

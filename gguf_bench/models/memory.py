@@ -97,6 +97,7 @@ class Shape:
     output_tensors: tuple[int, ...]  # bytes of each weight of the output layer (with the copy of a tied embedding)
     input_bytes: int  # token embeddings: always on the CPU
     weights: tuple[Weight, ...] = field(default=(), repr=False)  # every weight, in the file's order
+    mtp_bytes: int = 0  # the MTP (NextN) heads' blocks after the trunk: llama.cpp skips them unless draft-mtp loads them
 
     @classmethod
     def from_header(cls, meta: dict, tensors: list) -> Shape:
@@ -106,9 +107,11 @@ class Shape:
             value = meta.get(f"{arch}.{name}", default)
             return value if value is not None else default
 
-        n_layers = int(key("block_count", 0))
+        n_layers = int(key("block_count", 0)) - int(key("nextn_predict_layers", 0))  # llama.cpp's n_layer(): the trunk
         n_embd, n_head = int(key("embedding_length", 0)), int(key("attention.head_count", 1))
-        weights = _weights(tensors, n_layers)
+        every = _weights(tensors, n_layers)
+        heads = [w for w in every if w.layer >= n_layers and _BLOCK.match(w.name)]  # MTP (NextN) blocks after the trunk
+        weights = tuple(w for w in every if w not in heads)
         blocks, experts = [0] * n_layers, [0] * n_layers
         for w in weights:
             if 0 <= w.layer < n_layers:
@@ -119,7 +122,7 @@ class Shape:
                    int(key("attention.value_length", n_embd // max(n_head, 1))), int(key("feed_forward_length", 0)),
                    int(vocab_rows), tuple(blocks), tuple(experts),
                    tuple(w.bytes for w in weights if w.layer == n_layers), sum(w.bytes for w in weights if w.layer == INPUT),
-                   weights)
+                   weights, sum(w.bytes for w in heads))
 
     @property
     def total_layers(self) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_bench.errors import ModelError
-from gguf_bench.models.gguf import GGUFInfo, quant_name
+from gguf_bench.models.gguf import GGUFInfo, quant_name, trunk_layers
 
 TOKENS_KEY = "tokenizer.ggml.tokens"
 NULL = -1  # LLAMA_TOKEN_NULL, as engines/llama_cpp.read_info reports it
@@ -89,7 +89,7 @@ def info_from_header(meta: dict, tensors: list, where: str, file_size: int) -> G
     arch = str(meta.get("general.architecture", "unknown"))
     ctx = meta.get(f"{arch}.context_length")
     return GGUFInfo(path=Path(where), architecture=arch, name=str(meta.get("general.name") or Path(where).stem),
-                    n_layers=int(meta.get(f"{arch}.block_count") or 0), n_vocab=v.n_vocab, vocab_type=v.vocab_type,
+                    n_layers=trunk_layers(meta), n_vocab=v.n_vocab, vocab_type=v.vocab_type,
                     quant=quant_name(meta.get("general.file_type")), file_size=file_size, bos_id=v.bos_id,
                     eos_id=v.eos_id, add_bos=v.add_bos, add_eos=v.add_eos,
                     context_length=int(ctx) if ctx is not None else None, tokens=v.tokens)
