@@ -53,6 +53,9 @@ typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wra
 # The offline sdist build's own requirements (pip's isolated build environment takes them from the wheels folder).
 BUILD = ["scikit-build-core", "packaging", "pathspec"]
 ROOTS = ["gguf-bench", "llama-cpp-python"]  # gguf-bench itself travels as its own wheel
+# the shapes the run's pairs use (gpu_proof.sh `pairs`): every header travels, and the run twins each one
+KIT_SHAPES = ("llama3-8b", "llama3.2-1b", "qwen2.5-7b", "qwen2.5-0.5b", "tiny-llama", "tiny-llama-draft", "tiny-qwen2",
+              "tiny-qwen2-draft")
 
 
 def norm(name: str) -> str:
@@ -125,7 +128,7 @@ def headers(folder: Path, tiny: bool) -> None:
     from gguf_bench.models.shapes import SHAPES, write_header
 
     folder.mkdir(parents=True, exist_ok=True)
-    for name in SHAPES:
+    for name in KIT_SHAPES:
         if name.startswith("tiny-") == tiny:
             write_header(folder / f"{name}.gguf", name)
             print(f"{folder / name}.gguf: synthesised, {SHAPES[name].description}")

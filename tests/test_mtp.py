@@ -143,3 +143,23 @@ def test_the_planner_counts_the_trunk_as_llama_cpp_does_and_the_heads_apart(mtp_
     result = invoke("plan", "--target", str(mtp_models[1]), "--draft", str(mtp_models[1]), "--vram", "1GB")
     assert result.exit_code == 0 and "3/3" in result.stdout and "4/4" not in result.stdout, result.output
     assert f"target's MTP heads: {heads / 2**20:.0f} MiB more" in result.stdout
+
+
+def test_a_twin_of_a_synthesized_mtp_header_drafts_through_llama_server(server_bin, isolated, tmp_path):
+    """models/shapes' glm4moe layout with its NextN block (GLM-4.5-Air's, at the smallest size): the header plans its
+    head apart, its twin loads with the trunk's layers, and llama-server's draft-mtp drafts with it."""
+    from gguf_bench.models.memory import Shape
+    from gguf_bench.models.shapes import write_header
+
+    header = write_header(tmp_path / "tiny-glm4moe.gguf", "tiny-glm4moe")
+    shape = Shape.from_header(*tensor_table(header))
+    assert shape.n_layers == 2 and shape.mtp_bytes > 0 and mtp_heads(*_names(header)) == 1
+    twin = tmp_path / "twin.gguf"
+    assert invoke("twin", str(header), "-o", str(twin)).exit_code == 0
+    result = invoke("sweep", "--target", str(twin), "--engine", "server", "--server-bin", str(server_bin),
+                    "--spec-type", "draft-mtp", "-K", "2", "-n", "16", "-t", "2", "--prompt-ids", "code-short",
+                    "--name", "mtp-twin")
+    assert result.exit_code == 0, result.output
+    spec = [r for r in stored(isolated / "results" / "mtp-twin.jsonl") if r["mode"] == "speculative"]
+    assert len(spec) == 1 and spec[0]["error"] is None and spec[0]["metrics"]["drafted"] > 0, spec
+    assert spec[0]["offload"]["target"] == "0/3", spec[0]["offload"]  # llama.cpp's count: the trunk and the output

@@ -47,6 +47,10 @@ class ArchShape:
     n_expert_used: int = 0
     n_ff_exp: int = 0  # each expert's FFN width
     qk_norm: bool = False  # per-head RMS norms of Q and K (Qwen3)
+    n_dense_lead: int = 0  # with experts: the first blocks' FFN is dense (GLM-4.5)
+    n_expert_shared: int = 0  # experts every token runs besides its routed ones
+    n_nextn: int = 0  # MTP (NextN) blocks after the trunk (`n_layers` is the trunk: llama.cpp's n_layer())
+    rope_dims: int = 0  # 0: the whole head (GLM-4.5 rotates half of it)
 
     @property
     def key_length(self) -> int:
@@ -75,6 +79,15 @@ SHAPES = {
     "qwen3-235b-a22b": ArchShape("qwen3moe", 94, 4096, 12288, 64, 4, 151936, False, False, "Q4_K", "Q6_K", 1000000.0,
                                  40960, "Qwen3-235B-A22B-shaped MoE target, Q4_K_M-like", head_dim=128, n_expert=128,
                                  n_expert_used=8, n_ff_exp=1536, qk_norm=True),
+    # GLM-4.5-Air's published configuration (46 layers and one MTP layer, 128 experts of width 1408, 8 used, one shared
+    # expert, the first layer dense at 10944, 96 heads of 128, 8 KV heads, QKV biases, half the head rotated): 106B
+    # parameters and 12B active, its MTP block 2.3B more; llama-server runs the head as --spec-type draft-mtp
+    "glm4.5-air": ArchShape("glm4moe", 46, 4096, 10944, 96, 8, 151552, False, True, "Q4_K", "Q6_K", 1000000.0, 131072,
+                            "GLM-4.5-Air-shaped MoE target with its MTP head, Q4_K_M-like", head_dim=128, n_expert=128,
+                            n_expert_used=8, n_ff_exp=1408, n_dense_lead=1, n_expert_shared=1, n_nextn=1, rope_dims=64),
+    "tiny-glm4moe": ArchShape("glm4moe", 2, 256, 512, 4, 2, 2048, False, True, "Q4_K", "Q6_K", 1000000.0, 4096,
+                              "tiny glm4moe-layout target with one MTP head", head_dim=64, n_expert=8, n_expert_used=2,
+                              n_ff_exp=256, n_dense_lead=1, n_expert_shared=1, n_nextn=1, rope_dims=32),
     "tiny-qwen3moe": ArchShape("qwen3moe", 2, 256, 512, 4, 2, 2048, False, False, "Q4_K", "Q6_K", 1000000.0, 4096,
                                "tiny qwen3moe-layout target", head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256,
                                qk_norm=True),
@@ -83,12 +96,21 @@ SHAPES = {
 }
 
 
+# llama.cpp's quantizer falls back to these where a row is not whole 256-value K-quant blocks (llama-quant.cpp)
+K_FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
+
+
 def tensors(shape: ArchShape) -> list[tuple[str, tuple[int, ...], str]]:
     """(name, GGUF-order shape (ne0 first), ggml type) of every tensor, in a converter's order."""
+    return [(n, dims, K_FALLBACK.get(t, t) if dims[0] % 256 else t) for n, dims, t in _tensors(shape)]
+
+
+def _tensors(shape: ArchShape) -> list[tuple[str, tuple[int, ...], str]]:
     d, ff, head_dim = shape.n_embd, shape.n_ff, shape.key_length
     q, kv = shape.n_head * head_dim, shape.n_head_kv * head_dim
     out = [("token_embd.weight", (d, shape.n_vocab), shape.weights)]
-    for i in range(shape.n_layers):
+    ffn_norm = "post_attention_norm" if shape.arch == "glm4moe" else "ffn_norm"
+    for i in range(shape.n_layers + shape.n_nextn):
         p = f"blk.{i}."
         out.append((p + "attn_norm.weight", (d,), "F32"))
         for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
@@ -97,15 +119,25 @@ def tensors(shape: ArchShape) -> list[tuple[str, tuple[int, ...], str]]:
                 out.append((p + name + ".bias", (rows,), "F32"))
         if shape.qk_norm:
             out += [(p + "attn_q_norm.weight", (head_dim,), "F32"), (p + "attn_k_norm.weight", (head_dim,), "F32")]
-        out += [(p + "attn_output.weight", (q, d), shape.weights), (p + "ffn_norm.weight", (d,), "F32")]
-        if shape.n_expert:
+        out += [(p + "attn_output.weight", (q, d), shape.weights), (p + ffn_norm + ".weight", (d,), "F32")]
+        if shape.n_expert and i >= shape.n_dense_lead:
             fe, n = shape.n_ff_exp, shape.n_expert
             out += [(p + "ffn_gate_inp.weight", (d, n), "F32"), (p + "ffn_gate_exps.weight", (d, fe, n), shape.weights),
                     (p + "ffn_up_exps.weight", (d, fe, n), shape.weights),
                     (p + "ffn_down_exps.weight", (fe, d, n), shape.strong)]
+            if shape.arch == "glm4moe":
+                out.append((p + "exp_probs_b.bias", (n,), "F32"))
+            if shape.n_expert_shared:
+                fs = fe * shape.n_expert_shared
+                out += [(p + "ffn_gate_shexp.weight", (d, fs), shape.weights),
+                        (p + "ffn_up_shexp.weight", (d, fs), shape.weights),
+                        (p + "ffn_down_shexp.weight", (fs, d), shape.strong)]
         else:
             out += [(p + "ffn_gate.weight", (d, ff), shape.weights), (p + "ffn_up.weight", (d, ff), shape.weights),
                     (p + "ffn_down.weight", (ff, d), shape.strong)]
+        if i >= shape.n_layers:  # an MTP head: the block above, fed by a projection of [embedding; hidden state]
+            out += [(p + "nextn.eh_proj.weight", (2 * d, d), shape.weights), (p + "nextn.enorm.weight", (d,), "F32"),
+                    (p + "nextn.hnorm.weight", (d,), "F32"), (p + "nextn.shared_head_norm.weight", (d,), "F32")]
     out.append(("output_norm.weight", (d,), "F32"))
     if not shape.tied:
         out.append(("output.weight", (d, shape.n_vocab), shape.strong))
@@ -127,17 +159,21 @@ def write_header(path: Path, name: str, shape: ArchShape | None = None, split_ma
     writer.add_description(f"{shape.description or name}: synthesised header (gguf_bench.models.shapes), no data")
     writer.add_context_length(shape.n_ctx)
     writer.add_embedding_length(shape.n_embd)
-    writer.add_block_count(shape.n_layers)
+    writer.add_block_count(shape.n_layers + shape.n_nextn)
     writer.add_feed_forward_length(shape.n_ff)
     writer.add_head_count(shape.n_head)
     writer.add_head_count_kv(shape.n_head_kv)
-    writer.add_rope_dimension_count(shape.key_length)
+    writer.add_rope_dimension_count(shape.rope_dims or shape.key_length)
     writer.add_key_length(shape.key_length)
     writer.add_value_length(shape.key_length)
     if shape.n_expert:
         writer.add_expert_count(shape.n_expert)
         writer.add_expert_used_count(shape.n_expert_used)
         writer.add_expert_feed_forward_length(shape.n_ff_exp)
+        writer.add_expert_shared_count(shape.n_expert_shared)
+        writer.add_leading_dense_block_count(shape.n_dense_lead)
+    if shape.n_nextn:
+        writer.add_uint32(f"{shape.arch}.nextn_predict_layers", shape.n_nextn)
     writer.add_rope_freq_base(shape.rope_base)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_vocab_size(shape.n_vocab)
