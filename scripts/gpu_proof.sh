@@ -62,7 +62,8 @@ EOF
 
 setup() {
   mkdir -p "$STATE/tables" "$STATE/logs" "$STATE/cache/sdist"
-  export GGUF_BENCH_CACHE=$STATE/cache GGUF_BENCH_RESULTS=$STATE/results HF_HUB_OFFLINE=1
+  # GGUF_BENCH_TEST_CACHE: the tests' shared builds (fit_params_bin, server_bin) are the kit's, not ~/.cache's
+  export GGUF_BENCH_CACHE=$STATE/cache GGUF_BENCH_TEST_CACHE=$STATE/cache GGUF_BENCH_RESULTS=$STATE/results HF_HUB_OFFLINE=1
   if [ -n "${DRY:-}" ]; then
     PYV=$PY
   else
