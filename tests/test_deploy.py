@@ -259,3 +259,31 @@ def test_a_server_that_dies_with_requests_in_flight(tiny_pairs, server_bin, isol
     assert "died earlier" in target[1].error
     assert not processes_running(server_bin, model=files.target)
     assert cells_done(records) == {r.cell for r in spec}  # --resume leaves these, runs the failed rounds again
+
+
+def test_ngram_mod_on_a_prompt_shorter_than_its_match_drafts_nothing_and_says_so(tiny_pairs, server_bin, isolated):
+    """ngram-mod looks up the last 24 tokens in a pool that starts empty in a cold process: on a prompt of a few
+    tokens and 24 generated it cannot draft. Its records say so with the reason, the table shows 'no drafts' for it
+    (never a gain or a best K), and the deploy line is not it."""
+    result = invoke(*server_sweep(tiny_pairs["high"], server_bin, "mod", "-K", "4", "-r", "2", "--spec-type", "ngram-mod",
+                                  "--prompts", str(prompts_file(isolated, "def f(n):"))))
+    assert result.exit_code == 0, result.output
+    mod = [r for r in stored(isolated / "results" / "mod.jsonl") if r["mode"] == "speculative"]
+    assert len(mod) == 2 and all(r["error"] is None and r["server"]["speculative"] is True for r in mod)
+    for r in mod:
+        m = r["metrics"]
+        assert m["drafted"] == 0 and m["rounds"] == 0 and m["n_tokens"] == 24
+        assert m["prompt_tokens"] < 24 and f"the prompt ({m['prompt_tokens']} tokens) is shorter than ngram-mod's match" \
+            in m["no_drafts"]
+    report = invoke("report", str(isolated / "results" / "mod.jsonl"))
+    assert report.exit_code == 0, report.output
+    row = next(ln for ln in report.stdout.splitlines() if "ngram-mod K=4" in ln and "no drafts:" not in ln)
+    assert "no drafts" in row and "★" not in row and "%" not in row.split()[-2:][0]
+    assert "no drafts: ngram-mod K=4 drafted no token, so it measured the target alone: the prompt" in " ".join(
+        report.stdout.split())
+    assert not any(ln.startswith("deploy ") and "ngram-mod" in ln for ln in report.stdout.splitlines())
+    as_json = json.loads(invoke("report", str(isolated / "results" / "mod.jsonl"), "--format", "json").stdout)
+    row = next(r for r in as_json if r["mode"] == "speculative")
+    assert row["no_drafts"] and row["gain_pct"] is None and row["best_k"] is False and row["deploy"] is None
+    # the target alone's line, unless the machine was busy (then none: a busy machine recommends nothing)
+    assert all(r["mode"] == "target" and "--spec-type none" in r["deploy"] for r in as_json if r["deploy"])

@@ -247,3 +247,86 @@ def test_minus_one_means_all_layers_in_run_and_sweep(tiny_pairs, isolated):
     assert ran.exit_code == 0, ran.output
     assert {(r["config"]["ngl"], r["config"]["ngld"]) for r in json.loads(ran.stdout)} == {("all", "all")}
     assert len(stored(isolated / "results" / "r1.jsonl")) == 3  # run stores its records too
+
+
+# --- whether speculation ran, and whether its gain can be told from zero (issue 49) ---------------
+
+
+def proof_rec(mode, tps, k=0, rep=0, drafted=None, prompt="p1"):
+    """A run that says what it drafted (a speculative run drafts unless told otherwise)."""
+    r = rec(mode, tps, k=k, rep=rep, prompt=prompt)
+    r["metrics"].update(n_tokens=64, drafted=(8 if mode == "speculative" else 0) if drafted is None else drafted)
+    r["models"]["target"]["path"] = r["models"]["draft"]["path"] = "/models/x.gguf"
+    return r
+
+
+def deploy_headline(records) -> str:
+    from gguf_bench.measure import deploy
+    from gguf_bench.results.records import parse
+
+    df = to_frame(records)
+    runs = [parse(r) for r in records]
+    return deploy.lines(deploy.with_deploy(summarize(df), df, runs))[0][0]
+
+
+def test_a_gain_the_repetitions_cannot_tell_from_zero_is_marked_and_not_deployed():
+    """Welch's t-test at 95% on three runs each: K=2 (+3%, within the noise) is shown as '~+3.3%' and not recommended;
+    K=4 (+33%, far outside it) is the deploy line, with its p-value."""
+    alone = [proof_rec("target", v, rep=i) for i, v in enumerate((29.0, 31.0, 30.0))]
+    noise = [proof_rec("speculative", v, k=2, rep=i) for i, v in enumerate((28.0, 33.0, 32.0))]
+    real = [proof_rec("speculative", v, k=4, rep=i) for i, v in enumerate((40.0, 39.5, 40.5))]
+    s = summarize(to_frame(alone + noise + real)).set_index(["mode", "k"])
+    assert s.loc[("speculative", 2), "gain_p"] > 0.05 and s.loc[("speculative", 4), "gain_p"] < 0.05
+    from gguf_bench.results.report import _gain_text, proof_lines
+    rows = s.reset_index()
+    assert [_gain_text(r) for _, r in rows[rows["mode"] == "speculative"].iterrows()] == ["~+3.3%", "+33.3%"]
+    assert any(line.startswith("~ a gain that Welch's t-test (95%)") for line in proof_lines(rows))
+    assert deploy_headline(alone + noise + real).startswith("deploy P: K=4 (gain +33.3%, p=")
+    # the noise alone: the target alone is the line, and it says why
+    assert deploy_headline(alone + noise).startswith("deploy P: no speculation (K=2's +3.3% cannot be told from zero")
+
+
+def test_one_run_each_gets_no_test_and_no_recommendation():
+    """With one repetition no test is possible: the gain is shown, the caption and the deploy line say so."""
+    records = [proof_rec("target", 28.0), proof_rec("speculative", 33.0, k=4)]
+    s = summarize(to_frame(records))
+    assert s["gain_p"].isna().all()
+    from gguf_bench.results.report import proof_lines
+    assert any("one run per prompt" in line for line in proof_lines(s))
+    headline = deploy_headline(records)
+    assert "no speculation" in headline and "+17.9% comes from one run per prompt" in headline and "-r 2" in headline
+
+
+def test_a_row_that_drafted_nothing_is_no_gain_no_best_k_and_no_deploy_line():
+    """K=4 drafted no token in any run (and was fastest, by chance): 'no drafts' with its reason, no gain, no ★;
+    K=2 drafted and gained, so it is the best K and the deploy line."""
+    alone = [proof_rec("target", v, rep=i) for i, v in enumerate((29.0, 31.0, 30.0))]
+    k2 = [proof_rec("speculative", v, k=2, rep=i) for i, v in enumerate((36.0, 35.5, 36.5))]
+    k4 = [proof_rec("speculative", v, k=4, rep=i, drafted=0) for i, v in enumerate((40.0, 39.5, 40.5))]
+    for r in k4:
+        r["metrics"]["no_drafts"] = "the prompt is short"
+    s = summarize(to_frame(alone + k2 + k4)).set_index(["mode", "k"])
+    assert s.loc[("speculative", 4), "no_drafts"] == "the prompt is short"
+    assert pd.isna(s.loc[("speculative", 4), "gain_pct"]) and not s.loc[("speculative", 4), "best_k"]
+    assert s.loc[("speculative", 2), "best_k"]
+    from gguf_bench.results.report import proof_lines
+    assert "no drafts: K=4 drafted no token, so it measured the target alone: the prompt is short" in proof_lines(
+        s.reset_index())
+    assert deploy_headline(alone + k2 + k4).startswith("deploy P: K=2 (gain +20.0%")
+
+
+def test_server_greedy_text_says_where_it_parts_from_its_target_alone():
+    """A greedy llama-server speculative run whose text parted from its own target alone's: the line names the run,
+    the prompt and the token (the record's identity); where all agree, one line says so."""
+    from gguf_bench.results.report import server_greedy_lines
+
+    records = [proof_rec("target", 30.0), proof_rec("speculative", 33.0, k=2), proof_rec("speculative", 34.0, k=4)]
+    for r in records:
+        r["config"]["engine"] = "server"
+    records[1]["metrics"]["identity"] = {"identical": True}
+    records[2]["metrics"]["identity"] = {"identical": False, "position": 12}
+    assert server_greedy_lines(to_frame(records)) == ["greedy text: llama-server K=4 on p1 parts from its target "
+                                                      "alone at token 12"]
+    records[2]["metrics"]["identity"] = {"identical": True}
+    assert server_greedy_lines(to_frame(records)) == ["greedy text: every llama-server speculative run (2) equals "
+                                                      "its target alone's"]

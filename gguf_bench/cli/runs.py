@@ -174,6 +174,8 @@ def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host
                   deploy_lines: bool = True) -> None:
     """The summary table, both engines side by side where both ran, and each pair's deploy line."""
     console.print(rep.rich_table(summary, title=title, width=console.width, show_host=show_host))
+    for line in rep.server_greedy_lines(df):
+        console.print(fold(line, console.width), markup=False, soft_wrap=True)
     _engines_side_by_side(summary, df)
     if deploy_lines:
         _deploy_lines(summary, df, runs)

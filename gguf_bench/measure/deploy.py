@@ -25,7 +25,7 @@ from gguf_bench.measure.server_engine import speculation
 from gguf_bench.placing import parse_label, split_label
 from gguf_bench.results.costmodel import Calibration
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
-from gguf_bench.results.report import SETTING, matching, row_label
+from gguf_bench.results.report import SETTING, gain_decided, matching, row_label
 
 KEYS = SETTING + ["mode", "strategy", "k"]
 
@@ -53,17 +53,31 @@ def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
     out = []
     for _, r in summary[summary["deploy"].notna()].iterrows():
         where = f" with {int(r['clients'])} clients on {int(r['parallel'])} slots" if pd.notna(r.get("clients")) else ""
-        what = (f"{row_label(r)}{where} (gain {r['gain_pct']:+.1f}%)" if r["mode"] == "speculative"
-                else f"no speculation{where} (no speculative setting gained)")
+        what = (f"{row_label(r)}{where} (gain {r['gain_pct']:+.1f}%, p={r['gain_p']:.2g})" if r["mode"] == "speculative"
+                else f"no speculation{where} ({_why_alone(summary[summary['pair'] == r['pair']])})")
         note = "" if r["engine"] == SERVER_ENGINE else " (measured in the Python loop: check it with --engine server)"
         out.append((f"deploy {r['pair']}: {what}{note}", r["deploy"]))
     return out
 
 
+def _why_alone(rows: pd.DataFrame) -> str:
+    """Why a pair's line is its target alone's: nothing gained, or the best gain could not be told from zero."""
+    gained = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0)]
+    if gained.empty:
+        return "no speculative setting gained"
+    best = gained.loc[gained["gain_pct"].idxmax()]
+    what = f"{row_label(best)}'s {best['gain_pct']:+.1f}%"
+    if pd.isna(best["gain_p"]):
+        return f"{what} comes from one run per prompt: no test can tell it from zero; measure it with -r 2 or more"
+    return f"{what} cannot be told from zero: Welch's t-test p={best['gain_p']:.2g} over its runs"
+
+
 def _candidates(rows: pd.DataFrame) -> list:
-    # a busy machine disqualifies a row; a spread does not (prompts of different kinds differ by design)
+    # a busy machine disqualifies a row; a spread does not (prompts of different kinds differ by design); a gain counts
+    # only where the test tells it from zero (report.gain_decided: never from one run per prompt)
     reliable = ~rows.get("unreliable", pd.Series("", index=rows.index)).fillna("").str.contains("busy")
-    spec = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0) & reliable]
+    decided = rows.apply(gain_decided, axis=1) == True  # noqa: E712 (None: no test possible)
+    spec = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0) & reliable & decided]
     alone = rows[(rows["mode"] == "target") & reliable]  # a busy machine recommends nothing
     return list(spec.sort_values("gain_pct", ascending=False).index) + list(alone.index[:1])
 

@@ -22,6 +22,7 @@ from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.prompts import Prompt
+from gguf_bench.measure.proof import marked
 from gguf_bench.models.memory import Budget
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
@@ -272,7 +273,9 @@ class Setting:
 
     def record(self, cell: Cell, metrics: RunMetrics | None = None, offload: Offload | None = None,
                error: str | None = None, load: Load | None = None, server: ServerRecord | None = None) -> RunRecord:
-        """The cell's record: what it measured, or why it could not."""
+        """The cell's record: what it measured, or why it could not; a speculative run that drafted nothing is marked
+        (proof.marked)."""
+        metrics = marked(metrics, cell.mode, cell.strategy, cell.k, self.engine, self.files.target)
         return RunRecord(cell=self.key(cell), time=now_iso(), **self.static, mode=cell.mode,
                          config=cell.config(self.grid, self.load), metrics=metrics, offload=offload, error=error,
                          load=load, server=server)

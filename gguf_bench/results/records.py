@@ -277,6 +277,8 @@ class RunMetrics:
     draft_lengths: list[int] | None = None  # rounds per draft length (speculative runs)
     draft_sources: dict[str, int] | None = None  # rounds per drafter ("model", "ngram")
     identity: Identity | None = None  # greedy speculative runs: output equal to the target alone's?
+    # a speculative run whose drafter proposed no token: the likely reason (measure/proof.py); None where it drafted
+    no_drafts: str | None = None
     # --k-schedule cost: the tokens/s its cost model predicted for the rounds it chose, and where its step costs came
     # from ('calibration': tune's, 'warm-up': measured at load); None for other schedules and older records
     predicted_tokens_per_s: float | None = None
@@ -381,6 +383,8 @@ def run_row(run: RunRecord) -> dict:
         "draft_lengths": m.draft_lengths, "category": cfg.category,
         "schedule_predicted_tokens_per_s": m.predicted_tokens_per_s,
         "identical": m.identity.identical if m.identity else None, "error": run.error, "text": m.text,
+        "differs_at": m.identity.position if m.identity else None,  # the first token where it parts from the target alone
+        "drafted": m.drafted if run.metrics and m.n_tokens else None, "no_drafts": m.no_drafts,  # (no tokens: no proof)
         "target_offload": offload.target, "draft_offload": offload.draft,
         "target_file": models.target.file if models.target else None, "draft_file": models.draft.file if models.draft else None,
         "twin": any(f is not None and f.twin for f in (models.target, models.draft)),  # synthetic weights: speed only

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 from rich import box
 from rich.table import Table
+from scipy import stats
 
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
@@ -110,13 +111,15 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         schedule_predicted_tokens_per_s=("schedule_predicted_tokens_per_s", "mean"))
     if df["twin"].any():  # a column only where a twin ran: files without one report as before
         agg = agg.join(df.groupby(keys, dropna=False)["twin"].any())
-    agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(ok, keys)).reset_index()
+    agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(ok, keys))
+    agg = agg.join(_no_drafts(ok, keys)).reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
     base = agg[agg["mode"] == "target"][setting + ["tokens_per_s", "tokens_per_s_std"]].rename(
         columns={"tokens_per_s": "baseline_tokens_per_s", "tokens_per_s_std": "baseline_std"})
-    agg = agg.merge(base, on=setting, how="left")
-    agg["gain_pct"] = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"])
+    tests = gain_tests(ok, setting, keys)
+    agg = agg.merge(base, on=setting, how="left").merge(tests.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
+    agg["gain_pct"] = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"]).where(agg["no_drafts"].isna())
     agg["unreliable"] = agg.apply(_unreliable, axis=1)
     flagged = agg.groupby(setting, dropna=False)["unreliable"].transform(lambda s: bool((s != "").any()))
     agg["best_k"] = False
@@ -124,6 +127,9 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     if "twin" in agg:  # nor among twins': their K is fast or slow by the acceptance of synthetic weights
         spec = spec[spec["twin"] != True]  # noqa: E712
     spec = spec[spec.groupby(setting, dropna=False)["k"].transform("size") > 1]  # a choice of K to make
+    spec = spec[spec["no_drafts"].isna()]  # never a row that drafted nothing
+    if agg["no_drafts"].isna().all():  # a column only where some row drafted nothing: other files report as before
+        agg = agg.drop(columns="no_drafts")
     if not spec.empty:
         agg.loc[spec.groupby(setting, dropna=False)["tokens_per_s"].idxmax(), "best_k"] = True
     agg["_order"] = agg["mode"].map({"target": 0, "draft": 1, "speculative": 2})
@@ -139,6 +145,54 @@ def matching(frame: pd.DataFrame, row: pd.Series, keys: Sequence[str]) -> pd.Ser
         if k in frame and k in row.index:
             match &= (frame[k] == row[k]) | (frame[k].isna() & pd.isna(row[k]))
     return match
+
+
+NO_REASON = "its drafter proposed no token"  # a row that drafted nothing, of records without a reason
+GAIN_LEVEL = 0.05  # a gain counts where Welch's t-test puts p below this (95%): gain_tests
+
+
+def _no_drafts(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Per speculative setting whose runs drafted no token at all: why (the runs' own reason, measure/proof.py); None
+    for the others. Such a row measured the target alone under another name."""
+    drafted = pd.to_numeric(ok.get("drafted", pd.Series(None, index=ok.index)), errors="coerce")
+    why = ok.get("no_drafts", pd.Series(None, index=ok.index, dtype=object))
+    rows = ok.assign(_drafted=drafted, _why=why).groupby(keys, dropna=False)
+    total = rows["_drafted"].sum(min_count=1)
+    none = (total.index.get_level_values("mode") == "speculative") & (total == 0)
+    reason = rows["_why"].first().fillna(NO_REASON)
+    return reason.where(none).rename("no_drafts")
+
+
+def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataFrame:
+    """Per speculative row (keys), `gain_p`: Welch's two-sided t-test (scipy) of its runs against its target alone's,
+    each run's tokens/s divided by the target alone's mean on the same prompt (so that prompts of different speeds
+    are not taken for noise). NaN where no test is possible: a prompt run fewer than twice by either row (one
+    repetition), or no target alone."""
+    alone = ok[ok["mode"] == "target"]
+    out = []
+    for _, rows in ok[ok["mode"] == "speculative"].groupby(keys, dropna=False):
+        first = rows.iloc[0]
+        base = alone[matching(alone, first, setting) & alone["prompt_id"].isin(rows["prompt_id"])]
+        out.append({**{k: first[k] for k in keys}, "gain_p": _welch(rows, base)})
+    return pd.DataFrame(out, columns=[*keys, "gain_p"])
+
+
+def _welch(spec: pd.DataFrame, alone: pd.DataFrame) -> float:
+    """Welch's t-test p-value of the two rows' runs, each over its prompt's target-alone mean; NaN where a prompt has
+    fewer than 2 runs in either row; 1 where both rows' runs are all equal (nothing to tell apart)."""
+    counts = [group.groupby("prompt_id").size() for group in (spec, alone)]
+    if any(c.empty or c.min() < 2 for c in counts) or set(counts[0].index) != set(counts[1].index):
+        return float("nan")
+    means = alone.groupby("prompt_id")["tokens_per_s"].mean()
+    ratios = [group["tokens_per_s"] / group["prompt_id"].map(means) for group in (spec, alone)]
+    p = stats.ttest_ind(*ratios, equal_var=False).pvalue
+    return 1.0 if pd.isna(p) else float(p)
+
+
+def gain_decided(row: pd.Series) -> bool | None:
+    """Whether a row's gain is told apart from zero (Welch's t-test at 95%); None where no test was possible."""
+    p = row.get("gain_p")
+    return None if p is None or pd.isna(p) else bool(p < GAIN_LEVEL)
 
 
 def _draft_lengths(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
@@ -291,7 +345,17 @@ class RunColumn:
 
 
 def _gain_text(row: pd.Series) -> str:
-    return "" if row["mode"] == "target" else number_text(row["gain_pct"], "{:+.1f}%")
+    """'+12.3%'; '~+2.8%': a gain the test cannot tell from zero (gain_decided); 'no drafts': nothing was drafted."""
+    if row["mode"] == "target":
+        return ""
+    if isinstance(row.get("no_drafts"), str):
+        return "no drafts"
+    return ("~" if _undecided_gain(row) else "") + number_text(row["gain_pct"], "{:+.1f}%")
+
+
+def _undecided_gain(row: pd.Series) -> bool:
+    """A positive gain that Welch's t-test cannot tell from zero (a loss is never recommended either way)."""
+    return gain_decided(row) is False and row["gain_pct"] > 0
 
 
 def _run_text(row: pd.Series) -> str:
@@ -445,6 +509,22 @@ def greedy_agreement(df: pd.DataFrame) -> list[str]:
     return out
 
 
+def server_greedy_lines(df: pd.DataFrame) -> list[str]:
+    """For llama-server's greedy speculative runs (first repetition): whether each one's text equals its own target
+    alone's on the same server build, and where the first that does not parts from it (the record's identity)."""
+    if "differs_at" not in df.columns:
+        return []
+    rows = df[(df["engine"] == SERVER_ENGINE) & (df["mode"] == "speculative") & df["greedy"].astype(bool)
+              & df["error"].isna() & (df["repetition"] == 0) & df["identical"].notna()]
+    if rows.empty:
+        return []
+    parted = rows[rows["identical"] == False]  # noqa: E712
+    if parted.empty:
+        return [f"greedy text: every llama-server speculative run ({len(rows)}) equals its target alone's"]
+    return [f"greedy text: llama-server {run_label(r['mode'], r['strategy'] or '', r['k'])} on {r['prompt_id']} parts from "
+            f"its target alone at token {int(r['differs_at'])}" for _, r in parted.iterrows()]
+
+
 def short_of_request(row: pd.Series) -> bool:
     """Whether llama.cpp placed fewer layers than -ngl/-ngld asked for, on the models this row ran (a CPU-only build
     places none: it ignores them)."""
@@ -524,6 +604,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         why = [f"runs of one prompt spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
         why += [_busy_reason(summary[summary["unreliable"].str.contains("busy")])] if "busy" in reasons else []
         lines.append(f"! unreliable: {'; '.join(why)}; no best K is starred beside such rows")
+    lines += proof_lines(summary, varying)
     if _concurrent(summary):
         lines.append("several clients: tokens/s is all clients' tokens over the round's wall time (prompts included); "
                      "req t/s: each request's own decode speed; p95 s: end-to-end latency")
@@ -541,6 +622,25 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         lines.append("rounds per draft length (tokens drafted:rounds, all runs) of the 'cost' rows:")
         lines += [f"  {label}: {text}" for label, text in counted if text]
     return "\n".join(lines)
+
+
+def proof_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]:
+    """What the gain column's marks mean, where a row has one: each row that drafted nothing with the likely reason, a
+    gain the test cannot tell from zero, gains from one run per prompt (no test possible)."""
+    spec = summary[summary["mode"] == "speculative"]
+    lines = []
+    if "no_drafts" in spec:
+        for _, r in spec[spec["no_drafts"].notna()].iterrows():
+            label = " ".join([f"{_VARYING[c]} {r[c]}" for c in varying] + [row_label(r)])
+            why = "" if r["no_drafts"] == NO_REASON else f": {r['no_drafts']}"
+            lines.append(f"no drafts: {label} drafted no token, so it measured the target alone{why}")
+    decided = spec.apply(gain_decided, axis=1) if not spec.empty else pd.Series(dtype=object)
+    if not spec.empty and spec.apply(_undecided_gain, axis=1).any():
+        lines.append(f"~ a gain that Welch's t-test ({1 - GAIN_LEVEL:.0%}) cannot tell from zero: never recommended")
+    if (decided.isna() & (spec["gain_pct"] > 0)).any():
+        lines.append("a gain from one run per prompt: no test can tell it from zero, so none is recommended "
+                     "(-r 2 or more)")
+    return lines
 
 
 def _count(v) -> str:
