@@ -157,14 +157,33 @@ def holds_numbers(text: str) -> bool:
     return re.search(r"\d", STEP_TIME.sub("", text)) is not None
 
 
+FAILED = re.compile(r"^(?:Error|Traceback|FAILED|E  )|\b\d+ (?:failed|errors?)\b", re.M)  # an error line, pytest's count
+PASSED = re.compile(r"\b\d+ passed\b")
+SKIPPED = re.compile(r"\b\d+ skipped\b")
+
+
+def table_fault(name: str, text: str, declared: set[str]) -> str | None:
+    """Why a table is not a measurement (None: it is): an error line, a test run that passed nothing (all skipped),
+    no number at all. A table the run declared skipped (in skipped.txt, 'NAME: why') may hold no measurement."""
+    if name in declared:
+        return None
+    if m := FAILED.search(text):
+        return f"an error: {m.group(0).strip()}"
+    if SKIPPED.search(text) and not PASSED.search(text):
+        return "its tests were all skipped"
+    return None if holds_numbers(text) else "no numbers"
+
+
 def check(folder: Path) -> int:
-    """Every *.txt table the run wrote holds numbers; the list of them must not be empty."""
-    tables = sorted(folder.glob("*.txt"))
-    bad = [t.name for t in tables if t.name != "skipped.txt" and not holds_numbers(t.read_text(errors="replace"))]
+    """Every *.txt table the run wrote holds measurements (table_fault); the list of them must not be empty."""
+    tables = sorted(t for t in folder.glob("*.txt") if t.name != "skipped.txt")
+    skipped = folder / "skipped.txt"
+    declared = set(re.findall(r"^([\w-]+):", skipped.read_text(), re.M)) if skipped.is_file() else set()
+    bad = [(t.name, why) for t in tables if (why := table_fault(t.stem, t.read_text(errors="replace"), declared))]
     for t in tables:
-        print(f"{t.name}: {t.stat().st_size} bytes")
+        print(f"{t.name}: {t.stat().st_size} bytes" + (" (declared skipped)" if t.stem in declared else ""))
     if not tables or bad:
-        print(f"no numbers in: {', '.join(bad) or '(no tables)'}", file=sys.stderr)
+        print("not measurements: " + ("; ".join(f"{n}: {why}" for n, why in bad) or "(no tables)"), file=sys.stderr)
         return 1
     return 0
 

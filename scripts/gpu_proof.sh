@@ -4,7 +4,8 @@
 #
 #   scripts/gpu_proof.sh prepare   # here: fill .gpukit/ (git-ignored, < 64 MiB) with what the lent machine needs
 #   scripts/gpu_proof.sh run       # there: the steps, each resumed where the last call stopped; exit 75 = call again
-#   scripts/gpu_proof.sh dry-run   # here: prepare, then every step on the CPU build at the smallest shapes
+#   scripts/gpu_proof.sh dry-run   # here: the plan, prepare, then every step on the CPU build at the smallest shapes
+#   scripts/gpu_proof.sh plan      # the lent machine's steps, each with the seconds it declares, and their sum
 #
 # The kit (.gpukit/): the installed llama-cpp-python's sdist, pruned (scripts/gpu_proof.py sdist); the wheels of the
 # dependencies the device image lacks, of the sdist's build requirements and of gguf-bench itself; synthesised headers
@@ -20,6 +21,12 @@ STATE=${GPU_PROOF_STATE:-$ROOT/.gpukit-state}
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo "$ROOT/.venv/bin/python" || echo python3 )}
 START=$(date +%s)
 BUDGET=${GPU_PROOF_BUDGET:-540}  # seconds one `run` may take (a device command is cut at 600)
+# The device time a session has in all (its start, every command, idle waits and transfers count): the steps' declared
+# seconds plus START_S must stay within it, or `plan` (and so `dry-run`) fails. Declared seconds are plans, not
+# measurements: each step's table ends with the seconds it took, and the first run's figures replace these.
+DEVICE_S=${GPU_PROOF_DEVICE_S:-840}  # 14 minutes of the 15 lent
+START_S=150  # the machine's start and the transfers of two calls
+BUILD_S=${GPU_PROOF_BUILD_S:-330}  # the CUDA build (one architecture, every core), setup and twins included
 export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
 
 say() { echo "gpu-proof: $*"; }
@@ -155,9 +162,11 @@ twins() {
 pairs() { if [ -n "${DRY:-}" ]; then echo "llama:tiny-llama:tiny-llama-draft qwen:tiny-qwen2:tiny-qwen2-draft"
           else echo "llama:llama3-8b:llama3.2-1b qwen:qwen2.5-7b:qwen2.5-0.5b"; fi; }
 
-# step NAME SECONDS COMMAND...: run once (marked done), within what is left of this call, output to tables/NAME.txt
+# step NAME SECONDS COMMAND...: run once (marked done), within what is left of this call, output to tables/NAME.txt;
+# with PLAN set, only declared (a line of the plan)
 step() {
   local name=$1 need=$2; shift 2
+  [ -n "${PLAN:-}" ] && { printf '%-16s %5d s\n' "$name" "$need"; return; }
   [ -f "$STATE/$name.done" ] && return
   [ "$(left)" -gt "$need" ] || again "$name needs about $need s and $(left) s are left"
   say "$name: $*"
@@ -174,39 +183,35 @@ step() {
 }
 
 measure() {
-  local gpu=1 t="$STATE/twins" h; h=$(headers_dir)
-  [ -n "${DRY:-}" ] && gpu=
-  if [ -n "$gpu" ]; then
-    GGUF_BENCH_REQUIRE_GPU=1 step offload 240 "$PYV" -m pytest -p no:cacheprovider -q -m gpu tests/test_offload.py
-  else
-    step offload 60 "$PYV" -m pytest -p no:cacheprovider -q -m gpu tests/test_offload.py
-  fi
-  local files=() p name tgt drf
+  local t="$STATE/twins" h files=() p name tgt drf; h=$(headers_dir)
   for p in $(pairs); do IFS=: read -r name tgt drf <<< "$p"; files+=("$t/$tgt.gguf" "$t/$drf.gguf"); done
-  if [ -n "$gpu" ]; then
-    step plan 300 "$PYV" scripts/bench_plan.py "${files[@]}" --ctx 512,4096 --max-tensor-mib 1000000
-  else
-    echo "bench_plan.py needs a GPU device (llama.cpp's allocations on it): not run here" > "$STATE/tables/skipped.txt"
+  if [ -z "${DRY:-}" ]; then  # the lent machine: most valuable first, within the plan (gpu_plan)
+    GGUF_BENCH_REQUIRE_GPU=1 step offload 110 "$PYV" -m pytest -p no:cacheprovider -q -m gpu tests/test_offload.py
+    for p in $(pairs); do
+      IFS=: read -r name tgt drf <<< "$p"
+      step "plan-cli-$name" 5 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 4096
+    done
+    step plan 90 "$PYV" scripts/bench_plan.py "${files[@]}" --ctx 512,4096 --max-tensor-mib 1000000
+    IFS=: read -r name tgt drf <<< "$(pairs | cut -d' ' -f1)"  # the first pair: Llama-3-8B with Llama-3.2-1B
+    step "tune-$name" 90 "$PYV" -m gguf_bench.cli tune --twin --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" -K 1-16 \
+      -ngl all -ngld all --acceptance 0.6,0.8 -n 32 --reps 2 --prompt-ids code-short --name "gpu-tune-$name"
+    step "engines-$name" 60 "$PYV" scripts/bench_engines.py --target "$t/$tgt.gguf" --draft "$t/$drf.gguf" -K 4 \
+      --temp 0,0.7 -n 64 --reps 2 --threads "$(nproc)" -ngl all -ngld all
+    return
   fi
+  step offload 60 "$PYV" -m pytest -p no:cacheprovider -q -m gpu tests/test_offload.py
+  { echo "offload: a CPU build sees no GPU device, so tests/test_offload.py skips (on the lent machine: a failure)"
+    echo "plan: bench_plan.py needs a GPU device (llama.cpp's allocations on it): not run here"; } > "$STATE/tables/skipped.txt"
+  local server=()
+  "$PYV" -c 'from gguf_bench.engines.server_build import find_server; find_server(None)' 2>/dev/null || server=(--no-server)
   for p in $(pairs); do
     IFS=: read -r name tgt drf <<< "$p"
-    if [ -n "$gpu" ]; then
-      step "plan-cli-$name" 60 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 4096
-      step "tune-$name" 300 "$PYV" -m gguf_bench.cli tune --twin --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" -K 1-16 \
-        -ngl all -ngld all --acceptance 0.6,0.8 -n 64 --reps 3 --prompt-ids code-short --name "gpu-tune-$name"
-      step "engines-$name" 400 "$PYV" scripts/bench_engines.py --target "$t/$tgt.gguf" --draft "$t/$drf.gguf" -K 4,8 \
-        --temp 0,0.7 -n 128 --reps 3 --threads "$(nproc)" -ngl all -ngld all
-    else
-      local server=()
-      "$PYV" -c 'from gguf_bench.engines.server_build import find_server; find_server(None)' 2>/dev/null \
-        || server=(--no-server)
-      step "plan-cli-$name" 60 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 512 \
-        --vram 8GB
-      step "tune-$name" 120 "$PYV" -m gguf_bench.cli tune --twin --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" -K 1,2,4 \
-        --acceptance 0.6,0.8 -n 8 --reps 1 --threads 1 --prompt-ids code-short --name "gpu-tune-$name"
-      step "engines-$name" 120 "$PYV" scripts/bench_engines.py --target "$t/$tgt.gguf" --draft "$t/$drf.gguf" -K 2 \
-        --temp 0,0.7 -n 8 --reps 1 --threads 1 "${server[@]}"
-    fi
+    step "plan-cli-$name" 60 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 512 \
+      --vram 8GB
+    step "tune-$name" 120 "$PYV" -m gguf_bench.cli tune --twin --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" -K 1,2,4 \
+      --acceptance 0.6,0.8 -n 8 --reps 1 --threads 1 --prompt-ids code-short --name "gpu-tune-$name"
+    step "engines-$name" 120 "$PYV" scripts/bench_engines.py --target "$t/$tgt.gguf" --draft "$t/$drf.gguf" -K 2 \
+      --temp 0,0.7 -n 8 --reps 1 --threads 1 "${server[@]}"
   done
 }
 
@@ -218,6 +223,18 @@ publish() {  # every table so far into $OUT (at most 8 files come back): one sum
   tar czf "$out/gpu-proof.tar.gz" -C "$STATE" tables logs 2>/dev/null || true
 }
 
+# the plan of the lent machine's run: build, then the measurements in the order they run (most valuable first, so a
+# call cut short has written the most important tables), their declared seconds and the sum against DEVICE_S
+gpu_plan() {
+  local lines total PYV=${PYV:-$PY}
+  lines=$(printf '%-16s %5d s\n' build "$BUILD_S"; (PLAN=1 DRY= measure))
+  total=$(( START_S + $(awk '{ s += $2 } END { print s }' <<< "$lines") ))
+  say "the lent machine's plan (declared seconds; the machine's start and transfers $START_S s):"
+  echo "$lines"
+  say "sum $total s of $DEVICE_S s"
+  [ "$total" -le "$DEVICE_S" ] || { say "the plan does not fit: $total s > $DEVICE_S s; cut or shorten steps"; return 1; }
+}
+
 run_steps() {
   setup; build; twins; measure; publish
   "$PYV" scripts/gpu_proof.py check "$STATE/tables"
@@ -226,9 +243,11 @@ run_steps() {
 
 case "${1:-}" in
   prepare) prepare ;;
+  plan) gpu_plan ;;
   run) [ -f "$KIT/headers.tar.gz" ] || { say "no kit at $KIT: run prepare first (here), carry .gpukit"; exit 1; }
        run_steps ;;
   dry-run)
+    gpu_plan
     prepare
     say "the device call (the same kit; $(device_call | wc -c) characters):"
     device_call
@@ -236,5 +255,5 @@ case "${1:-}" in
     rm -rf "$STATE"
     START=$(date +%s)
     run_steps ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

@@ -36,3 +36,38 @@ def test_dry_run_writes_tables_of_numbers_within_the_limits(tmp_path):
     engines = (tables / "engines-qwen.txt").read_text()
     assert "T=0.7" in engines and re.search(r"^alone\s+[\d.]+ ±", engines, re.M)
     assert (tmp_path / "state" / "out" / "gpu-proof-summary.txt").stat().st_size > 1000
+    plan = re.search(r"gpu-proof: sum (\d+) s of (\d+) s", out)  # the lent machine's plan came first, and fits
+    assert plan and int(plan.group(1)) <= int(plan.group(2)) == 840 and out.index("sum") < out.index("prepared")
+
+
+def _kit(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_proof.sh"), *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable, **env}, timeout=60)
+
+
+def test_the_plan_sums_every_steps_seconds_and_fails_beyond_the_device_time():
+    fits = _kit("plan")
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    steps = {m[0]: int(m[1]) for m in re.findall(r"^([\w-]+)\s+(\d+) s$", fits.stdout, re.M)}
+    assert list(steps)[:2] == ["build", "offload"] and "tune-llama" in steps
+    total = int(re.search(r"sum (\d+) s of 840 s", fits.stdout).group(1))
+    assert total == sum(steps.values()) + 150
+    over = _kit("plan", GPU_PROOF_BUILD_S=str(steps["build"] + 840 - total + 1))
+    assert over.returncode == 1 and "the plan does not fit" in over.stdout
+
+
+def test_check_accepts_only_tables_of_measurements(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_proof import check
+
+    (tmp_path / "tune.txt").write_text("K=4 target t_verify(1) 12.5 ms\n(tune: 40 s)\n")
+    (tmp_path / "offload.txt").write_text("27 passed in 31.2s\n")
+    assert check(tmp_path) == 0
+    for name, text in (("offload.txt", "sss\n27 skipped in 0.4s\n"), ("offload.txt", "1 failed, 26 passed in 30 s\n"),
+                       ("plan.txt", "Error: no GPU device\n"), ("engines.txt", "(engines: 3 s)\n")):
+        (tmp_path / name).write_text(text)
+        assert check(tmp_path) == 1, (name, text)
+        (tmp_path / name).write_text("27 passed in 31.2s\n")
+    (tmp_path / "offload.txt").write_text("27 skipped in 0.4s\n")
+    (tmp_path / "skipped.txt").write_text("offload: a CPU build sees no GPU device\n")  # declared by the run
+    assert check(tmp_path) == 0
