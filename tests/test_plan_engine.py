@@ -57,3 +57,20 @@ def test_prepared_prompts_follow_the_filler_without_a_second_bos():
     prepared = PreparedPrompts({"a": [1, 5, 6]}, filler=[1, 9, 9, 9])
     assert prepared.after("a", 0) == [1, 5, 6]
     assert prepared.after("a", 3) == [5, 6] and prepared.whole("a", 3) == [1, 9, 9, 5, 6]
+
+
+def test_each_new_server_gets_a_warm_up_that_a_cold_ngram_pool_cannot_see():
+    """A warmed process: the first cell's prompt and up to 16 tokens. A cold ngram-mod pool: prompt and output together
+    shorter than its 24-token lookup (llama.cpp adds nothing to the pool below that). The other cold pools: none."""
+    from gguf_bench.engines.llama_server import NGRAM_MOD_MATCH, Speculation
+
+    grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=PROMPTS[:1], n_predict=64, engines=("server",),
+                strategies=[Strategy("ngram-mod")], with_draft_alone=False)
+    cell = expand(FILES, grid, {}).units[0].cells[-1]
+    session = ServerSession.__new__(ServerSession)  # no server needed
+    session.grid, session.prompts = grid, PreparedPrompts({"a": list(range(40))}, filler=[])
+    prompt, n = session._warm_up(cell, Speculation("ngram-mod", 2), "cold")
+    assert len(prompt) + n < NGRAM_MOD_MATCH and n > 0 and prompt == list(range(len(prompt)))
+    assert session._warm_up(cell, Speculation("ngram-mod", 2), "warm") == (list(range(40)), 16)
+    assert session._warm_up(cell, Speculation("ngram-map-k", 2, ngram_n=4), "cold") is None
+    assert session._warm_up(cell, Speculation("draft-simple", 2), None) == (list(range(40)), 16)

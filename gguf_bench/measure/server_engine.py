@@ -37,6 +37,7 @@ from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engines import rpc
 from gguf_bench.engines.llama_cpp import read_info, use_extra_buffers
 from gguf_bench.engines.llama_server import (
+    NGRAM_MOD_MATCH,
     Completion,
     Launch,
     Sampling,
@@ -261,12 +262,24 @@ class ServerSession:
         command = replace(launch, port=server.launch.port, rpc=placing.rpc).argv()  # the servers' own addresses
         proc.info = ServerRecord(command=command, version=self.engine.version,
                                  build_info=str(server.props.get("build_info")), speculative=server.speculative, pool=pool)
-        if pool != "cold":  # a cold n-gram pool is left cold: llama-server warms its compute graphs up at load by itself
+        if (warm_up := self._warm_up(first, spec, pool)) is not None:
             try:
-                server.complete(self.prompts.whole(first.prompt.id, first.depth), min(16, self.grid.n_predict),
-                                _sampling(first, self.grid, self.twin), cache_prompt=first.depth > 0)
+                server.complete(*warm_up, _sampling(first, self.grid, self.twin), cache_prompt=first.depth > 0)
             except ServerError as exc:  # it died warming up (an RPC server gone, a kill): its cells fail, one line each
                 proc.died = str(exc)
+
+    def _warm_up(self, first: Cell, spec: Speculation, pool: str | None) -> tuple[list[int], int] | None:
+        """The warm-up request of a new process (prompt, tokens to generate) before its measured runs: the first cell's
+        prompt and up to 16 tokens; for a cold ngram-mod pool a request too short to reach it (prompt and output under
+        its NGRAM_MOD_MATCH-token lookup: llama.cpp adds nothing to the pool and drafts nothing below that); None for
+        the other cold pools, which a request would fill (llama-server's own warm-up decode at load is all they get)."""
+        prompt = self.prompts.whole(first.prompt.id, first.depth)
+        if pool != "cold":
+            return prompt, min(16, self.grid.n_predict)
+        if spec.spec_type == "ngram-mod" and first.depth == 0:
+            half = (NGRAM_MOD_MATCH - 1) // 2
+            return prompt[:half], min(half, self.grid.n_predict)
+        return None
 
     def _one(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Load | None]:
         """One request, alone on one slot."""
