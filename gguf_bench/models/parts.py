@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from gguf_bench.errors import ModelError
-from gguf_bench.models.files import SPLIT_RE, split_parts
+from gguf_bench.models.files import split_parts
 from gguf_bench.models.gguf import HeaderLayout, TensorInfo, header_layout
 from gguf_bench.models.memory import tensor_bytes
 
@@ -104,11 +104,6 @@ def part_paths(path: Path) -> list[Path]:
     return [path.with_name(n) for n in split_parts(path.name)]
 
 
-def first_part(path: Path) -> Path:
-    """The file llama.cpp loads a split model from (part 1), given any part; `path` itself for a single file."""
-    return part_paths(path)[0]
-
-
 def model_path(path: Path) -> Path:
     """The path llama.cpp loads the model in `path` from (part 1 for any part of a split model), after checking that
     every part is there; one line naming the missing ones otherwise."""
@@ -165,6 +160,3 @@ def tensor_table(path: Path) -> tuple[dict[str, object], list[TensorInfo]]:
     its headers alone. gguf.GGUFReader parses every array value (20 s for a 262k-token vocabulary); this skips them."""
     return local_header(path).table()
 
-
-def is_split_name(name: str) -> bool:
-    return SPLIT_RE.match(Path(name).name) is not None
