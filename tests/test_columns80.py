@@ -122,7 +122,8 @@ def test_titles_and_captions_fold_at_a_separator_or_not_at_all(width):
     assert all(len(line) <= width for line in lines), "\n".join(lines)
     header_at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("run"))
     busy_at = next(i for i, line in enumerate(lines) if line.startswith("! unreliable"))
-    for block in (lines[:header_at], lines[busy_at:]):  # the title; the caption's longest line
+    busy_end = next((i for i in range(busy_at + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    for block in (lines[:header_at], lines[busy_at:busy_end]):  # the title; the caption's longest line (its own lines)
         block = [line.rstrip() for line in block if line.strip()]
         assert all(line[-1] in "·;,:" for line in block[:-1]), "\n".join(lines)
     text = " ".join(" ".join(lines).split())
