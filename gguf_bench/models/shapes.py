@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gguf_bench.models.memory import tensor_bytes
-from gguf_bench.models.tiny import MERGES, vocabulary
+from gguf_bench.models.tiny import add_bpe_vocabulary, vocabulary
 
 
 @dataclass(frozen=True)
@@ -176,16 +176,8 @@ def write_header(path: Path, name: str, shape: ArchShape | None = None, split_ma
         writer.add_uint32(f"{shape.arch}.nextn_predict_layers", shape.n_nextn)
     writer.add_rope_freq_base(shape.rope_base)
     writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_vocab_size(shape.n_vocab)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M if shape.weights == "Q4_K" else gguf.LlamaFileType.MOSTLY_Q8_0)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(MERGES)
-    writer.add_bos_token_id(bos)
-    writer.add_eos_token_id(eos)
-    writer.add_add_bos_token(True)
+    add_bpe_vocabulary(writer, tokens, types, bos, eos, gguf.LlamaFileType.MOSTLY_Q4_K_M if shape.weights == "Q4_K"
+                       else gguf.LlamaFileType.MOSTLY_Q8_0)
     for tname, dims, type_name in tensors(shape):
         qtype = gguf.GGMLQuantizationType[type_name]
         block = gguf.GGML_QUANT_SIZES[qtype][0]

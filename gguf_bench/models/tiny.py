@@ -94,6 +94,21 @@ def perturb(weights: dict[str, np.ndarray], noise: float, seed: int) -> dict[str
     return out
 
 
+def add_bpe_vocabulary(writer, tokens: list[str], types: list[int], bos: int, eos: int, file_type) -> None:
+    """The vocabulary keys of a byte-level BPE model (`vocabulary()`'s tokens and MERGES), after its size and file
+    type, as the tiny models and the synthesised headers (models/shapes.py, models/tiny_heads.py) write them."""
+    writer.add_vocab_size(len(tokens))
+    writer.add_file_type(file_type)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(MERGES)
+    writer.add_bos_token_id(bos)
+    writer.add_eos_token_id(eos)
+    writer.add_add_bos_token(True)
+
+
 def write_gguf(path: Path, spec: TinySpec, weights: dict[str, np.ndarray], eos_id: int | None = None,
                name: str = "tiny", vocab: tuple[list[str], list[int], int, int] | None = None,
                tokenizer: str = "gpt2", metadata: dict[str, str] | None = None) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_bench.models.tiny import MERGES, TinySpec, vocabulary
+from gguf_bench.models.tiny import TinySpec, add_bpe_vocabulary, vocabulary
 
 ARCH = "glm4moe"
 
@@ -100,16 +100,7 @@ def _finish(writer, weights: dict[str, np.ndarray], path: Path) -> Path:
 def _add_vocabulary(writer, tokens: list[str], types: list[int], bos: int, eos: int) -> None:
     import gguf
 
-    writer.add_vocab_size(len(tokens))
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(MERGES)
-    writer.add_bos_token_id(bos)
-    writer.add_eos_token_id(eos)
-    writer.add_add_bos_token(True)
+    add_bpe_vocabulary(writer, tokens, types, bos, eos, gguf.LlamaFileType.ALL_F32)
 
 
 def write_mtp_target(path: Path, spec: TinyMtpSpec = TinyMtpSpec(), seed: int = 0, heads: int = 1) -> Path:
