@@ -104,6 +104,20 @@ def test_two_clients_on_two_slots_keep_each_request_and_the_aggregate(tiny_pairs
             assert r["server"]["command"][r["server"]["command"].index("-np") + 1] == str(cfg["parallel"])
     text = " ".join(result.output.split())
     assert "clients" in text and "K=3 gains" in text and "at 1 client" in text and "at 2 clients" in text, result.output
+    # the crossover map: each slot count's best speculative setting (or why none), where speculation stops paying, and
+    # a deploy line per slot count whose command runs that many slots
+    assert "per slot count, " in text and "1 slot: " in text and "2 slots: " in text, result.output
+    assert "speculation pays " in text, result.output
+    # a deploy line per slot count (the records' machine load left out: a busy machine's rows recommend nothing)
+    quiet = isolated / "quiet.jsonl"
+    quiet.write_text("".join(json.dumps({**r, "load": None}) + "\n" for r in records))
+    report = invoke("report", str(quiet))
+    assert report.exit_code == 0, report.output
+    lines = report.output.splitlines()
+    deploys = [ln for ln in lines if ln.startswith("deploy ")]
+    assert len(deploys) == 2 and any(" at 1 slot" in d for d in deploys) and any(" at 2 slots" in d for d in deploys)
+    commands = [lines[i + 1] for i, ln in enumerate(lines) if ln.startswith("deploy ")]
+    assert sorted(c.split(" -np ")[1].split()[0] for c in commands) == ["1", "2"], commands
 
 
 def _start_printed(line: str, port: int) -> tuple[subprocess.Popen, str]:

@@ -84,9 +84,9 @@ from gguf_bench.measure.plan import Grid, cells_failed, measured, single_run_gri
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import Split, placing_axes
+from gguf_bench.results import crossover, specbench, tuning
 from gguf_bench.results import evals as evals_view
 from gguf_bench.results import report as rep
-from gguf_bench.results import specbench, tuning
 from gguf_bench.results.naming import results_path, run_path
 from gguf_bench.results.plots import check_plot, plot
 from gguf_bench.results.records import RunRecord, to_dict
@@ -177,6 +177,8 @@ def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host
     for line in rep.server_greedy_lines(df):
         console.print(fold(line, console.width), markup=False, soft_wrap=True)
     _engines_side_by_side(summary, df)
+    for line in crossover.lines(summary):
+        console.print(fold(line, console.width), markup=False, soft_wrap=True)
     if deploy_lines:
         _deploy_lines(summary, df, runs)
 
@@ -393,7 +395,8 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     if fmt:
         if summary is not None and fmt != "md":  # each pair's best cell carries its llama-server command line
             summary = deploy.with_deploy(summary, df, loaded.runs)
-        _write(rep.render_results(summary, loaded.evals, fmt), output)  # evaluations alone, or beside the runs in md
+        text = rep.render_results(summary, loaded.evals, fmt)  # evaluations alone, or beside the runs in md
+        _write(text + (crossover.markdown(summary) if fmt == "md" and summary is not None else ""), output)
     else:
         if summary is not None:
             _show_summary(summary, df, loaded.runs, show_host="host" in keep)

@@ -24,20 +24,23 @@ from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server_engine import speculation
 from gguf_bench.placing import parse_label, split_label
 from gguf_bench.results.costmodel import Calibration
+from gguf_bench.results.crossover import candidates, slots_label
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
-from gguf_bench.results.report import SETTING, gain_decided, matching, row_label
+from gguf_bench.results.report import CONCURRENCY, SETTING, matching, row_label
 
 KEYS = SETTING + ["mode", "strategy", "k"]
+GROUP = ["pair", *CONCURRENCY]  # a deploy line per pair and slot count
 
 
 def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) -> pd.DataFrame:
-    """The summary with a `deploy` column: on each pair's best row the command line that reproduces it, empty elsewhere.
-    The best row is the speculative one with the highest gain over its own target alone (at its own concurrency) among
-    rows not flagged busy that llama-server can run (a fixed K, no n-gram-then-model chain); where no such row
-    gains, the pair's target alone, so that no slower setting is ever recommended; rows of a busy machine, nothing."""
+    """The summary with a `deploy` column: on the best row of each pair at each slot count (one request at a time
+    being one count) the command line that reproduces it, empty elsewhere. The best row is the speculative one with
+    the highest gain over its own target alone at the same slot count, told from zero by the test, among rows not
+    flagged busy that llama-server can run (a fixed K, no n-gram-then-model chain); where no such row gains, the
+    target alone, so that no slower setting is ever recommended; rows of a busy machine, nothing."""
     out = summary.assign(deploy=None)
-    for _, rows in summary.groupby("pair", sort=False):
-        for index in _candidates(rows):
+    for _, rows in summary.groupby(GROUP, sort=False, dropna=False):
+        for index in candidates(rows):
             record = _record_of(summary.loc[index], df, runs)
             try:
                 out.at[index, "deploy"] = command_line(record) if record is not None else None
@@ -49,12 +52,14 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
 
 
 def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
-    """(what the line reproduces, the command line) for each pair's best row (with_deploy's `deploy` column)."""
+    """(what the line reproduces, the command line) for each best row (with_deploy's `deploy` column), by pair and slot
+    count."""
     out = []
     for _, r in summary[summary["deploy"].notna()].iterrows():
-        where = f" with {int(r['clients'])} clients on {int(r['parallel'])} slots" if pd.notna(r.get("clients")) else ""
+        group = summary[matching(summary, r, GROUP)]
+        where = f" at {slots_label(r['parallel'], r['clients'])}" if pd.notna(r.get("parallel")) else ""
         what = (f"{row_label(r)}{where} (gain {r['gain_pct']:+.1f}%, p={r['gain_p']:.2g})" if r["mode"] == "speculative"
-                else f"no speculation{where} ({_why_alone(summary[summary['pair'] == r['pair']])})")
+                else f"no speculation{where} ({_why_alone(group)})")
         note = "" if r["engine"] == SERVER_ENGINE else " (measured in the Python loop: check it with --engine server)"
         out.append((f"deploy {r['pair']}: {what}{note}", r["deploy"]))
     return out
@@ -70,16 +75,6 @@ def _why_alone(rows: pd.DataFrame) -> str:
     if pd.isna(best["gain_p"]):
         return f"{what} comes from one run per prompt: no test can tell it from zero; measure it with -r 2 or more"
     return f"{what} cannot be told from zero: Welch's t-test p={best['gain_p']:.2g} over its runs"
-
-
-def _candidates(rows: pd.DataFrame) -> list:
-    # a busy machine disqualifies a row; a spread does not (prompts of different kinds differ by design); a gain counts
-    # only where the test tells it from zero (report.gain_decided: never from one run per prompt)
-    reliable = ~rows.get("unreliable", pd.Series("", index=rows.index)).fillna("").str.contains("busy")
-    decided = rows.apply(gain_decided, axis=1) == True  # noqa: E712 (None: no test possible)
-    spec = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0) & reliable & decided]
-    alone = rows[(rows["mode"] == "target") & reliable]  # a busy machine recommends nothing
-    return list(spec.sort_values("gain_pct", ascending=False).index) + list(alone.index[:1])
 
 
 def _record_of(row: pd.Series, df: pd.DataFrame, runs: list[RunRecord]) -> RunRecord | None:
