@@ -3,6 +3,7 @@
 
     python scripts/gpu_proof.py sdist OUT.tar.gz        # the installed llama-cpp-python's sdist, pruned, packed
     python scripts/gpu_proof.py missing                 # NAME==VERSION of each dependency the device image lacks
+    python scripts/gpu_proof.py bindings DIR            # llama-cpp-python's Python part alone, a wheel into DIR
     python scripts/gpu_proof.py headers DIR [--tiny]    # synthesised headers at real shapes (+ cached real models')
     python scripts/gpu_proof.py arch                    # CMAKE_CUDA_ARCHITECTURES of the first GPU (nvidia-smi)
     python scripts/gpu_proof.py check DIR               # every table the run wrote exists and holds numbers
@@ -50,8 +51,6 @@ seaborn sentencepiece sentence-transformers setuptools shellingham simplejson si
 tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch
 torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton typer
 typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp""".split())
-# The offline sdist build's own requirements (pip's isolated build environment takes them from the wheels folder).
-BUILD = ["scikit-build-core", "packaging", "pathspec"]
 ROOTS = ["gguf-bench", "llama-cpp-python"]  # gguf-bench itself travels as its own wheel
 # the shapes the run's pairs use (gpu_proof.sh `pairs`): every header travels, and the run twins each one
 KIT_SHAPES = ("llama3-8b", "llama3.2-1b", "qwen2.5-7b", "qwen2.5-0.5b", "tiny-llama", "tiny-llama-draft", "tiny-qwen2",
@@ -78,8 +77,8 @@ def requirements(dist: str) -> list[str]:
 
 
 def missing() -> list[str]:
-    """NAME==VERSION (this environment's version; NAME alone where it is not installed here) of every run-time
-    dependency, direct or not, outside the image, and of the sdist build's requirements."""
+    """NAME==VERSION (this environment's version) of every run-time dependency, direct or not, outside the image.
+    Nothing is built by pip on the device (llama-cpp-python travels as `bindings`), so no build requirements."""
     seen, todo = set(), list(ROOTS)
     while todo:
         name = todo.pop()
@@ -89,7 +88,7 @@ def missing() -> list[str]:
         if name in IMAGE:
             continue  # the image's own copy serves, with its own dependencies
         todo += requirements(name)
-    need = sorted((seen - IMAGE - set(ROOTS)) | set(BUILD))
+    need = sorted(seen - IMAGE - set(ROOTS))
     return [f"{n}=={v}" if (v := _version(n)) else n for n in need]
 
 
@@ -119,6 +118,23 @@ def sdist(out: Path) -> None:
     with tarfile.open(out, "w:gz", compresslevel=9) as tar:
         tar.add(src, arcname=root, filter=keep)
     print(f"{out}: {root} pruned of {len(PRUNE)} folders, {out.stat().st_size / 2**20:.1f} MiB")
+
+
+def bindings(folder: Path) -> None:
+    """The installed llama-cpp-python's wheel without its libraries (its sdist with LLAMA_BUILD and LLAVA_BUILD off:
+    nothing compiled, 0.1 MiB): on the device the Python engine loads the libraries of the one CMake build
+    (`build-tree`) through LLAMA_CPP_LIB_PATH, so pip compiles nothing there."""
+    import os
+
+    from gguf_bench.engines.build import installed_version, sources
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = sources(installed_version(), Path(tmp) / "sdist.log")
+    env = {**os.environ, "CMAKE_ARGS": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir", "-w", str(folder),
+                    str(src)], env=env, check=True)
+    wheel = next(folder.glob("llama_cpp_python-*.whl"))
+    print(f"{wheel}: the Python part of llama-cpp-python, no libraries ({wheel.stat().st_size // 1024} KiB)")
 
 
 def headers(folder: Path, tiny: bool) -> None:
@@ -193,6 +209,7 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("sdist").add_argument("out", type=Path)
     sub.add_parser("missing")
+    sub.add_parser("bindings").add_argument("folder", type=Path)
     h = sub.add_parser("headers")
     h.add_argument("folder", type=Path)
     h.add_argument("--tiny", action="store_true", help="the smallest shapes only (dry-run)")
@@ -203,6 +220,8 @@ def main() -> int:
         sdist(args.out)
     elif args.cmd == "missing":
         print("\n".join(missing()))
+    elif args.cmd == "bindings":
+        bindings(args.folder)
     elif args.cmd == "headers":
         headers(args.folder, args.tiny)
     elif args.cmd == "arch":

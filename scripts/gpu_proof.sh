@@ -4,15 +4,21 @@
 #
 #   scripts/gpu_proof.sh prepare   # here: fill .gpukit/ (git-ignored, < 64 MiB) with what the lent machine needs
 #   scripts/gpu_proof.sh run       # there: the steps, each resumed where the last call stopped; exit 75 = call again
-#   scripts/gpu_proof.sh dry-run   # here: the plan, prepare, then every step on the CPU build at the smallest shapes
+#   scripts/gpu_proof.sh dry-run   # here: the plan, prepare, then every step on a CPU build at the smallest shapes,
+#                                  # offline (PIP_NO_INDEX, HF_HUB_OFFLINE, HOME in the state: no ~/.cache/gguf-bench)
 #   scripts/gpu_proof.sh plan      # the lent machine's steps, each with the seconds it declares, and their sum
 #
 # The kit (.gpukit/): the installed llama-cpp-python's sdist, pruned (scripts/gpu_proof.py sdist); the wheels of the
-# dependencies the device image lacks, of the sdist's build requirements and of gguf-bench itself; synthesised headers
-# at real shapes (gguf_bench/models/shapes.py) and the headers of the real models cached here; device-call.txt.
+# dependencies the device image lacks, of llama-cpp-python's Python part alone (no libraries: `bindings`) and of
+# gguf-bench itself; synthesised headers at real shapes (gguf_bench/models/shapes.py) and the headers of the real
+# models cached here; device-call.txt.
+# The build: one CMake build of the sdist's llama.cpp (`gguf-bench build-tree --cuda --cuda-arch <the card's>`,
+# engines/tree_build.py) makes the shared libraries, llama-server, llama-fit-params and llama-gguf-split in
+# $STATE/tree; every later step runs with LLAMA_CPP_LIB_PATH=$STATE/tree/bin, so both engines and the tests use it.
 # State (.gpukit-state/, never carried) stays on the lent machine between calls while it is held: the venv, the cache
-# (the unpacked sdist, the CUDA wheel, llama-server), the twins, every table. Each call copies the tables to $OUT.
-# Environment: PYTHON (here: .venv/bin/python, else python3), GPU_PROOF_KIT, GPU_PROOF_STATE, GPU_PROOF_BUDGET (s).
+# (the unpacked sdist), the build tree, the twins, every table. Each call copies the tables to $OUT.
+# Environment: PYTHON (here: .venv/bin/python, else python3), GPU_PROOF_KIT, GPU_PROOF_STATE, GPU_PROOF_BUDGET (s),
+# GPU_PROOF_TREE (dry-run: a complete CPU `build-tree` to reuse, e.g. the tests' cached one; default: build one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,6 +45,7 @@ prepare() {
   rm -rf "$KIT" && mkdir -p "$KIT/wheels" "$KIT/h/headers" "$KIT/h/headers-tiny"
   "$PY" scripts/gpu_proof.py sdist "$KIT/llama_cpp_python-sdist.tar.gz"
   "$PY" scripts/gpu_proof.py missing > "$KIT/missing.txt"
+  "$PY" scripts/gpu_proof.py bindings "$KIT/wheels"
   say "wheels for the device (cp312, manylinux): $(tr '\n' ' ' < "$KIT/missing.txt")"
   # shellcheck disable=SC2046
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -68,13 +75,16 @@ EOF
 # --- the steps (each skipped once done; state in $STATE) --------------------------------------------------------------
 
 setup() {
-  mkdir -p "$STATE/tables" "$STATE/logs" "$STATE/cache/sdist"
-  # GGUF_BENCH_TEST_CACHE: the tests' shared builds (fit_params_bin, server_bin) are the kit's, not ~/.cache's
-  export GGUF_BENCH_CACHE=$STATE/cache GGUF_BENCH_TEST_CACHE=$STATE/cache GGUF_BENCH_RESULTS=$STATE/results HF_HUB_OFFLINE=1
+  mkdir -p "$STATE/tables" "$STATE/logs" "$STATE/cache/sdist" "$STATE/home"
+  # GGUF_BENCH_TEST_CACHE: the tests' shared builds (fit_params_bin, server_bin) are the kit's, not ~/.cache's; nothing
+  # is fetched (pip: the kit's wheels only; the hub: offline)
+  export GGUF_BENCH_CACHE=$STATE/cache GGUF_BENCH_TEST_CACHE=$STATE/cache GGUF_BENCH_RESULTS=$STATE/results \
+    HF_HUB_OFFLINE=1 PIP_NO_INDEX=1 PIP_FIND_LINKS=$KIT/wheels
+  TREE=${GPU_PROOF_TREE:-$STATE/tree}
   if [ -n "${DRY:-}" ]; then
     PYV=$PY
+    export HOME=$STATE/home XDG_CACHE_HOME=$STATE/home/.cache  # no ~/.cache/gguf-bench: what the steps need is the kit's
   else
-    export PIP_NO_INDEX=1 PIP_FIND_LINKS=$KIT/wheels  # the sdist build's isolated environment: from the wheels
     PYV=$STATE/venv/bin/python
   fi
   [ -f "$STATE/setup.done" ] && return
@@ -99,24 +109,29 @@ setup() {
   touch "$STATE/setup.done"
 }
 
+# the one build's libraries for the Python engine, its llama-server and tools for the rest (engines/tree_build.py)
+use_tree() { export LLAMA_CPP_LIB_PATH=$TREE/bin; }
+
 build() {
-  [ -f "$STATE/build.done" ] && return
-  local sdist arch cmds
-  sdist=$(echo "$STATE"/cache/sdist/llama_cpp_python-*/)
-  if [ -n "${DRY:-}" ]; then  # the pruned tree must configure (server, tools, UI step) and run its UI-assets step
-    cmds=(cmake -S "$sdist/vendor/llama.cpp" -B "$STATE/configure" -DGGML_CUDA=OFF -DGGML_NATIVE=OFF -DLLAMA_OPENSSL=OFF
-          -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF
-          -DLLAMA_BUILD_UI=OFF)
-    local t0; t0=$(date +%s)
-    "${cmds[@]}" > "$STATE/logs/configure.log" 2>&1 || { tail -20 "$STATE/logs/configure.log"; exit 1; }
-    cmake --build "$STATE/configure" --target llama-ui-assets >> "$STATE/logs/configure.log" 2>&1 \
-      || { tail -20 "$STATE/logs/configure.log"; exit 1; }
-    { echo "dry-run: the pruned sdist configured (CPU) and ran its UI-assets step in $(( $(date +%s) - t0 )).0 s:"
-      echo "  ${cmds[*]}"
-      echo "on the GPU machine this step runs (detached, polled):"
-      echo "  CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=<nvidia-smi compute_cap> gguf-bench build-gpu --cuda -j <cores>"
-      echo "  gguf-bench build-server -j <cores>"; } > "$STATE/tables/build.txt"
-    touch "$STATE/build.done"; return
+  [ -f "$STATE/build.done" ] && { use_tree; return; }
+  local arch
+  if [ -n "${DRY:-}" ]; then  # the same command with the CPU backend (GPU_PROOF_TREE: a complete one, reused)
+    local t0 cmds; t0=$(date +%s)
+    if [ -n "${GPU_PROOF_TREE:-}" ]; then  # still: the pruned sources configure with the tree's flags, UI step included
+      read -ra cmds <<< "$("$PYV" -c 'from gguf_bench.engines.tree_build import cmake_flags; print(*cmake_flags("cpu"))')"
+      cmake -S "$(echo "$STATE"/cache/sdist/llama_cpp_python-*/)vendor/llama.cpp" -B "$STATE/configure" "${cmds[@]}" \
+        > "$STATE/logs/configure.log" 2>&1 && cmake --build "$STATE/configure" --target llama-ui-assets \
+        >> "$STATE/logs/configure.log" 2>&1 || { tail -20 "$STATE/logs/configure.log"; exit 1; }
+      echo "dry-run: the pruned sdist configured with build-tree's CPU flags in $(( $(date +%s) - t0 )) s; the build" \
+           "reuses GPU_PROOF_TREE=$TREE" > "$STATE/tables/build.txt"
+    fi
+    echo "\$ $PYV -m gguf_bench.cli build-tree --cpu -j $(nproc) -o $TREE" >> "$STATE/tables/build.txt"
+    "$PYV" -m gguf_bench.cli build-tree --cpu -j "$(nproc)" -o "$TREE" >> "$STATE/tables/build.txt" 2>&1 \
+      || { cat "$STATE/tables/build.txt"; say "the build failed"; exit 1; }
+    echo "build-tree --cpu: $(( $(date +%s) - t0 )) s (on the GPU machine: --cuda --cuda-arch <nvidia-smi compute_cap>)" \
+      >> "$STATE/tables/build.txt"
+    grep -h '^\$ ' "$TREE/build.log" >> "$STATE/tables/build.txt" 2>/dev/null || true
+    touch "$STATE/build.done"; use_tree; return
   fi
   if [ ! -f "$STATE/build.started" ]; then
     arch=$("$PYV" scripts/gpu_proof.py arch)
@@ -124,13 +139,11 @@ build() {
 set -e
 cd "$ROOT"
 t0=\$(date +%s)
-echo "\$ CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=$arch $PYV -m gguf_bench.cli build-gpu --cuda -j $(nproc)"
-CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=$arch "$PYV" -m gguf_bench.cli build-gpu --cuda -j $(nproc)
-t1=\$(date +%s); echo "build-gpu --cuda: \$((t1 - t0)) s"
-echo "\$ $PYV -m gguf_bench.cli build-server -j $(nproc)"
-"$PYV" -m gguf_bench.cli build-server -j $(nproc)
-t2=\$(date +%s); echo "build-server: \$((t2 - t1)) s"
-"$PYV" -m gguf_bench.cli info 2>&1 | head -20
+echo "\$ $PYV -m gguf_bench.cli build-tree --cuda --cuda-arch $arch -j $(nproc) -o $TREE"
+"$PYV" -m gguf_bench.cli build-tree --cuda --cuda-arch $arch -j $(nproc) -o "$TREE"
+t1=\$(date +%s)
+echo "build-tree --cuda (one CMake build: the shared libraries, llama-server, llama-fit-params, llama-gguf-split): \$((t1 - t0)) s"
+LLAMA_CPP_LIB_PATH="$TREE/bin" "$PYV" -m gguf_bench.cli info 2>&1 | head -20
 EOF
     date +%s > "$STATE/build.started"
     setsid bash -c "bash '$STATE/build.sh' > '$STATE/logs/build.log' 2>&1; echo \$? > '$STATE/build.rc'" < /dev/null &
@@ -140,10 +153,10 @@ EOF
     [ "$(left)" -gt 30 ] || again "still building ($(( $(date +%s) - $(cat "$STATE/build.started") )) s so far): $(tail -c 300 "$STATE/logs/build.log" | tr '\n' ' ')"
     sleep 10
   done
-  { cat "$STATE/logs/build.log"; echo "pip wheel / cmake logs:"; grep -h '^\$ ' "$STATE"/cache/llama.cpp-*/*/*.log 2>/dev/null || true
+  { cat "$STATE/logs/build.log"; echo "cmake commands:"; grep -h '^\$ ' "$TREE/build.log" 2>/dev/null || true
   } > "$STATE/tables/build.txt"
   [ "$(cat "$STATE/build.rc")" = 0 ] || { tail -40 "$STATE/logs/build.log"; say "the build failed"; publish; exit 1; }
-  touch "$STATE/build.done"
+  touch "$STATE/build.done"; use_tree
 }
 
 headers_dir() { [ -n "${DRY:-}" ] && echo "$STATE/headers-tiny" || echo "$STATE/headers"; }
@@ -199,8 +212,11 @@ measure() {
       --temp 0,0.7 -n 64 --reps 2 --threads "$(nproc)" -ngl all -ngld all
     return
   fi
-  step offload 60 "$PYV" -m pytest -p no:cacheprovider -q -m gpu tests/test_offload.py
-  { echo "offload: a CPU build sees no GPU device, so tests/test_offload.py skips (on the lent machine: a failure)"
+  # GGUF_BENCH_GPU_DRY_RUN: each test of tests/test_offload.py builds every fixture it asks for (the kit's cache and
+  # build: llama-fit-params from the tree), then skips its GPU assertions
+  GGUF_BENCH_GPU_DRY_RUN=1 step offload 60 "$PYV" -m pytest -p no:cacheprovider -q -rs -m gpu tests/test_offload.py
+  { echo "offload: a CPU build sees no GPU device: every test's fixtures ran, its GPU assertions skipped (on the lent" \
+         "machine: they run, and a skip fails)"
     echo "plan: bench_plan.py needs a GPU device (llama.cpp's allocations on it): not run here"; } > "$STATE/tables/skipped.txt"
   local server=()
   "$PYV" -c 'from gguf_bench.engines.server_build import find_server; find_server(None)' 2>/dev/null || server=(--no-server)

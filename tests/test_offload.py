@@ -29,10 +29,25 @@ from gguf_bench.options import ALL_LAYERS
 
 if os.environ.get("GGUF_BENCH_REQUIRE_GPU") and not gpu_devices():  # CI's Vulkan step: skipping would hide a failure
     raise RuntimeError("GGUF_BENCH_REQUIRE_GPU is set but this llama-cpp-python build sees no GPU device")
+# scripts/gpu_proof.sh dry-run, on a CPU build: each test builds every fixture it asks for (the kit's cache and build,
+# offline), then skips before its assertions, which need a device (`fixtures_then_skip`)
+DRY_RUN = os.environ.get("GGUF_BENCH_GPU_DRY_RUN") == "1" and not gpu_devices()
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not gpu_devices(), reason="this llama-cpp-python build sees no GPU device "
-                                 "(CPU-only build; `gguf-bench build-gpu --vulkan` makes one that uses Mesa's lavapipe)")]
+              pytest.mark.skipif(not gpu_devices() and not DRY_RUN, reason="this llama-cpp-python build sees no GPU "
+                                 "device (CPU-only build; `gguf-bench build-gpu --vulkan` makes one that uses Mesa's "
+                                 "lavapipe)")]
+
+
+@pytest.fixture(autouse=True)
+def fixtures_then_skip(request):
+    """Under the kit's dry-run (DRY_RUN): the test's fixtures, then a skip; elsewhere nothing."""
+    if DRY_RUN:
+        params = getattr(request.node, "callspec", None)
+        for name in request.fixturenames:
+            if name != request.fixturename and name not in (params.params if params else {}):
+                request.getfixturevalue(name)
+        pytest.skip("GGUF_BENCH_GPU_DRY_RUN: fixtures built on a CPU build; the assertions need a GPU device")
 GREEDY = SamplingConfig()
 TOTAL = 5  # the tiny models' 4 blocks + the output layer, as llama.cpp counts them
 

@@ -83,6 +83,11 @@ EXAMPLES: dict[str, list[str]] = {
         "gguf-bench build-server --rpc          # llama-server and rpc-server, RPC on",
         "gguf-bench run --engine both -K 4 --prompt-ids code-short",
     ],
+    "build-tree": [
+        "gguf-bench build-tree --cpu -j 2            # libraries and tools, one build",
+        "gguf-bench build-tree --cuda --cuda-arch 90 -o build-cuda",
+        "LLAMA_CPP_LIB_PATH=build-cuda/bin gguf-bench run --engine both -K 4",
+    ],
     "rpc-server": [
         "gguf-bench rpc-server --port 50052 --threads 1",
         "gguf-bench sweep --engine server --rpc 127.0.0.1:50052 -ngl all",

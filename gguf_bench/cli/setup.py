@@ -1,16 +1,18 @@
 """`gguf-bench build-gpu`: llama-cpp-python with a GPU backend, built from its own sdist into this environment;
-`gguf-bench build-server`: llama-server from the same sources, on the same ggml; `gguf-bench rpc-server`: one of
+`gguf-bench build-server`: llama-server from the same sources, on the same ggml; `gguf-bench build-tree`: the libraries
+and the tools in one CMake build, for both engines through LLAMA_CPP_LIB_PATH; `gguf-bench rpc-server`: one of
 llama.cpp's RPC servers on this machine."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from gguf_bench.cli.app import command, console, err
-from gguf_bench.engines import build, server_build
+from gguf_bench.engines import build, server_build, tree_build
 from gguf_bench.engines.llama_server import probe
 from gguf_bench.engines.rpc import RpcServer
 from gguf_bench.errors import BenchError
@@ -81,6 +83,37 @@ def build_server(jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="
                   markup=False)
     for name in tools[1:]:
         console.print(f"{name}: {where / name}", markup=False)
+
+
+@command
+def build_tree(cpu: Annotated[bool, typer.Option("--cpu", help="ggml's CPU backend only")] = False,
+               cuda: Annotated[bool, typer.Option("--cuda", help="the CUDA backend (NVIDIA, needs nvcc)")] = False,
+               vulkan: Annotated[bool, typer.Option("--vulkan", help="the Vulkan backend")] = False,
+               cuda_arch: Annotated[str | None, typer.Option("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES, the card's "
+                                                             "alone (90 for an H100: nvidia-smi --query-gpu="
+                                                             "compute_cap); default: llama.cpp's list, far "
+                                                             "longer")] = None,
+               out: Annotated[Path | None, typer.Option("--out", "-o", help="the build tree (default: "
+                                                        "~/.cache/gguf-bench/llama.cpp-<version>/tree-<backend>)")] = None,
+               jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="parallel compile jobs (default: all "
+                                                        "cores)")] = None) -> None:
+    """Compile llama.cpp's shared libraries, llama-server, llama-fit-params and llama-gguf-split in one CMake build of
+    the installed llama-cpp-python's own sources (ggml and its backend compiled once); then LLAMA_CPP_LIB_PATH=<tree>/bin
+    points both engines at it. A second call with everything built does nothing."""
+    if cpu + cuda + vulkan != 1:
+        raise BenchError("choose one backend: --cpu, --cuda or --vulkan")
+    backend = "cpu" if cpu else "cuda" if cuda else "vulkan"
+    if cuda_arch and not cuda:
+        raise BenchError("--cuda-arch goes with --cuda")
+    tree = out or tree_build.tree_dir(backend)
+    if not tree_build.complete(tree):
+        log = tree / "build.log"
+        err.print(f"compiling {', '.join(tree_build.TARGETS)} ({backend}) in {tree} (log: {log})", markup=False)
+        started = time.monotonic()
+        with err.status(f"compiling llama.cpp ({backend}) ..."):
+            tree_build.build_tree(backend, tree, jobs, cuda_arch)
+        err.print(f"built in {time.monotonic() - started:.0f} s", markup=False)
+    console.print(f"LLAMA_CPP_LIB_PATH={tree_build.lib_dir(tree.resolve())}", markup=False, soft_wrap=True)
 
 
 @command

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from gguf_bench.engines import placement, repack
-from gguf_bench.errors import ConfigError, ModelError
+from gguf_bench.errors import BenchError, ConfigError, ModelError
 from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata, trunk_layers
 from gguf_bench.models.parts import model_path, tensor_table
 from gguf_bench.models.registry import DERIVE_TYPES
@@ -39,7 +39,12 @@ _initialized = False
 def _llama():
     """Import llama_cpp once, silence its logging (kept for error messages) and init the backend."""
     global _initialized
-    import llama_cpp
+    try:
+        import llama_cpp
+    except (OSError, RuntimeError) as exc:  # its libraries did not load (LLAMA_CPP_LIB_PATH: engines/tree_build.py)
+        where = os.environ.get("LLAMA_CPP_LIB_PATH")
+        raise BenchError("llama-cpp-python's libraries did not load" + (f" from LLAMA_CPP_LIB_PATH={where}" if where
+                         else "") + f": {exc}") from None
 
     if not _initialized:
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
@@ -64,7 +69,7 @@ try:
     import llama_cpp as _llama_cpp
 
     _log_callback = _llama_cpp.llama_log_callback(_on_log)  # kept referenced: llama.cpp holds the pointer
-except ImportError:  # llama_cpp missing: the error surfaces when a model is loaded
+except (ImportError, OSError, RuntimeError):  # llama_cpp or its libraries missing: the error surfaces when used
     _log_callback = None
 
 

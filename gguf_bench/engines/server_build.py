@@ -18,6 +18,11 @@ so libllama and common are compiled once; when only one is missing, only that on
 and ggml-rpc-server (tools/rpc: a machine's devices offered over TCP) are built in one CMake build with their own
 static CPU ggml and `GGML_RPC=ON`, as llama.cpp's tools/rpc/README.md documents, into `.../llama.cpp-<version>/cpu-rpc/`
 (`RPC_TOOLS`). Self-contained: no library path needed. A sweep with `--rpc` runs that llama-server (or --server-bin).
+
+`LLAMA_CPP_LIB_PATH` naming the bin/ of a `build-tree` build (engines/tree_build.py: libraries and tools from one
+CMake build) points both engines at it: llama-cpp-python loads its libllama.so, and here `llama_cpp_libs()` is that
+folder and `build_dir()` too (its marker says it holds the tools), so the server, llama-fit-params and llama-gguf-split
+are that build's, ahead of any on PATH; nothing is compiled.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gguf_bench.engines import build
+from gguf_bench.engines import build, tree_build
 from gguf_bench.errors import BenchError
 from gguf_bench.models.files import cache_dir
 
@@ -47,7 +52,15 @@ RPC_CMAKE_FLAGS = [f for f in CMAKE_FLAGS if f != "-DLLAMA_USE_SYSTEM_GGML=ON"] 
 
 
 def llama_cpp_libs() -> Path:
-    """The folder of the ggml/llama libraries the Python engine loads (llama_cpp/lib)."""
+    """The folder of the ggml/llama libraries the Python engine loads: LLAMA_CPP_LIB_PATH where set (llama-cpp-python
+    reads it), else llama_cpp/lib."""
+    if override := os.environ.get("LLAMA_CPP_LIB_PATH"):
+        return Path(override)
+    return _package_libs()
+
+
+def _package_libs() -> Path:
+    """llama-cpp-python's own llama_cpp/lib."""
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         raise BenchError("llama-cpp-python is not installed in this environment: pip install -e . first")
@@ -56,7 +69,7 @@ def llama_cpp_libs() -> Path:
 
 def ggml_cmake_dir() -> Path:
     """llama-cpp-python installs ggml's CMake package beside itself (site-packages/lib/cmake/ggml)."""
-    path = llama_cpp_libs().parent.parent / "lib" / "cmake" / "ggml"
+    path = _package_libs().parent.parent / "lib" / "cmake" / "ggml"
     if not (path / "ggml-config.cmake").is_file():
         raise BenchError(f"llama-cpp-python's ggml CMake package is not at {path}; reinstall llama-cpp-python from its "
                          "sdist (pip install --force-reinstall --no-binary llama-cpp-python llama-cpp-python)")
@@ -72,7 +85,15 @@ def backend() -> str:
     return "cpu"
 
 
+def active_tree() -> Path | None:
+    """The bin/ of the `build-tree` build LLAMA_CPP_LIB_PATH names (its libraries and tools), else None."""
+    override = os.environ.get("LLAMA_CPP_LIB_PATH")
+    return Path(override) if override and (Path(override) / tree_build.MARKER).is_file() else None
+
+
 def build_dir(version: str | None = None, rpc: bool = False) -> Path:
+    if not rpc and (found := active_tree()) is not None:
+        return found
     return cache_dir() / f"llama.cpp-{version or build.installed_version()}" / (RPC_FLAVOUR if rpc else backend())
 
 
@@ -106,6 +127,9 @@ def build_tools(log: Path, jobs: int | None = None, wanted: tuple[str, ...] = TO
 
 
 def _compile(names: list[str], log: Path, jobs: int | None, rpc: bool = False) -> None:
+    if not rpc and (found := active_tree()) is not None:
+        raise BenchError(f"LLAMA_CPP_LIB_PATH={found} is a `build-tree` build without {', '.join(names)}: run "
+                         "`gguf-bench build-tree` into it again, or unset LLAMA_CPP_LIB_PATH")
     build.check_requirements("cpu")
     version = build.installed_version()
     src = build.sources(version, log) / "vendor" / "llama.cpp"
@@ -135,14 +159,19 @@ def _run(cmd: list[str], log: Path) -> None:
 
 
 def find_server(explicit: Path | None, rpc: bool = False) -> tuple[Path, dict[str, str]]:
-    """The llama-server to run and the environment it needs: --server-bin, else `llama-server` on PATH, else the one
-    `build-server` made. rpc (a setting with --rpc): --server-bin, else the one `build-server --rpc` made."""
+    """The llama-server to run and the environment it needs: --server-bin, else the `build-tree` build's that
+    LLAMA_CPP_LIB_PATH names, else `llama-server` on PATH, else the one `build-server` made. rpc (a setting with
+    --rpc): --server-bin, else the one `build-server --rpc` made."""
     if explicit is not None:
         if not explicit.is_file() or not os.access(explicit, os.X_OK):
             raise BenchError(f"--server-bin {explicit} is not an executable file")
+        if (explicit.parent / tree_build.MARKER).is_file():  # a build-tree binary: its own tree's libraries
+            return explicit, {"LD_LIBRARY_PATH": str(explicit.parent)}
         return explicit, library_env() if (explicit.parent / MARKER).is_file() else {}
     if rpc:
         return rpc_binary(BINARY), {}
+    if active_tree() is not None and (binary := cached_binary()) is not None:  # the tree LLAMA_CPP_LIB_PATH names
+        return binary, library_env()
     on_path = shutil.which(BINARY)
     if on_path:
         return Path(on_path), {}
