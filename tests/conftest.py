@@ -121,6 +121,22 @@ def gguf_split_bin(real_cache) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cpu_tree(real_cache) -> Path:
+    """The bin/ of `gguf-bench build-tree --cpu`: the shared libraries, llama-server, llama-fit-params and
+    llama-gguf-split of one CMake build (engines/tree_build.py), built once per machine and llama-cpp-python version
+    into the shared cache (several minutes on 2 cores the first time)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
+    mp.delenv("LLAMA_CPP_LIB_PATH", raising=False)
+    try:
+        from gguf_bench.engines.tree_build import build_tree, tree_dir
+
+        return build_tree("cpu", tree_dir("cpu"))
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="session")
 def rpc_bins(real_cache) -> tuple[Path, Path]:
     """(llama-server, ggml-rpc-server) with llama.cpp's RPC backend (`gguf-bench build-server --rpc`: about 5 minutes
     on 2 cores the first time); the tests skip, saying why, where it cannot be built, unless GGUF_BENCH_REQUIRE_RPC=1."""
