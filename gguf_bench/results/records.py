@@ -16,6 +16,7 @@ import functools
 import json
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -28,6 +29,7 @@ from gguf_bench.engines.placement import Placement
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS, ENGINES, PYTHON_ENGINE, SERVER_ENGINE  # noqa: F401 (re-exported)
 from gguf_bench.results import legacy
+from gguf_bench.results.fields import SPEED, Field, flat
 
 
 class Kind(StrEnum):
@@ -365,40 +367,85 @@ class RunRecord:
         return self.metrics.tokens_per_s if self.metrics else None
 
 
+def _m(run: RunRecord) -> RunMetrics:
+    return run.metrics or _NO_METRICS
+
+
+def _metric(name: str) -> Callable[[RunRecord], object]:
+    """A RunMetrics attribute of the same name (None for a failed run's default-less figures)."""
+    return lambda run: getattr(_m(run), name)
+
+
+def _measured(get: Callable[[RunRecord], object]) -> Callable[[RunRecord], object]:
+    """A figure only a measured run has (None for a failed run)."""
+    return lambda run: get(run) if run.metrics else None
+
+
+def _load(get: Callable[[Load], object]) -> Callable[[RunRecord], object]:
+    return lambda run: get(run.load) if run.load else None
+
+
+_NO_METRICS = RunMetrics()
+
+# Every flat column of a run, declared once: records.run_row walks them, report.summarize folds the ones with a fold
+# (in this order: the summary's columns), and the run table shows the ones with a header (by `place`).
+RUN_FIELDS: tuple[Field, ...] = (
+    # the setting and the run: keys, not folded
+    Field("sweep", lambda r: r.sweep), Field("time", lambda r: r.time), Field("pair", lambda r: r.pair),
+    Field("engine", lambda r: r.config.engine_name), Field("mode", lambda r: str(r.mode)), Field("k", lambda r: r.k),
+    Field("strategy", lambda r: r.strategy_name), Field("ngl", lambda r: str(r.config.ngl)),
+    Field("ngld", lambda r: str(r.config.ngld)), Field("temperature", lambda r: r.config.temperature),
+    Field("greedy", lambda r: r.greedy), Field("n_predict", lambda r: r.config.n_predict),
+    Field("prompt_id", lambda r: r.config.prompt_id), Field("repetition", lambda r: r.config.repetition),
+    Field("threads", lambda r: r.config.threads),
+    *(Field(name, functools.partial(lambda name, r: r.config.context()[name], name)) for name in CONTEXT_DEFAULTS),
+    Field("threads_draft", lambda r: r.config.threads_draft or r.config.threads or r.env.cpu_count or 0),
+    Field("parallel", lambda r: r.config.parallel), Field("clients", lambda r: r.config.clients),
+    Field("depth", lambda r: r.config.depth or 0), Field("placement", lambda r: r.config.placement_label),
+    Field("host", lambda r: r.host),
+    # what a setting's runs measured, folded into its summary row
+    Field("tokens_per_s", _metric("tokens_per_s"), "tokens/s", "mean", spread=True),
+    Field("ms_per_token", _metric("ms_per_token"), "ms", "mean", header="ms/tok", place=80),
+    Field("pp_tokens_per_s", lambda r: r.metrics.prompt_tokens / r.metrics.prompt_s if r.metrics and r.metrics.prompt_s > 0
+          else None, "tokens/s", "mean", numeric=True, header="pp t/s", fmt=SPEED, place=50),
+    Field("acceptance", _metric("acceptance"), "", "mean", header="accept", md="acceptance", fmt="{:.1%}", place=90),
+    Field("tokens_per_round", _metric("tokens_per_round"), "tokens", "mean", header="tok/rnd", place=100),
+    Field("overhead_pct", _metric("overhead_pct"), "%", "mean", header="ovh", fmt="{:.1f}%", place=120),
+    Field("target_offload", lambda r: (r.offload or Offload(None, None)).target, "", "first"),
+    Field("draft_offload", lambda r: (r.offload or Offload(None, None)).draft, "", "first"),
+    Field("target_file", lambda r: r.models.target.file if r.models.target else None, "", "first"),
+    Field("draft_file", lambda r: r.models.draft.file if r.models.draft else None, "", "first"),
+    Field("cpu", lambda r: r.env.cpu, "", "first"), Field("gpu", lambda r: r.env.gpu, "", "first"),
+    Field("load1", _load(lambda lo: lo.load1), "", "max", numeric=True),
+    Field("main_cpu_share", _load(lambda lo: lo.main_share), "", "min", numeric=True),
+    Field("cpu_count", lambda r: (r.load.cpu_count if r.load else None) or r.env.cpu_count, "cores", "max", numeric=True),
+    Field("others_cores", _load(lambda lo: lo.others_cores), "cores", "max", numeric=True),
+    Field("per_request_tokens_per_s", _metric("per_request_tokens_per_s"), "tokens/s", "mean", header="req t/s",
+          shown_with="parallel", fmt=SPEED, place=60),
+    Field("ttft_s", _metric("ttft_s"), "s", "mean"),
+    Field("latency_p95_s", _metric("latency_p95_s"), "s", "mean", header="p95 s", shown_with="parallel", place=70),
+    Field("schedule_predicted_tokens_per_s", _metric("predicted_tokens_per_s"), "tokens/s", "mean", numeric=True),
+    # per run only
+    Field("n_tokens", _measured(lambda r: r.metrics.n_tokens), "tokens"),
+    Field("accepted_at", _measured(lambda r: r.metrics.accepted_at)),
+    Field("reached_at", _measured(lambda r: r.metrics.reached_at)),
+    Field("draft_lengths", _metric("draft_lengths")), Field("category", lambda r: r.config.category),
+    Field("identical", lambda r: _m(r).identity.identical if _m(r).identity else None),
+    Field("differs_at", lambda r: _m(r).identity.position if _m(r).identity else None),  # where it parts from the
+    # target alone's text
+    Field("error", lambda r: r.error), Field("text", _metric("text")),
+    Field("drafted", lambda r: r.metrics.drafted if r.metrics and r.metrics.n_tokens else None),  # (no tokens: no proof)
+    Field("no_drafts", _metric("no_drafts")),
+    Field("twin", lambda r: any(f is not None and f.twin for f in (r.models.target, r.models.draft))),  # speed only
+    Field("cpu_share", _load(lambda lo: lo.cpu_s / lo.wall_s if lo.wall_s and lo.cpu_s is not None else None)),
+    Field("pool", lambda r: r.server.pool if r.server else None),
+    Field("command", lambda r: " ".join(r.server.command) if r.server and r.server.command else None),
+)
+
+
 def run_row(run: RunRecord) -> dict:
-    """One flat row per run: every column `report` reads."""
-    cfg, m = run.config, run.metrics or RunMetrics()
-    offload, models = run.offload or Offload(None, None), run.models
-    return {
-        "sweep": run.sweep, "time": run.time, "pair": run.pair, "engine": cfg.engine_name, "mode": str(run.mode), "k": run.k,
-        "strategy": run.strategy_name, "ngl": str(cfg.ngl), "ngld": str(cfg.ngld),
-        "temperature": cfg.temperature, "greedy": run.greedy, "n_predict": cfg.n_predict, "prompt_id": cfg.prompt_id,
-        "repetition": cfg.repetition, "threads": cfg.threads, **cfg.context(),
-        "threads_draft": cfg.threads_draft or cfg.threads or run.env.cpu_count or 0,
-        "tokens_per_s": m.tokens_per_s, "ms_per_token": m.ms_per_token, "acceptance": m.acceptance,
-        "pp_tokens_per_s": m.prompt_tokens / m.prompt_s if run.metrics and m.prompt_s > 0 else None,
-        "tokens_per_round": m.tokens_per_round, "overhead_pct": m.overhead_pct,
-        "n_tokens": m.n_tokens if run.metrics else None,
-        "accepted_at": m.accepted_at if run.metrics else None, "reached_at": m.reached_at if run.metrics else None,
-        "draft_lengths": m.draft_lengths, "category": cfg.category,
-        "schedule_predicted_tokens_per_s": m.predicted_tokens_per_s,
-        "identical": m.identity.identical if m.identity else None, "error": run.error, "text": m.text,
-        "differs_at": m.identity.position if m.identity else None,  # the first token where it parts from the target alone
-        "drafted": m.drafted if run.metrics and m.n_tokens else None, "no_drafts": m.no_drafts,  # (no tokens: no proof)
-        "target_offload": offload.target, "draft_offload": offload.draft,
-        "target_file": models.target.file if models.target else None, "draft_file": models.draft.file if models.draft else None,
-        "twin": any(f is not None and f.twin for f in (models.target, models.draft)),  # synthetic weights: speed only
-        "host": run.host, "cpu": run.env.cpu, "gpu": run.env.gpu,
-        "load1": run.load.load1 if run.load else None, "main_cpu_share": run.load.main_share if run.load else None,
-        "cpu_share": run.load.cpu_s / run.load.wall_s if run.load and run.load.wall_s and run.load.cpu_s is not None else None,
-        "cpu_count": (run.load.cpu_count if run.load else None) or run.env.cpu_count,
-        "others_cores": run.load.others_cores if run.load else None,
-        "parallel": cfg.parallel, "clients": cfg.clients, "depth": cfg.depth or 0,
-        "placement": cfg.placement_label,
-        "per_request_tokens_per_s": m.per_request_tokens_per_s,
-        "ttft_s": m.ttft_s, "latency_p95_s": m.latency_p95_s, "pool": run.server.pool if run.server else None,
-        "command": " ".join(run.server.command) if run.server and run.server.command else None,
-    }
+    """One flat row per run: every column `report` reads (RUN_FIELDS)."""
+    return flat(run, RUN_FIELDS)
 
 
 # --- evaluations --------------------------------------------------------------------------------

@@ -21,8 +21,10 @@ from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results import evals as evals_view
+from gguf_bench.results.fields import folds
 from gguf_bench.results.records import (
     PYTHON_ENGINE,
+    RUN_FIELDS,
     SERVER_ENGINE,
     CalibrationRecord,
     EvalRecord,
@@ -93,22 +95,13 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         raise BenchError("no runs in these results")
     setting = SETTING + (["prompt_id"] if by_prompt else [])
     keys = setting + ["mode", "strategy", "k"]
-    numeric = ("load1", "main_cpu_share", "cpu_count", "others_cores", "schedule_predicted_tokens_per_s", "pp_tokens_per_s")
-    for col in numeric:  # None where a record has no such figure: NaN, so they aggregate as numbers
-        df = df.assign(**{col: pd.to_numeric(df[col], errors="coerce")})
+    for f in RUN_FIELDS:  # None where a record has no such figure: NaN, so they aggregate as numbers
+        if f.numeric:
+            df = df.assign(**{f.name: pd.to_numeric(df[f.name], errors="coerce")})
     ok = df[df["error"].isna()]
     failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
-    agg = ok.groupby(keys, dropna=False).agg(
-        runs=("tokens_per_s", "size"), tokens_per_s=("tokens_per_s", "mean"), tokens_per_s_std=("tokens_per_s", "std"),
-        ms_per_token=("ms_per_token", "mean"), pp_tokens_per_s=("pp_tokens_per_s", "mean"), acceptance=("acceptance", "mean"),
-        tokens_per_round=("tokens_per_round", "mean"), overhead_pct=("overhead_pct", "mean"),
-        target_offload=("target_offload", "first"), draft_offload=("draft_offload", "first"),
-        target_file=("target_file", "first"), draft_file=("draft_file", "first"), cpu=("cpu", "first"),
-        gpu=("gpu", "first"), load1=("load1", "max"), main_cpu_share=("main_cpu_share", "min"),
-        cpu_count=("cpu_count", "max"), others_cores=("others_cores", "max"),
-        per_request_tokens_per_s=("per_request_tokens_per_s", "mean"), ttft_s=("ttft_s", "mean"),
-        latency_p95_s=("latency_p95_s", "mean"),
-        schedule_predicted_tokens_per_s=("schedule_predicted_tokens_per_s", "mean"))
+    agg = ok.groupby(keys, dropna=False).agg(runs=("tokens_per_s", "size"), **folds(RUN_FIELDS))
+    agg = agg.drop(columns=[f.name for f in RUN_FIELDS if f.optional and f.fold and agg[f.name].isna().all()])
     if df["twin"].any():  # a column only where a twin ran: files without one report as before
         agg = agg.join(df.groupby(keys, dropna=False)["twin"].any())
     agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(ok, keys))
