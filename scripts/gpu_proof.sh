@@ -142,7 +142,7 @@ t0=\$(date +%s)
 echo "\$ $PYV -m gguf_bench.cli build-tree --cuda --cuda-arch $arch -j $(nproc) -o $TREE"
 "$PYV" -m gguf_bench.cli build-tree --cuda --cuda-arch $arch -j $(nproc) -o "$TREE"
 t1=\$(date +%s)
-echo "build-tree --cuda (one CMake build: the shared libraries, llama-server, llama-fit-params, llama-gguf-split): \$((t1 - t0)) s"
+echo "build-tree --cuda (one CMake build: libraries, llama-server, llama-fit-params, llama-gguf-split): \$((t1 - t0)) s"
 LLAMA_CPP_LIB_PATH="$TREE/bin" "$PYV" -m gguf_bench.cli info 2>&1 | head -20
 EOF
     date +%s > "$STATE/build.started"
@@ -271,5 +271,5 @@ case "${1:-}" in
     rm -rf "$STATE"
     START=$(date +%s)
     run_steps ;;
-  *) sed -n '2,17p' "$0"; exit 2 ;;
+  *) sed -n '2,21p' "$0"; exit 2 ;;
 esac
