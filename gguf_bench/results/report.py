@@ -21,7 +21,7 @@ from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results import evals as evals_view
-from gguf_bench.results.fields import folds
+from gguf_bench.results.fields import Field, folds
 from gguf_bench.results.records import (
     PYTHON_ENGINE,
     RUN_FIELDS,
@@ -335,6 +335,7 @@ class RunColumn:
     text: Callable[[pd.Series], str]
     md_text: Callable[[pd.Series], str] | None = None
     present: Callable[[pd.DataFrame], bool] = lambda summary: True
+    place: int = 0  # where the terminal table puts it (TABLE_ORDER)
 
 
 def _gain_text(row: pd.Series) -> str:
@@ -366,28 +367,32 @@ def _offload_md(row: pd.Series) -> str:
     return offload_label(row) + asked
 
 
+def _field_column(f: Field) -> RunColumn:
+    """A declared field's own column: its value as the field formats it, where the summary has it (shown_with: where
+    that column holds a value in some row)."""
+    def present(summary: pd.DataFrame) -> bool:
+        return f.name in summary and (f.shown_with is None or (f.shown_with in summary and summary[f.shown_with].notna().any()))
+    return RunColumn(f.header, f.md, lambda r: f.text(r.get(f.name)), present=present, place=f.place)
+
+
 RUN_COLUMNS = {
     "model": RunColumn(None, "model", model_label, _model_md),
-    "run": RunColumn("run", None, _run_text),
-    "offload": RunColumn("GPU layers", "GPU layers offload", offload_label, _offload_md),
-    "tokens_per_s": RunColumn("tokens/s", "tokens/s", _tps),
+    "run": RunColumn("run", None, _run_text, place=10),
+    "offload": RunColumn("GPU layers", "GPU layers offload", offload_label, _offload_md, place=20),
+    "tokens_per_s": RunColumn("tokens/s", "tokens/s", _tps, place=30),
     # the table: tune's prediction, else the cost schedule's own (_predicted); markdown: tune's
     "predicted": RunColumn("pred.", "predicted tokens/s", lambda r: speed_text(r["_pred"]),
-                           lambda r: speed_text(r["predicted_tokens_per_s"])),
-    "pp": RunColumn("pp t/s", None, lambda r: speed_text(r["pp_tokens_per_s"]), present=lambda s: "pp_tokens_per_s" in s),
-    "per_request": RunColumn("req t/s", None, lambda r: speed_text(r["per_request_tokens_per_s"]),
-                             present=lambda s: _concurrent(s)),
-    "p95": RunColumn("p95 s", None, lambda r: number_text(r["latency_p95_s"], "{:.2f}"), present=lambda s: _concurrent(s)),
-    "ms_per_token": RunColumn("ms/tok", None, lambda r: number_text(r["ms_per_token"])),
-    "acceptance": RunColumn("accept", "acceptance", lambda r: number_text(r["acceptance"], "{:.1%}")),
-    "tokens_per_round": RunColumn("tok/rnd", None, lambda r: number_text(r["tokens_per_round"])),
-    "gain": RunColumn("gain", "gain %", _gain_text),
-    "overhead": RunColumn("ovh", None, lambda r: number_text(r["overhead_pct"], "{:.1f}%")),
-    "runs": RunColumn("runs", None, lambda r: f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else "")),
+                           lambda r: speed_text(r["predicted_tokens_per_s"]), place=40),
+    "gain": RunColumn("gain", "gain %", _gain_text, place=110),
+    "runs": RunColumn("runs", None, lambda r: f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else ""),
+                      place=130),
     "temperature": RunColumn(None, "temperature", lambda r: number_text(r["temperature"], "{:g}")),
+    **{f.name: _field_column(f) for f in RUN_FIELDS if f.header or f.md},  # ms/tok, accept, pp t/s, p95 s, ...
 }
-TABLE_ORDER = ("run", "offload", "tokens_per_s", "predicted", "pp", "per_request", "p95", "ms_per_token", "acceptance",
-               "tokens_per_round", "gain", "overhead", "runs")
+TABLE_ORDER = tuple(sorted((n for n, c in RUN_COLUMNS.items() if c.table), key=lambda n: RUN_COLUMNS[n].place))
+# what goes first where a table is too wide: the optional fields' columns (energy, memory), then these
+NARROWING = (*(f.header for f in RUN_FIELDS if f.optional and f.header), "pp t/s", "ovh", "tok/rnd", "runs", "ms/tok",
+             "p95 s", "pred.", "accept")
 MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", "acceptance", "temperature")  # llama.cpp's notebook's
 
 
@@ -419,7 +424,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     columns |= _cells(summary.assign(_pred=pred), shown)
     # still too wide: drop what does not tell rows apart, never a column that does (pair, host, T, n, prompt, -ngl,
     # -ngld, the context settings, and the layers placed beside them)
-    for optional in ("pp t/s", "ovh", "tok/rnd", "runs", "ms/tok", "p95 s", "pred.", "accept"):
+    for optional in NARROWING:
         if _width(columns) <= width:
             break
         columns.pop(optional, None)
