@@ -36,20 +36,24 @@ from gguf_bench.cli.options import (
     ResultsDirOpt,
     RpcDelayOpt,
     RpcOpt,
+    ServerBinOpt,
     SplitModeOpt,
     TargetOpt,
     TensorSplitOpt,
     ThreadsOpt,
 )
 from gguf_bench.cli.progress import QuietStatus, pair_files
+from gguf_bench.decoding.strategy import Strategy, parse_spec_types
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import deploy, workloads
+from gguf_bench.measure.server_tune import ServerTuneJob, tune_server
 from gguf_bench.measure.tune import TuneEvents, TuneJob, twin_job
 from gguf_bench.measure.tune import tune as run_tune
 from gguf_bench.models.pairs import PairFiles, header_sources
 from gguf_bench.models.twin import twin_folder
 from gguf_bench.placing import Split, placing_axes
-from gguf_bench.results.costmodel import recommend
+from gguf_bench.results import server_tuning
+from gguf_bench.results.costmodel import DEFAULT_REPS, recommend
 from gguf_bench.results.plots import check_plot, plot_tune
 from gguf_bench.results.report import strategy_heading
 from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
@@ -75,7 +79,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          n_predict: Annotated[int, typer.Option("--n-predict", "-n", help="tokens to generate per prompt")] = 64,
          threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048,
          reps: Annotated[int, typer.Option("--reps", help="repetitions of each decode timing, spread between "
-                                                       "the prompts' runs (the median is kept)")] = 6,
+                                                       "the prompts' runs (the median is kept); --engine server: "
+                                                       "of each calibration request (default 3)")] = 6,
          check: Annotated[bool, typer.Option("--check", help="then measure the recommended K and its neighbours "
                           "(and the n-gram cost schedule, when predicted) the way `sweep` does, and print them next "
                           "to the prediction")] = False,
@@ -101,6 +106,12 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
          device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
          main_gpu: MainGpuOpt = None, rpc: RpcOpt = None, rpc_delay: RpcDelayOpt = None,
+         engine: Annotated[str, typer.Option("--engine", help="python: calibrate gguf-bench's loop (decode timings, "
+                           "every K from one text); server: calibrate llama-server itself (its timings and "
+                           "per-position counters at two or three K), for any type that drafts K tokens a round")] = "python",
+         parallel: Annotated[int | None, typer.Option("--parallel", "-np", help="--engine server: calibrate and predict "
+                             "at this many slots, as many clients (predicts each request's tokens/s)")] = None,
+         server_bin: ServerBinOpt = None,
          registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Predict tokens/s for every draft length and offload setting (and placement: -ncmoe, -ot, -dev and the draft's,
     each calibrated where it places the weights) from a short calibration, and
@@ -108,6 +119,15 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     use_results_dir(results_dir_opt)
     chosen = workloads.choose(prompt_ids, prompts_file, per_category, registry=registry)
     k_list = options.draft_lengths(ks)
+    if engine not in ("python", "server"):
+        raise BenchError(f"tune --engine takes python or server, got '{engine}'")
+    if engine == "server" and (twin or depth or k_schedules != "fixed" or plot):
+        raise BenchError("tune --engine server calibrates real files at depth 0 with a fixed K: --twin, --depth, "
+                         "--k-schedule and --plot are for --engine python")
+    if engine == "server" or parallel is not None:
+        return _tune_server(pair, target, draft, registry, chosen, k_list, spec_types, n_predict, ctx_size, threads,
+                            reps if reps != DEFAULT_REPS else SERVER_REPS, check, json_out, name, ngls, nglds, parallel,
+                            server_bin, engine)
     predicted = tune_strategies(spec_types, k_schedules, ngram_min, ngram_max, k_cap, k_list)
     ngl_list, ngld_list = options.layer_list(ngls, "-ngl"), options.layer_list(nglds, "-ngld")
     if n_predict < 2 or reps < 1:
@@ -317,3 +337,40 @@ def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: l
     if checked is not None:
         doc["check"] = checked
     return doc
+
+
+def _tune_server(pair, target, draft, registry, prompts, ks: list[int], spec_types: str, n_predict: int, ctx_size: int,
+                 threads, reps: int, check: bool, json_out: bool, name: str | None, ngls: str, nglds: str,
+                 parallel: int | None, server_bin, engine: str) -> None:
+    """tune --engine server: calibrate llama-server, predict each K of each type, recommend, print its deploy line."""
+    if engine != "server":
+        raise BenchError("--parallel calibrates llama-server's slots: add --engine server")
+    types = [SERVER_NAMES.get(t, t) for t in parse_spec_types(spec_types)]
+    ngl, ngld = (options.layer_list(v, flag) for v, flag in ((ngls, "-ngl"), (nglds, "-ngld")))
+    if len(ngl) > 1 or len(ngld) > 1:
+        raise BenchError("tune --engine server calibrates one offload setting: give one -ngl and one -ngld (sweep "
+                         "several with `gguf-bench sweep --engine server`)")
+    if parallel is not None and parallel < 1:
+        raise BenchError(f"--parallel must be >= 1, got {parallel}")
+    files = pair_files(pair, target, draft, registry, need_draft=any(Strategy(t).uses_model for t in types))
+    name = options.results_name(name or default_name("tune"))
+    job = ServerTuneJob(files, prompts, ks, types, n_predict, ctx_size, threads, name,
+                        ensure_results_dir() / f"{name}.jsonl", reps, ngl[0], ngld[0], parallel, server_bin)
+    with QuietStatus(f"calibrating {files.name} through llama-server ...") as status:
+        tuned = tune_server(job, check, status.update)
+    line = deploy.tuned_server_line(tuned)
+    if json_out:
+        sys.stdout.write(json.dumps(server_tuning.as_json(tuned) | {"deploy": line}, default=str) + "\n")
+        return
+    for cal in tuned.calibrations:
+        console.print(fit_title(server_tuning.prediction_table(cal, ks, tuned.top, console.width), console.width))
+    console.print(server_tuning.recommendation_line(tuned), markup=False)
+    console.print("deploy (predicted, not measured: --check measures it):", markup=False)
+    console.print(line, markup=False, soft_wrap=True)
+    console.print(f"calibration runs stored in {job.out}", markup=False, soft_wrap=True)
+    if tuned.checked is not None:
+        console.print(fit_title(server_tuning.check_table(tuned, console.width), console.width))
+
+
+SERVER_REPS = 3  # tune --engine server: repetitions of each calibration request (the median is kept)
+SERVER_NAMES = {"draft": "draft-simple"}  # the loop's draft model is llama-server's draft-simple

@@ -139,3 +139,15 @@ def setting_line(files: PairFiles, strategy: Strategy | None, k: int, cal: Calib
                     placing_draft=tuple(placing_draft.flags(draft=True)), rpc=placing.rpc)
     layers = (read_info(files.target).n_layers + 1, read_info(files.draft).n_layers + 1 if files.draft else None)
     return _shell(deploy_argv(launch.argv(), *layers))
+
+
+def tuned_server_line(tuned) -> str:
+    """The llama-server line for `tune --engine server`'s recommendation (measure/server_tune.ServerTuned): the command
+    a calibration run of the recommended type ran (same build, files and slots) at the recommended K; the target
+    alone's where no K is predicted to gain."""
+    if tuned.top is None:
+        return command_line(next(r for r in tuned.records if r.mode == Mode.TARGET))
+    cal, top = tuned.top
+    argv = command(next(r for r in tuned.records if r.mode == Mode.SPECULATIVE and r.strategy.spec_type == cal.spec_type))
+    argv[argv.index("--spec-draft-n-max") + 1] = str(top.k)
+    return _shell(argv)

@@ -1,0 +1,123 @@
+"""`gguf-bench tune --engine server`'s flow: a short calibration through llama-server (the target alone and each
+speculative type at two or three draft lengths, on the same server build and slot count), the cost model of
+results/server_costs.py, and with --check the recommended K and its neighbours measured as `sweep` measures them.
+Prints nothing: the CLI shows the `ServerTuned` result.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.errors import BenchError
+from gguf_bench.measure.pair import PairFiles
+from gguf_bench.measure.plan import Grid
+from gguf_bench.measure.prompts import Prompt
+from gguf_bench.measure.sweep import SweepEvents, iter_records
+from gguf_bench.results.costmodel import Prediction
+from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
+from gguf_bench.results.server_costs import ServerCalibration, calibrations, check_predictable
+from gguf_bench.results.store import append_record
+
+
+@dataclass(frozen=True)
+class ServerTuneJob:
+    """What tune measures through llama-server, and where it stores the runs."""
+
+    files: PairFiles
+    prompts: Sequence[Prompt]
+    ks: Sequence[int]  # the draft lengths to predict
+    spec_types: Sequence[str]  # llama-server's types (server_costs.PREDICTED_TYPES)
+    n_predict: int
+    ctx_size: int
+    threads: int | None
+    name: str
+    out: Path
+    reps: int = 2
+    ngl: int | str = 0
+    ngld: int | str = 0
+    parallel: int | None = None  # llama-server's slots, as many clients (None: one request at a time)
+    server_bin: Path | None = None
+
+    def __post_init__(self) -> None:
+        for t in self.spec_types:
+            check_predictable(t)
+        if self.reps < 1:
+            raise BenchError(f"--reps must be >= 1, got {self.reps}")
+
+    @property
+    def calibrated_ks(self) -> list[int]:
+        """The draft lengths the calibration runs: the smallest, the middle and the largest of -K."""
+        ks = sorted(set(self.ks))
+        return sorted({ks[0], ks[len(ks) // 2], ks[-1]})
+
+    def grid(self, ks: Sequence[int], with_target_alone: bool = True) -> Grid:
+        return Grid(ks=list(ks), ngls=[self.ngl], nglds=[self.ngld], temperatures=[0.0], prompts=list(self.prompts),
+                    repetitions=self.reps, n_predict=self.n_predict, n_ctx=self.ctx_size, threads=self.threads,
+                    with_draft_alone=False, with_target_alone=with_target_alone,
+                    strategies=[Strategy(t) for t in self.spec_types], engines=(SERVER_ENGINE,),
+                    server_bin=self.server_bin, parallels=[self.parallel] if self.parallel else None)
+
+
+@dataclass
+class ServerTuned:
+    job: ServerTuneJob
+    calibrations: list[ServerCalibration]
+    top: tuple[ServerCalibration, Prediction] | None  # the fastest prediction that beats the target alone; None: none
+    records: list[RunRecord]  # the calibration's runs (their commands are the deploy line's)
+    checked: list[dict] | None = None
+
+
+def tune_server(job: ServerTuneJob, check: bool, step: Callable[[str], None] = lambda what: None) -> ServerTuned:
+    """Calibrate, predict every K of every type, recommend (never a slowdown), and with `check` measure."""
+    records = _measure(job, job.grid(job.calibrated_ks), "calibrating", step)
+    cals = calibrations(records)
+    options = [(cal, p) for cal in cals for p in cal.predictions(job.ks)]
+    cal, best = max(options, key=lambda o: o[1].tokens_per_s)
+    tuned = ServerTuned(job, cals, (cal, best) if best.tokens_per_s > best.baseline_tokens_per_s else None, records)
+    if check:
+        tuned.checked = run_check(tuned, step)
+    return tuned
+
+
+def _measure(job: ServerTuneJob, grid: Grid, what: str, step: Callable[[str], None]) -> list[RunRecord]:
+    """Run a grid through llama-server, storing each record in job.out as it comes; a failed cell is an error."""
+    out = []
+    events = SweepEvents(loading=lambda load: step(f"{what} {job.files.name} through llama-server ..."))
+    for record in iter_records(job.name, job.files, grid, events=events):
+        append_record(job.out, record)
+        step(f"{what} {job.files.name}: {record.label} measured")
+        if record.error:
+            raise BenchError(f"{what}: a llama-server run failed ({record.label}): {record.error}")
+        out.append(record)
+    return out
+
+
+def run_check(tuned: ServerTuned, step: Callable[[str], None]) -> list[dict]:
+    """The recommended type at its K and the K's beside it (and the target alone), measured as `sweep` does, each beside
+    its prediction: tokens/s one request at a time, each request's own tokens/s (req t/s) with several slots."""
+    cal, top = tuned.top if tuned.top else max(((c, p) for c in tuned.calibrations for p in c.predictions(tuned.job.ks)),
+                                               key=lambda o: o[1].tokens_per_s)
+    ks = sorted(set(tuned.job.ks))
+    at = ks.index(top.k)
+    job = tuned.job
+    checked = ServerTuneJob(**{**job.__dict__, "spec_types": [cal.spec_type]})
+    records = _measure(checked, checked.grid(ks[max(0, at - 1): at + 2]), "checking", step)
+    rows = []
+    for k in [0, *ks[max(0, at - 1): at + 2]]:
+        runs = [r for r in records if (r.mode == Mode.TARGET) == (k == 0) and (k == 0 or r.k == k)]
+        measured = statistics.fmean(_speed(r) for r in runs)
+        predicted = top.baseline_tokens_per_s if k == 0 else cal.predict(k).tokens_per_s
+        rows.append({"k": k, "spec_type": None if k == 0 else cal.spec_type, "predicted_tokens_per_s": predicted,
+                     "measured_tokens_per_s": measured, "error_pct": 100 * (predicted / measured - 1), "runs": len(runs)})
+    base = rows[0]["measured_tokens_per_s"]
+    return [r | {"measured_gain_pct": 100 * (r["measured_tokens_per_s"] / base - 1) if r["k"] else None} for r in rows]
+
+
+def _speed(record: RunRecord) -> float:
+    """What the prediction is of: the record's tokens/s, or with several slots each request's own (req t/s)."""
+    m = record.metrics
+    return m.per_request_tokens_per_s if m.requests else m.tokens_per_s

@@ -1,0 +1,167 @@
+"""`tune --engine server`'s cost model: llama-server's own figures for every draft length, from a short calibration of
+its server records (measure/server_tune.py runs it). Pure: reads run records, starts nothing.
+
+llama-server fixes its draft length when it starts and times no single step, so the model is written in what its
+requests report (`timings.predicted_ms`, `/metrics`' verification rounds and accepted tokens per draft position):
+
+    round(K)  = seconds per verification round at draft length K: the draft's K steps and the target's batch of K+1,
+                measured at the calibrated K's, with round(0) = the target alone's seconds per token, and linear between
+    a_j       = the acceptance of draft position j given that it was reached: llama-server's per-position counters at
+                the largest K (accepted at j over accepted at j-1, rounds for j = 1); where a concurrent round gives
+                only totals, the one a for which sum_{i<=K} a^i is the accepted tokens per round
+    tokens(K) = 1 + sum_{i<=K} prod_{j<=i} a_j   (costmodel.expected_tokens)
+    tokens/s  = tokens(K) / round(K), against 1 / round(0) for the target alone
+
+Seconds per round come from each request: its decode time, less its plain steps (tokens that came from no round:
+generated = 1 + rounds + accepted + plain) at the target alone's seconds per token, over its rounds. With N slots it is
+one slot's figure: each request's own decode time over its share of the round's verifications, so the prediction is
+the per-request tokens/s (`req t/s`) at that slot count. The types predicted are those that draft a fixed number of
+tokens every round (a draft model, MTP heads, a sidecar); an n-gram type drafts only where the text repeats, so its
+rounds are not a function of K: sweep it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.results.costmodel import Prediction, expected_tokens
+from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
+
+PREDICTED_TYPES = ("draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")  # a fixed draft per round
+
+
+def check_predictable(spec_type: str) -> None:
+    if spec_type not in PREDICTED_TYPES:
+        raise ConfigError(f"tune --engine server predicts the types that draft K tokens every round "
+                          f"({', '.join(PREDICTED_TYPES)}); {spec_type} drafts only where the text repeats, so its "
+                          f"rounds do not follow K: measure it with `gguf-bench sweep --engine server --spec-type "
+                          f"{spec_type}`")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One request's (one slot's) figures: tokens generated, decode seconds, and its verification rounds."""
+
+    n_tokens: float
+    decode_s: float
+    rounds: float = 0.0
+    accepted: float = 0.0
+
+
+def slots(record: RunRecord) -> list[Slot]:
+    """A record's requests as slots: one request, or each request of a concurrent round (the round's rounds and
+    accepted tokens shared out by each request's drafted tokens)."""
+    m = record.metrics
+    if not m.requests:
+        return [Slot(m.n_tokens, m.decode_s, m.rounds or 0, m.accepted or 0)]
+    done = [q for q in m.requests if not q.get("error") and q.get("predicted_ms")]
+    drafted = sum(q.get("draft_n", 0) for q in done)
+    return [Slot(q["predicted_n"], q["predicted_ms"] / 1000.0,
+                 (m.rounds or 0) * q.get("draft_n", 0) / drafted if drafted else 0.0, q.get("draft_n_accepted", 0))
+            for q in done]
+
+
+def round_s(slot: Slot, t_target: float) -> float | None:
+    """Seconds per verification round of one slot: its decode time less its plain steps, over its rounds."""
+    if slot.rounds <= 0:
+        return None
+    plain = max(0.0, slot.n_tokens - 1 - slot.rounds - slot.accepted)
+    return (slot.decode_s - plain * t_target) / slot.rounds
+
+
+def per_position(records: Sequence[RunRecord], k: int) -> tuple[tuple[float, ...], str]:
+    """a_1..a_K from the records at draft length k: the per-position counters where they were read (one request at a
+    time), else one a from the accepted tokens per round."""
+    rounds = sum(r.metrics.rounds or 0 for r in records)
+    if rounds == 0:
+        raise BenchError(f"llama-server made no draft at K={k} in the calibration: nothing to predict from (its "
+                         "records say 'no drafts' and why)")
+    counts = [r.metrics.accepted_at for r in records if r.metrics.accepted_at]
+    if len(counts) == len(records):
+        at = [sum(c[j] if j < len(c) else 0 for c in counts) for j in range(k)]
+        reached = [rounds, *at[:-1]]
+        return tuple(a / n if n else 0.0 for a, n in zip(at, reached)), "per position"
+    mean = sum(r.metrics.accepted or 0 for r in records) / rounds
+    return (_constant_a(mean, k),) * k, "one a from the accepted tokens per round"
+
+
+def _constant_a(mean: float, k: int) -> float:
+    """The a in [0, 1] for which sum_{i<=k} a^i equals `mean` (by bisection: the sum grows with a)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sum(mid ** i for i in range(1, k + 1)) < mean else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class ServerCalibration:
+    """One speculative type at one slot count, read from its calibration records."""
+
+    pair: str
+    spec_type: str
+    parallel: int | None  # None: one request at a time
+    t_target: float  # the target alone's seconds per token (per request, at this slot count)
+    rounds_s: tuple[tuple[int, float], ...]  # (K, seconds per round) at each calibrated K, by K
+    a: tuple[float, ...]  # acceptance at draft positions 1..K_max given reached
+    a_from: str  # 'per position', or how a was found where the counters are totals
+
+    @property
+    def k_max(self) -> int:
+        return self.rounds_s[-1][0]
+
+    def round_at(self, k: int) -> float:
+        """Seconds per round at draft length k: measured at a calibrated K, linear between (K=0: the target alone)."""
+        if not 1 <= k <= self.k_max:
+            raise ConfigError(f"draft length {k} is outside the calibrated 1..{self.k_max}: calibrate a -K range "
+                              f"reaching it")
+        points = [(0, self.t_target), *self.rounds_s]
+        for (k0, s0), (k1, s1) in zip(points, points[1:]):
+            if k0 <= k <= k1:
+                return s0 + (s1 - s0) * (k - k0) / (k1 - k0)
+        raise AssertionError("unreachable: k is within the points")
+
+    def predict(self, k: int) -> Prediction:
+        seconds = self.round_at(k)
+        tokens = expected_tokens(self.a, k)
+        return Prediction(k=k, strategy=f"{self.spec_type} K={k}", tokens_per_s=tokens / seconds,
+                          baseline_tokens_per_s=1.0 / self.t_target, tokens_per_round=tokens, round_ms=1000 * seconds,
+                          acceptance=(tokens - 1) / k)
+
+    def predictions(self, ks: Sequence[int]) -> list[Prediction]:
+        return [self.predict(k) for k in ks]
+
+
+def calibrations(records: Sequence[RunRecord]) -> list[ServerCalibration]:
+    """One calibration per (speculative type, slot count) of a server calibration's records (each with its target
+    alone at the same slot count)."""
+    ok = [r for r in records if r.error is None and r.metrics and r.config.engine == SERVER_ENGINE]
+    out = []
+    for parallel in dict.fromkeys(r.config.parallel for r in ok):
+        here = [r for r in ok if r.config.parallel == parallel]
+        alone = [s for r in here if r.mode == Mode.TARGET for s in slots(r)]
+        if not alone:
+            raise BenchError("the calibration has no target-alone run at this slot count: nothing to compare with")
+        t_target = statistics.median(s.decode_s / s.n_tokens for s in alone if s.n_tokens)
+        spec = [r for r in here if r.mode == Mode.SPECULATIVE]
+        for spec_type in dict.fromkeys(r.strategy.spec_type for r in spec):
+            of_type = [r for r in spec if r.strategy.spec_type == spec_type]
+            out.append(_calibration(of_type, t_target, parallel))
+    return out
+
+
+def _calibration(records: list[RunRecord], t_target: float, parallel: int | None) -> ServerCalibration:
+    ks = sorted({r.k for r in records})
+    rounds = []
+    for k in ks:
+        times = [t for r in records if r.k == k for s in slots(r) if (t := round_s(s, t_target)) is not None]
+        if times:
+            rounds.append((k, statistics.median(times)))
+    a, a_from = per_position([r for r in records if r.k == ks[-1]], ks[-1])
+    if not rounds or rounds[-1][0] != ks[-1]:
+        raise BenchError(f"llama-server made no draft at K={ks[-1]} in the calibration: nothing to predict from")
+    first = records[0]
+    return ServerCalibration(first.pair, first.strategy.spec_type, parallel, t_target, tuple(rounds), a, a_from)

@@ -1,0 +1,103 @@
+"""tune --engine server (issue 49, 3): llama-server's own timings and counters calibrate the cost model. The model's
+bookkeeping on records written here; then the command on a real llama-server with the tiny pair, --check included."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import invoke, stored
+
+from gguf_bench.errors import ConfigError
+from gguf_bench.results.records import parse
+from gguf_bench.results.server_costs import calibrations, check_predictable
+
+
+def rec(mode, k, n, decode_s, rounds=0, accepted=0, accepted_at=(), spec="draft-simple", requests=None, parallel=None):
+    cfg = {"k": k, "ngl": 0, "ngld": 0, "temperature": 0.0, "n_predict": n, "prompt_id": "p1", "repetition": 0,
+           "engine": "server", "parallel": parallel, "clients": parallel}
+    if mode == "speculative":
+        cfg["strategy"] = {"spec_type": spec}
+    return parse({"pair": "P", "mode": mode, "error": None, "config": cfg,
+                  "metrics": {"tokens_per_s": n / decode_s, "n_tokens": n, "decode_s": decode_s, "rounds": rounds,
+                              "drafted": rounds * k, "accepted": accepted, "accepted_at": list(accepted_at),
+                              "requests": requests},
+                  "models": {"target": {"file": "t.gguf"}, "draft": {"file": "d.gguf"}}})
+
+
+def test_rounds_per_position_acceptance_and_the_prediction():
+    """Target alone 10 ms/token. K=4: 10 rounds, 20 accepted (10, 6, 3, 1 at positions 1-4), 1 plain step of the 32
+    tokens, 0.25 s: a round is (0.25 - 0.01) / 10 = 24 ms. K=1: 16 rounds, 12 accepted, 3 plain, 0.222 s: 12 ms."""
+    records = [rec("target", 0, 32, 0.32), rec("speculative", 4, 32, 0.25, 10, 20, (10, 6, 3, 1)),
+               rec("speculative", 1, 32, 0.222, 16, 12, (12,))]
+    [cal] = calibrations(records)
+    assert cal.t_target == pytest.approx(0.01) and cal.a_from == "per position"
+    assert dict(cal.rounds_s) == pytest.approx({1: 0.012, 4: 0.024})
+    assert cal.a == pytest.approx((1.0, 0.6, 0.5, 1 / 3))
+    assert cal.round_at(2) == pytest.approx(0.016)  # linear between K=1 and K=4
+    p = cal.predict(4)
+    assert p.tokens_per_round == pytest.approx(3.0) and p.tokens_per_s == pytest.approx(3.0 / 0.024)
+    assert p.gain_pct == pytest.approx(100 * (125 / 100 - 1))
+    with pytest.raises(ConfigError, match="outside the calibrated 1..4"):
+        cal.predict(8)
+
+
+def test_concurrent_rounds_share_out_their_counters_and_fit_one_a():
+    """Two slots: the round's 20 verification rounds and 24 accepted tokens shared by each request's drafted tokens;
+    no per-position counters, so one a with a + a^2 = 1.2 accepted tokens per round (K=2)."""
+    req = {"predicted_n": 32, "predicted_ms": 400.0, "draft_n": 20, "draft_n_accepted": 12, "error": None}
+    alone = {"predicted_n": 32, "predicted_ms": 640.0, "draft_n": 0, "draft_n_accepted": 0, "error": None}
+    records = [rec("target", 0, 64, 0.7, requests=[alone, alone], parallel=2),
+               rec("speculative", 2, 64, 0.5, 20, 24, requests=[req, req], parallel=2)]
+    [cal] = calibrations(records)
+    assert cal.parallel == 2 and cal.t_target == pytest.approx(0.02)
+    a = cal.a[0]
+    assert cal.a_from.startswith("one a") and a + a * a == pytest.approx(1.2, abs=1e-6)
+    assert dict(cal.rounds_s)[2] == pytest.approx((0.4 - 9 * 0.02) / 10)  # per slot: 32 = 1 + 10 rounds + 12 + 9 plain
+
+
+def test_ngram_types_are_refused_with_one_line():
+    with pytest.raises(ConfigError, match="drafts only where the text repeats"):
+        check_predictable("ngram-mod")
+
+
+def test_tune_through_llama_server_predicts_recommends_and_checks(tiny_pairs, server_bin, isolated):
+    """The tiny pair through a real llama-server: the calibration's runs are stored, each K of -K is predicted (the
+    calibrated ones from their own rounds), --check measures the recommended K beside its neighbours and the target
+    alone, and the deploy line is a calibration run's own command at the recommended K (or the target alone's)."""
+    target, draft = tiny_pairs["high"]
+    result = invoke("tune", "--target", str(target), "--draft", str(draft), "--engine", "server", "--server-bin",
+                    str(server_bin), "-K", "1,2,4", "--prompt-ids", "code-short", "-n", "16", "--reps", "1",
+                    "--check", "--json", "--name", "st")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    [cal] = doc["calibrations"]
+    assert cal["spec_type"] == "draft-simple" and set(cal["rounds_s"]) == {"1", "2", "4"} and len(cal["a"]) == 4
+    assert [r["k"] for r in doc["rows"]] == [1, 2, 4] and all(r["predicted_tokens_per_s"] > 0 for r in doc["rows"])
+    check = doc["check"]
+    assert check[0]["k"] == 0 and all(r["measured_tokens_per_s"] > 0 and r["runs"] == 1 for r in check)
+    k = doc["best"]["k"]
+    if k:
+        assert f"--spec-draft-n-max {k} " in doc["deploy"] and "-md " in doc["deploy"]
+    else:
+        assert "--spec-type none" in doc["deploy"]
+    runs = stored(isolated / "results" / "st.jsonl")
+    assert {r["config"]["engine"] for r in runs} == {"server"} and all(r["error"] is None for r in runs)
+    spec = [r for r in runs if r["mode"] == "speculative"]
+    assert spec and all(r["metrics"]["rounds"] > 0 and r["metrics"]["accepted_at"] for r in spec)
+    refused = invoke("tune", "--target", str(target), "--engine", "server", "--spec-type", "ngram-mod", "-K", "2")
+    assert refused.exit_code == 1 and "drafts only where the text repeats" in refused.stderr
+
+
+def test_tune_through_llama_server_at_two_slots(tiny_pairs, server_bin, isolated):
+    """--parallel 2: calibrated with two clients on two slots, each request's own share of the rounds."""
+    target, draft = tiny_pairs["high"]
+    result = invoke("tune", "--target", str(target), "--draft", str(draft), "--engine", "server", "--server-bin",
+                    str(server_bin), "-K", "1,3", "--parallel", "2", "--prompt-ids", "code-short,chat-short", "-n", "16",
+                    "--reps", "1", "--json", "--name", "st2")
+    assert result.exit_code == 0, result.output
+    [cal] = json.loads(result.stdout)["calibrations"]
+    assert cal["parallel"] == 2 and cal["a_from"].startswith("one a") and set(cal["rounds_s"]) == {"1", "3"}
+    assert "-np 2" in json.loads(result.stdout)["deploy"]
+    runs = stored(isolated / "results" / "st2.jsonl")
+    assert all(r["config"]["parallel"] == 2 and len(r["metrics"]["requests"]) == 2 for r in runs)
