@@ -163,3 +163,112 @@ def test_a_twin_of_a_synthesized_mtp_header_drafts_through_llama_server(server_b
     spec = [r for r in stored(isolated / "results" / "mtp-twin.jsonl") if r["mode"] == "speculative"]
     assert len(spec) == 1 and spec[0]["error"] is None and spec[0]["metrics"]["drafted"] > 0, spec
     assert spec[0]["offload"]["target"] == "0/3", spec[0]["offload"]  # llama.cpp's count: the trunk and the output
+
+
+QWEN35_SHAPES = {"qwen3.5-27b": (64, 48), "qwen3.5-35b-a3b": (40, 30)}  # trunk blocks, gated delta-nets among them
+
+
+@pytest.mark.parametrize("name", sorted(QWEN35_SHAPES))
+def test_real_shape_qwen35_headers_plan_their_mtp_head_and_hybrid_caches(name, tmp_path):
+    """Qwen3.5-27B and -35B-A3B at their published shapes: the hybrid trunk (every 4th block attends, the others are
+    gated delta-nets with ssm_* tensors), one NextN block after it. The planner keeps the head's bytes apart
+    (Shape.mtp_bytes, exactly the NextN block's tensors) and prints them with the head's own KV; the KV column counts
+    attending blocks only, and each delta-net's fixed state instead (llama.cpp's n_embd_r + n_embd_s, F32)."""
+    from gguf_bench.models.memory import Shape, cache_bytes, kv_bytes_per_layer, mtp_kv_bytes, tensor_bytes
+    from gguf_bench.models.shapes import SHAPES, write_header
+
+    trunk, nets = QWEN35_SHAPES[name]
+    header = write_header(tmp_path / f"{name}.gguf", name)
+    meta, tensors = tensor_table(header)
+    shape = Shape.from_header(meta, tensors)
+    head = sum(tensor_bytes(t.type_name, t.shape) for t in tensors if t.name.startswith(f"blk.{trunk}."))
+    assert (shape.n_layers, shape.n_nextn, shape.mtp_bytes) == (trunk, 1, head) and head > 100 * 2**20
+    assert mtp_heads(meta, [t.name for t in tensors]) == 1
+    assert sum(t.name.endswith("ssm_conv1d.weight") for t in tensors) == sum(shape.recurrent) == nets
+    assert not any(shape.recurrent[3::4])  # blocks 3, 7, ... attend (full_attention_interval 4)
+    s = SHAPES[name]
+    inner, keys = s.linear_v_heads * s.linear_head_dim, s.linear_k_heads * s.linear_head_dim
+    assert shape.state_bytes == 4 * ((s.ssm_conv - 1) * (inner + 2 * keys) + s.linear_head_dim * inner)
+    assert sum(cache_bytes(shape, i, 4096) for i in range(trunk)) == \
+        (trunk - nets) * kv_bytes_per_layer(shape, 4096) + nets * shape.state_bytes
+    draft = write_header(tmp_path / "draft.gguf", "tiny-qwen2-draft")
+    result = invoke("plan", "--target", str(header), "--draft", str(draft), "--vram", "48GB")
+    assert result.exit_code == 0, result.output
+    assert (f"target's MTP heads: {head / 2**20:.0f} MiB more, and {mtp_kv_bytes(shape, 4096) / 2**20:.0f} MiB of KV"
+            in result.stdout), result.stdout
+    assert "target's recurrent state:" in result.stdout
+
+
+def _server_buffers(server_bin, model, spec_type: str, log) -> dict[str, list[float]]:
+    """llama-server started on `model` with --spec-type `spec_type`, weights read into memory (-lm none: a mapped
+    file would count every byte, used or not), until ready: its buffer lines (MiB by kind, in load order)."""
+    import re
+    import subprocess
+    import time
+    import urllib.request
+
+    from gguf_bench.engines.llama_server import free_port
+
+    port = free_port()
+    cmd = [str(server_bin), "-m", str(model), "-c", "4096", "-t", "1", "-np", "1", "-lv", "4", "--no-repack",
+           "-lm", "none", "--spec-type", spec_type, "--host", "127.0.0.1", "--port", str(port)]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, log.read_text()[-2000:]
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                        break
+                except OSError:
+                    time.sleep(0.2)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    found: dict[str, list[float]] = {}
+    for kind, mib in re.findall(r"CPU (model|KV|RS) buffer size =\s+([\d.]+) MiB", log.read_text()):
+        found.setdefault(kind, []).append(float(mib))
+    return found
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen35", "tiny-qwen35moe"])
+def test_a_twin_of_a_synthesized_qwen35_header_loads_decodes_and_drafts(name, server_bin, isolated, tmp_path):
+    """The Qwen3.5 layouts at the smallest size (3 delta-nets, 1 attending block, 1 NextN block): the twin loads with
+    llama.cpp's count (the trunk and the output), decodes finite logits, and the planner's bytes are llama.cpp's
+    buffers: weights without and with the MTP head loaded, the KV of the attending block and of draft-mtp's context,
+    the delta-nets' state, kept 1 + K times (K = 3, llama-server's default) once draft-mtp runs. A server sweep drafts."""
+    import numpy as np
+
+    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.models.memory import Shape, cache_bytes, mtp_kv_bytes, rollback_bytes
+    from gguf_bench.models.shapes import write_header
+
+    header = write_header(tmp_path / f"{name}.gguf", name)
+    twin = tmp_path / "twin.gguf"
+    assert invoke("twin", str(header), "-o", str(twin)).exit_code == 0
+    shape = Shape.from_header(*tensor_table(twin))
+    assert shape.n_layers == 4 and shape.recurrent == (True, True, True, False)
+    with Model(twin, 0, n_ctx=256, n_threads=1) as model:
+        assert model.placement.layers == "0/5"
+        logits = model.eval(model.tokenize(PROMPT))
+        for _ in range(4):
+            logits = model.eval([int(np.argmax(logits[-1]))])
+        assert np.isfinite(logits).all()
+    weights = sum(w.bytes for w in shape.weights)  # untied: every weight once, the token embeddings included
+    mib = 2**20
+    alone = _server_buffers(server_bin, twin, "none", tmp_path / "none.log")
+    mtp = _server_buffers(server_bin, twin, "draft-mtp", tmp_path / "mtp.log")
+    caches = sum(cache_bytes(shape, i, 4096) for i in range(4))
+    assert alone["model"] == pytest.approx([weights / mib], rel=0.01, abs=0.01)
+    assert mtp["model"] == pytest.approx([(weights + shape.mtp_bytes) / mib], rel=0.01, abs=0.01)
+    assert sum(alone["KV"]) + sum(alone["RS"]) == pytest.approx(caches / mib, rel=0.01, abs=0.01)
+    assert mtp["KV"] == pytest.approx([alone["KV"][0], mtp_kv_bytes(shape, 4096) / mib], rel=0.01, abs=0.01)
+    assert mtp["RS"] == pytest.approx([alone["RS"][0] + rollback_bytes(shape, 3) / mib], rel=0.01, abs=0.01)
+    result = invoke("sweep", "--target", str(twin), "--engine", "server", "--server-bin", str(server_bin),
+                    "--spec-type", "draft-mtp", "-K", "2", "-n", "16", "-t", "2", "--prompt-ids", "code-short",
+                    "--name", "qwen35-twin")
+    assert result.exit_code == 0, result.output
+    spec = [r for r in stored(isolated / "results" / "qwen35-twin.jsonl") if r["mode"] == "speculative"]
+    assert len(spec) == 1 and spec[0]["error"] is None and spec[0]["metrics"]["drafted"] > 0, spec
+    assert spec[0]["offload"]["target"] == "0/5"

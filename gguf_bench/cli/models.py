@@ -235,8 +235,14 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
     console.print(fit_title(_plan_table(rows, shapes[0], title, found), console.width))
     for role, shape in zip(("target", "draft"), shapes):
         if shape.mtp_bytes:
-            console.print(f"{role}'s MTP heads: {shape.mtp_bytes / MIB:.0f} MiB more, loaded only for --spec-type "
-                          "draft-mtp (llama.cpp skips them otherwise; not in the rows above)", markup=False)
+            console.print(f"{role}'s MTP heads: {shape.mtp_bytes / MIB:.0f} MiB more, and "
+                          f"{memory.mtp_kv_bytes(shape, ctx_size) / MIB:.0f} MiB of KV for their own context at "
+                          f"-c {ctx_size}, loaded only for --spec-type draft-mtp (llama.cpp skips them otherwise; not "
+                          "in the rows above)", markup=False)
+        if shape.state_bytes and role == "target":
+            console.print(f"{role}'s recurrent state: {memory.rollback_bytes(shape) / MIB:.1f} MiB more per draft "
+                          "token (-K) with draft-mtp, -eagle3, -dflash or -dspark (llama.cpp keeps K more copies to "
+                          "roll a rejected draft back; not in the rows above)", markup=False)
     if found:
         _measure_notes(found[0], rows)
     if files:

@@ -16,7 +16,8 @@ shared/notes/offload-memory.md):
   device's buffer it goes to that device, whatever its layer. -dev none: nothing on any device;
 - the KV cache of a layer lives with its layer's device (offload_kqv, the default), whatever the overrides do to
   its weights: per layer and cell, key and value rows of n_head_kv x head size, f16; the cache holds n_ctx cells
-  rounded up to 256 (gguf-bench loads Gemma 3's sliding-window layers with swa_full, so they hold as many);
+  rounded up to 256 (gguf-bench loads Gemma 3's sliding-window layers with swa_full, so they hold as many); a
+  hybrid's recurrent block (Qwen3.5's gated delta-nets) holds a fixed F32 state instead, whatever the context;
 - the compute buffer is what the scheduler reserves for the worst graph of one ubatch (n_ubatch = 512 tokens):
   estimated (`compute_estimate`), the one term here that is not arithmetic on the header, charged once to each
   device that holds any of the model's weights or KV, and to its first device when none does (op offload).
@@ -98,6 +99,9 @@ class Shape:
     input_bytes: int  # token embeddings: always on the CPU
     weights: tuple[Weight, ...] = field(default=(), repr=False)  # every weight, in the file's order
     mtp_bytes: int = 0  # the MTP (NextN) heads' blocks after the trunk: llama.cpp skips them unless draft-mtp loads them
+    recurrent: tuple[bool, ...] = ()  # trunk blocks with a recurrent state instead of a KV cache (Qwen3.5's delta-nets)
+    state_bytes: int = 0  # one such block's state for one sequence (llama.cpp's F32 r and s rows)
+    n_nextn: int = 0  # MTP (NextN) blocks: each an attending block with a KV cache in draft-mtp's own context
 
     @classmethod
     def from_header(cls, meta: dict, tensors: list) -> Shape:
@@ -119,10 +123,11 @@ class Shape:
         vocab_rows = next((t.shape[-1] for t in tensors if t.name in ("output.weight", "token_embd.weight")), 0)
         return cls(arch, n_layers, n_embd, n_head, int(key("attention.head_count_kv", n_head)),
                    int(key("attention.key_length", n_embd // max(n_head, 1))),
-                   int(key("attention.value_length", n_embd // max(n_head, 1))), int(key("feed_forward_length", 0)),
+                   int(key("attention.value_length", n_embd // max(n_head, 1))), _ffn_width(key),
                    int(vocab_rows), tuple(blocks), tuple(experts),
                    tuple(w.bytes for w in weights if w.layer == n_layers), sum(w.bytes for w in weights if w.layer == INPUT),
-                   weights, sum(w.bytes for w in heads))
+                   weights, sum(w.bytes for w in heads), *_recurrent(key, n_layers),
+                   len({w.layer for w in heads}))
 
     @property
     def total_layers(self) -> int:
@@ -135,6 +140,27 @@ class Shape:
     def offloaded(self, ngl: int) -> int:
         """Layers on the device for -ngl `ngl` (a huge value: all)."""
         return max(0, min(ngl, self.total_layers))
+
+
+def _ffn_width(key) -> int:
+    """The dense FFN width; for a MoE whose header has none (Qwen3.5's), the routed experts' a token runs."""
+    return int(key("feed_forward_length", 0) or 0) or \
+        int(key("expert_feed_forward_length", 0) or 0) * int(key("expert_used_count", 0) or 0)
+
+
+def _recurrent(key, n_layers: int) -> tuple[tuple[bool, ...], int]:
+    """A hybrid's recurrent blocks and each one's state (src/llama-hparams.cpp n_embd_r, n_embd_s; F32 rows): the gated
+    delta-nets of qwen3next/qwen35/qwen35moe, every block but each `full_attention_interval`-th unless
+    `attention.recurrent_layers` lists them (src/models/qwen35.cpp load_arch_hparams). ((), 0) for other models."""
+    interval, listed = key("full_attention_interval"), key("attention.recurrent_layers")
+    if interval is None and listed is None:
+        return (), 0
+    flags = tuple(bool(x) for x in list(listed)[:n_layers]) if listed is not None else \
+        tuple((i + 1) % int(interval or 4) != 0 for i in range(n_layers))
+    conv, inner = int(key("ssm.conv_kernel", 0)), int(key("ssm.inner_size", 0))
+    state, groups = int(key("ssm.state_size", 0)), int(key("ssm.group_count", 0))
+    rows = max(conv - 1, 0) * (inner + 2 * groups * state) + state * inner
+    return flags, rows * 4
 
 
 def kv_cells(n_ctx: int) -> int:
@@ -242,6 +268,24 @@ def kv_bytes_per_layer(shape: Shape, n_ctx: int) -> int:
     return kv_cells(n_ctx) * shape.n_head_kv * (shape.head_k + shape.head_v) * KV_BYTES
 
 
+def mtp_kv_bytes(shape: Shape, n_ctx: int) -> int:
+    """The KV cache of draft-mtp's own context (LLAMA_CONTEXT_TYPE_MTP): its NextN blocks' cells at n_ctx."""
+    return shape.n_nextn * kv_bytes_per_layer(shape, n_ctx)
+
+
+def rollback_bytes(shape: Shape, k: int = 1) -> int:
+    """A hybrid's recurrent state kept for rolling a rejected draft back: with draft-mtp, -eagle3, -dflash or -dspark
+    llama.cpp holds 1 + K rows per block and sequence (n_rs_seq = --spec-draft-n-max, common.h need_n_rs_seq), so K
+    more than `cache_bytes` counts. 0 for a model without recurrent blocks."""
+    return k * shape.state_bytes * sum(shape.recurrent)
+
+
+def cache_bytes(shape: Shape, layer: int, n_ctx: int) -> int:
+    """Block `layer`'s cache: its KV cells, or a recurrent block's state (one sequence), whatever the context."""
+    recurrent = layer < len(shape.recurrent) and shape.recurrent[layer]
+    return shape.state_bytes if recurrent else kv_bytes_per_layer(shape, n_ctx)
+
+
 def compute_estimate(shape: Shape, n_ctx: int) -> int:
     """The device's compute buffer for one ubatch (n_ubatch = 512 tokens), flash attention on (llama.cpp's default,
     auto): four FFN-wide f32 activations alive at once, and the attention mask over the cache (f16, twice).
@@ -306,9 +350,9 @@ def device_bytes(shape: Shape, ngl: int, n_ctx: int, max_alloc: int | None = Non
     for w, buffer in zip(shape.weights, overridden(shape, placing)):
         if not placing.no_offload and (device := _weight_device(w, buffer, layers, max_alloc, budget)) is not None:
             weights[device] = weights.get(device, 0) + w.bytes
-    for device in layers[:-1]:  # the blocks' KV caches follow their layers, not their weights' overrides
+    for i, device in enumerate(layers[:-1]):  # the blocks' caches follow their layers, not their weights' overrides
         if device is not None:
-            kv[device] = kv.get(device, 0) + kv_bytes_per_layer(shape, n_ctx)
+            kv[device] = kv.get(device, 0) + cache_bytes(shape, i, n_ctx)
     busy = list(dict.fromkeys([*(d for d, _ in split[:1]), *weights, *kv]))  # op offload: the first device
     compute = {device: compute_estimate(shape, n_ctx) for device in busy}
     terms = tuple((d, weights.get(d, 0), kv.get(d, 0), compute[d]) for d in busy)

@@ -50,11 +50,30 @@ class ArchShape:
     n_dense_lead: int = 0  # with experts: the first blocks' FFN is dense (GLM-4.5)
     n_expert_shared: int = 0  # experts every token runs besides its routed ones
     n_nextn: int = 0  # MTP (NextN) blocks after the trunk (`n_layers` is the trunk: llama.cpp's n_layer())
-    rope_dims: int = 0  # 0: the whole head (GLM-4.5 rotates half of it)
+    rope_dims: int = 0  # 0: the whole head (GLM-4.5 rotates half of it, Qwen3.5 a quarter)
+    full_attn_interval: int = 0  # a Qwen3.5 hybrid: every n-th trunk block attends, the others are gated delta-nets
+    linear_k_heads: int = 0  # the delta-nets' key (and query) heads (llama.cpp's ssm.group_count)
+    linear_v_heads: int = 0  # their value heads (ssm.time_step_rank)
+    linear_head_dim: int = 0  # one width for keys and values (ssm.state_size)
+    ssm_conv: int = 4  # their causal convolution's kernel (ssm.conv_kernel)
 
     @property
     def key_length(self) -> int:
         return self.head_dim or self.n_embd // self.n_head
+
+    def recurrent(self, i: int) -> bool:
+        """Block i is a gated delta-net (llama.cpp's default without `attention.recurrent_layers`: a trunk block whose
+        1-based index the full-attention interval does not divide; the NextN blocks attend)."""
+        return bool(self.full_attn_interval) and i < self.n_layers and (i + 1) % self.full_attn_interval != 0
+
+    @property
+    def rope_sections(self) -> list[int]:
+        """Qwen3.5's interleaved M-RoPE sections over half the rotated dims: [11, 11, 10, 0] at 64 (the converter's
+        default), in the same proportion below."""
+        half = (self.rope_dims or self.key_length) // 2
+        third = half * 10 // 32
+        first = half - third - (half - third) // 2
+        return [first, half - third - first, third, 0]
 
 
 SHAPES = {
@@ -88,6 +107,32 @@ SHAPES = {
     "tiny-glm4moe": ArchShape("glm4moe", 2, 256, 512, 4, 2, 2048, False, True, "Q4_K", "Q6_K", 1000000.0, 4096,
                               "tiny glm4moe-layout target with one MTP head", head_dim=64, n_expert=8, n_expert_used=2,
                               n_ff_exp=256, n_dense_lead=1, n_expert_shared=1, n_nextn=1, rope_dims=32),
+    # Qwen3.5-27B's published configuration (64 blocks, every 4th attending: 24 query heads of 256 with an output gate,
+    # 4 KV heads, QK norms, a quarter of the head rotated; the other 48 gated delta-nets of 16 key and 48 value heads of
+    # 128; FFN 17408; 248320 tokens, untied) and its one MTP block (an attending block fed by eh_proj): 27B parameters;
+    # llama-server runs the head as --spec-type draft-mtp
+    "qwen3.5-27b": ArchShape("qwen35", 64, 5120, 17408, 24, 4, 248320, False, False, "Q4_K", "Q6_K", 10000000.0,
+                             262144, "Qwen3.5-27B-shaped hybrid target with its MTP head, Q4_K_M-like", head_dim=256,
+                             qk_norm=True, n_nextn=1, rope_dims=64, full_attn_interval=4, linear_k_heads=16,
+                             linear_v_heads=48, linear_head_dim=128),
+    # Qwen3.5-35B-A3B's (40 blocks, every 4th attending: 16 query heads of 256, 2 KV heads; delta-nets of 16 key and 32
+    # value heads of 128; 256 experts of width 512, 8 used, one shared expert of 512 behind a sigmoid gate; 248320
+    # tokens, untied) and its one MTP block (MoE too): 35B parameters, 3B active
+    "qwen3.5-35b-a3b": ArchShape("qwen35moe", 40, 2048, 0, 16, 2, 248320, False, False, "Q4_K", "Q6_K", 10000000.0,
+                                 262144, "Qwen3.5-35B-A3B-shaped hybrid MoE target with its MTP head, Q4_K_M-like",
+                                 head_dim=256, n_expert=256, n_expert_used=8, n_ff_exp=512, n_expert_shared=1,
+                                 qk_norm=True, n_nextn=1, rope_dims=64, full_attn_interval=4, linear_k_heads=16,
+                                 linear_v_heads=32, linear_head_dim=128),
+    # the same layouts at the smallest size: 3 delta-nets, 1 attending block, the MTP block
+    "tiny-qwen35": ArchShape("qwen35", 4, 256, 512, 4, 2, 2048, False, False, "Q4_K", "Q6_K", 10000000.0, 4096,
+                             "tiny qwen35-layout hybrid target with one MTP head", head_dim=64, qk_norm=True, n_nextn=1,
+                             rope_dims=16, full_attn_interval=4, linear_k_heads=2, linear_v_heads=4,
+                             linear_head_dim=128),
+    "tiny-qwen35moe": ArchShape("qwen35moe", 4, 256, 0, 4, 2, 2048, False, False, "Q4_K", "Q6_K", 10000000.0, 4096,
+                                "tiny qwen35moe-layout hybrid MoE target with one MTP head", head_dim=64, n_expert=8,
+                                n_expert_used=2, n_ff_exp=256, n_expert_shared=1, qk_norm=True, n_nextn=1,
+                                rope_dims=16, full_attn_interval=4, linear_k_heads=2, linear_v_heads=4,
+                                linear_head_dim=128),
     "tiny-qwen3moe": ArchShape("qwen3moe", 2, 256, 512, 4, 2, 2048, False, False, "Q4_K", "Q6_K", 1000000.0, 4096,
                                "tiny qwen3moe-layout target", head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256,
                                qk_norm=True),
@@ -109,17 +154,22 @@ def _tensors(shape: ArchShape) -> list[tuple[str, tuple[int, ...], str]]:
     d, ff, head_dim = shape.n_embd, shape.n_ff, shape.key_length
     q, kv = shape.n_head * head_dim, shape.n_head_kv * head_dim
     out = [("token_embd.weight", (d, shape.n_vocab), shape.weights)]
-    ffn_norm = "post_attention_norm" if shape.arch == "glm4moe" else "ffn_norm"
+    ffn_norm = "post_attention_norm" if shape.arch in ("glm4moe", "qwen35", "qwen35moe") else "ffn_norm"
     for i in range(shape.n_layers + shape.n_nextn):
         p = f"blk.{i}."
         out.append((p + "attn_norm.weight", (d,), "F32"))
-        for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
-            out.append((p + name + ".weight", (d, rows), shape.strong if name == "attn_v" else shape.weights))
-            if shape.qkv_bias:
-                out.append((p + name + ".bias", (rows,), "F32"))
-        if shape.qk_norm:
-            out += [(p + "attn_q_norm.weight", (head_dim,), "F32"), (p + "attn_k_norm.weight", (head_dim,), "F32")]
-        out += [(p + "attn_output.weight", (q, d), shape.weights), (p + ffn_norm + ".weight", (d,), "F32")]
+        if shape.recurrent(i):
+            out += _delta_net(shape, p)
+        else:
+            gated = 2 if shape.full_attn_interval else 1  # Qwen3.5's attn_q holds the query and its output gate
+            for name, rows in (("attn_q", gated * q), ("attn_k", kv), ("attn_v", kv)):
+                out.append((p + name + ".weight", (d, rows), shape.strong if name == "attn_v" else shape.weights))
+                if shape.qkv_bias:
+                    out.append((p + name + ".bias", (rows,), "F32"))
+            if shape.qk_norm:
+                out += [(p + "attn_q_norm.weight", (head_dim,), "F32"), (p + "attn_k_norm.weight", (head_dim,), "F32")]
+            out.append((p + "attn_output.weight", (q, d), shape.weights))
+        out.append((p + ffn_norm + ".weight", (d,), "F32"))
         if shape.n_expert and i >= shape.n_dense_lead:
             fe, n = shape.n_ff_exp, shape.n_expert
             out += [(p + "ffn_gate_inp.weight", (d, n), "F32"), (p + "ffn_gate_exps.weight", (d, fe, n), shape.weights),
@@ -129,6 +179,8 @@ def _tensors(shape: ArchShape) -> list[tuple[str, tuple[int, ...], str]]:
                 out.append((p + "exp_probs_b.bias", (n,), "F32"))
             if shape.n_expert_shared:
                 fs = fe * shape.n_expert_shared
+                if shape.arch == "qwen35moe":  # the shared expert's sigmoid gate, one value per token
+                    out.append((p + "ffn_gate_inp_shexp.weight", (d,), "F32"))
                 out += [(p + "ffn_gate_shexp.weight", (d, fs), shape.weights),
                         (p + "ffn_up_shexp.weight", (d, fs), shape.weights),
                         (p + "ffn_down_shexp.weight", (fs, d), shape.strong)]
@@ -142,6 +194,20 @@ def _tensors(shape: ArchShape) -> list[tuple[str, tuple[int, ...], str]]:
     if not shape.tied:
         out.append(("output.weight", (d, shape.n_vocab), shape.strong))
     return out
+
+
+def _delta_net(shape: ArchShape, p: str) -> list[tuple[str, tuple[int, ...], str]]:
+    """A Qwen3.5 gated delta-net's tensors (src/models/qwen35.cpp load_block_trunk): the fused q/k/v projection and
+    the output gate z, the causal convolution over q/k/v (F32: llama.cpp's quantizer skips ssm_conv1d), per-value-head
+    decay (ssm_a, ssm_dt) and beta/alpha projections, the gated norm and the output projection."""
+    d, hd = shape.n_embd, shape.linear_head_dim
+    keys, values = shape.linear_k_heads * hd, shape.linear_v_heads * hd
+    v_heads, conv = shape.linear_v_heads, 2 * keys + values
+    return [(p + "attn_qkv.weight", (d, conv), shape.weights), (p + "attn_gate.weight", (d, values), shape.weights),
+            (p + "ssm_conv1d.weight", (shape.ssm_conv, conv), "F32"), (p + "ssm_dt.bias", (v_heads,), "F32"),
+            (p + "ssm_a", (v_heads,), "F32"), (p + "ssm_beta.weight", (d, v_heads), shape.weights),
+            (p + "ssm_alpha.weight", (d, v_heads), shape.weights), (p + "ssm_norm.weight", (hd,), "F32"),
+            (p + "ssm_out.weight", (values, d), shape.weights)]
 
 
 def write_header(path: Path, name: str, shape: ArchShape | None = None, split_max_size: int = 0) -> Path:
@@ -160,7 +226,8 @@ def write_header(path: Path, name: str, shape: ArchShape | None = None, split_ma
     writer.add_context_length(shape.n_ctx)
     writer.add_embedding_length(shape.n_embd)
     writer.add_block_count(shape.n_layers + shape.n_nextn)
-    writer.add_feed_forward_length(shape.n_ff)
+    if shape.n_ff:  # a Qwen3.5 MoE has no dense width (its converter writes none)
+        writer.add_feed_forward_length(shape.n_ff)
     writer.add_head_count(shape.n_head)
     writer.add_head_count_kv(shape.n_head_kv)
     writer.add_rope_dimension_count(shape.rope_dims or shape.key_length)
@@ -170,8 +237,20 @@ def write_header(path: Path, name: str, shape: ArchShape | None = None, split_ma
         writer.add_expert_count(shape.n_expert)
         writer.add_expert_used_count(shape.n_expert_used)
         writer.add_expert_feed_forward_length(shape.n_ff_exp)
-        writer.add_expert_shared_count(shape.n_expert_shared)
-        writer.add_leading_dense_block_count(shape.n_dense_lead)
+        if shape.arch == "qwen35moe":  # one shared expert of its own width, gated (qwen35moe.cpp)
+            writer.add_expert_shared_feed_forward_length(shape.n_ff_exp * shape.n_expert_shared)
+        else:
+            writer.add_expert_shared_count(shape.n_expert_shared)
+            writer.add_leading_dense_block_count(shape.n_dense_lead)
+    if shape.full_attn_interval:  # the delta-nets' hyperparameters, as convert_hf_to_gguf writes them
+        hd = shape.linear_head_dim
+        writer.add_ssm_conv_kernel(shape.ssm_conv)
+        writer.add_ssm_state_size(hd)
+        writer.add_ssm_group_count(shape.linear_k_heads)
+        writer.add_ssm_time_step_rank(shape.linear_v_heads)
+        writer.add_ssm_inner_size(hd * shape.linear_v_heads)
+        writer.add_full_attention_interval(shape.full_attn_interval)
+        writer.add_rope_dimension_sections(shape.rope_sections)
     if shape.n_nextn:
         writer.add_uint32(f"{shape.arch}.nextn_predict_layers", shape.n_nextn)
     writer.add_rope_freq_base(shape.rope_base)
