@@ -6,6 +6,7 @@
     python scripts/gpu_proof.py bindings DIR            # llama-cpp-python's Python part alone, a wheel into DIR
     python scripts/gpu_proof.py headers DIR [--tiny]    # synthesised headers at real shapes (+ cached real models')
     python scripts/gpu_proof.py arch                    # CMAKE_CUDA_ARCHITECTURES of the first GPU (nvidia-smi)
+    python scripts/gpu_proof.py backend                 # the libraries the Python engine loaded, their devices
     python scripts/gpu_proof.py check DIR               # every table the run wrote exists and holds numbers
 """
 
@@ -166,6 +167,20 @@ def arch() -> None:
     print(out[0].replace(".", "") if out else "")
 
 
+def backend() -> None:
+    """Which libllama and ggml the Python engine mapped (LLAMA_CPP_LIB_PATH: the build's), its backends and devices."""
+    from gguf_bench.engines.llama_cpp import backends, devices, llama_versions
+
+    found = backends()
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    for lib in sorted({line.split()[-1] for line in maps if "/libllama.so" in line or "/libggml" in line}):
+        print(f"mapped: {lib}")
+    print(f"backends: {found}")
+    for d in devices():
+        print(f"device: {d.name} ({d.kind}) {d.description}, {d.memory_total / 2**30:.1f} GiB")
+    print(f"system_info: {llama_versions()['system_info']}")
+
+
 STEP_TIME = re.compile(r"^\([\w-]+: \d+ s\)$", re.M)  # the line gpu_proof.sh adds: not a measurement
 
 
@@ -214,6 +229,7 @@ def main() -> int:
     h.add_argument("folder", type=Path)
     h.add_argument("--tiny", action="store_true", help="the smallest shapes only (dry-run)")
     sub.add_parser("arch")
+    sub.add_parser("backend")
     sub.add_parser("check").add_argument("folder", type=Path)
     args = ap.parse_args()
     if args.cmd == "sdist":
@@ -226,6 +242,8 @@ def main() -> int:
         headers(args.folder, args.tiny)
     elif args.cmd == "arch":
         arch()
+    elif args.cmd == "backend":
+        backend()
     elif args.cmd == "check":
         return check(args.folder)
     return 0

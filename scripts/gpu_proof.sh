@@ -131,6 +131,7 @@ build() {
     echo "build-tree --cpu: $(( $(date +%s) - t0 )) s (on the GPU machine: --cuda --cuda-arch <nvidia-smi compute_cap>)" \
       >> "$STATE/tables/build.txt"
     grep -h '^\$ ' "$TREE/build.log" >> "$STATE/tables/build.txt" 2>/dev/null || true
+    LLAMA_CPP_LIB_PATH="$TREE/bin" "$PYV" scripts/gpu_proof.py backend >> "$STATE/tables/build.txt"
     touch "$STATE/build.done"; use_tree; return
   fi
   if [ ! -f "$STATE/build.started" ]; then
@@ -143,7 +144,7 @@ echo "\$ $PYV -m gguf_bench.cli build-tree --cuda --cuda-arch $arch -j $(nproc) 
 "$PYV" -m gguf_bench.cli build-tree --cuda --cuda-arch $arch -j $(nproc) -o "$TREE"
 t1=\$(date +%s)
 echo "build-tree --cuda (one CMake build: libraries, llama-server, llama-fit-params, llama-gguf-split): \$((t1 - t0)) s"
-LLAMA_CPP_LIB_PATH="$TREE/bin" "$PYV" -m gguf_bench.cli info 2>&1 | head -20
+LLAMA_CPP_LIB_PATH="$TREE/bin" "$PYV" scripts/gpu_proof.py backend
 EOF
     date +%s > "$STATE/build.started"
     setsid bash -c "bash '$STATE/build.sh' > '$STATE/logs/build.log' 2>&1; echo \$? > '$STATE/build.rc'" < /dev/null &

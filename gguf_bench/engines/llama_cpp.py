@@ -457,9 +457,11 @@ CPU_DEVICE = 0
 
 @functools.cache
 def _ggml() -> ctypes.CDLL | None:
-    """libggml of the installed llama-cpp-python, with the signatures used here; None when it cannot be opened."""
+    """libggml beside the libllama llama-cpp-python loaded (its llama_cpp/lib, or LLAMA_CPP_LIB_PATH's folder: a
+    `build-tree` build), with the signatures used here; None when it cannot be opened."""
     llama_cpp = _llama()  # registers the backends first
-    libdir = Path(llama_cpp.__file__).parent / "lib"
+    loaded = getattr(getattr(llama_cpp, "llama_cpp", None), "_lib", None)
+    libdir = Path(loaded._name).parent if getattr(loaded, "_name", None) else Path(llama_cpp.__file__).parent / "lib"
     try:
         lib = ctypes.CDLL(str(_lib(libdir, "ggml")))
         ctypes.CDLL(str(_lib(libdir, "ggml-base")))
