@@ -30,7 +30,8 @@ class Field:
     header: the run table's heading (None: not a column of its own); md: the markdown table's (None: not there);
     place: where the run table puts the column among the others (report.RUN_COLUMNS' places); shown_with: a column
     that must hold a value in some row for the table to show this one (None: whenever the summary has it); fmt: a
-    format, or SPEED.
+    format, or SPEED. gain: the heading of a column of its gain over the target alone (higher is better; the summary
+    keeps it as NAME_gain_pct). legend: the run table's caption line where the column shows.
     """
 
     name: str
@@ -43,6 +44,8 @@ class Field:
     header: str | None = None
     md: str | None = None
     place: int = 0
+    gain: str | None = None
+    legend: str | None = None
     shown_with: str | None = None
     fmt: str = "{:.2f}"
 

@@ -138,7 +138,7 @@ class Server:
 
 @dataclass
 class Load:
-    """The load one run measured under (measure.loadmeter.LoadMeter): the CPU time the process (every thread) and its
+    """The load one run measured under (measure/trackers/load.py): the CPU time the process (every thread) and its
     generating thread got against the run's wall time, the CPU time the rest of the machine used meanwhile, and the
     1-minute load average before and after (stored, not judged: it counts the run's own threads)."""
 
@@ -166,6 +166,34 @@ class Load:
     def others_cores(self) -> float | None:
         """How many cores the rest of the machine kept busy, on average over the run (0.5: half of one core)."""
         return self.others_cpu_s / self.wall_s if self.wall_s and self.others_cpu_s is not None else None
+
+
+@dataclass
+class Energy:
+    """What one run spent, read from an energy counter before and after it (measure/trackers/energy.py): the whole
+    devices' or packages' counters, so the idle draw and any other process's work over the run are in it."""
+
+    joules: float | None = None
+    source: str | None = None  # 'nvml' (NVIDIA's total-energy counter) or 'rapl' (Linux powercap)
+    domains: list[str] = field(default_factory=list)  # the counters added up: 'GPU0', 'package-0', ...
+    wall_s: float | None = None  # the time between the two readings
+
+
+@dataclass
+class DeviceMemory:
+    """One device's memory over a run, as NVML tells it (measure/trackers/memory.py); llama.cpp's own buffers per device
+    are the offload's placements (Offload), not repeated here."""
+
+    device: str = ""  # 'GPU0: NVIDIA H100 80GB HBM3'
+    used_before_mib: float | None = None
+    used_after_mib: float | None = None
+    total_mib: float | None = None
+
+    @property
+    def peak_mib(self) -> float | None:
+        """The larger of the two readings (NVML tells the memory in use, not a peak in between)."""
+        known = [x for x in (self.used_before_mib, self.used_after_mib) if x is not None]
+        return max(known) if known else None
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -327,6 +355,8 @@ class RunRecord:
     node: Node | None = None  # where a distributed sweep ran it
     load: Load | None = None  # the machine's load over the run (None in files written before runs recorded it)
     server: Server | None = None  # the llama-server process of a server-engine run
+    energy: Energy | None = None  # None: no energy counter was readable (never a zero)
+    memory: list[DeviceMemory] | None = None  # None: no device told its memory (NVML)
     kind: Kind = Kind.RUN
 
     def __post_init__(self) -> None:
@@ -385,6 +415,26 @@ def _load(get: Callable[[Load], object]) -> Callable[[RunRecord], object]:
     return lambda run: get(run.load) if run.load else None
 
 
+def _per(energy: Energy | None, count: int | None) -> float | None:
+    """Joules per token, where both are known and the count is not 0."""
+    return energy.joules / count if energy and energy.joules is not None and count else None
+
+
+def _per_joule(energy: Energy | None, count: int | None) -> float | None:
+    return count / energy.joules if energy and energy.joules and count is not None else None
+
+
+def _device_buffers(run: RunRecord) -> float | None:
+    """llama.cpp's device buffers (MiB) of the models the run used, from the offload's read-back; None where none went
+    to a device (never a zero)."""
+    if not run.offload:
+        return None
+    models = {Mode.TARGET: [run.offload.target_placement], Mode.DRAFT: [run.offload.draft_placement]}.get(
+        run.mode, [run.offload.target_placement, run.offload.draft_placement])
+    total = sum(sum(p.device_mib().values()) for p in models if p is not None)
+    return total or None
+
+
 _NO_METRICS = RunMetrics()
 
 # Every flat column of a run, declared once: records.run_row walks them, report.summarize folds the ones with a fold
@@ -425,6 +475,22 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("ttft_s", _metric("ttft_s"), "s", "mean"),
     Field("latency_p95_s", _metric("latency_p95_s"), "s", "mean", header="p95 s", shown_with="parallel", place=70),
     Field("schedule_predicted_tokens_per_s", _metric("predicted_tokens_per_s"), "tokens/s", "mean", numeric=True),
+    # what the trackers measured beyond load (measure/trackers/): columns only where some run has them
+    Field("energy_j", lambda r: r.energy.joules if r.energy else None, "J", "mean", numeric=True, optional=True),
+    Field("joules_per_token", lambda r: _per(r.energy, r.metrics.n_tokens if r.metrics else None), "J/token", "mean",
+          numeric=True, optional=True, header="J/tok", fmt="{:.3g}", place=112,
+          legend="J/tok: joules per generated token, J/acc: per accepted draft token, read from the devices' energy "
+                 "counters (idle draw included); energy: tokens per joule over the target alone's"),
+    Field("joules_per_accepted", lambda r: _per(r.energy, r.metrics.accepted if r.metrics else None), "J/token", "mean",
+          numeric=True, optional=True, header="J/acc", fmt="{:.3g}", place=113),
+    Field("tokens_per_joule", lambda r: _per_joule(r.energy, r.metrics.n_tokens if r.metrics else None), "tokens/J",
+          "mean", numeric=True, optional=True, gain="energy", place=111),
+    Field("energy_source", lambda r: r.energy.source if r.energy else None, "", "first", optional=True),
+    Field("buffers_mib", _device_buffers, "MiB", "max", numeric=True, optional=True, header="dev MiB", fmt="{:.0f}",
+          place=125, legend="dev MiB: llama.cpp's buffers on devices (weights, KV, compute) of the models the row ran"),
+    Field("device_peak_mib", lambda r: sum(m.peak_mib or 0 for m in r.memory) if r.memory else None, "MiB", "max",
+          numeric=True, optional=True, header="used MiB", fmt="{:.0f}", place=126,
+          legend="used MiB: the devices' memory in use over the run as NVML tells it (every process's)"),
     # per run only
     Field("n_tokens", _measured(lambda r: r.metrics.n_tokens), "tokens"),
     Field("accepted_at", _measured(lambda r: r.metrics.accepted_at)),

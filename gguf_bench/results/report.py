@@ -108,11 +108,15 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     agg = agg.join(_no_drafts(ok, keys)).reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
-    base = agg[agg["mode"] == "target"][setting + ["tokens_per_s", "tokens_per_s_std"]].rename(
-        columns={"tokens_per_s": "baseline_tokens_per_s", "tokens_per_s_std": "baseline_std"})
+    gained = [f.name for f in RUN_FIELDS if f.gain and f.name in agg]  # other figures with a gain (tokens per joule)
+    base = agg[agg["mode"] == "target"][setting + ["tokens_per_s", "tokens_per_s_std", *gained]].rename(
+        columns={"tokens_per_s": "baseline_tokens_per_s", "tokens_per_s_std": "baseline_std",
+                 **{name: f"_baseline_{name}" for name in gained}})
     tests = gain_tests(ok, setting, keys)
     agg = agg.merge(base, on=setting, how="left").merge(tests.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
     agg["gain_pct"] = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"]).where(agg["no_drafts"].isna())
+    for name in gained:
+        agg[f"{name}_gain_pct"] = gain_pct(agg[name], agg.pop(f"_baseline_{name}")).where(agg["no_drafts"].isna())
     agg["unreliable"] = agg.apply(_unreliable, axis=1)
     flagged = agg.groupby(setting, dropna=False)["unreliable"].transform(lambda s: bool((s != "").any()))
     agg["best_k"] = False
@@ -375,6 +379,13 @@ def _field_column(f: Field) -> RunColumn:
     return RunColumn(f.header, f.md, lambda r: f.text(r.get(f.name)), present=present, place=f.place)
 
 
+def _gain_column(f: Field) -> RunColumn:
+    """A declared field's gain over the target alone (summarize's NAME_gain_pct), beside the speed gain."""
+    def text(row: pd.Series) -> str:
+        return "" if row["mode"] == "target" else number_text(row.get(f"{f.name}_gain_pct"), "{:+.1f}%")
+    return RunColumn(f.gain, None, text, present=lambda summary: f"{f.name}_gain_pct" in summary, place=f.place)
+
+
 RUN_COLUMNS = {
     "model": RunColumn(None, "model", model_label, _model_md),
     "run": RunColumn("run", None, _run_text, place=10),
@@ -388,10 +399,11 @@ RUN_COLUMNS = {
                       place=130),
     "temperature": RunColumn(None, "temperature", lambda r: number_text(r["temperature"], "{:g}")),
     **{f.name: _field_column(f) for f in RUN_FIELDS if f.header or f.md},  # ms/tok, accept, pp t/s, p95 s, ...
+    **{f"{f.name}_gain": _gain_column(f) for f in RUN_FIELDS if f.gain},  # energy: tokens per joule's gain
 }
 TABLE_ORDER = tuple(sorted((n for n, c in RUN_COLUMNS.items() if c.table), key=lambda n: RUN_COLUMNS[n].place))
 # what goes first where a table is too wide: the optional fields' columns (energy, memory), then these
-NARROWING = (*(f.header for f in RUN_FIELDS if f.optional and f.header), "pp t/s", "ovh", "tok/rnd", "runs", "ms/tok",
+NARROWING = (*(h for f in RUN_FIELDS if f.optional for h in (f.header, f.gain) if h), "pp t/s", "ovh", "tok/rnd", "runs", "ms/tok",
              "p95 s", "pred.", "accept")
 MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", "acceptance", "temperature")  # llama.cpp's notebook's
 
@@ -597,6 +609,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
     lines.append(" · ".join(legend) + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
     if show_pp:
         lines.append("pp t/s: prompt tokens per second of prompt processing (speculative rows: both models')")
+    lines += [f.legend for f in RUN_FIELDS if f.legend and f.name in summary]  # what a measured field's column means
     reasons = set(",".join(summary["unreliable"]).split(",")) - {""} if "unreliable" in summary else set()
     if reasons:
         why = [f"runs of one prompt spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
