@@ -56,7 +56,7 @@ from gguf_bench.measure.loadmeter import ServerLoadMeter
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting
 from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.models.heads import block_k_limit, chained_k_limit, mtp_heads
+from gguf_bench.models.heads import block_k_limit, chained_k_limit, mtp_heads, sidecar_file_mismatch
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
@@ -95,6 +95,9 @@ def check_files(strategies: list[Strategy], files: PairFiles, server_help: str) 
         if sidecar and files.draft is not None and (arch := _architecture(files.draft)) != sidecar:
             raise ConfigError(f"--spec-type {spec_type} needs a {sidecar} sidecar GGUF as the draft (--draft FILE); "
                               f"{files.draft.name} is a {arch} model")
+        if sidecar and files.draft is not None and (why := sidecar_file_mismatch(files.draft, files.target)):
+            raise ConfigError(f"{files.draft.name} is not a sidecar for {files.target.name}: {why}; give the "
+                              f"{sidecar} sidecar converted for this target (--target-model-dir of its converter)")
         if spec_type == "draft-dspark" and files.draft is not None and not _has_markov_head(files.draft):
             raise ConfigError(f"--spec-type draft-dspark needs a DSpark sidecar (a dflash GGUF with markov_w1); "
                               f"{files.draft.name} has no Markov head: it is a draft-dflash sidecar")

@@ -30,7 +30,7 @@ from gguf_bench.models.download import hub_error_message, locate
 from gguf_bench.models.files import SPLIT_RE, cache_dir, read_json, write_json
 from gguf_bench.models.gguf import GGUFInfo, Rule, first_failure, total_size, trunk_layers
 from gguf_bench.models.headers import HubReader, ReadStats
-from gguf_bench.models.heads import mtp_heads
+from gguf_bench.models.heads import mtp_heads, sidecar_mismatch
 from gguf_bench.models.memory import Shape, Weight, tensor_bytes
 from gguf_bench.models.parts import ModelHeader, local_header, model_path, part_paths
 from gguf_bench.models.registry import HubSource, Named, load_registry, name_model
@@ -409,18 +409,22 @@ def _adder(search: Search, seen: set[str], reader: HeaderReader, t_info: GGUFInf
         if key in seen:
             return
         seen.add(key)
-        judge(c, t_info, reader)
+        judge(c, t_info, reader, search.target.header.meta)
         search.candidates.append(c)
 
     return add
 
 
-def judge(c: Candidate, t_info: GGUFInfo, reader: HeaderReader) -> None:
-    """c's verdict: llama.cpp's first failing condition for a draft model; the architecture for a sidecar."""
+def judge(c: Candidate, t_info: GGUFInfo, reader: HeaderReader, target_meta: dict | None = None) -> None:
+    """c's verdict: llama.cpp's first failing condition for a draft model; for a sidecar, whether it was made for this
+    target (hidden size, vocabulary: heads.sidecar_mismatch)."""
     h = c.header
     if h.sidecar:
         c.kind, c.status = h.sidecar, "compatible"
         c.reason = f"sidecar (architecture {h.architecture}): llama.cpp checks no vocabulary for it"
+        why = sidecar_mismatch(h.meta, target_meta or {}, (h.vocab or {}).get("n_vocab"), t_info.n_vocab)
+        if why:
+            c.status, c.reason = "incompatible", f"sidecar (architecture {h.architecture}) for another target: {why}"
         return
     if c.kind != "draft-simple":  # found as a sidecar by its name, but its header says otherwise
         c.status, c.reason = "incompatible", f"not a sidecar: architecture {h.architecture}"
