@@ -272,3 +272,38 @@ def test_a_twin_of_a_synthesized_qwen35_header_loads_decodes_and_drafts(name, se
     spec = [r for r in stored(isolated / "results" / "qwen35-twin.jsonl") if r["mode"] == "speculative"]
     assert len(spec) == 1 and spec[0]["error"] is None and spec[0]["metrics"]["drafted"] > 0, spec
     assert spec[0]["offload"]["target"] == "0/5"
+
+
+def test_a_sidecar_made_for_another_target_is_one_line(server_bin, isolated, tmp_path):
+    """EAGLE-3 and DFlash sidecars written for the tiny llama target (width 64, 4 layers, its vocabulary), given with
+    a target they were not made for: llama.cpp checks nothing of it (llama-server starts, then aborts at the first
+    request: 'get_sub_batch: failed to add embedding'), so the sweep refuses each before any server starts, in one
+    line that says what differs, and `drafts` lists them as incompatible."""
+    from gguf_bench.models.tiny import TinySpec, make_pair
+
+    eagle3 = write_eagle3_sidecar(tmp_path / "sidecars" / "tiny-eagle3.gguf")
+    dflash = write_dflash_sidecar(tmp_path / "sidecars" / "tiny-dflash.gguf")
+    deep = write_eagle3_sidecar(tmp_path / "deep-eagle3.gguf", layers=(0, 2, 6))  # reads layer 6 of 4
+    wide, _ = make_pair(tmp_path / "wide", spec=TinySpec(width=128))
+    big, _ = make_pair(tmp_path / "big", spec=TinySpec(extra_tokens=200))
+    usual, _ = make_pair(tmp_path / "usual")
+    cases = [(wide, eagle3, "draft-eagle3", "width 64 (eagle3.target_hidden_size)", "128 wide"),
+             (wide, dflash, "draft-dflash", "width 64 (dflash.embedding_length)", "128 wide"),
+             (usual, deep, "draft-eagle3", "target layer 6", "has 4")]
+    args = ["--engine", "server", "--server-bin", str(server_bin), "-K", "2", "-n", "8", "-t", "1", "--prompt-ids",
+            "code-short"]
+    for target, sidecar, spec_type, *words in cases:
+        result = invoke("sweep", "--target", str(target), "--draft", str(sidecar), "--spec-type", spec_type, *args)
+        assert_user_error(result, f"{sidecar.name} is not a sidecar for {target.name}", *words)
+    # another vocabulary: the pair check every draft file gets comes first
+    result = invoke("sweep", "--target", str(big), "--draft", str(eagle3), "--spec-type", "draft-eagle3", *args)
+    assert_user_error(result, f"{eagle3.name} cannot draft for {big.name}", "vocab size (466 / 266")
+    found = json.loads(invoke("drafts", str(wide), "--search", str(tmp_path / "sidecars"), "--offline", "--no-caches",
+                              "--json").stdout)
+    verdicts = {c["name"]: (c["type"], c["status"]) for c in found["candidates"]}
+    assert verdicts[str(eagle3)] == ("draft-eagle3", "incompatible")
+    assert verdicts[str(dflash)] == ("draft-dflash", "incompatible")
+    found = json.loads(invoke("drafts", str(big), "--search", str(tmp_path / "sidecars"), "--offline", "--no-caches",
+                              "--json").stdout)
+    reasons = {c["name"]: c["reason"] for c in found["candidates"] if c["status"] == "incompatible"}
+    assert "its vocabulary has 266 tokens, and the target's 466" in reasons[str(eagle3)]
