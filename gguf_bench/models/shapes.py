@@ -6,9 +6,10 @@ every tensor's name, shape and ggml type, laid out as a real file of that shape 
 file. `gguf-bench twin HEADER -o TWIN` (or `write_twin(local_header(HEADER), ...)`) fills in the data.
 
 The shapes are the published configurations (layers, width, FFN width, heads, KV heads, vocabulary, tied
-embeddings, QKV biases) of Llama-3-8B, Llama-3.2-1B, Qwen2.5-7B and Qwen2.5-0.5B, and tiny ones of the same layout for
-quick checks. What is not the real model's: the tokenizer (byte-level BPE from models/tiny.py, padded with
-`<extra_N>` tokens to the vocabulary size; a decode step's cost depends on the vocabulary's size, not its strings),
+embeddings, QKV biases) of Llama-3-8B, Llama-3.2-1B, Qwen2.5-7B and Qwen2.5-0.5B, of MoE targets (Qwen3-235B-A22B),
+of targets with their MTP heads (GLM-4.5-Air; Qwen3.5-27B and Qwen3.5-35B-A3B, hybrids of gated delta-nets and
+attention), and tiny ones of the same layouts for quick checks. What is not the real model's: the tokenizer
+(byte-level BPE from models/tiny.py, padded with `<extra_N>` tokens to the vocabulary size; a decode step's cost depends on the vocabulary's size, not its strings),
 Qwen2.5-7B's vocabulary (151936 as the 0.5B's, where its file pads to 152064: the pair check then needs no
 tolerance), and the quantization mix: targets in a Q4_K_M-like mix (Q4_K, with attn_v, ffn_down and output in
 Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the ffn_down/attn_v layers), drafts in Q8_0.
