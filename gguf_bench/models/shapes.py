@@ -9,10 +9,11 @@ The shapes are the published configurations (layers, width, FFN width, heads, KV
 embeddings, QKV biases) of Llama-3-8B, Llama-3.2-1B, Qwen2.5-7B and Qwen2.5-0.5B, of MoE targets (Qwen3-235B-A22B),
 of targets with their MTP heads (GLM-4.5-Air; Qwen3.5-27B and Qwen3.5-35B-A3B, hybrids of gated delta-nets and
 attention), and tiny ones of the same layouts for quick checks. What is not the real model's: the tokenizer
-(byte-level BPE from models/tiny.py, padded with `<extra_N>` tokens to the vocabulary size; a decode step's cost depends on the vocabulary's size, not its strings),
-Qwen2.5-7B's vocabulary (151936 as the 0.5B's, where its file pads to 152064: the pair check then needs no
-tolerance), and the quantization mix: targets in a Q4_K_M-like mix (Q4_K, with attn_v, ffn_down and output in
-Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the ffn_down/attn_v layers), drafts in Q8_0.
+(byte-level BPE from models/tiny.py, padded with `<extra_N>` tokens to the vocabulary size; a decode step's cost
+depends on the vocabulary's size, not its strings), Qwen2.5-7B's vocabulary (151936 as the 0.5B's, where its file
+pads to 152064: the pair check then needs no tolerance), and the quantization mix: targets in a Q4_K_M-like mix
+(Q4_K, with attn_v, ffn_down and output in Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the ffn_down/attn_v
+layers), drafts in Q8_0.
 """
 
 from __future__ import annotations
