@@ -36,7 +36,9 @@ from gguf_bench.models.parts import ModelHeader, local_header, model_path, part_
 from gguf_bench.models.registry import HubSource, Named, load_registry, name_model
 from gguf_bench.models.vocab import TOKENS_KEY, info_from_header
 
-HEADER_SCHEMA = 3  # the cached Header's form and rules (3: models/heads' MTP rule): other entries are read again
+# the cached Header's form and rules (3: models/heads' MTP rule; 4: the planner's shape keeps a hybrid's recurrent
+# blocks and the MTP blocks' count): other entries are read again
+HEADER_SCHEMA = 4
 DEFAULT_QUANTS = ("Q8_0", "Q4_K_M")
 SELF_QUANTS = 3  # lower quants of the target's own repository, at most
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
