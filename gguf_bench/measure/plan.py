@@ -23,6 +23,7 @@ from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.proof import marked
+from gguf_bench.measure.trackers import TRACKERS
 from gguf_bench.models.memory import Budget
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
@@ -81,6 +82,7 @@ class Grid:
     request_timeout_s: float = 600.0  # the longest one request of a concurrent round may take
     depths: list[int] = field(default_factory=lambda: [0])  # tokens of filler before the prompt (measure/depth.py)
     warm_pool: bool = False  # n-gram types whose state outlives a request: one process per group, not per prompt
+    trackers: tuple[str, ...] = TRACKERS  # what each cell is measured inside (measure/trackers/: load, memory, energy)
 
     def __post_init__(self) -> None:
         for k in self.ks:

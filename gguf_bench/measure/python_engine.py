@@ -6,15 +6,13 @@ the target alone's text and, where they part, replayed to say why (decoding/dive
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gguf_bench.decoding.divergence import Identity, compare_greedy
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.errors import BenchError
-from gguf_bench.measure.loadmeter import LoadMeter
 from gguf_bench.measure.pair import LoadedPair
 from gguf_bench.measure.plan import Cell, Setting
 from gguf_bench.measure.prepared import PreparedPrompts
+from gguf_bench.measure.trackers import track
 from gguf_bench.results.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecord
 
 
@@ -60,7 +58,7 @@ class PythonSession:
         prompt = self.prompts.after(cell.prompt.id, cell.depth)
         cfg = cell.sampling(self.grid)
         try:
-            with LoadMeter() as meter:
+            with track(self.grid.trackers) as tracked:  # load, device memory, energy (measure/trackers/)
                 res = self.pair.generate(cell.mode, prompt, self.grid.n_predict, cell.k, cfg, verify=self.grid.verify,
                                          strategy=cell.strategy)
             identity = None
@@ -69,7 +67,7 @@ class PythonSession:
             if cfg.greedy and cell.mode == Mode.SPECULATIVE:
                 identity = self._identity(cell, prompt, res)
             measured = RunMetrics.from_result(res, self.pair.target.detokenize(res.tokens), identity)
-            return replace(self.setting.record(cell, measured, self.offload), load=meter.load)
+            return tracked.fill(self.setting.record(cell, measured, self.offload))
         except (BenchError, MemoryError) as exc:
             return self.setting.record(cell, None, self.offload, str(exc))
 

@@ -52,15 +52,15 @@ from gguf_bench.engines.rpc_link import links
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.engines.server_clients import Round, run_round
 from gguf_bench.errors import ConfigError
-from gguf_bench.measure.loadmeter import ServerLoadMeter
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting
 from gguf_bench.measure.prepared import PreparedPrompts
+from gguf_bench.measure.trackers import Tracked, track
 from gguf_bench.models.heads import block_k_limit, chained_k_limit, mtp_heads, sidecar_file_mismatch
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
-from gguf_bench.results.records import SERVER_ENGINE, Load, Mode, Offload, RunMetrics, RunRecord
+from gguf_bench.results.records import SERVER_ENGINE, Mode, Offload, RunMetrics, RunRecord
 from gguf_bench.results.records import Server as ServerRecord
 
 SAMPLE_AND_COMPARE = "sample-and-compare"  # how llama-server verifies a draft
@@ -225,10 +225,11 @@ class ServerSession:
             return record(cell, error=proc.failure)
         if proc.died:
             return record(cell, None, proc.offload, f"llama-server died earlier in this group: {proc.died}", server=proc.info)
-        measured, error, load = self._one(cell) if cell.parallel is None else self._round(cell)
+        measured, error, tracked = self._one(cell) if cell.parallel is None else self._round(cell)
         if error and _exited(proc.server):
             proc.died = error
-        return record(cell, measured, proc.offload, error, load=load, server=proc.info)
+        measured_record = record(cell, measured, proc.offload, error, server=proc.info)
+        return tracked.fill(measured_record) if tracked else measured_record
 
     def close(self) -> None:
         """The running process stops (its log goes unless it failed to start), then the setting's proxies."""
@@ -284,18 +285,18 @@ class ServerSession:
             return prompt[:half], min(half, self.grid.n_predict)
         return None
 
-    def _one(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Load | None]:
+    def _one(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Tracked | None]:
         """One request, alone on one slot."""
         sampling, server = _sampling(cell, self.grid, self.twin), self.process.server
         try:
-            with ServerLoadMeter(server.proc.pid) as meter:
+            with track(self.grid.trackers, server.proc.pid) as tracked:
                 comp = server.complete(self.prompts.whole(cell.prompt.id, cell.depth), self.grid.n_predict, sampling,
                                        cache_prompt=cell.depth > 0)
         except ServerError as exc:
             return None, str(exc), None
-        return metrics(comp, cell, self._identity(cell, comp.tokens, sampling.temperature)), None, meter.load
+        return metrics(comp, cell, self._identity(cell, comp.tokens, sampling.temperature)), None, tracked
 
-    def _round(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Load | None]:
+    def _round(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Tracked | None]:
         """`cell.clients` requests at the same moment: the cell's prompt and the ones after it, in turn."""
         sampling = _sampling(cell, self.grid, self.twin)
         ids = [p.id for p in self.grid.prompts]
@@ -304,7 +305,7 @@ class ServerSession:
                    for pid in (ids[(start + i) % len(ids)] for i in range(cell.clients))]
         server = self.process.server
         try:
-            with ServerLoadMeter(server.proc.pid) as meter:
+            with track(self.grid.trackers, server.proc.pid) as tracked:
                 rnd = run_round(server, prompts, self.grid.n_predict, sampling, self.grid.request_timeout_s,
                                 cache_prompt=cell.depth > 0)
         except ServerError as exc:  # it was gone before the round began
@@ -314,8 +315,8 @@ class ServerSession:
         identity = self._identity(cell, first.tokens, sampling.temperature) if not first.error else None
         measured = round_metrics(rnd, cell, identity)
         if failed:  # the finished requests' figures stay in the record; --resume runs the round again
-            return measured, f"{len(failed)} of {len(rnd.requests)} requests failed: {failed[0].error}", meter.load
-        return measured, None, meter.load
+            return measured, f"{len(failed)} of {len(rnd.requests)} requests failed: {failed[0].error}", tracked
+        return measured, None, tracked
 
     def _identity(self, cell: Cell, tokens: list[int], temperature: float) -> Identity | None:
         if temperature > 0:

@@ -14,6 +14,7 @@ from gguf_bench.measure.engine import open_engine, run_unit
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
 from gguf_bench.measure.plan import SKIPPED, Grid, Plan, cells_done, expand
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
+from gguf_bench.measure.trackers import notes
 from gguf_bench.results.records import PYTHON_ENGINE, RunRecord
 from gguf_bench.results.store import append_record, environment, exclusive, models_record, read_records
 
@@ -37,6 +38,8 @@ def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
         if out.exists() and not resume:
             raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
         done = cells_done(read_records(out), files.name) if out.is_file() else set()
+        for line in notes(grid.trackers):  # a tracker that cannot measure here (no energy counter): said once
+            events.note(line)
         for record in iter_records(name, files, grid, done, events):
             append_record(out, record)
             events.cell(record)

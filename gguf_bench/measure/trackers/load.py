@@ -1,4 +1,4 @@
-"""The machine's load over one measured run (records.Load), for both engines.
+"""The load tracker: the machine's load over one measured run (records.Load), for both engines.
 
 What judges a run is the CPU time the *rest* of the machine used while it ran: the busy time of every core (Linux
 /proc/stat) minus this process's (and, for the server engine, the server's). The 1-minute load average is stored too,
@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from gguf_bench.results.records import Load
+from gguf_bench.results.records import Load, RunRecord
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 RESOLUTION_TICKS = 4  # per core: two at each end of a block
 
 
-class LoadMeter:
+class LoadTracker:
     """The machine's load over a block: the CPU time the process and the calling thread got against the block's wall
-    time, the CPU time every other process on the machine used, and the 1-minute load average before and after."""
+    time, the CPU time every other process on the machine used, and the 1-minute load average before and after. Its
+    fields: records.RUN_FIELDS' load1, main_cpu_share, cpu_share, cpu_count, others_cores."""
 
-    def __enter__(self) -> LoadMeter:
+    name = "load"
+
+    def __enter__(self) -> LoadTracker:
         self.load = Load(load1_before=_load1(), cpu_count=os.cpu_count())
         self._machine = machine_busy_s()
         self._cpu, self._main, self._wall = time.process_time(), time.thread_time(), time.perf_counter()
@@ -34,8 +38,11 @@ class LoadMeter:
         self.load.others_cpu_s = _others(self._machine, machine_busy_s(), self.load.cpu_s)
         self.load.load1_after = _load1()
 
+    def fill(self, record: RunRecord) -> RunRecord:
+        return replace(record, load=self.load)
 
-class ServerLoadMeter(LoadMeter):
+
+class ServerLoadTracker(LoadTracker):
     """For a run inside llama-server: `cpu_s` is the server process's CPU time (every thread) instead of this one's,
     and both processes count as ours when the rest of the machine is measured; no generating-thread share (this
     process only waits for the answer)."""
@@ -43,7 +50,7 @@ class ServerLoadMeter(LoadMeter):
     def __init__(self, pid: int):
         self.pid = pid
 
-    def __enter__(self) -> ServerLoadMeter:
+    def __enter__(self) -> ServerLoadTracker:
         super().__enter__()
         self._server_cpu = process_cpu_s(self.pid)
         return self

@@ -1,0 +1,74 @@
+"""Trackers (optimum-benchmark's trackers/): each wraps one measured run (enter before it, exit after), reads what it
+measures, and fills its part of the run's record; records.RUN_FIELDS declares the columns its figures become.
+
+    load    the machine's load over the run: the process's and the rest of the machine's CPU time (load.py)
+    memory  each NVIDIA device's memory in use, from NVML (memory.py); llama.cpp's own buffers per device are the
+            offload's read-back (records.Offload), kept once
+    energy  joules over the run from NVML's total-energy counter or Linux powercap (RAPL) (energy.py); with neither,
+            nothing is stored and `notes` says so once
+
+Every engine measures each cell inside `track(grid.trackers, ...)`; adding a measurement is one tracker module here, a
+line in `_make`, and its record and field declarations in results/records.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Protocol
+
+from gguf_bench.measure.trackers import energy, memory
+from gguf_bench.measure.trackers.load import LoadTracker, ServerLoadTracker
+from gguf_bench.results.records import RunRecord
+
+TRACKERS = ("load", "memory", "energy")  # what a grid measures each cell with, unless it names others
+
+
+class Tracker(Protocol):
+    name: str
+
+    def __enter__(self) -> Tracker: ...
+
+    def __exit__(self, *exc) -> None: ...
+
+    def fill(self, record: RunRecord) -> RunRecord:
+        """The record with this tracker's figures (unchanged where it measured nothing)."""
+
+
+class Tracked:
+    """The trackers of one run, after it: `fill` puts each one's figures into the run's record."""
+
+    def __init__(self, trackers: list[Tracker]):
+        self.trackers = trackers
+
+    def fill(self, record: RunRecord) -> RunRecord:
+        for t in self.trackers:
+            record = t.fill(record)
+        return record
+
+
+@contextmanager
+def track(names: tuple[str, ...] = TRACKERS, server_pid: int | None = None) -> Iterator[Tracked]:
+    """Run the block inside the named trackers (entered in order, left in reverse); server_pid: the llama-server process
+    that does the work (the load tracker counts its CPU time instead of this process's)."""
+    trackers = [t for t in (_make(name, server_pid) for name in names) if t is not None]
+    with ExitStack() as stack:
+        for t in trackers:
+            stack.enter_context(t)
+        yield Tracked(trackers)
+
+
+def _make(name: str, server_pid: int | None) -> Tracker | None:
+    """A fresh tracker, or None where it has nothing to read on this machine (energy without a counter)."""
+    if name == "load":
+        return ServerLoadTracker(server_pid) if server_pid is not None else LoadTracker()
+    if name == "memory":
+        return memory.MemoryTracker.if_available()
+    if name == "energy":
+        return energy.EnergyTracker.if_available()
+    raise ValueError(f"unknown tracker '{name}'; known: {', '.join(TRACKERS)}")
+
+
+def notes(names: tuple[str, ...] = TRACKERS) -> list[str]:
+    """One line per named tracker that cannot measure on this machine (said once per sweep, not per cell)."""
+    return [line for line in ([energy.unavailable()] if "energy" in names else []) if line]
