@@ -423,7 +423,7 @@ def judge(c: Candidate, t_info: GGUFInfo, reader: HeaderReader, target_meta: dic
     h = c.header
     if h.sidecar:
         c.kind, c.status = h.sidecar, "compatible"
-        c.reason = f"sidecar (architecture {h.architecture}): llama.cpp checks no vocabulary for it"
+        c.reason = f"sidecar (architecture {h.architecture}): made for this target (hidden size, vocabulary; llama.cpp checks neither)"
         why = sidecar_mismatch(h.meta, target_meta or {}, (h.vocab or {}).get("n_vocab"), t_info.n_vocab)
         if why:
             c.status, c.reason = "incompatible", f"sidecar (architecture {h.architecture}) for another target: {why}"
