@@ -172,3 +172,19 @@ def test_a_sweep_here_stores_no_energy_and_says_why_once(tiny_pairs, tmp_path):
     assert frame["joules_per_token"].isna().all()
     assert not any("joule" in c for c in summarize(frame).columns)
     assert isinstance(frame, pd.DataFrame)
+
+
+def test_a_server_sweep_measures_each_cell_inside_the_trackers(tiny_pairs, server_bin, tmp_path):
+    """llama-server's cells go through the same trackers: the load tracker counts the server's CPU time, and one
+    concurrent round is one tracked cell; no energy is stored here either."""
+    if energy.counters()[0]:
+        pytest.skip("this machine has an energy counter")
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "-K", "2", "-n", "4", "-t", "1", "--prompt-ids", "code-short",
+                    "--engine", "server", "--server-bin", str(server_bin), "--parallel", "1,2", "--clients", "2",
+                    "--name", "srv")
+    assert result.exit_code == 0, result.output
+    assert result.output.count("energy: not measured") == 1
+    records = stored(tmp_path / "results" / "srv.jsonl")
+    assert len(records) == 4 and all(r["error"] is None for r in records)
+    assert all(r["load"]["cpu_s"] is not None and r["load"]["main_cpu_s"] is None for r in records)  # the server's
+    assert all(r["energy"] is None and r["memory"] is None for r in records)
