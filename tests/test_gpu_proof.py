@@ -14,9 +14,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow  # pip downloads a few wheels, packs the sdist, measures twins: about 30 s
-def test_dry_run_writes_tables_of_numbers_within_the_limits(tmp_path):
+def test_dry_run_writes_tables_of_numbers_within_the_limits(tmp_path, cpu_tree):
+    """Offline (PIP_NO_INDEX, HF_HUB_OFFLINE, its own HOME), on the tests' CPU build-tree (GPU_PROOF_TREE: reused, not
+    built again), with test_offload's fixtures run."""
     env = {**os.environ, "PYTHON": sys.executable, "GPU_PROOF_KIT": str(tmp_path / "kit"),
-           "GPU_PROOF_STATE": str(tmp_path / "state"), "GGUF_BENCH_CACHE": os.environ.get("GGUF_BENCH_CACHE", "")}
+           "GPU_PROOF_STATE": str(tmp_path / "state"), "GGUF_BENCH_CACHE": os.environ.get("GGUF_BENCH_CACHE", ""),
+           "GPU_PROOF_TREE": str(cpu_tree.parent)}
     if not env["GGUF_BENCH_CACHE"]:
         del env["GGUF_BENCH_CACHE"]  # the sdist comes from the usual cache (build.sources: pip download once)
     run = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_proof.sh"), "dry-run"], env=env, capture_output=True,
@@ -31,6 +34,10 @@ def test_dry_run_writes_tables_of_numbers_within_the_limits(tmp_path):
     names = {p.stem for p in tables.glob("*.txt")}
     assert {"machine", "build", "twins", "offload", "plan-cli-llama", "tune-llama", "engines-llama", "tune-qwen",
             "engines-qwen"} <= names
+    assert "build-tree --cpu" in (tables / "build.txt").read_text()
+    offload = (tables / "offload.txt").read_text()  # every test's fixtures ran, then it skipped: declared
+    assert re.search(r"\b\d+ skipped\b", offload) and "GGUF_BENCH_GPU_DRY_RUN" in offload
+    assert "offload:" in (tables / "skipped.txt").read_text()
     tune = (tables / "tune-llama.txt").read_text()
     assert re.search(r"target t_verify\(1\) [\d.]+ ms", tune) and "a=0.8" in tune
     engines = (tables / "engines-qwen.txt").read_text()
