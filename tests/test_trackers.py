@@ -18,7 +18,7 @@ from gguf_bench.measure import trackers
 from gguf_bench.measure.trackers import energy, memory
 from gguf_bench.measure.trackers.nvml import open_nvml
 from gguf_bench.results.records import DeviceMemory, Energy, Mode, RunConfig, RunMetrics, RunRecord, parse, run_row, to_dict
-from gguf_bench.results.report import rich_table, summarize, to_frame
+from gguf_bench.results.report import render, rich_table, summarize, to_frame
 
 
 def zone(root: Path, name: str, label: str, energy_uj: int, max_uj: int) -> Path:
@@ -136,6 +136,12 @@ def test_energy_fields_flatten_fold_and_show_a_gain_beside_the_speed_gain():
     console.print(rich_table(s.reset_index(), width=160))
     text = console.export_text()
     assert "energy" in text and "J/tok" in text and "+25.0%" in text and "J/tok: joules per generated token" in text
+    narrow = Console(width=60, record=True)
+    narrow.print(rich_table(s.reset_index(), width=60))
+    header = next(line for line in narrow.export_text().splitlines() if "tokens/s" in line)
+    assert "energy" in header and "J/tok" not in header  # too narrow: the per-token columns go first, the gain last
+    md = render(s.reset_index(), "md")
+    assert "| gain % | energy gain % |" in md.splitlines()[0] and "+25.0%" in md
 
 
 def test_runs_without_energy_have_no_energy_columns_and_never_a_zero():

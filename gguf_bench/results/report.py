@@ -383,7 +383,8 @@ def _gain_column(f: Field) -> RunColumn:
     """A declared field's gain over the target alone (summarize's NAME_gain_pct), beside the speed gain."""
     def text(row: pd.Series) -> str:
         return "" if row["mode"] == "target" else number_text(row.get(f"{f.name}_gain_pct"), "{:+.1f}%")
-    return RunColumn(f.gain, None, text, present=lambda summary: f"{f.name}_gain_pct" in summary, place=f.place)
+    return RunColumn(f.gain, f"{f.gain} gain %", text, present=lambda summary: f"{f.name}_gain_pct" in summary,
+                     place=f.place)
 
 
 RUN_COLUMNS = {
@@ -403,9 +404,10 @@ RUN_COLUMNS = {
 }
 TABLE_ORDER = tuple(sorted((n for n, c in RUN_COLUMNS.items() if c.table), key=lambda n: RUN_COLUMNS[n].place))
 # what goes first where a table is too wide: the optional fields' columns (energy, memory), then these
-NARROWING = (*(h for f in RUN_FIELDS if f.optional for h in (f.header, f.gain) if h), "pp t/s", "ovh", "tok/rnd", "runs", "ms/tok",
-             "p95 s", "pred.", "accept")
-MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", "acceptance", "temperature")  # llama.cpp's notebook's
+NARROWING = (*(f.header for f in RUN_FIELDS if f.optional and f.header), "pp t/s", "ovh", "tok/rnd", "runs", "ms/tok",
+             "p95 s", "pred.", "accept", *(f.gain for f in RUN_FIELDS if f.optional and f.gain))  # a gain goes last
+MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", *(f"{f.name}_gain" for f in RUN_FIELDS if f.gain),
+            "acceptance", "temperature")  # llama.cpp's notebook's, and a declared field's gain where a run has it
 
 
 def _cells(summary: pd.DataFrame, names: Sequence[str], md: bool = False) -> dict[str, list[str]]:
