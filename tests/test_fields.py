@@ -1,0 +1,39 @@
+"""Fields declared once (results/fields.py, records.RUN_FIELDS): what run_row, summarize and the run table walk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gguf_bench.results.fields import Field, folds
+from gguf_bench.results.records import RUN_FIELDS, RunRecord, run_row
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gguf_bench"
+
+
+def spelled(name: str) -> dict[str, int]:
+    """Occurrences of `name` per module of the package."""
+    counts = {str(p.relative_to(PACKAGE)): p.read_text().count(name) for p in PACKAGE.rglob("*.py")}
+    return {path: n for path, n in counts.items() if n}
+
+
+def test_a_fold_is_one_pandas_knows():
+    with pytest.raises(ValueError, match="fold 'median' is not one of"):
+        Field("x", lambda r: None, fold="median")
+    declared = [Field("a", lambda r: 1, fold="mean", spread=True), Field("b", lambda r: 2), Field("c", lambda r: 3, fold="max")]
+    assert folds(declared) == {"a": ("a", "mean"), "a_std": ("a", "std"), "c": ("c", "max")}
+
+
+def test_every_flat_column_is_declared_once():
+    names = [f.name for f in RUN_FIELDS]
+    assert len(names) == len(set(names))
+    assert list(run_row(RunRecord())) == names
+
+
+def test_a_measured_quantity_is_spelled_where_it_is_declared_and_measured_only():
+    """The issue's targets: a server figure in the record, its declaration and the engine that measures it; the energy
+    fields in their declarations only (their tracker fills records.Energy, which they read)."""
+    assert sum(spelled("latency_p95_s").values()) <= 4
+    for name in ("joules_per_token", "joules_per_accepted", "tokens_per_joule", "energy_j"):
+        assert set(spelled(name)) == {"results/records.py"}, name
