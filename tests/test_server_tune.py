@@ -101,3 +101,25 @@ def test_tune_through_llama_server_at_two_slots(tiny_pairs, server_bin, isolated
     assert "-np 2" in json.loads(result.stdout)["deploy"]
     runs = stored(isolated / "results" / "st2.jsonl")
     assert all(r["config"]["parallel"] == 2 and len(r["metrics"]["requests"]) == 2 for r in runs)
+
+
+def test_tune_twins_of_an_mtp_target_through_llama_server(tmp_path, server_bin, isolated):
+    """draft-mtp on a twin of the tiny MTP target (its header, synthetic weights): round times measured at the calibrated
+    K's, tokens/s predicted at the named acceptance rates, no recommendation (a twin's acceptance is chance)."""
+    from gguf_bench.models.tiny_heads import write_mtp_target
+
+    target = write_mtp_target(tmp_path / "tiny-mtp.gguf", heads=1)
+    result = invoke("tune", "--target", str(target), "--engine", "server", "--server-bin", str(server_bin), "--spec-type",
+                    "draft-mtp", "--twin", "-K", "1,2", "--acceptance", "0.6,0.8", "--prompt-ids", "code-short", "-n",
+                    "16", "--reps", "1", "--json", "--name", "mtp-twin")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["pair"] == "tiny-mtp.gguf twin" and doc["deploy"] is None and "rows" not in doc
+    assert set(doc["calibrations"][0]["rounds_s"]) == {"1", "2"}
+    rows = doc["at_acceptance"]
+    assert {(r["acceptance"], r["k"]) for r in rows} == {(0.6, 1), (0.6, 2), (0.8, 1), (0.8, 2)}
+    for k in (1, 2):  # the same round, more tokens at the higher rate
+        at = {r["acceptance"]: r["predicted_tokens_per_s"] for r in rows if r["k"] == k}
+        assert at[0.8] > at[0.6] > 0
+    spec = [r for r in stored(isolated / "results" / "mtp-twin.jsonl") if r["mode"] == "speculative"]
+    assert spec and all(r["metrics"]["drafted"] > 0 for r in spec)

@@ -46,7 +46,7 @@ from gguf_bench.cli.progress import QuietStatus, pair_files
 from gguf_bench.decoding.strategy import Strategy, parse_spec_types
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import deploy, workloads
-from gguf_bench.measure.server_tune import ServerTuneJob, tune_server
+from gguf_bench.measure.server_tune import ServerTuneJob, tune_server, twin_files
 from gguf_bench.measure.tune import TuneEvents, TuneJob, twin_job
 from gguf_bench.measure.tune import tune as run_tune
 from gguf_bench.models.pairs import PairFiles, header_sources
@@ -121,13 +121,19 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     k_list = options.draft_lengths(ks)
     if engine not in ("python", "server"):
         raise BenchError(f"tune --engine takes python or server, got '{engine}'")
-    if engine == "server" and (twin or depth or k_schedules != "fixed" or plot):
-        raise BenchError("tune --engine server calibrates real files at depth 0 with a fixed K: --twin, --depth, "
-                         "--k-schedule and --plot are for --engine python")
     if engine == "server" or parallel is not None:
-        return _tune_server(pair, target, draft, registry, chosen, k_list, spec_types, n_predict, ctx_size, threads,
-                            reps if reps != DEFAULT_REPS else SERVER_REPS, check, json_out, name, ngls, nglds, parallel,
-                            server_bin, engine)
+        ngl, ngld = _server_options(engine, ngls, nglds, parallel, depth, k_schedules, plot)
+        types = [SERVER_NAMES.get(t, t) for t in parse_spec_types(spec_types)]
+        alphas = options.acceptances(acceptance) if twin else None
+        name = options.results_name(name or default_name("tune"))
+        with twin_folder("tune-twins-") as folder:  # twins live while tune runs
+            files = _server_files(pair, target, draft, registry, types, twin, Path(folder))
+            job = ServerTuneJob(files, chosen, k_list, types, n_predict, ctx_size, threads, name,
+                                ensure_results_dir() / f"{name}.jsonl", reps if reps != DEFAULT_REPS else SERVER_REPS,
+                                ngl, ngld, parallel, server_bin)
+            with QuietStatus(f"calibrating {files.name} through llama-server ...") as status:
+                tuned = tune_server(job, check, status.update, twin)
+        return _show_server(tuned, alphas, json_out)
     predicted = tune_strategies(spec_types, k_schedules, ngram_min, ngram_max, k_cap, k_list)
     ngl_list, ngld_list = options.layer_list(ngls, "-ngl"), options.layer_list(nglds, "-ngld")
     if n_predict < 2 or reps < 1:
@@ -339,35 +345,56 @@ def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: l
     return doc
 
 
-def _tune_server(pair, target, draft, registry, prompts, ks: list[int], spec_types: str, n_predict: int, ctx_size: int,
-                 threads, reps: int, check: bool, json_out: bool, name: str | None, ngls: str, nglds: str,
-                 parallel: int | None, server_bin, engine: str) -> None:
-    """tune --engine server: calibrate llama-server, predict each K of each type, recommend, print its deploy line."""
+def _server_options(engine: str, ngls: str, nglds: str, parallel: int | None, depth: int, k_schedules: str,
+                    plot) -> tuple[int | str, int | str]:
+    """The one offload setting tune --engine server calibrates; one line for what it cannot do."""
     if engine != "server":
         raise BenchError("--parallel calibrates llama-server's slots: add --engine server")
-    types = [SERVER_NAMES.get(t, t) for t in parse_spec_types(spec_types)]
+    if depth or k_schedules != "fixed" or plot:
+        raise BenchError("tune --engine server calibrates at depth 0 with a fixed K: --depth, --k-schedule and --plot "
+                         "are for --engine python")
     ngl, ngld = (options.layer_list(v, flag) for v, flag in ((ngls, "-ngl"), (nglds, "-ngld")))
     if len(ngl) > 1 or len(ngld) > 1:
         raise BenchError("tune --engine server calibrates one offload setting: give one -ngl and one -ngld (sweep "
                          "several with `gguf-bench sweep --engine server`)")
     if parallel is not None and parallel < 1:
         raise BenchError(f"--parallel must be >= 1, got {parallel}")
-    files = pair_files(pair, target, draft, registry, need_draft=any(Strategy(t).uses_model for t in types))
-    name = options.results_name(name or default_name("tune"))
-    job = ServerTuneJob(files, prompts, ks, types, n_predict, ctx_size, threads, name,
-                        ensure_results_dir() / f"{name}.jsonl", reps, ngl[0], ngld[0], parallel, server_bin)
-    with QuietStatus(f"calibrating {files.name} through llama-server ...") as status:
-        tuned = tune_server(job, check, status.update)
-    line = deploy.tuned_server_line(tuned)
+    return ngl[0], ngld[0]
+
+
+def _server_files(pair, target, draft, registry, types: list[str], twin: bool, folder: Path) -> PairFiles:
+    """The files to calibrate: the pair's (a target alone where no type reads a draft), or twins of them."""
+    need_draft = any(Strategy(t).uses_model for t in types)
+    if not twin:
+        return pair_files(pair, target, draft, registry, need_draft=need_draft)
+    if target and not draft and not pair and not need_draft:
+        return twin_files(Path(str(target)).name, str(target), None, folder, registry)
+    *sources, pair_name = header_sources(pair, target, draft, registry)
+    return twin_files(pair_name, sources[0], sources[1] if need_draft else None, folder, registry)
+
+
+def _show_server(tuned, alphas: list[float] | None, json_out: bool) -> None:
+    """tune --engine server's tables, recommendation and deploy line; on twins, tokens/s at the named acceptance rates."""
+    ks = list(tuned.job.ks)
+    line = None if alphas else deploy.tuned_server_line(tuned)
     if json_out:
-        sys.stdout.write(json.dumps(server_tuning.as_json(tuned) | {"deploy": line}, default=str) + "\n")
+        doc = server_tuning.as_json(tuned, twin=bool(alphas)) | {"deploy": line}
+        if alphas:
+            doc |= {"twin": True, "at_acceptance": server_tuning.acceptance_rows(tuned, alphas)}
+        sys.stdout.write(json.dumps(doc, default=str) + "\n")
         return
     for cal in tuned.calibrations:
-        console.print(fit_title(server_tuning.prediction_table(cal, ks, tuned.top, console.width), console.width))
-    console.print(server_tuning.recommendation_line(tuned), markup=False)
-    console.print("deploy (predicted, not measured: --check measures it):", markup=False)
-    console.print(line, markup=False, soft_wrap=True)
-    console.print(f"calibration runs stored in {job.out}", markup=False, soft_wrap=True)
+        table = (server_tuning.acceptance_table(cal, ks, alphas, console.width) if alphas else
+                 server_tuning.prediction_table(cal, ks, tuned.top, console.width))
+        console.print(fit_title(table, console.width))
+    if alphas:
+        console.print(f"twins: round times from twins (headers with synthetic weights) of {tuned.job.files.name}; "
+                      "the acceptance is the one named, not measured: no draft length is recommended", markup=False)
+    else:
+        console.print(server_tuning.recommendation_line(tuned), markup=False)
+        console.print("deploy (predicted, not measured: --check measures it):", markup=False)
+        console.print(line, markup=False, soft_wrap=True)
+    console.print(f"calibration runs stored in {tuned.job.out}", markup=False, soft_wrap=True)
     if tuned.checked is not None:
         console.print(fit_title(server_tuning.check_table(tuned, console.width), console.width))
 

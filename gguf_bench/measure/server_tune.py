@@ -17,6 +17,7 @@ from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import SweepEvents, iter_records
+from gguf_bench.models.twin import twin_of, twin_pair
 from gguf_bench.results.costmodel import Prediction
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
 from gguf_bench.results.server_costs import ServerCalibration, calibrations, check_predictable
@@ -71,10 +72,24 @@ class ServerTuned:
     checked: list[dict] | None = None
 
 
-def tune_server(job: ServerTuneJob, check: bool, step: Callable[[str], None] = lambda what: None) -> ServerTuned:
-    """Calibrate, predict every K of every type, recommend (never a slowdown), and with `check` measure."""
+def twin_files(name: str, target: str, draft: str | None, folder: Path, registry: Path | None = None) -> PairFiles:
+    """Twins of the target (and of the draft, where a type reads one) under `folder`, named '<name> twin'."""
+    if draft is not None:
+        return twin_pair((name, target, draft), folder, registry)
+    (folder / "target").mkdir()
+    return PairFiles(twin_of(target, folder / "target", registry), None, f"{name} twin")
+
+
+def tune_server(job: ServerTuneJob, check: bool, step: Callable[[str], None] = lambda what: None,
+                twin: bool = False) -> ServerTuned:
+    """Calibrate, predict every K of every type, recommend (never a slowdown), and with `check` measure. On twins
+    (`twin`) only the round times mean anything: no recommendation, the CLI predicts at named acceptance rates."""
+    if twin and check:
+        raise BenchError("--check measures the real pair's speed-up, which a twin cannot show: tune the real files")
     records = _measure(job, job.grid(job.calibrated_ks), "calibrating", step)
     cals = calibrations(records)
+    if twin:
+        return ServerTuned(job, cals, None, records)
     options = [(cal, p) for cal in cals for p in cal.predictions(job.ks)]
     cal, best = max(options, key=lambda o: o[1].tokens_per_s)
     tuned = ServerTuned(job, cals, (cal, best) if best.tokens_per_s > best.baseline_tokens_per_s else None, records)

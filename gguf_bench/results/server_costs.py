@@ -131,6 +131,15 @@ class ServerCalibration:
                           baseline_tokens_per_s=1.0 / self.t_target, tokens_per_round=tokens, round_ms=1000 * seconds,
                           acceptance=(tokens - 1) / k)
 
+    def at_acceptance(self, alpha: float, k: int) -> Prediction:
+        """Tokens/s at draft length k were every position accepted with probability alpha: what a twin's round times
+        predict for an acceptance the user names (a twin's own acceptance is chance)."""
+        seconds = self.round_at(k)
+        tokens = expected_tokens([alpha] * k, k)
+        return Prediction(k=k, strategy=f"{self.spec_type} K={k}", tokens_per_s=tokens / seconds,
+                          baseline_tokens_per_s=1.0 / self.t_target, tokens_per_round=tokens, round_ms=1000 * seconds,
+                          acceptance=alpha)
+
     def predictions(self, ks: Sequence[int]) -> list[Prediction]:
         return [self.predict(k) for k in ks]
 

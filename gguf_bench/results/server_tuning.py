@@ -69,7 +69,7 @@ def check_table(tuned, width: int = 80) -> Group:
     return Group(table, Text("gain %: measured, over the target alone measured"))
 
 
-def as_json(tuned) -> dict:
+def as_json(tuned, twin: bool = False) -> dict:
     cals = tuned.calibrations
     rows = [{"spec_type": c.spec_type, "parallel": c.parallel, "k": p.k, "predicted_tokens_per_s": p.tokens_per_s,
              "predicted_gain_pct": p.gain_pct, "tokens_per_round": p.tokens_per_round, "round_ms": p.round_ms,
@@ -77,6 +77,10 @@ def as_json(tuned) -> dict:
     best = ({"spec_type": tuned.top[0].spec_type, "k": tuned.top[1].k, "predicted_tokens_per_s": tuned.top[1].tokens_per_s,
              "predicted_gain_pct": tuned.top[1].gain_pct} if tuned.top else
             {"spec_type": None, "k": 0, "predicted_tokens_per_s": 1 / cals[0].t_target, "predicted_gain_pct": 0.0})
+    if twin:  # a twin's own acceptance is chance: its round times only, predicted at named rates by the caller
+        return {"pair": cals[0].pair, "engine": "server", "results": str(tuned.job.out),
+                "calibrations": [{"spec_type": c.spec_type, "parallel": c.parallel, "t_target_s": c.t_target,
+                                  "rounds_s": dict(c.rounds_s)} for c in cals]}
     doc = {"pair": cals[0].pair, "engine": "server", "results": str(tuned.job.out),
            "calibrations": [{"spec_type": c.spec_type, "parallel": c.parallel, "t_target_s": c.t_target,
                              "rounds_s": dict(c.rounds_s), "a": list(c.a), "a_from": c.a_from} for c in cals],
@@ -84,3 +88,29 @@ def as_json(tuned) -> dict:
     if tuned.checked is not None:
         doc["check"] = tuned.checked
     return doc
+
+
+def acceptance_rows(tuned, alphas: Sequence[float]) -> list[dict]:
+    """Twins: predicted tokens/s of each type and K at each named acceptance rate."""
+    return [{"spec_type": c.spec_type, "acceptance": a, "k": p.k, "predicted_tokens_per_s": p.tokens_per_s,
+             "predicted_gain_pct": p.gain_pct} for c in tuned.calibrations for a in alphas
+            for p in (c.at_acceptance(a, k) for k in tuned.job.ks)]
+
+
+def acceptance_table(cal: ServerCalibration, ks: Sequence[int], alphas: Sequence[float], width: int = 80) -> Group:
+    """Twins: one row per K, a column per named acceptance rate (tokens/s and gain); ★ on each column's best K."""
+    columns: dict[str, list[str]] = {"K": [str(k) for k in ks], "ms/round": [f"{cal.round_at(k) * 1000:.1f}" for k in ks]}
+    for a in alphas:
+        preds = [cal.at_acceptance(a, k) for k in ks]
+        top = max(preds, key=lambda p: p.tokens_per_s)
+        columns[f"at {a:.0%}"] = [f"{speed_text(p.tokens_per_s)} ({p.gain_pct:+.0f}%)"
+                                  + (" ★" if p is top and p.gain_pct > 0 else "") for p in preds]
+    table = Table(title=f"tune {cal.pair}, llama-server {cal.spec_type}: tokens/s at named acceptance",
+                  **spaced_layout(columns, width))
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+    for cells in zip(*columns.values()):
+        table.add_row(*cells)
+    legend = [f"greedy, {_slots(cal)}; target alone {speed_text(1 / cal.t_target)} tokens/s",
+              "at A: every draft position accepted with probability A; ★ the fastest K where it gains"]
+    return Group(table, Text("\n".join(legend)))
