@@ -199,9 +199,11 @@ def test_real_shape_qwen35_headers_plan_their_mtp_head_and_hybrid_caches(name, t
     assert "target's recurrent state:" in result.stdout
 
 
-def _server_buffers(server_bin, model, spec_type: str, log) -> dict[str, list[float]]:
+def _server_buffers(server_bin, model, spec_type: str, log, *, load: tuple[str, ...] = ("-lm", "none", "-c", "4096"),
+                    ready_s: float = 120) -> dict[str, list[float]]:
     """llama-server started on `model` with --spec-type `spec_type`, weights read into memory (-lm none: a mapped
-    file would count every byte, used or not), until ready: its buffer lines (MiB by kind, in load order)."""
+    file would count every byte, used or not) unless `load` says otherwise, until ready: its buffer lines (MiB by kind,
+    in load order)."""
     import re
     import subprocess
     import time
@@ -210,14 +212,15 @@ def _server_buffers(server_bin, model, spec_type: str, log) -> dict[str, list[fl
     from gguf_bench.engines.llama_server import free_port
 
     port = free_port()
-    cmd = [str(server_bin), "-m", str(model), "-c", "4096", "-t", "1", "-np", "1", "-lv", "4", "--no-repack",
-           "-lm", "none", "--spec-type", spec_type, "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [str(server_bin), "-m", str(model), *load, "-t", "1", "-np", "1", "-lv", "4", "--no-repack",
+           "--spec-type", spec_type, "--host", "127.0.0.1", "--port", str(port)]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
+            deadline = time.monotonic() + ready_s
+            while True:
                 assert proc.poll() is None, log.read_text()[-2000:]
+                assert time.monotonic() < deadline, "llama-server did not become ready"
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
                         break
@@ -227,7 +230,7 @@ def _server_buffers(server_bin, model, spec_type: str, log) -> dict[str, list[fl
             proc.terminate()
             proc.wait(timeout=30)
     found: dict[str, list[float]] = {}
-    for kind, mib in re.findall(r"CPU (model|KV|RS) buffer size =\s+([\d.]+) MiB", log.read_text()):
+    for kind, mib in re.findall(r"CPU(?:_Mapped)? (model|KV|RS) buffer size =\s+([\d.]+) MiB", log.read_text()):
         found.setdefault(kind, []).append(float(mib))
     return found
 
@@ -307,3 +310,25 @@ def test_a_sidecar_made_for_another_target_is_one_line(server_bin, isolated, tmp
                               "--json").stdout)
     reasons = {c["name"]: c["reason"] for c in found["candidates"] if c["status"] == "incompatible"}
     assert "its vocabulary has 266 tokens, and the target's 466" in reasons[str(eagle3)]
+
+
+@pytest.mark.parametrize("name", sorted(QWEN35_SHAPES))
+def test_real_shape_qwen35_twins_load_with_their_heads_as_planned(name, server_bin, tmp_path):
+    """The real-shape Qwen3.5 headers are llama.cpp's own layout: a twin of each (17 and 23 GB, sparse: 38 and 370 MB
+    on disk) loads in llama-server with draft-mtp's context, and every buffer is the planner's figure: the weights with
+    the head (the mapped file), the attending blocks' KV and draft-mtp's own, the delta-nets' state kept 1 + K times
+    (K = 3). -c 512, one small ubatch and no warm-up: nothing is decoded (each 10 to 30 s here, on 2 CPU cores)."""
+    from gguf_bench.models.memory import Shape, cache_bytes, mtp_kv_bytes, rollback_bytes
+    from gguf_bench.models.shapes import write_header
+
+    twin = tmp_path / "twin.gguf"
+    assert invoke("twin", str(write_header(tmp_path / f"{name}.gguf", name)), "-o", str(twin)).exit_code == 0
+    shape = Shape.from_header(*tensor_table(twin))
+    got = _server_buffers(server_bin, twin, "draft-mtp", tmp_path / "server.log", ready_s=300,
+                          load=("-c", "512", "-b", "32", "-ub", "32", "--no-warmup"))
+    mib = 2**20
+    caches = sum(cache_bytes(shape, i, 512) for i in range(shape.n_layers))
+    state = shape.state_bytes * sum(shape.recurrent)
+    assert got["model"] == pytest.approx([(sum(w.bytes for w in shape.weights) + shape.mtp_bytes) / mib], rel=0.001)
+    assert got["KV"] == pytest.approx([(caches - state) / mib, mtp_kv_bytes(shape, 512) / mib], rel=0.001)
+    assert got["RS"] == pytest.approx([(state + rollback_bytes(shape, 3)) / mib], rel=0.001)
