@@ -23,9 +23,11 @@ from pathlib import Path
 
 # What the sdist's CUDA build of the library and of llama-server do not read (paths under the sdist's root): model
 # and vocabulary files, docs, tests, examples, other ggml backends, the web UI's sources (the server is built with
-# LLAMA_BUILD_UI=OFF and no prebuilt UI: engines/server_build.py).
+# LLAMA_BUILD_UI=OFF and no prebuilt UI: engines/server_build.py), and libraries an earlier pip build of the unpacked
+# sdist installed into its llama_cpp/lib (its CMakeLists installs there too).
 LLAMA = "vendor/llama.cpp/"
-PRUNE = [".git", "docs", "examples", "tests", "docker", LLAMA + "models", LLAMA + "docs", LLAMA + "media", LLAMA + "benches",
+PRUNE = [".git", "docs", "examples", "tests", "docker", "llama_cpp/lib", LLAMA + "models", LLAMA + "docs", LLAMA + "media",
+         LLAMA + "benches",
          LLAMA + "tests", LLAMA + "examples", LLAMA + "pocs", LLAMA + "gguf-py", LLAMA + "conversion", LLAMA + ".github",
          LLAMA + "ci", LLAMA + "tools/ui/src", LLAMA + "tools/ui/tests", LLAMA + "tools/ui/static",
          LLAMA + "tools/ui/package-lock.json", LLAMA + "tools/server/public", LLAMA + "tools/server/tests"]
