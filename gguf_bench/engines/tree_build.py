@@ -43,6 +43,7 @@ FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_OPENSS
          "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
          "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON"]
 BACKEND_FLAGS = {"cpu": [], "cuda": ["-DGGML_CUDA=ON"], "vulkan": ["-DGGML_VULKAN=ON"]}
+NVCC = "/usr/local/cuda/bin/nvcc"  # where build.check_requirements also looks
 
 
 def tree_dir(backend: str, version: str | None = None) -> Path:
@@ -61,6 +62,8 @@ def cmake_flags(backend: str, cuda_arch: str | None = None, generator: bool = Tr
     flags = [*FLAGS, *BACKEND_FLAGS[backend]]
     if backend == "cuda" and cuda_arch:
         flags.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}")
+    if backend == "cuda" and not shutil.which("nvcc") and Path(NVCC).is_file():  # the toolkit, not on PATH
+        flags.append(f"-DCMAKE_CUDA_COMPILER={NVCC}")
     if generator and shutil.which("ninja"):
         flags = ["-G", "Ninja", *flags]
     return flags
