@@ -47,7 +47,7 @@ def test_each_slot_count_gets_its_best_setting_and_the_crossover_is_named():
     assert [int(c.best["k"]) if c.pays else None for c in counts] == [4, 2, None]
     assert counts[0].verdict.startswith("K=4 +33.3% (p=") and counts[1].verdict.startswith("K=2 +10.0% (p=")
     assert counts[2].verdict == "none gains (best K=2 -11.1%)"
-    assert crossover.crossover(counts) == "speculation pays up to 2 slots; from 4 slots on, the target alone"
+    assert crossover.crossover(counts) == "speculation pays up to 2 slots; at 4 slots and beyond, the target alone"
     assert missing == []
 
 
@@ -83,15 +83,15 @@ def test_an_undecided_gain_and_a_row_that_drafted_nothing_do_not_pay():
     assert [c.pays for c in counts] == [True, False, False]
     assert counts[1].verdict.startswith("~K=2 +3.3%, not told from zero (p=")
     assert counts[2].verdict == "no speculative row drafted"
-    assert crossover.crossover(counts) == "speculation pays up to 1 slot; from 2 slots on, the target alone"
+    assert crossover.crossover(counts) == "speculation pays up to 1 slot; at 2 slots and beyond, the target alone"
 
 
 def test_clients_beyond_slots_are_their_own_count_and_one_count_draws_no_map():
     records = (runs("target", ALONE, 2, clients=2) + runs("speculative", (35.0, 35.5, 34.5), 2, k=2, clients=2)
                + runs("target", ALONE, 2, clients=4) + runs("speculative", (25.0, 25.5, 24.5), 2, k=2, clients=4))
     [(_, counts, _)] = crossover.maps(summarize(to_frame(records)))
-    assert [c.label for c in counts] == ["2 slots", "2 slots, 4 clients"]
-    assert crossover.crossover(counts) == "speculation pays up to 2 slots; from 2 slots, 4 clients on, the target alone"
+    assert [c.label for c in counts] == ["2 slots", "4 clients on 2 slots"]
+    assert crossover.crossover(counts) == "speculation pays up to 2 slots; at 4 clients on 2 slots and beyond, the target alone"
     one = summarize(to_frame(runs("target", ALONE, 2) + runs("speculative", (35.0, 35.5, 34.5), 2, k=2)))
     assert crossover.maps(one) == [] and crossover.lines(one) == []
 
@@ -104,7 +104,7 @@ def test_report_prints_the_map_and_writes_it_in_markdown(tmp_path):
     shown = invoke("report", str(path))
     assert shown.exit_code == 0, shown.output
     text = " ".join(shown.output.split())
-    assert "per slot count, P:" in text and "4 slots: none gains (best K=2 -11.1%)" in text, shown.output
-    assert "speculation pays up to 2 slots; from 4 slots on, the target alone" in text
+    assert "P per slot count:" in text and "4 slots: none gains (best K=2 -11.1%)" in text, shown.output
+    assert "speculation pays up to 2 slots; at 4 slots and beyond, the target alone" in text
     md = invoke("report", str(path), "--format", "md")
     assert md.exit_code == 0 and "### Per slot count" in md.stdout and "  - 2 slots: K=2 +10.0% (p=" in md.stdout

@@ -106,7 +106,7 @@ def test_two_clients_on_two_slots_keep_each_request_and_the_aggregate(tiny_pairs
     assert "clients" in text and "K=3 gains" in text and "at 1 client" in text and "at 2 clients" in text, result.output
     # the crossover map: each slot count's best speculative setting (or why none), where speculation stops paying, and
     # a deploy line per slot count whose command runs that many slots
-    assert "per slot count, " in text and "1 slot: " in text and "2 slots: " in text, result.output
+    assert " per slot count: " in text and "1 slot: " in text and "2 slots: " in text, result.output
     assert "speculation pays " in text, result.output
     # a deploy line per slot count (the records' machine load left out: a busy machine's rows recommend nothing)
     quiet = isolated / "quiet.jsonl"

@@ -77,7 +77,7 @@ from gguf_bench.decoding.divergence import LOOP_ERROR, describe
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
-from gguf_bench.measure import deploy, prompts, workloads
+from gguf_bench.measure import capabilities, deploy, prompts, workloads
 from gguf_bench.measure.distributed import RayOptions, failure_message, ray_options, sweep_on_ray
 from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.plan import Grid, cells_failed, measured, single_run_grid
@@ -288,8 +288,8 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
     name, out = results_path(name, resume)
     with exclusive(out):  # from here to the last record: no other process writes NAME
         choice = PairChoice(pairs, target, draft, registry)
-        if ray_address and options.SERVER_ENGINE in grid.engines:
-            raise BenchError("--engine server runs on this machine only, not through --ray")
+        if ray_address and (local := [e for e in grid.engines if not capabilities.of(e).ray]):
+            raise BenchError(f"--engine {local[0]} runs on this machine only, not through --ray")
         if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
             return _sweep_on_ray(name, grid, out, resume, choice, ray_options(ray_address, ray_gpus_per_task, ray_resources))
         _sweep(name, grid, out, resume, choice)

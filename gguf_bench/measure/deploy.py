@@ -20,12 +20,13 @@ from gguf_bench.engines.llama_cpp import read_info
 from gguf_bench.engines.llama_server import Launch, deploy_argv
 from gguf_bench.engines.server_build import MARKER, find_server, library_env
 from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure import capabilities
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server_engine import speculation
 from gguf_bench.placing import parse_label, split_label
 from gguf_bench.results.costmodel import Calibration
 from gguf_bench.results.crossover import candidates, slots_label
-from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
+from gguf_bench.results.records import Mode, RunRecord
 from gguf_bench.results.report import CONCURRENCY, SETTING, matching, row_label
 
 KEYS = SETTING + ["mode", "strategy", "k"]
@@ -60,7 +61,8 @@ def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
         where = f" at {slots_label(r['parallel'], r['clients'])}" if pd.notna(r.get("parallel")) else ""
         what = (f"{row_label(r)}{where} (gain {r['gain_pct']:+.1f}%, p={r['gain_p']:.2g})" if r["mode"] == "speculative"
                 else f"no speculation{where} ({_why_alone(group)})")
-        note = "" if r["engine"] == SERVER_ENGINE else " (measured in the Python loop: check it with --engine server)"
+        note = ("" if capabilities.of(r["engine"]).server_process else
+                f" (measured in {capabilities.of(r['engine']).what}: check it with --engine server)")
         out.append((f"deploy {r['pair']}: {what}{note}", r["deploy"]))
     return out
 

@@ -3,7 +3,8 @@
 An engine opens a setting (loads the pair, or prepares to start llama-server), measures cells into records, and
 closes, as llama.cpp's drafting types share begin/draft/accept and optimum-benchmark's backends share
 load/prefill/generate. The sweep, tune's --check and the Ray units reach engines only through `open_engine` and
-`run_unit`. Adding an engine: a module with a class of this shape, and one line in `open_engine`.
+`run_unit`. Adding an engine: a module with a class of this shape (its `capabilities` declared in
+measure/capabilities.ENGINES, one line) and its class in `ENGINE_CLASSES`.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
+from gguf_bench.measure.capabilities import Capabilities
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting, Unit
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.python_engine import PythonEngine
 from gguf_bench.measure.server_engine import ServerEngine
-from gguf_bench.results.records import PYTHON_ENGINE, RunRecord
+from gguf_bench.results.records import RunRecord
 
 
 class Session(Protocol):
@@ -33,18 +35,18 @@ class Session(Protocol):
 
 class Engine(Protocol):
     name: str
+    capabilities: Capabilities  # what it can do (measure/capabilities.py): the plan asks these, never the name
 
     def open(self, setting: Setting, prompts: PreparedPrompts) -> Session: ...
 
 
+ENGINE_CLASSES = {cls.name: cls for cls in (PythonEngine, ServerEngine)}  # a third engine: its class here
+
+
 def open_engine(name: str, grid: Grid, files: PairFiles) -> Engine:
-    """The engine called `name` (results.records.ENGINES), checked against the files it will run."""
-    if name == PYTHON_ENGINE:
-        return PythonEngine()
-    engine = ServerEngine(grid.server_bin, need_rpc=any(p.rpc for p in grid.placings))
-    engine.check_files(grid.strategies, files, grid.ks)
-    engine.check_placements(grid)
-    return engine
+    """The engine called `name` (its capabilities: measure/capabilities.ENGINES), checked against the files it will
+    run."""
+    return ENGINE_CLASSES[name].for_grid(grid, files)
 
 
 def run_unit(engine: Engine, unit: Unit, prompts: PreparedPrompts) -> Iterator[RunRecord]:

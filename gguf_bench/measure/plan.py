@@ -20,6 +20,7 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure import capabilities
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.proof import marked
@@ -28,9 +29,7 @@ from gguf_bench.models.memory import Budget
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
 from gguf_bench.results.records import (
-    ENGINES,
     PYTHON_ENGINE,
-    SERVER_ENGINE,
     Load,
     Mode,
     Offload,
@@ -106,13 +105,8 @@ class Grid:
 
     def _check_engines(self) -> None:
         for engine in self.engines:
-            if engine not in ENGINES:
-                raise ConfigError(f"unknown --engine '{engine}'; choose from {', '.join(ENGINES)} or both")
-        for s in self.strategies:
-            if SERVER_ENGINE in self.engines:
-                s.check_server()
-            if PYTHON_ENGINE in self.engines and s.server_only:
-                raise ConfigError(f"--spec-type {s.spec_type} is llama-server's own: run it with --engine server")
+            for s in self.strategies:
+                capabilities.of(engine).check_strategy(s)
 
     def _check_depths(self) -> None:
         for d in self.depths:
@@ -126,9 +120,11 @@ class Grid:
         for n in (self.parallels or []) + (self.clients or []):
             if n < 1:
                 raise ConfigError(f"--parallel and --clients take counts of 1 or more, got {n}")
-        if self.parallels and PYTHON_ENGINE in self.engines:
-            raise ConfigError("the Python engine generates one stream at a time: --parallel and --clients need "
-                              "--engine server")
+        alone = [capabilities.of(e) for e in self.engines if not capabilities.of(e).concurrent]
+        if self.parallels and alone:
+            slots = [name for name, c in capabilities.ENGINES.items() if c.concurrent]
+            raise ConfigError(f"{alone[0].what} generates one stream at a time: --parallel and --clients need "
+                              f"--engine {' or '.join(slots)}")
         if self.request_timeout_s <= 0:
             raise ConfigError(f"--request-timeout must be above 0 seconds, got {self.request_timeout_s:g}")
 
@@ -217,14 +213,15 @@ def cells_for(grid: Grid, has_draft: bool = True, engine: str = PYTHON_ENGINE) -
     """Cells of one offload setting and engine, in run order: per concurrency, repetition, baseline then each strategy
     and K (the server engine has no draft-alone runs; ngram-cache drafts a fixed 8, so it runs at that K only)."""
     cells = []
-    for (parallel, clients), depth in product(grid.concurrency() if engine == SERVER_ENGINE else [(None, None)], grid.depths):
+    can = capabilities.of(engine)
+    for (parallel, clients), depth in product(grid.concurrency() if can.concurrent else [(None, None)], grid.depths):
         where = {"engine": engine, "parallel": parallel, "clients": clients, "depth": depth}
         for temp in grid.temperatures:
             for prompt in grid.prompts:
                 for rep in range(grid.repetitions):
                     if grid.with_target_alone:
                         cells.append(Cell(Mode.TARGET, 0, temp, prompt, rep, **where))
-                    if grid.with_draft_alone and has_draft and engine == PYTHON_ENGINE:
+                    if grid.with_draft_alone and has_draft and can.draft_alone:
                         cells.append(Cell(Mode.DRAFT, 0, temp, prompt, rep, **where))
                     cells += [Cell(Mode.SPECULATIVE, k, temp, prompt, rep, s, **where)
                               for s in grid.strategies for k in _ks(grid, s)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from gguf_bench.decoding.divergence import Identity, compare_greedy
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.errors import BenchError
+from gguf_bench.measure.capabilities import ENGINES
 from gguf_bench.measure.pair import LoadedPair
 from gguf_bench.measure.plan import Cell, Setting
 from gguf_bench.measure.prepared import PreparedPrompts
@@ -18,6 +19,12 @@ from gguf_bench.results.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecor
 
 class PythonEngine:
     name = PYTHON_ENGINE
+    capabilities = ENGINES[PYTHON_ENGINE]
+
+    @classmethod
+    def for_grid(cls, grid, files) -> PythonEngine:
+        """Nothing to check before a setting loads: the loop runs in this process."""
+        return cls()
 
     def open(self, setting: Setting, prompts: PreparedPrompts) -> PythonSession:
         return PythonSession(setting, prompts)

@@ -52,6 +52,7 @@ from gguf_bench.engines.rpc_link import links
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.engines.server_clients import Round, run_round
 from gguf_bench.errors import ConfigError
+from gguf_bench.measure.capabilities import ENGINES
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting
 from gguf_bench.measure.prepared import PreparedPrompts
@@ -141,6 +142,15 @@ class ServerEngine:
     """Finds and checks the binary once; then opens settings."""
 
     name = SERVER_ENGINE
+    capabilities = ENGINES[SERVER_ENGINE]
+
+    @classmethod
+    def for_grid(cls, grid: Grid, files: PairFiles) -> ServerEngine:
+        """The engine a grid needs, checked against the files and placements it will run."""
+        engine = cls(grid.server_bin, need_rpc=any(p.rpc for p in grid.placings))
+        engine.check_files(grid.strategies, files, grid.ks)
+        engine.check_placements(grid)
+        return engine
 
     def __init__(self, binary: Path | None = None, need_rpc: bool = False):
         """need_rpc: some setting has --rpc (the RPC build, unless --server-bin)."""

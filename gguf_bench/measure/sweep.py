@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import machine
+from gguf_bench.measure import capabilities, machine
 from gguf_bench.measure.engine import open_engine, run_unit
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
 from gguf_bench.measure.plan import SKIPPED, Grid, Plan, cells_done, expand
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.trackers import notes
-from gguf_bench.results.records import PYTHON_ENGINE, RunRecord
+from gguf_bench.results.records import RunRecord
 from gguf_bench.results.store import append_record, environment, exclusive, models_record, read_records
 
 
@@ -58,7 +58,8 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
     if note:
         events.note(note)
     machine.check_memory(files, grid)
-    for line in machine.check_placements(files, grid.placings, grid.placings_draft, PYTHON_ENGINE in grid.engines):
+    for line in machine.check_placements(files, grid.placings, grid.placings_draft,
+                                         any(capabilities.of(e).rpc_checked_here for e in grid.engines)):
         events.note(line)
     static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
     plan = expand(files, grid, static, skip)

@@ -46,9 +46,10 @@ class SlotCount:
 
 
 def slots_label(parallel, clients) -> str:
-    """'2 slots', '2 slots, 4 clients'."""
+    """'2 slots', '4 clients on 2 slots'."""
     n, c = int(parallel), int(clients) if pd.notna(clients) else int(parallel)
-    return f"{n} slot{'s' if n > 1 else ''}" + (f", {c} client{'s' if c > 1 else ''}" if c != n else "")
+    slots = f"{n} slot{'s' if n > 1 else ''}"
+    return slots if c == n else f"{c} client{'s' if c > 1 else ''} on {slots}"
 
 
 def maps(summary: pd.DataFrame) -> list[tuple[pd.Series, list[SlotCount], list[str]]]:
@@ -112,7 +113,7 @@ def _has(rows: pd.DataFrame, key: tuple) -> bool:
 
 
 def crossover(counts: list[SlotCount]) -> str:
-    """Where speculation stops paying: 'speculation pays up to 2 slots; from 4 slots on, the target alone'. Slot
+    """Where speculation stops paying: 'speculation pays up to 2 slots; at 4 slots and beyond, the target alone'. Slot
     counts with a row missing are left out of the verdict and named."""
     known = [c for c in counts if c.known]
     unknown = [c.label for c in counts if not c.known]
@@ -126,7 +127,7 @@ def crossover(counts: list[SlotCount]) -> str:
         return f"speculation pays at none of them: deploy the target alone{tail}"
     last = max(i for i, p in enumerate(pays) if p)
     if all(pays[: last + 1]):
-        return f"speculation pays up to {known[last].label}; from {known[last + 1].label} on, the target alone{tail}"
+        return f"speculation pays up to {known[last].label}; at {known[last + 1].label} and beyond, the target alone{tail}"
     return ("speculation pays at " + ", ".join(c.label for c in known if c.pays) + "; not at "
             + ", ".join(c.label for c in known if not c.pays) + tail)
 
@@ -137,8 +138,8 @@ def lines(summary: pd.DataFrame) -> list[str]:
     varying = [c for c in REST if c != "pair" and c in summary and summary[c].nunique(dropna=False) > 1]
     for first, counts, lacking in maps(summary):
         where = " · ".join(f"{FLAGS.get(c, c)} {first[c]}" for c in varying)
-        out.append(f"per slot count, {first['pair']}{f' ({where})' if where else ''}: the best speculative setting "
-                   "and its gain over the target alone at the same count")
+        out.append(f"{first['pair']}{f' ({where})' if where else ''} per slot count: the best speculative setting, "
+                   "its gain over the target alone there")
         out += [f"  {c.label}: {c.verdict}" for c in counts]
         out.append(f"  {crossover(counts)}")
         if lacking:
