@@ -38,6 +38,7 @@ from gguf_bench.measure.prompts import choose
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import resolve
 from gguf_bench.results import report as rep
+from gguf_bench.results import summary as summ
 from gguf_bench.results.records import RunRecord
 from gguf_bench.results.store import append_record, read_records
 
@@ -58,8 +59,8 @@ def measure(name: str, files, out: Path, **grid) -> list[RunRecord]:
 def types_table(records: list[RunRecord]) -> tuple[str, dict]:
     """Per type, its best size over the prompts: tokens/s, acceptance, tokens per round, gain; and that size's gain on
     each prompt (which type suits which workload)."""
-    df = rep.to_frame(records)
-    summary, by_prompt = rep.summarize(df), rep.summarize(df, by_prompt=True)
+    df = summ.to_frame(records)
+    summary, by_prompt = summ.summarize(df), summ.summarize(df, by_prompt=True)
     spec = summary[summary["mode"] == "speculative"]
     prompt_ids = list(dict.fromkeys(df["prompt_id"]))
     base = summary[summary["mode"] == "target"]["tokens_per_s"].iloc[0]
@@ -86,7 +87,7 @@ def _type_of(strategy: str) -> str:
 
 
 def concurrency_table(records: list[RunRecord]) -> str:
-    summary = rep.summarize(rep.to_frame(records))
+    summary = summ.summarize(summ.to_frame(records))
     lines = ["| clients = slots | run | aggregate tokens/s | per-request tokens/s | p95 latency s | acceptance | gain |",
              "|---:|---|---:|---:|---:|---:|---:|"]
     for _, r in summary.sort_values(["parallel", "mode"], ascending=[True, False]).iterrows():
@@ -190,8 +191,8 @@ def _serve_once(line: str, tokens: list[int], n: int) -> float:
 def deploy_check(out: Path, tokens: dict, n: int) -> str:
     """report's deploy line started from its text; each prompt once; tokens/s against the record's."""
     runs = [r for r in read_records(out) if isinstance(r, RunRecord) and r.config.parallel is None]
-    df = rep.to_frame(runs)
-    summary = deploy.with_deploy(rep.summarize(df), df, runs)
+    df = summ.to_frame(runs)
+    summary = deploy.with_deploy(summ.summarize(df), df, runs)
     best = summary[summary["deploy"].notna()].iloc[0]
     line = best["deploy"]
     speeds = [_serve_once(line, toks, n) for toks in tokens.values()]  # a new process per prompt, as the record's

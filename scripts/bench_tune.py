@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gguf_bench.results.report import summarize, to_frame
 from gguf_bench.results.store import read_records
+from gguf_bench.results.summary import summarize, to_frame
 
 
 def load_avg() -> str:

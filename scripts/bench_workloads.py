@@ -31,8 +31,8 @@ from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.files import no_progress
 from gguf_bench.models.pairs import resolve
-from gguf_bench.results import report as rep
 from gguf_bench.results import specbench
+from gguf_bench.results import summary as summ
 from gguf_bench.results.records import RunRecord
 from gguf_bench.results.store import append_record
 
@@ -85,12 +85,12 @@ def bench_pair(files, args, humaneval: list, spec: list, spec_label: str) -> Non
     common = {"n_predict": args.n, "threads": args.threads, "strategies": [Strategy()]}
     print(f"## {pair}: {files.target.name} + {files.draft.name}, greedy, n={args.n}, {args.threads} threads\n", flush=True)
     scan = measure(pair, files, out, ks=[int(k) for k in args.K.split(",")], prompts=humaneval[:3], **common)
-    summary = rep.summarize(rep.to_frame(scan))
+    summary = summ.summarize(summ.to_frame(scan))
     spec_rows = summary[summary["mode"] == "speculative"]
     k = int(spec_rows.loc[spec_rows["tokens_per_s"].idxmax(), "k"])
     print(f"\nbest K on {len(humaneval[:3])} HumanEval tasks: {k}\n", flush=True)
     runs = measure(pair, files, out, ks=[k], prompts=humaneval + spec, **common)
-    sb = specbench.frame(rep.to_frame(runs))
+    sb = specbench.frame(summ.to_frame(runs))
     print(f"\n{len(humaneval)} HumanEval tasks and {spec_label}, K={k}:\n\n{specbench.markdown(sb)}", flush=True)
     depths = [int(d) for d in args.depths.split(",")]
     prompt = [p for p in spec if p.category == args.depth_category][:1] or spec[:1]
@@ -114,7 +114,7 @@ def spec_bench(question_file: str | None, per_category: int) -> tuple[list, str]
 
 
 def depth_table(records: list[RunRecord]) -> str:
-    summary = rep.summarize(rep.to_frame(records))
+    summary = summ.summarize(summ.to_frame(records))
     lines = ["| depth | target alone tokens/s | speculative tokens/s | acceptance | τ | gain |", "|---:|---:|---:|---:|---:|---:|"]
     for depth, rows in summary.groupby("depth"):
         target = rows[rows["mode"] == "target"].iloc[0]

@@ -9,7 +9,7 @@ import json
 from gguf_bench.measure import deploy
 from gguf_bench.results import crossover
 from gguf_bench.results.records import parse
-from gguf_bench.results.report import summarize, to_frame
+from gguf_bench.results.summary import summarize, to_frame
 
 
 def rec(mode, tps, slots, k=0, rep=0, drafted=None, clients=None):

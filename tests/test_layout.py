@@ -123,6 +123,7 @@ def test_record_fields_are_read_by_name_only_in_the_records_module():
     containers = {f.name for cls in (records.RunRecord, records.EvalRecord, records.CalibrationRecord) for f in fields(cls)}
     containers |= {"identity", "divergence", "in_loop", "prompts"}
     allowed = {"gguf_bench.results.records", "gguf_bench.results.legacy", "gguf_bench.results.report", "gguf_bench.results.plots",
+               "gguf_bench.results.summary",  # pandas columns of the records' rows
                "gguf_bench.models.registry",  # the registry reads models.yaml (its "models" section), not records
                "gguf_bench.engines.llama_server", "gguf_bench.engines.server_clients",  # llama-server's JSON ("timings")
                "gguf_bench.results.specbench", "gguf_bench.measure.deploy",  # pandas columns of report's summary

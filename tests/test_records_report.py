@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from gguf_bench.cli.app import app
 from gguf_bench.results.plots import figure
 from gguf_bench.results.records import EvalRecord, Kind, Mode, OtherRecord, RunRecord, parse, to_dict
-from gguf_bench.results.report import load, rich_table, summarize, to_frame
+from gguf_bench.results.report import rich_table
+from gguf_bench.results.summary import load, summarize, to_frame
 
 runner = CliRunner()
 

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from gguf_bench.cli.app import app
 from gguf_bench.errors import ConfigError
 from gguf_bench.options import ALL_LAYERS, int_list, layer_list, layers, temperatures
-from gguf_bench.results.report import render, summarize, to_frame
+from gguf_bench.results.report import render
+from gguf_bench.results.summary import summarize, to_frame
 
 runner = CliRunner()
 

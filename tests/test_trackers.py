@@ -18,7 +18,8 @@ from gguf_bench.measure import trackers
 from gguf_bench.measure.trackers import energy, memory
 from gguf_bench.measure.trackers.nvml import open_nvml
 from gguf_bench.results.records import DeviceMemory, Energy, Mode, RunConfig, RunMetrics, RunRecord, parse, run_row, to_dict
-from gguf_bench.results.report import render, rich_table, summarize, to_frame
+from gguf_bench.results.report import render, rich_table
+from gguf_bench.results.summary import summarize, to_frame
 
 
 def zone(root: Path, name: str, label: str, energy_uj: int, max_uj: int) -> Path:

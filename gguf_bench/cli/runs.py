@@ -87,6 +87,7 @@ from gguf_bench.placing import Split, placing_axes
 from gguf_bench.results import crossover, specbench, tuning
 from gguf_bench.results import evals as evals_view
 from gguf_bench.results import report as rep
+from gguf_bench.results import summary as summ
 from gguf_bench.results.naming import results_path, run_path
 from gguf_bench.results.plots import check_plot, plot
 from gguf_bench.results.records import RunRecord, to_dict
@@ -166,8 +167,8 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
 
 def _show_runs(runs: list[RunRecord], title: str = "", deploy_lines: bool = True) -> None:
     """The report of these runs, as every command prints it."""
-    df = rep.to_frame(runs)
-    _show_summary(rep.summarize(df), df, runs, title, deploy_lines=deploy_lines)
+    df = summ.to_frame(runs)
+    _show_summary(summ.summarize(df), df, runs, title, deploy_lines=deploy_lines)
 
 
 def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host: bool = False,
@@ -185,7 +186,7 @@ def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host
 
 def _engines_side_by_side(summary, df) -> None:
     """With both engines in the results: each K's tokens/s in both, and whether their greedy texts agree."""
-    both = rep.engines_frame(summary)
+    both = summ.engines_frame(summary)
     if both is not None:
         console.print(fit_title(rep.engines_table(both, rep.greedy_agreement(df)), console.width))
 
@@ -374,19 +375,19 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     if plot_path:
         check_plot(plot_metric)
     keep = set((by or "").split(",")) - {""}
-    if keep - set(rep.BY):
-        raise BenchError(f"--by takes {' or '.join(rep.BY)}, got '{by}'")
-    loaded = rep.load(paths or [results_dir()], results_dir())
+    if keep - set(summ.BY):
+        raise BenchError(f"--by takes {' or '.join(summ.BY)}, got '{by}'")
+    loaded = summ.load(paths or [results_dir()], results_dir())
     if loaded.unreadable:
         err.print(f"Warning: skipped {len(loaded.unreadable)} unreadable line(s): {', '.join(loaded.unreadable[:5])}"
                   + (" ..." if len(loaded.unreadable) > 5 else ""), markup=False)
     if not loaded.runs and not loaded.evals and not loaded.calibrations:
         raise BenchError("no runs, evaluations or calibrations in these results"
                          + (" (every line was unreadable)" if loaded.unreadable else ""))
-    df = rep.to_frame(loaded.runs)
-    summary = rep.summarize(df, by_prompt=by_prompt or "prompt" in keep) if loaded.runs else None
+    df = summ.to_frame(loaded.runs)
+    summary = summ.summarize(df, by_prompt=by_prompt or "prompt" in keep) if loaded.runs else None
     if summary is not None:
-        summary = rep.with_predictions(summary, df, loaded.calibrations)
+        summary = summ.with_predictions(summary, df, loaded.calibrations)
     if spec_bench:
         return _spec_bench(df, fmt, output)
     if fmt and summary is None and not loaded.evals:  # calibrations alone

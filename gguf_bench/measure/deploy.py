@@ -27,7 +27,8 @@ from gguf_bench.placing import parse_label, split_label
 from gguf_bench.results.costmodel import Calibration
 from gguf_bench.results.crossover import candidates, slots_label
 from gguf_bench.results.records import Mode, RunRecord
-from gguf_bench.results.report import CONCURRENCY, SETTING, matching, row_label
+from gguf_bench.results.report import row_label
+from gguf_bench.results.summary import CONCURRENCY, SETTING, matching
 
 KEYS = SETTING + ["mode", "strategy", "k"]
 GROUP = ["pair", *CONCURRENCY]  # a deploy line per pair and slot count

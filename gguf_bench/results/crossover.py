@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from gguf_bench.results.report import _VARYING as FLAGS
-from gguf_bench.results.report import CONCURRENCY, SETTING, gain_decided, matching, row_label
+from gguf_bench.results.report import row_label
+from gguf_bench.results.summary import CONCURRENCY, SETTING, gain_decided, matching
 
 REST = [c for c in SETTING if c not in CONCURRENCY]  # what a crossover map keeps the same
 SPEC = ["strategy", "k"]  # one speculative setting

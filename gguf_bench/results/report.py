@@ -1,270 +1,50 @@
-"""Records -> pandas summaries -> rich tables, markdown/csv/json/jsonl, and a plot.
+"""Summaries (results/summary.py) -> rich tables, markdown/csv/json/jsonl: the report's rendering and its labels.
 
-Reads and writes no model. Gain % compares a row's mean tokens/s with the target-alone
-baseline measured under the same pair, offload, temperature, length and machine.
+Reads and writes no model; computes no figure: summary.py loads, aggregates and tests the gains.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from itertools import zip_longest
-from pathlib import Path
+from dataclasses import dataclass
 
 import pandas as pd
 from rich import box
 from rich.table import Table
-from scipy import stats
 
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results import evals as evals_view
-from gguf_bench.results.fields import Field, folds
+from gguf_bench.results.fields import Field
 from gguf_bench.results.records import (
     PYTHON_ENGINE,
     RUN_FIELDS,
     SERVER_ENGINE,
-    CalibrationRecord,
     EvalRecord,
-    OtherRecord,
-    RunRecord,
-    gain_pct,
-    parse,
-    read_file,
     run_label,
-    run_row,
+)
+from gguf_bench.results.summary import (
+    CONCURRENCY,
+    GAIN_LEVEL,
+    MAIN_SHARE,
+    NO_REASON,
+    OTHERS_CORES,
+    SETTING,
+    SIDE,
+    SPREAD,
+    gain_decided,
+    offload_label,
 )
 from gguf_bench.results.text import fit_title, number_text, speed_text
-from gguf_bench.results.tuning import predicted_frame
 
-CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
-CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
-SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", "placement", *CONTEXT, "depth", "temperature",
-           "n_predict"]  # a baseline
-# shares these (depth: tokens of context before the prompt)
-BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 FORMATS = ("md", "csv", "json", "jsonl")
-SPREAD = 0.25  # std/mean of a row's runs of one prompt above which they disagree too much to rank the row
-MAIN_SHARE = 0.75  # a CPU-only run whose generating thread got less of the wall time than this shared the CPU
-OTHERS_CORES = 0.25  # a run beside other processes that kept more than this many cores busy (on average) was disturbed
-
-
-@dataclass
-class Loaded:
-    runs: list[RunRecord] = field(default_factory=list)
-    evals: list[EvalRecord] = field(default_factory=list)
-    calibrations: list[CalibrationRecord] = field(default_factory=list)
-    others: list[OtherRecord] = field(default_factory=list)  # kinds of later versions
-    unreadable: list[str] = field(default_factory=list)  # 'FILE line N' of each line that is not a record
-
-
-def load(paths: list[Path], default_dir: Path) -> Loaded:
-    """Every record of the .jsonl files and folders given, split by kind."""
-    files: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            files += sorted(p.glob("*.jsonl"))
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise BenchError(f"results file {p} not found; `ls {default_dir}` shows stored sweeps")
-    if not files:
-        raise BenchError(f"no .jsonl results in {', '.join(map(str, paths))}; run `gguf-bench sweep` first")
-    out = Loaded()
-    for f in files:
-        records, bad = read_file(f)
-        out.unreadable += bad
-        for rec in records:
-            {RunRecord: out.runs, EvalRecord: out.evals, CalibrationRecord: out.calibrations,
-             OtherRecord: out.others}[type(rec)].append(rec)
-    return out
-
-
-def to_frame(records: list) -> pd.DataFrame:
-    """One row per run (records as RunRecord or stored dicts; other kinds are left out)."""
-    runs = [r if isinstance(r, RunRecord) else parse(r) for r in records]
-    return pd.DataFrame([run_row(r) for r in runs if isinstance(r, RunRecord)])
-
-
-def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
-    """Fold repetitions (and prompts, unless by_prompt) into mean and std; add gain % and best K (the best
-    speculative row across drafting strategies). `df` is to_frame's: every record upgraded to today's fields."""
-    if df.empty:
-        raise BenchError("no runs in these results")
-    setting = SETTING + (["prompt_id"] if by_prompt else [])
-    keys = setting + ["mode", "strategy", "k"]
-    for f in RUN_FIELDS:  # None where a record has no such figure: NaN, so they aggregate as numbers
-        if f.numeric:
-            df = df.assign(**{f.name: pd.to_numeric(df[f.name], errors="coerce")})
-    ok = df[df["error"].isna()]
-    failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
-    agg = ok.groupby(keys, dropna=False).agg(runs=("tokens_per_s", "size"), **folds(RUN_FIELDS))
-    agg = agg.drop(columns=[f.name for f in RUN_FIELDS if f.optional and f.fold and agg[f.name].isna().all()])
-    if df["twin"].any():  # a column only where a twin ran: files without one report as before
-        agg = agg.join(df.groupby(keys, dropna=False)["twin"].any())
-    agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(ok, keys))
-    agg = agg.join(_no_drafts(ok, keys)).reset_index()
-    agg["runs"] = agg["runs"].fillna(0).astype(int)
-    agg["failed"] = agg["failed"].fillna(0).astype(int)
-    gained = [f.name for f in RUN_FIELDS if f.gain and f.name in agg]  # other figures with a gain (tokens per joule)
-    base = agg[agg["mode"] == "target"][setting + ["tokens_per_s", "tokens_per_s_std", *gained]].rename(
-        columns={"tokens_per_s": "baseline_tokens_per_s", "tokens_per_s_std": "baseline_std",
-                 **{name: f"_baseline_{name}" for name in gained}})
-    tests = gain_tests(ok, setting, keys)
-    agg = agg.merge(base, on=setting, how="left").merge(tests.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
-    agg["gain_pct"] = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"]).where(agg["no_drafts"].isna())
-    for name in gained:
-        agg[f"{name}_gain_pct"] = gain_pct(agg[name], agg.pop(f"_baseline_{name}")).where(agg["no_drafts"].isna())
-    agg["unreliable"] = agg.apply(_unreliable, axis=1)
-    flagged = agg.groupby(setting, dropna=False)["unreliable"].transform(lambda s: bool((s != "").any()))
-    agg["best_k"] = False
-    spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna() & ~flagged]  # no best among unreliable rows
-    if "twin" in agg:  # nor among twins': their K is fast or slow by the acceptance of synthetic weights
-        spec = spec[spec["twin"] != True]  # noqa: E712
-    spec = spec[spec.groupby(setting, dropna=False)["k"].transform("size") > 1]  # a choice of K to make
-    spec = spec[spec["no_drafts"].isna()]  # never a row that drafted nothing
-    if agg["no_drafts"].isna().all():  # a column only where some row drafted nothing: other files report as before
-        agg = agg.drop(columns="no_drafts")
-    if not spec.empty:
-        agg.loc[spec.groupby(setting, dropna=False)["tokens_per_s"].idxmax(), "best_k"] = True
-    agg["_order"] = agg["mode"].map({"target": 0, "draft": 1, "speculative": 2})
-    agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
-    agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
-    return without_twin_quality(agg.drop(columns=["_order", "_default"]).reset_index(drop=True))
-
-
-def matching(frame: pd.DataFrame, row: pd.Series, keys: Sequence[str]) -> pd.Series:
-    """Which rows of `frame` equal `row` on every key both have (two missing values are equal)."""
-    match = pd.Series(True, index=frame.index)
-    for k in keys:
-        if k in frame and k in row.index:
-            match &= (frame[k] == row[k]) | (frame[k].isna() & pd.isna(row[k]))
-    return match
-
-
-NO_REASON = "its drafter proposed no token"  # a row that drafted nothing, of records without a reason
-GAIN_LEVEL = 0.05  # a gain counts where Welch's t-test puts p below this (95%): gain_tests
-
-
-def _no_drafts(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """Per speculative setting whose runs drafted no token at all: why (the runs' own reason, measure/proof.py); None
-    for the others. Such a row measured the target alone under another name."""
-    drafted = pd.to_numeric(ok.get("drafted", pd.Series(None, index=ok.index)), errors="coerce")
-    why = ok.get("no_drafts", pd.Series(None, index=ok.index, dtype=object))
-    rows = ok.assign(_drafted=drafted, _why=why).groupby(keys, dropna=False)
-    total = rows["_drafted"].sum(min_count=1)
-    none = (total.index.get_level_values("mode") == "speculative") & (total == 0)
-    reason = rows["_why"].first().fillna(NO_REASON)
-    return reason.where(none).rename("no_drafts")
-
-
-def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataFrame:
-    """Per speculative row (keys), `gain_p`: Welch's two-sided t-test (scipy) of its runs against its target alone's,
-    each run's tokens/s divided by the target alone's mean on the same prompt (so that prompts of different speeds
-    are not taken for noise). NaN where no test is possible: a prompt run fewer than twice by either row (one
-    repetition), or no target alone."""
-    alone = ok[ok["mode"] == "target"]
-    out = []
-    for _, rows in ok[ok["mode"] == "speculative"].groupby(keys, dropna=False):
-        first = rows.iloc[0]
-        base = alone[matching(alone, first, setting) & alone["prompt_id"].isin(rows["prompt_id"])]
-        out.append({**{k: first[k] for k in keys}, "gain_p": _welch(rows, base)})
-    return pd.DataFrame(out, columns=[*keys, "gain_p"])
-
-
-def _welch(spec: pd.DataFrame, alone: pd.DataFrame) -> float:
-    """Welch's t-test p-value of the two rows' runs, each over its prompt's target-alone mean; NaN where a prompt has
-    fewer than 2 runs in either row; 1 where both rows' runs are all equal (nothing to tell apart)."""
-    counts = [group.groupby("prompt_id").size() for group in (spec, alone)]
-    if any(c.empty or c.min() < 2 for c in counts) or set(counts[0].index) != set(counts[1].index):
-        return float("nan")
-    means = alone.groupby("prompt_id")["tokens_per_s"].mean()
-    ratios = [group["tokens_per_s"] / group["prompt_id"].map(means) for group in (spec, alone)]
-    p = stats.ttest_ind(*ratios, equal_var=False).pvalue
-    return 1.0 if pd.isna(p) else float(p)
-
-
-def gain_decided(row: pd.Series) -> bool | None:
-    """Whether a row's gain is told apart from zero (Welch's t-test at 95%); None where no test was possible."""
-    p = row.get("gain_p")
-    return None if p is None or pd.isna(p) else bool(p < GAIN_LEVEL)
-
-
-def _draft_lengths(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """Per setting, the rounds per draft length summed over its runs (a list: index = tokens drafted); None where
-    no run counted them (the target or draft alone, files written before the counts, the server engine)."""
-    def summed(histograms: pd.Series):
-        lists = [h for h in histograms if isinstance(h, list)]
-        return [sum(c) for c in zip_longest(*lists, fillvalue=0)] if lists else None
-    column = ok["draft_lengths"] if "draft_lengths" in ok else pd.Series(None, index=ok.index, dtype=object)
-    return ok.assign(draft_lengths=column).groupby(keys, dropna=False)["draft_lengths"].agg(summed)
 
 
 def rounds_by_length(counts) -> str:
     """'0:12 1:3 4:20': the draft lengths that occurred, with their rounds."""
     return " ".join(f"{n}:{c}" for n, c in enumerate(counts) if c) if isinstance(counts, list) else ""
-
-
-def _spread(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """Per setting, how far its runs of the same prompt disagree: the pooled coefficient of variation of each run's
-    tokens/s about its own prompt's mean (NaN where no prompt ran twice). Different prompts run at different speeds by
-    nature (a code edit drafts better than an open question), so runs pooled across prompts say nothing of noise."""
-    by_prompt = ok.groupby(keys + ([] if "prompt_id" in keys else ["prompt_id"]), dropna=False)["tokens_per_s"]
-    n = by_prompt.transform("size")
-    runs = pd.DataFrame({"sq": (ok["tokens_per_s"] / by_prompt.transform("mean") - 1) ** 2,
-                         "dof": (n - 1) / n}, index=ok.index)  # a prompt's n runs carry n - 1 degrees of freedom
-    sums = runs.join(ok[keys]).groupby(keys, dropna=False)[["sq", "dof"]].sum()
-    return ((sums["sq"] / sums["dof"].where(sums["dof"] > 0)) ** 0.5).rename("spread")
-
-
-def _unreliable(row: pd.Series) -> str:
-    """Why a row cannot be trusted: 'spread' (its runs of one prompt disagree: see _spread), 'busy' (the machine had other
-    work: other processes kept more than OTHERS_CORES cores busy during one of its runs, or on a CPU-only run the
-    generating thread got less than MAIN_SHARE of the wall time), both comma-joined, or ''. Records written before
-    the others' CPU time was measured are judged by their load average against the cores, as they were then."""
-    why = []
-    if pd.notna(row["spread"]) and row["spread"] > SPREAD:
-        why.append("spread")
-    cpu_only = all(part.strip().startswith("0/") for part in offload_label(row).split("+"))
-    others = row["others_cores"] > OTHERS_CORES if pd.notna(row["others_cores"]) else (
-        pd.notna(row["load1"]) and pd.notna(row["cpu_count"]) and row["load1"] > row["cpu_count"])
-    if (others or (cpu_only and pd.notna(row["main_cpu_share"]) and row["main_cpu_share"] < MAIN_SHARE)):
-        why.append("busy")
-    return ",".join(why)
-
-
-def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, calibrations: list[CalibrationRecord]) -> pd.DataFrame:
-    """Add `predicted_tokens_per_s` (and `predicted_gain_pct`) from stored `tune` calibrations to the rows
-    they predict: the target alone and the draft model with a fixed K, under the same pair, host, offload,
-    temperature and length, and only where the runs used the calibration's prompts (a prediction for other
-    prompts predicts other text). Rows without a prediction get NaN; no calibration, or a summary kept
-    apart by prompt (a calibration predicts the mean over its prompts): `summary` unchanged."""
-    pred = predicted_frame(calibrations) if calibrations else None
-    if pred is None or pred.empty or "prompt_id" in summary.columns:
-        return summary
-    setting = [c for c in SETTING if c in pred.columns]  # a calibration runs with llama.cpp's default context settings
-    default = pd.Series(True, index=df.index)
-    for col, value in CONTEXT_DEFAULTS.items():
-        if col in df.columns:
-            default &= df[col] == value
-    prompts = df[default].groupby(setting, dropna=False)["prompt_id"].agg(lambda ids: ",".join(sorted(set(map(str, ids)))))
-    pred = pred.assign(prompts=pred["prompts"].map(lambda p: ",".join(sorted(p.split(",")))))
-    pred = pred.merge(prompts.rename("measured_prompts").reset_index(), on=setting, how="inner")
-    pred = pred[pred["prompts"] == pred["measured_prompts"]]
-    spec = pred.assign(mode="speculative", strategy="draft")[setting + ["mode", "strategy", "k", "predicted_tokens_per_s",
-                                                                        "predicted_gain_pct"]]
-    base = (pred.drop_duplicates(setting)[setting + ["predicted_baseline_tokens_per_s"]]
-            .rename(columns={"predicted_baseline_tokens_per_s": "predicted_tokens_per_s"})
-            .assign(mode="target", strategy="", k=0, predicted_gain_pct=float("nan"))[spec.columns])
-    keys = setting + ["mode", "strategy", "k"]
-    both = pd.concat([spec, base], ignore_index=True).assign(**CONTEXT_DEFAULTS)  # predicted for the default settings only
-    keys += [c for c in CONTEXT_DEFAULTS if c in summary]
-    out = summary.merge(both.astype({c: summary[c].dtype for c in keys if c in summary})[keys + ["predicted_tokens_per_s",
-                                                                                          "predicted_gain_pct"]],
-                        on=keys, how="left")
-    return out if out["predicted_tokens_per_s"].notna().any() else summary
 
 
 # --- labels and numbers ---------------------------------------------------------------------
@@ -291,25 +71,8 @@ TWIN_NOTE = ("synthetic weights with the real model's shapes (gguf-bench twin): 
              "and text are not, so they are left out")
 
 
-def without_twin_quality(summary: pd.DataFrame) -> pd.DataFrame:
-    """The summary with the speculative rows of twins stripped of acceptance, tokens per round and gain: a twin's
-    draft accepts by chance, and no figure of a twin is shown as the real model's."""
-    if "twin" not in summary:
-        return summary
-    spec = (summary["twin"] == True) & (summary["mode"] == "speculative")  # noqa: E712 (NaN where no twin ran)
-    return summary.assign(**{c: summary[c].where(~spec) for c in ("acceptance", "tokens_per_round", "gain_pct")})
-
-
 def _stem(name) -> str:
     return str(name).removesuffix(".gguf")
-
-
-def offload_label(row: pd.Series) -> str:
-    if row["mode"] == "target":
-        return str(row["target_offload"])
-    if row["mode"] == "draft":
-        return str(row["draft_offload"])
-    return f"{row['target_offload']} + {row['draft_offload']}"
 
 
 def _tps(row: pd.Series) -> str:
@@ -457,24 +220,6 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
 
 
 # --- engines side by side -------------------------------------------------------------------
-
-SIDE = ["pair", "host", "ngl", "ngld", "placement", *CONTEXT, "depth", "temperature", "n_predict"]  # both engines' rows
-# must share these
-
-
-def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
-    """Per setting and run (target alone, each strategy and K): both engines' tokens/s, acceptance and gain over their
-    own target alone, and which K is each engine's best; None unless the summary holds both engines."""
-    if summary.get("engine", pd.Series(dtype=str)).nunique() < 2:
-        return None
-    rows = summary[summary["mode"] != "draft"]
-    keys = SIDE + ["mode", "strategy", "k"]
-    cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k"]
-    py = rows[rows["engine"] == PYTHON_ENGINE][keys + cols]
-    srv = rows[rows["engine"] == SERVER_ENGINE][keys + cols]
-    both = py.merge(srv, on=keys, how="outer", suffixes=("_python", "_server"))
-    both["ratio"] = both["tokens_per_s_python"] / both["tokens_per_s_server"]
-    return both.sort_values(keys, key=lambda c: c.map({"target": 0, "speculative": 1}) if c.name == "mode" else c)
 
 
 def engines_table(both: pd.DataFrame, agreement: list[str]) -> Table:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pandas as pd
 from rich.table import Table
 
-from gguf_bench.results.report import SETTING, matching, row_label, summarize
+from gguf_bench.results.report import row_label
+from gguf_bench.results.summary import SETTING, matching, summarize
 from gguf_bench.results.text import columns_width, number_text, spaced_layout
 
 KEYS = [*SETTING, "strategy", "k"]
