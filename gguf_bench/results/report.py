@@ -222,47 +222,61 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
 # --- engines side by side -------------------------------------------------------------------
 
 
+ENGINE_TITLES = {PYTHON_ENGINE: "python loop", SERVER_ENGINE: "llama-server"}  # the side-by-side title's names
+ENGINE_SHORT = {SERVER_ENGINE: "srv", PYTHON_ENGINE: "py"}  # the ratio's and the acc/gain columns' (else the name)
+
+
+def _short(engine: str) -> str:
+    return ENGINE_SHORT.get(engine, engine)
+
+
 def engines_table(both: pd.DataFrame, agreement: list[str]) -> Table:
-    """The side-by-side table (engines_frame) and, under it, whether the two engines' greedy texts agree."""
+    """The side-by-side table (summary.engines_frame) and, under it, whether the two engines' greedy texts agree."""
+    first, second = both.attrs["engines"]
+    a, b = _short(first), _short(second)
     varying = [c for c in SIDE if both[c].nunique(dropna=False) > 1]
     fixed = [f"{both['pair'].iloc[0]}"] if "pair" not in varying else []
     fixed += [f"T={number_text(both['temperature'].iloc[0], '{:g}')}"] if "temperature" not in varying else []
     fixed += [f"n={both['n_predict'].iloc[0]}"] if "n_predict" not in varying else []
-    table = Table(title=" · ".join(["python loop vs llama-server (tokens/s)", *fixed]),
-                  caption="\n".join(["py/srv: python over server · gain: over the same engine's target alone · ★ that "
-                                      "engine's best K", *agreement]),
+    title = f"{ENGINE_TITLES.get(first, first)} vs {ENGINE_TITLES.get(second, second)} (tokens/s)"
+    table = Table(title=" · ".join([title, *fixed]),
+                  caption="\n".join([f"{a}/{b}: {first} over {second} · gain: over the same engine's target alone · ★ "
+                                     "that engine's best K", *agreement]),
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left", caption_justify="left")
-    for name in [_VARYING.get(c, c) for c in varying] + ["run", "python", "server", "py/srv", "acc py", "acc srv",
-                                                         "gain py", "gain srv"]:
+    for name in [_VARYING.get(c, c) for c in varying] + ["run", first, second, f"{a}/{b}", f"acc {a}", f"acc {b}",
+                                                         f"gain {a}", f"gain {b}"]:
         table.add_column(name, justify="left" if name in ("run", "pair", "host") else "right", no_wrap=True)
     for _, r in both.iterrows():
         gain = [("" if r["mode"] == "target" else number_text(r[f"gain_pct_{e}"], "{:+.1f}%"))
-                + (" ★" if r[f"best_k_{e}"] is True else "") for e in ("python", "server")]
-        table.add_row(*[str(r[c]) for c in varying], row_label(r), speed_text(r["tokens_per_s_python"]),
-                      speed_text(r["tokens_per_s_server"]), number_text(r["ratio"], "{:.2f}"),
-                      number_text(r["acceptance_python"], "{:.1%}"), number_text(r["acceptance_server"], "{:.1%}"), *gain)
+                + (" ★" if r[f"best_k_{e}"] is True else "") for e in (first, second)]
+        table.add_row(*[str(r[c]) for c in varying], row_label(r), speed_text(r[f"tokens_per_s_{first}"]),
+                      speed_text(r[f"tokens_per_s_{second}"]), number_text(r["ratio"], "{:.2f}"),
+                      number_text(r[f"acceptance_{first}"], "{:.1%}"), number_text(r[f"acceptance_{second}"], "{:.1%}"),
+                      *gain)
     return table
 
 
 def greedy_agreement(df: pd.DataFrame) -> list[str]:
-    """For each setting and prompt measured greedily by both engines: whether the target alone's text is the same in
-    both (the first repetition), else where they part."""
+    """For each setting and prompt measured greedily by two engines (the first two names in sorted order, as
+    summary.engines_frame compares): whether the target alone's text is the same in both (the first repetition), else
+    where they part."""
     if "text" not in df.columns or "greedy" not in df.columns or df.get("engine", pd.Series(dtype=str)).nunique() < 2:
         return []
+    first, second = sorted(df["engine"].dropna().unique())[:2]
     rows = df[(df["mode"] == "target") & df["greedy"].astype(bool) & df["error"].isna() & (df["repetition"] == 0)]
     out = []
     for key, group in rows.groupby([c for c in SIDE if c in rows] + ["prompt_id"], dropna=False):
         texts = {e: g["text"].iloc[0] for e, g in group.groupby("engine")}
-        if len(texts) < 2 or any(t is None for t in texts.values()):
+        if texts.get(first) is None or texts.get(second) is None:
             continue
-        a, b = texts[PYTHON_ENGINE], texts[SERVER_ENGINE]
+        a, b = texts[first], texts[second]
         prompt = key[-1]
         if a == b:
             out.append(f"greedy text, {prompt}: identical in both engines ({len(a)} characters)")
         else:
             at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             out.append(f"greedy text, {prompt}: the engines part at character {at} of {max(len(a), len(b))} "
-                       f"(python {a[at:at + 20]!r} vs server {b[at:at + 20]!r})")
+                       f"({first} {a[at:at + 20]!r} vs {second} {b[at:at + 20]!r})")
     return out
 
 

@@ -18,9 +18,7 @@ from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results.fields import folds
 from gguf_bench.results.records import (
-    PYTHON_ENGINE,
     RUN_FIELDS,
-    SERVER_ENGINE,
     CalibrationRecord,
     EvalRecord,
     OtherRecord,
@@ -274,15 +272,21 @@ SIDE = ["pair", "host", "ngl", "ngld", "placement", *CONTEXT, "depth", "temperat
 
 
 def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
-    """Per setting and run (target alone, each strategy and K): both engines' tokens/s, acceptance and gain over their
-    own target alone, and which K is each engine's best; None unless the summary holds both engines."""
-    if summary.get("engine", pd.Series(dtype=str)).nunique() < 2:
+    """Per setting and run (target alone, each strategy and K): two engines' tokens/s, acceptance and gain over their
+    own target alone, and which K is each engine's best; None unless the summary holds two engines. The first two
+    engine names in sorted order are compared (python and server: the python loop first); `attrs["engines"]` names
+    them, and each figure's column ends in its engine's name."""
+    names = sorted(summary.get("engine", pd.Series(dtype=str)).dropna().unique())
+    if len(names) < 2:
         return None
+    first, second = names[:2]
     rows = summary[summary["mode"] != "draft"]
     keys = SIDE + ["mode", "strategy", "k"]
     cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k"]
-    py = rows[rows["engine"] == PYTHON_ENGINE][keys + cols]
-    srv = rows[rows["engine"] == SERVER_ENGINE][keys + cols]
-    both = py.merge(srv, on=keys, how="outer", suffixes=("_python", "_server"))
-    both["ratio"] = both["tokens_per_s_python"] / both["tokens_per_s_server"]
-    return both.sort_values(keys, key=lambda c: c.map({"target": 0, "speculative": 1}) if c.name == "mode" else c)
+    a = rows[rows["engine"] == first][keys + cols]
+    b = rows[rows["engine"] == second][keys + cols]
+    both = a.merge(b, on=keys, how="outer", suffixes=(f"_{first}", f"_{second}"))
+    both["ratio"] = both[f"tokens_per_s_{first}"] / both[f"tokens_per_s_{second}"]
+    both = both.sort_values(keys, key=lambda c: c.map({"target": 0, "speculative": 1}) if c.name == "mode" else c)
+    both.attrs["engines"] = (first, second)
+    return both
