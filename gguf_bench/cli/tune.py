@@ -9,9 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from gguf_bench import options
 from gguf_bench.cli.app import command, console, err
@@ -53,19 +50,20 @@ from gguf_bench.models.pairs import PairFiles, header_sources
 from gguf_bench.models.twin import twin_folder
 from gguf_bench.placing import Split, placing_axes
 from gguf_bench.results import server_tuning
-from gguf_bench.results.costmodel import DEFAULT_REPS, recommend
+from gguf_bench.results.costmodel import DEFAULT_REPS
 from gguf_bench.results.plots import check_plot, plot_tune
-from gguf_bench.results.report import strategy_heading
 from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
-from gguf_bench.results.text import columns_width, fit_title, number_text, spaced_layout, speed_text
+from gguf_bench.results.text import fit_title
 from gguf_bench.results.tuning import (
-    acceptance_rows,
     acceptance_table,
+    as_json,
+    check_table,
+    components_line,
     cost_outlook_lines,
-    cost_outlook_rows,
-    prediction_rows,
+    prediction_table,
     recommendation_line,
     tune_strategies,
+    twin_json,
 )
 
 
@@ -168,10 +166,10 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                                 (None, f"twins are not files to deploy: `gguf-bench tune {tuned.job.real_pair}` on the real "
                                        "files prints the command line"))
     if json_out:
-        doc = _json(files.name, out, calibrations, predicted, checked, outlooks) | {"deploy": deploy_line,
+        doc = as_json(files.name, out, calibrations, predicted, checked, outlooks) | {"deploy": deploy_line,
                                                                                      "deploy_note": deploy_note}
         if tuned.job.real_pair:
-            doc |= _twin_json(tuned, alphas)
+            doc |= twin_json(tuned, alphas)
         sys.stdout.write(json.dumps(doc, default=str) + "\n")
     else:
         for cal in calibrations:
@@ -203,7 +201,7 @@ def _twin_only(tuned, alphas: list[float], json_out: bool) -> None:
     """Twins whose pair's acceptance was never measured: tokens/s at the named rates, and how to learn the real one."""
     real = tuned.job.real_pair
     if json_out:
-        sys.stdout.write(json.dumps({"pair": tuned.job.files.name, "results": str(tuned.job.out)} | _twin_json(tuned, alphas),
+        sys.stdout.write(json.dumps({"pair": tuned.job.files.name, "results": str(tuned.job.out)} | twin_json(tuned, alphas),
                                     default=str) + "\n")
         return
     _twin_lines(tuned, alphas)
@@ -222,93 +220,6 @@ def _twin_lines(tuned, alphas: list[float]) -> None:
                   + (f"; acceptance {source}" if source else ""), markup=False)
 
 
-def _twin_json(tuned, alphas: list[float]) -> dict:
-    return {"twin_of": tuned.job.real_pair, "acceptance_from": tuned.calibrations[0].acceptance_from or None,
-            "at_acceptance": [row for cal in tuned.calibrations for row in acceptance_rows(cal, alphas)]}
-
-
-def prediction_table(cal, strategies: list, top_cal, top, width: int = 80) -> Group:
-    """One row per K: why it is fast or slow (acceptance, draft and verify cost) and the prediction of
-    each strategy (with one strategy, its tokens per round and round time too). Fits `width` without wrapping a
-    cell: the gaps narrow first, then verify × and K·c go (never K or a prediction)."""
-    tm = cal.timings
-    base = cal.predict(min(cal.ks)).baseline_tokens_per_s
-    one = len(strategies) == 1
-    by_k: dict[int, list] = {}
-    for p in cal.predictions(strategies):
-        by_k.setdefault(p.k, []).append(p)
-    columns: dict[str, list[str]] = {
-        "K": [str(k) for k in by_k], "a_K": [number_text(cal.a[k - 1] if k <= len(cal.a) else None, "{:.0%}") for k in by_k],
-        "K·c": [number_text(k * tm.draft_cost_ratio()) for k in by_k], "verify ×": [number_text(tm.verify_curve()[k]) for k in by_k]}
-    if one:
-        columns |= {"tok/round": [], "ms/round": [], "tokens/s": [], "gain %": []}
-    else:
-        columns |= {strategy_heading(st): [] for st in strategies}
-    for k, preds in by_k.items():
-        labels = {p.strategy: p for p in preds}
-        for st in strategies:
-            p = labels.get(st.label(k))
-            star = " ★" if p is not None and p == top and cal is top_cal else ""
-            if one:
-                cells = ["–"] * 4 if p is None else [number_text(p.tokens_per_round), number_text(p.round_ms, "{:.1f}"),
-                                                     speed_text(p.tokens_per_s) + star, number_text(p.gain_pct, "{:+.1f}")]
-                for name, cell in zip(("tok/round", "ms/round", "tokens/s", "gain %"), cells):
-                    columns[name].append(cell)
-            else:
-                columns[strategy_heading(st)].append("–" if p is None else
-                                                     f"{speed_text(p.tokens_per_s)} ({number_text(p.gain_pct, '{:+.0f}')}%){star}")
-    for optional in ("verify ×", "K·c"):  # too wide even with one space between columns
-        if columns_width(columns, 1) <= width:
-            break
-        columns.pop(optional)
-    legend = (["a_K: acceptance of draft position K once reached"]
-              + (["K·c: a round's draft cost in target decodes"] if "K·c" in columns else [])
-              + (["verify ×: t_verify(K+1)/t_verify(1)"] if "verify ×" in columns else []) + _strategies_caption(strategies))
-    table = Table(title=f"tune {cal.pair}, {cal.setting}: predicted tokens/s (greedy, n={cal.n_predict}, "
-                        f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone {speed_text(base)})",
-                  **spaced_layout(columns, width))
-    for col in columns:
-        table.add_column(col, justify="right", no_wrap=True)
-    for k, cells in zip(by_k, zip(*columns.values())):
-        table.add_row(*cells, style="bold" if cal is top_cal and top in by_k[k] else None)
-    return Group(table, Text("\n".join(legend)))  # a line each: a caption would wrap at the table's width
-
-
-def _strategies_caption(strategies: list) -> list[str]:
-    if len(strategies) == 1:
-        return []
-    ngram = next((st for st in strategies if st.spec_type == "ngram"), None)
-    return (["cells: tokens/s (gain %)", "h<=C: heuristic K from K up to C"]
-            + ([f"ngram: lookup of {ngram.ngram_min}-{ngram.ngram_max} tokens"] if ngram else []))
-
-
-def components_line(cal) -> str:
-    """The measured parts the prediction is built from."""
-    tm = cal.timings
-    return (f"measured: target t_verify(1) {1000 * tm.t_target:.2f} ms, draft {1000 * tm.t_draft:.2f} ms "
-            f"(c = {tm.draft_cost_ratio():.3f}; 2-token catch-up {1000 * tm.t_draft2:.2f} ms), round overhead "
-            f"{1000 * tm.round_overhead:.2f} ms")
-
-
-def check_table(rows: list[dict], top_k: int | None, width: int = 80) -> Group:
-    """Predicted beside measured for the K --check ran; ★ beside the recommended K (none when the target alone is)."""
-    columns: dict[str, list[str]] = {"K": [], "predicted tok/s": [], "measured tok/s": [], "error %": [], "gain %": [],
-                                     "runs": []}
-    for r in rows:
-        label = r.get("strategy") or ("target alone" if r["k"] == 0 else f"{r['k']}" + (" ★" if r["k"] == top_k else ""))
-        for name, cell in zip(columns, (label, number_text(r["predicted_tokens_per_s"]), number_text(r["measured_tokens_per_s"]),
-                                        number_text(r["error_pct"], "{:+.1f}"), number_text(r["measured_gain_pct"], "{:+.1f}"),
-                                        str(r["runs"]))):
-            columns[name].append(cell)
-    table = Table(title="--check: predicted against measured (mean over prompts, as sweep measures)",
-                  **spaced_layout(columns, width))
-    for col in columns:
-        table.add_column(col, justify="right", no_wrap=True)
-    for cells in zip(*columns.values()):
-        table.add_row(*cells)
-    return Group(table, Text("gain %: measured, over the target alone measured"))
-
-
 def _deploy(files, strategies: list, rec, cost_top, ctx_size: int, threads: int | None) -> tuple[str | None, str]:
     """The llama-server command for the recommendation, or None, and what to say of it (it is a prediction)."""
     if cost_top is not None:
@@ -320,29 +231,6 @@ def _deploy(files, strategies: list, rec, cost_top, ctx_size: int, threads: int 
         return None, f"llama-server drafts a fixed K and cannot run {top.strategy}"
     line = deploy.setting_line(files, strategy, top.k if top else 0, cal, ctx_size, threads)
     return line, "predicted, not measured: check it with `gguf-bench sweep --engine server`"
-
-
-def _json(pair: str, out: Path, calibrations: list, strategies: list, checked: list[dict] | None, outlooks: list) -> dict:
-    rows = prediction_rows(calibrations, strategies)
-    rec = recommend(calibrations, strategies)
-    cost = cost_outlook_rows(outlooks, rec)
-    top = (max((r for r in cost if r["recommended"]), key=lambda r: r["predicted_tokens_per_s"], default=None)
-           or next((r for r in rows if r["best"]), None) or {  # no K beats the target alone: run it alone
-               "k": 0, "ngl": rec.cal.ngl, "ngld": None, "strategy": "run the target alone",
-               "predicted_tokens_per_s": rec.baseline_tokens_per_s, "predicted_gain_pct": 0.0})
-    if "k_cap" in top:  # the cost schedule: its cap is the -K to run it with
-        top = dict(top, k=top["k_cap"])
-    doc = {"pair": pair, "results": str(out),
-           "settings": [{"ngl": c.ngl, "ngld": c.ngld, "t_target_s": c.timings.t_target, "t_draft_s": c.timings.t_draft,
-                         "t_draft2_s": c.timings.t_draft2, "draft_cost_ratio": c.timings.draft_cost_ratio(),
-                         "verify_curve": c.timings.verify_curve(), "round_overhead_s": c.timings.round_overhead,
-                         "a": list(c.a)} for c in calibrations],
-           "rows": rows,
-           "best": {key: top[key] for key in ("k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct")}}
-    doc["cost_schedule"] = cost  # --k-schedule cost against the best fixed K (predicted for n-gram drafting only)
-    if checked is not None:
-        doc["check"] = checked
-    return doc
 
 
 def _server_options(engine: str, ngls: str, nglds: str, parallel: int | None, depth: int, k_schedules: str,

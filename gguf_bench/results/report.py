@@ -13,7 +13,6 @@ import pandas as pd
 from rich import box
 from rich.table import Table
 
-from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results import evals as evals_view
@@ -497,8 +496,3 @@ def render(summary: pd.DataFrame, fmt: str) -> str:
     if fmt == "jsonl":
         return "".join(json.dumps(rec, default=str) + "\n" for rec in json.loads(summary.to_json(orient="records")))
     raise BenchError(f"unknown format '{fmt}'; choose from {', '.join(FORMATS)}")
-
-
-def strategy_heading(st: Strategy) -> str:
-    """A column heading in `tune`'s table: the strategy without its K ('draft', 'ngram h<=16')."""
-    return st.spec_type + (f" h<={st.k_cap}" if st.k_schedule == "heuristic" else "")
