@@ -162,7 +162,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     files, out, ctx_size = tuned.job.files, tuned.job.out, tuned.job.ctx_size
     calibrations, top_cal, top, rec = tuned.calibrations, tuned.top_cal, tuned.top, tuned.rec
     outlooks, cost_top, checked, check_top = tuned.outlooks, tuned.cost_top, tuned.checked, tuned.check_top
-    deploy_line, deploy_note = (_deploy(files, predicted, rec, cost_top, ctx_size, threads) if not tuned.job.real_pair else
+    deploy_line, deploy_note = (deploy.tuned_line(files, predicted, rec, cost_top, ctx_size, threads) if not tuned.job.real_pair else
                                 (None, f"twins are not files to deploy: `gguf-bench tune {tuned.job.real_pair}` on the real "
                                        "files prints the command line"))
     if json_out:
@@ -218,19 +218,6 @@ def _twin_lines(tuned, alphas: list[float]) -> None:
     source = tuned.calibrations[0].acceptance_from
     console.print(f"twins: timings from twins of {tuned.job.real_pair} (its headers, synthetic weights)"
                   + (f"; acceptance {source}" if source else ""), markup=False)
-
-
-def _deploy(files, strategies: list, rec, cost_top, ctx_size: int, threads: int | None) -> tuple[str | None, str]:
-    """The llama-server command for the recommendation, or None, and what to say of it (it is a prediction)."""
-    if cost_top is not None:
-        return None, ("llama-server has no cost schedule; measure its n-gram types with `gguf-bench sweep --engine "
-                      "server --spec-type ngram-simple,ngram-mod` before deploying")
-    top, cal = (rec.fastest, rec.fastest_cal) if rec.speculative else (None, rec.baseline_cal)
-    strategy = next((s for s in strategies if top is not None and s.label(top.k) == top.strategy), None)
-    if top is not None and (strategy is None or strategy.k_schedule != "fixed"):
-        return None, f"llama-server drafts a fixed K and cannot run {top.strategy}"
-    line = deploy.setting_line(files, strategy, top.k if top else 0, cal, ctx_size, threads)
-    return line, "predicted, not measured: check it with `gguf-bench sweep --engine server`"
 
 
 def _server_options(engine: str, ngls: str, nglds: str, parallel: int | None, depth: int, k_schedules: str,

@@ -144,6 +144,20 @@ def setting_line(files: PairFiles, strategy: Strategy | None, k: int, cal: Calib
     return _shell(deploy_argv(launch.argv(), *layers))
 
 
+def tuned_line(files, strategies: list, rec, cost_top, ctx_size: int, threads: int | None) -> tuple[str | None, str]:
+    """The llama-server command for `tune`'s recommendation (costmodel.recommend), or None, and what to say of it (a
+    prediction)."""
+    if cost_top is not None:
+        return None, ("llama-server has no cost schedule; measure its n-gram types with `gguf-bench sweep --engine "
+                      "server --spec-type ngram-simple,ngram-mod` before deploying")
+    top, cal = (rec.fastest, rec.fastest_cal) if rec.speculative else (None, rec.baseline_cal)
+    strategy = next((s for s in strategies if top is not None and s.label(top.k) == top.strategy), None)
+    if top is not None and (strategy is None or strategy.k_schedule != "fixed"):
+        return None, f"llama-server drafts a fixed K and cannot run {top.strategy}"
+    line = setting_line(files, strategy, top.k if top else 0, cal, ctx_size, threads)
+    return line, "predicted, not measured: check it with `gguf-bench sweep --engine server`"
+
+
 def tuned_server_line(tuned) -> str:
     """The llama-server line for `tune --engine server`'s recommendation (measure/server_tune.ServerTuned): the command
     a calibration run of the recommended type ran (same build, files and slots) at the recommended K; the target
