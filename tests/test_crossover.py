@@ -108,3 +108,12 @@ def test_report_prints_the_map_and_writes_it_in_markdown(tmp_path):
     assert "speculation pays up to 2 slots; at 4 slots and beyond, the target alone" in text
     md = invoke("report", str(path), "--format", "md")
     assert md.exit_code == 0 and "### Per slot count" in md.stdout and "  - 2 slots: K=2 +10.0% (p=" in md.stdout
+
+
+def test_a_map_of_undecided_gains_says_so_rather_than_that_nothing_pays():
+    records = (runs("target", ALONE, 1) + runs("speculative", (28.0, 36.0, 33.0), 1, k=2)
+               + runs("target", [2 * v for v in ALONE], 2) + runs("speculative", (50.0, 60.0, 55.0), 2, k=2))
+    [(_, counts, _)] = crossover.maps(summarize(to_frame(records)))
+    assert [c.undecided for c in counts] == [True, False]
+    assert crossover.crossover(counts) == ("no gain told from zero at any slot count (undecided at 1 slot: more -r "
+                                           "decides): deploy the target alone")

@@ -40,6 +40,7 @@ class SlotCount:
     best: pd.Series | None
     verdict: str
     known: bool = True  # False: a row is missing that the verdict needs (the target alone, any speculative row)
+    undecided: bool = False  # a positive gain that the test could not tell from zero
 
     @property
     def pays(self) -> bool:
@@ -88,7 +89,8 @@ def slot_count(rows: pd.DataFrame) -> SlotCount:
     if "busy" in str(top.get("unreliable") or ""):
         return SlotCount(label, None, f"{row_label(top)} {top['gain_pct']:+.1f}% on a busy machine: not counted")
     why = "one run per prompt" if pd.isna(top["gain_p"]) else f"p={top['gain_p']:.2g}"
-    return SlotCount(label, None, f"~{row_label(top)} {top['gain_pct']:+.1f}%, not told from zero ({why})")
+    return SlotCount(label, None, f"~{row_label(top)} {top['gain_pct']:+.1f}%, not told from zero ({why})",
+                     undecided=True)
 
 
 def missing(group: pd.DataFrame) -> list[str]:
@@ -125,6 +127,10 @@ def crossover(counts: list[SlotCount]) -> str:
     if all(pays):
         return f"speculation pays at every slot count measured (up to {known[-1].label}){tail}"
     if not any(pays):
+        open_ = [c.label for c in known if c.undecided]
+        if open_:
+            return (f"no gain told from zero at any slot count (undecided at {', '.join(open_)}: more -r decides): "
+                    f"deploy the target alone{tail}")
         return f"speculation pays at none of them: deploy the target alone{tail}"
     last = max(i for i, p in enumerate(pays) if p)
     if all(pays[: last + 1]):
