@@ -114,6 +114,16 @@ def _pip(*args: str, log: Path | None = None, env: dict | None = None) -> None:
         raise BenchError(f"`pip {' '.join(args[:2])} ...` failed (exit {rc}){where}")
 
 
+def run_logged(cmd: list[str], log: Path) -> None:
+    """Run a build command with its output appended to `log`; BenchError naming the log when it fails."""
+    with open(log, "a") as out:
+        out.write("$ " + " ".join(cmd) + "\n")
+        out.flush()
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise BenchError(f"`{' '.join(cmd[:3])} ...` failed (exit {rc}); the log is {log}")
+
+
 def sources(version: str, log: Path) -> Path:
     """The sdist of `version`, unpacked in the cache (once)."""
     root = cache_dir() / "sdist"

@@ -30,7 +30,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from gguf_bench.engines import build, tree_build
@@ -138,8 +137,8 @@ def _compile(names: list[str], log: Path, jobs: int | None, rpc: bool = False) -
     out.mkdir(parents=True, exist_ok=True)
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     flags = RPC_CMAKE_FLAGS if rpc else [*CMAKE_FLAGS, f"-Dggml_DIR={ggml_cmake_dir()}"]
-    _run(["cmake", "-S", str(src), "-B", str(tree), *generator, *flags], log)
-    _run(["cmake", "--build", str(tree), "--target", *names, "-j", str(jobs or os.cpu_count() or 1)], log)
+    build.run_logged(["cmake", "-S", str(src), "-B", str(tree), *generator, *flags], log)
+    build.run_logged(["cmake", "--build", str(tree), "--target", *names, "-j", str(jobs or os.cpu_count() or 1)], log)
     for name in names:
         shutil.copy2(tree / "bin" / name, out / name)
     if not rpc:  # the RPC build runs on its own static ggml: no library path
@@ -147,15 +146,6 @@ def _compile(names: list[str], log: Path, jobs: int | None, rpc: bool = False) -
                                   f"{' and '.join(TOOLS)} with LD_LIBRARY_PATH set to llama_cpp/lib of the environment "
                                   "that runs them\n")
     shutil.rmtree(tree, ignore_errors=True)  # a few hundred MB of objects; the binaries are all that is used
-
-
-def _run(cmd: list[str], log: Path) -> None:
-    with open(log, "a") as out:
-        out.write("$ " + " ".join(cmd) + "\n")
-        out.flush()
-        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
-    if rc != 0:
-        raise BenchError(f"`{' '.join(cmd[:3])} ...` failed (exit {rc}); the log is {log}")
 
 
 def find_server(explicit: Path | None, rpc: bool = False) -> tuple[Path, dict[str, str]]:

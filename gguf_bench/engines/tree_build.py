@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from gguf_bench.engines import build
@@ -89,8 +88,8 @@ def build_tree(backend: str, tree: Path | None = None, jobs: int | None = None, 
     if backend == "vulkan" and not build.headers_have_layer_settings():
         build.guard_layer_settings(src)
     flags = cmake_flags(backend, cuda_arch)
-    _run(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(tree), *flags], log)
-    _run(["cmake", "--build", str(tree), "--target", *TARGETS, "-j", str(jobs or os.cpu_count() or 1)], log)
+    build.run_logged(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(tree), *flags], log)
+    build.run_logged(["cmake", "--build", str(tree), "--target", *TARGETS, "-j", str(jobs or os.cpu_count() or 1)], log)
     bin_ = lib_dir(tree)
     absent = [name for name in (*LIBS, *TOOLS) if not (bin_ / name).exists()]
     if absent:
@@ -100,10 +99,3 @@ def build_tree(backend: str, tree: Path | None = None, jobs: int | None = None, 
     return bin_
 
 
-def _run(cmd: list[str], log: Path) -> None:
-    with open(log, "a") as out:
-        out.write("$ " + " ".join(cmd) + "\n")
-        out.flush()
-        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
-    if rc != 0:
-        raise BenchError(f"`{' '.join(cmd[:3])} ...` failed (exit {rc}); the log is {log}")

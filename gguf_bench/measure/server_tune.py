@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gguf_bench.decoding.strategy import Strategy
@@ -119,7 +119,7 @@ def run_check(tuned: ServerTuned, step: Callable[[str], None]) -> list[dict]:
     ks = sorted(set(tuned.job.ks))
     at = ks.index(top.k)
     job = tuned.job
-    checked = ServerTuneJob(**{**job.__dict__, "spec_types": [cal.spec_type]})
+    checked = replace(job, spec_types=[cal.spec_type])
     records = _measure(checked, checked.grid(ks[max(0, at - 1): at + 2]), "checking", step)
     rows = []
     for k in [0, *ks[max(0, at - 1): at + 2]]:

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from gguf_bench.results.server_costs import ServerCalibration
-from gguf_bench.results.text import spaced_layout, speed_text
+from gguf_bench.results.text import right_table, speed_text
 
 
 def _slots(cal: ServerCalibration) -> str:
@@ -29,11 +28,7 @@ def prediction_table(cal: ServerCalibration, ks: Sequence[int], top, width: int 
                  f"{p.gain_pct:+.1f}")
         for name, cell in zip(columns, cells):
             columns[name].append(cell)
-    table = Table(title=f"tune {cal.pair}, llama-server {cal.spec_type}: predicted tokens/s", **spaced_layout(columns, width))
-    for col in columns:
-        table.add_column(col, justify="right", no_wrap=True)
-    for cells in zip(*columns.values()):
-        table.add_row(*cells)
+    table = right_table(columns, f"tune {cal.pair}, llama-server {cal.spec_type}: predicted tokens/s", width)
     legend = [f"greedy, {_slots(cal)}; target alone {speed_text(1 / cal.t_target)} tokens/s",
               f"a_K: acceptance of draft position K once reached ({cal.a_from}, at K={cal.k_max})",
               "ms/round: ● measured at that K, else linear between the measured K's (K=0: the target alone's token)"]
@@ -60,12 +55,8 @@ def check_table(tuned, width: int = 80) -> Group:
         for name, cell in zip(columns, (label, speed_text(r["predicted_tokens_per_s"]), speed_text(r["measured_tokens_per_s"]),
                                         f"{r['error_pct']:+.1f}", "" if gain is None else f"{gain:+.1f}", str(r["runs"]))):
             columns[name].append(cell)
-    table = Table(title="--check: predicted against measured through llama-server (mean over prompts and repetitions)",
-                  **spaced_layout(columns, width))
-    for col in columns:
-        table.add_column(col, justify="right", no_wrap=True)
-    for cells in zip(*columns.values()):
-        table.add_row(*cells)
+    table = right_table(columns, "--check: predicted against measured through llama-server (mean over prompts and "
+                                 "repetitions)", width)
     return Group(table, Text("gain %: measured, over the target alone measured"))
 
 
@@ -105,12 +96,8 @@ def acceptance_table(cal: ServerCalibration, ks: Sequence[int], alphas: Sequence
         top = max(preds, key=lambda p: p.tokens_per_s)
         columns[f"at {a:.0%}"] = [f"{speed_text(p.tokens_per_s)} ({p.gain_pct:+.0f}%)"
                                   + (" ★" if p is top and p.gain_pct > 0 else "") for p in preds]
-    table = Table(title=f"tune {cal.pair}, llama-server {cal.spec_type}: tokens/s at named acceptance",
-                  **spaced_layout(columns, width))
-    for col in columns:
-        table.add_column(col, justify="right", no_wrap=True)
-    for cells in zip(*columns.values()):
-        table.add_row(*cells)
+    table = right_table(columns, f"tune {cal.pair}, llama-server {cal.spec_type}: tokens/s at named acceptance",
+                        width)
     legend = [f"greedy, {_slots(cal)}; target alone {speed_text(1 / cal.t_target)} tokens/s",
               "at A: every draft position accepted with probability A; ★ the fastest K where it gains"]
     return Group(table, Text("\n".join(legend)))

@@ -7,6 +7,7 @@ import numbers
 import re
 
 from rich import box
+from rich.table import Table
 
 
 def _unknown(x) -> bool:
@@ -90,3 +91,14 @@ def spaced_layout(columns: dict[str, list[str]], width: int) -> dict:
     gap = next((g for g in (3, 2) if columns_width(columns, g) <= width), 1)
     return dict(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left", caption_justify="left",
                 padding={3: (0, 1), 2: (0, 1, 0, 0), 1: (0, 0)}[gap])
+
+
+def right_table(columns: dict[str, list[str]], title: str, width: int, styles: list | None = None) -> Table:
+    """A table of {header: cells}, every column right-aligned and never wrapped, laid out by spaced_layout; `styles`:
+    one row style each (None: plain)."""
+    table = Table(title=title, **spaced_layout(columns, width))
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+    for cells, style in zip(zip(*columns.values()), styles or [None] * len(next(iter(columns.values()), []))):
+        table.add_row(*cells, style=style)
+    return table

@@ -26,7 +26,7 @@ from gguf_bench.results.costmodel import (
     recommend,
 )
 from gguf_bench.results.records import CalibrationRecord, Mode, RunRecord
-from gguf_bench.results.text import columns_width, number_text, spaced_layout, speed_text
+from gguf_bench.results.text import columns_width, number_text, right_table, spaced_layout, speed_text
 
 
 def tune_strategies(spec_types: str, k_schedules: str, ngram_min: int, ngram_max: int, k_cap: int | None,
@@ -259,13 +259,8 @@ def acceptance_table(cal: Calibration, alphas: Sequence[float], width: int = 80)
     for a in alphas:
         columns[f"a={a:g}"] = [f"{speed_text(r['at'][f'{a:g}'])} ({100 * (r['at'][f'{a:g}'] / r['baseline_tokens_per_s'] - 1):+.0f}%)"
                                for r in rows]
-    table = Table(title=f"tune {cal.pair}, {cal.setting}: tokens/s at the acceptance rates named "
-                        f"(twins' timings; target alone {speed_text(1.0 / cal.timings.t_target)})",
-                  **spaced_layout(columns, width))
-    for col in columns:
-        table.add_column(col, justify="right", no_wrap=True)
-    for cells in zip(*columns.values()):
-        table.add_row(*cells)
+    table = right_table(columns, f"tune {cal.pair}, {cal.setting}: tokens/s at the acceptance rates named "
+                                 f"(twins' timings; target alone {speed_text(1.0 / cal.timings.t_target)})", width)
     legend = ["a: the chance each draft token is accepted, the same at every position (long-run rounds)",
               "break-even a: below it, K is slower than the target alone"]
     return Group(table, Text("\n".join(legend)))
@@ -313,13 +308,10 @@ def prediction_table(cal, strategies: list, top_cal, top, width: int = 80) -> Gr
     legend = (["a_K: acceptance of draft position K once reached"]
               + (["K·c: a round's draft cost in target decodes"] if "K·c" in columns else [])
               + (["verify ×: t_verify(K+1)/t_verify(1)"] if "verify ×" in columns else []) + strategies_caption(strategies))
-    table = Table(title=f"tune {cal.pair}, {cal.setting}: predicted tokens/s (greedy, n={cal.n_predict}, "
-                        f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone {speed_text(base)})",
-                  **spaced_layout(columns, width))
-    for col in columns:
-        table.add_column(col, justify="right", no_wrap=True)
-    for k, cells in zip(by_k, zip(*columns.values())):
-        table.add_row(*cells, style="bold" if cal is top_cal and top in by_k[k] else None)
+    table = right_table(columns, f"tune {cal.pair}, {cal.setting}: predicted tokens/s (greedy, n={cal.n_predict}, "
+                                 f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone "
+                                 f"{speed_text(base)})", width,
+                        styles=["bold" if cal is top_cal and top in by_k[k] else None for k in by_k])
     return Group(table, Text("\n".join(legend)))  # a line each: a caption would wrap at the table's width
 
 
@@ -349,12 +341,7 @@ def check_table(rows: list[dict], top_k: int | None, width: int = 80) -> Group:
                                         number_text(r["error_pct"], "{:+.1f}"), number_text(r["measured_gain_pct"], "{:+.1f}"),
                                         str(r["runs"]))):
             columns[name].append(cell)
-    table = Table(title="--check: predicted against measured (mean over prompts, as sweep measures)",
-                  **spaced_layout(columns, width))
-    for col in columns:
-        table.add_column(col, justify="right", no_wrap=True)
-    for cells in zip(*columns.values()):
-        table.add_row(*cells)
+    table = right_table(columns, "--check: predicted against measured (mean over prompts, as sweep measures)", width)
     return Group(table, Text("gain %: measured, over the target alone measured"))
 
 
