@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args
 
-from gguf_bench.engines import fit_params, server_build
+from gguf_bench.engines import fit_params, server_build, tree_build
 from gguf_bench.engines.llama_cpp import gpu_devices
 from gguf_bench.models.memory import MIB, tensor_bytes
 from gguf_bench.models.parts import tensor_table
@@ -63,11 +63,16 @@ def test_build_tools_compiles_every_missing_tool_in_one_build(monkeypatch, cache
     assert calls == ([compiled] if compiled else []) and list(found) == list(wanted)
 
 
-def test_build_tools_rpc_compiles_the_rpc_builds_tools_in_one_build(monkeypatch):
-    """`build-server --rpc`: llama-server and ggml-rpc-server in one build of their own, into the RPC build's folder."""
+def test_build_tools_rpc_builds_the_cpu_tree_once_and_finds_its_tools_there(monkeypatch, tmp_path):
+    """`build-server --rpc`: llama-server and ggml-rpc-server are the CPU tree's (one compile for the tree and RPC),
+    never the build-server folder's."""
+    monkeypatch.setenv("GGUF_BENCH_CACHE", str(tmp_path))
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
     calls = []
-    monkeypatch.setattr(server_build, "cached_binary", lambda name=server_build.BINARY, rpc=False: None)
-    monkeypatch.setattr(server_build, "_compile", lambda names, log, jobs, rpc=False: calls.append((names, rpc)))
-    found = server_build.build_tools(server_build.build_dir() / "build.log", 2, server_build.RPC_TOOLS, rpc=True)
-    assert calls == [(list(server_build.RPC_TOOLS), True)]
-    assert {p.parent for p in found.values()} == {server_build.build_dir(rpc=True)} != {server_build.build_dir()}
+    monkeypatch.setattr(server_build, "_compile", lambda *a, **k: calls.append("build-server's own compile"))
+    monkeypatch.setattr(tree_build, "build_tree", lambda backend, tree=None, jobs=None, cuda_arch=None, log=None:
+                        calls.append(backend))
+    found = server_build.build_tools(tmp_path / "build.log", 2, server_build.RPC_TOOLS, rpc=True)
+    assert calls == ["cpu"]
+    assert {p.parent for p in found.values()} == {tree_build.lib_dir(tree_build.tree_dir("cpu"))}
+    assert server_build.build_dir(rpc=True) != server_build.build_dir()

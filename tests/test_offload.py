@@ -102,7 +102,9 @@ def test_eval_and_the_distribution_check_on_an_offloaded_pair(tiny_pairs):
         assert exact.identical == exact.n and exact.loop_errors == 0
         batched = run_eval(pair, mul_prompts(4, seed=1), 4, GREEDY, n_predict=12)
         assert batched.loop_errors == 0 and batched.identical + batched.batch_numerics == batched.n
-        check = distribution_check(pair, pair.prompt_tokens("Hi"), 4, 1000, 3, SamplingConfig(1.0, top_k=5, seed=3))
+        # 300 samples a side (1000 took 330 s on lavapipe, 9/10 of this file's time); the CPU suite's sampling tests
+        # test the rule itself with more; here it is the device's logits that must not change it
+        check = distribution_check(pair, pair.prompt_tokens("Hi"), 4, 300, 3, SamplingConfig(1.0, top_k=5, seed=3))
         assert check.same, check.p_values
 
 

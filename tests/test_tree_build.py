@@ -16,8 +16,9 @@ from gguf_bench.engines import server_build, tree_build
 PROMPT = "def fibonacci(n):"
 
 
-def test_the_tree_builds_the_server_builds_tools():
-    assert tree_build.TOOLS == server_build.TOOLS
+def test_the_tree_builds_the_server_builds_tools_and_the_rpc_server():
+    assert tree_build.TOOLS == (*server_build.TOOLS, server_build.RPC_SERVER)
+    assert "-DGGML_RPC=ON" in tree_build.cmake_flags("cpu", generator=False)
     assert set(tree_build.TOOLS) < set(tree_build.TARGETS) and "llama" in tree_build.TARGETS
 
 
@@ -25,7 +26,7 @@ def test_cuda_flags_name_the_cards_architecture_alone_and_cpu_flags_no_gpu_backe
     cuda = tree_build.cmake_flags("cuda", "90", generator=False)
     assert "-DGGML_CUDA=ON" in cuda and "-DCMAKE_CUDA_ARCHITECTURES=90" in cuda and "-DBUILD_SHARED_LIBS=ON" in cuda
     cpu = tree_build.cmake_flags("cpu", generator=False)
-    assert "-DBUILD_SHARED_LIBS=ON" in cpu and not any(f.startswith("-DGGML_") for f in cpu)
+    assert "-DBUILD_SHARED_LIBS=ON" in cpu and not any(f.startswith("-DGGML_") and f != "-DGGML_RPC=ON" for f in cpu)
 
 
 def _fake_tree(root: Path) -> Path:

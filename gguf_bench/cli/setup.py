@@ -57,7 +57,7 @@ def build_gpu(vulkan: Annotated[bool, typer.Option("--vulkan", help="the Vulkan 
 def build_server(jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="parallel compile jobs (default: all "
                                                           "cores)")] = None,
                  rpc: Annotated[bool, typer.Option("--rpc", help="instead: llama-server and ggml-rpc-server with llama.cpp's "
-                                                   "RPC backend, on their own static CPU ggml (for --rpc and "
+                                                   "RPC backend, from the CPU `build-tree` build (for --rpc and "
                                                    "`gguf-bench rpc-server`)")] = False) -> None:
     """Build llama-server, llama-fit-params (llama.cpp's own fitting, for `plan --compare-fit`) and llama-gguf-split
     (writes and merges split GGUF files) from the installed
@@ -72,13 +72,13 @@ def build_server(jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="
         log = where / "build.log"
         flavour = server_build.RPC_FLAVOUR if rpc else server_build.backend()
         err.print(f"compiling {' and '.join(missing)} {version} ({flavour}) into {where} (log: {log}; "
-                  f"about {5 if rpc else 15} minutes on 2 cores)", markup=False)
+                  f"about {10 if rpc else 15} minutes on 2 cores)", markup=False)
         started = time.monotonic()
         with err.status(f"compiling {' and '.join(missing)} ..."):
             server_build.build_tools(log, jobs, tools, rpc)
         err.print(f"built in {time.monotonic() - started:.0f} s", markup=False)
     binary = where / server_build.BINARY
-    version_line = probe(binary, {} if rpc else server_build.library_env())
+    version_line = probe(binary, {"LD_LIBRARY_PATH": str(where)} if rpc else server_build.library_env())
     console.print(f"llama-server: {binary} ({version_line}, {server_build.RPC_FLAVOUR if rpc else server_build.backend()})",
                   markup=False)
     for name in tools[1:]:

@@ -15,9 +15,11 @@ GGUF files as the hub ships big models) are built in one CMake build when none i
 so libllama and common are compiled once; when only one is missing, only that one.
 
 `build-server --rpc`: the installed ggml has no RPC backend (llama-cpp-python builds without GGML_RPC), so llama-server
-and ggml-rpc-server (tools/rpc: a machine's devices offered over TCP) are built in one CMake build with their own
-static CPU ggml and `GGML_RPC=ON`, as llama.cpp's tools/rpc/README.md documents, into `.../llama.cpp-<version>/cpu-rpc/`
-(`RPC_TOOLS`). Self-contained: no library path needed. A sweep with `--rpc` runs that llama-server (or --server-bin).
+and ggml-rpc-server (tools/rpc: a machine's devices offered over TCP) come from the CPU `build-tree` build, which has
+`GGML_RPC=ON` as llama.cpp's tools/rpc/README.md documents (`.../llama.cpp-<version>/tree-cpu/bin/`, `rpc_dir`; or
+the tree LLAMA_CPP_LIB_PATH names): one full compile of ggml serves the tree, RPC and the GPU kit's dry-run. Its
+binaries find the tree's libraries through their build RPATH. A sweep with `--rpc` runs that llama-server (or
+--server-bin).
 
 `LLAMA_CPP_LIB_PATH` naming the bin/ of a `build-tree` build (engines/tree_build.py: libraries and tools from one
 CMake build) points both engines at it: llama-cpp-python loads its libllama.so, and here `llama_cpp_libs()` is that
@@ -42,12 +44,11 @@ GGUF_SPLIT = "llama-gguf-split"  # tools/gguf-split: splits a GGUF into parts as
 TOOLS = (BINARY, FIT_PARAMS, GGUF_SPLIT)
 RPC_SERVER = "ggml-rpc-server"  # tools/rpc (its CMake target)
 RPC_TOOLS = (BINARY, RPC_SERVER)
-RPC_FLAVOUR = "cpu-rpc"  # the RPC build's folder: its own static CPU ggml with GGML_RPC=ON
+RPC_FLAVOUR = "tree-cpu, RPC on"  # what `build-server --rpc` says it built
 MARKER = "built-by-gguf-bench.txt"  # beside a binary build_server made: it runs on the Python engine's ggml
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_USE_SYSTEM_GGML=ON",
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF"]
-RPC_CMAKE_FLAGS = [f for f in CMAKE_FLAGS if f != "-DLLAMA_USE_SYSTEM_GGML=ON"] + ["-DGGML_RPC=ON"]
 
 
 def llama_cpp_libs() -> Path:
@@ -91,9 +92,16 @@ def active_tree() -> Path | None:
 
 
 def build_dir(version: str | None = None, rpc: bool = False) -> Path:
-    if not rpc and (found := active_tree()) is not None:
+    if (found := active_tree()) is not None:
         return found
-    return cache_dir() / f"llama.cpp-{version or build.installed_version()}" / (RPC_FLAVOUR if rpc else backend())
+    if rpc:
+        return rpc_dir(version)
+    return cache_dir() / f"llama.cpp-{version or build.installed_version()}" / backend()
+
+
+def rpc_dir(version: str | None = None) -> Path:
+    """Where `build-server --rpc`'s tools are: the CPU tree's bin/ (module note)."""
+    return tree_build.lib_dir(tree_build.tree_dir("cpu", version))
 
 
 def cached_binary(name: str = BINARY, rpc: bool = False) -> Path | None:
@@ -118,33 +126,36 @@ def build_server(log: Path, jobs: int | None = None) -> Path:
 
 def build_tools(log: Path, jobs: int | None = None, wanted: tuple[str, ...] = TOOLS, rpc: bool = False) -> dict[str, Path]:
     """The `wanted` tools, from the cache; when one is missing, every tool not cached yet is compiled in one CMake
-    build (`--target` each), so a fresh cache compiles libllama and common once. rpc: the RPC build's (RPC_TOOLS)."""
+    build (`--target` each), so a fresh cache compiles libllama and common once. rpc: RPC_TOOLS, of the CPU tree (built
+    by `build-tree --cpu` when absent)."""
     missing = [name for name in (RPC_TOOLS if rpc else TOOLS) if cached_binary(name, rpc) is None]
     if any(name in missing for name in wanted):
-        _compile(missing, log, jobs, rpc)
+        if rpc and active_tree() is None:
+            tree_build.build_tree("cpu", jobs=jobs, log=log)
+        else:
+            _compile(missing, log, jobs)
     return {name: build_dir(rpc=rpc) / name for name in wanted}
 
 
-def _compile(names: list[str], log: Path, jobs: int | None, rpc: bool = False) -> None:
-    if not rpc and (found := active_tree()) is not None:
+def _compile(names: list[str], log: Path, jobs: int | None) -> None:
+    if (found := active_tree()) is not None:
         raise BenchError(f"LLAMA_CPP_LIB_PATH={found} is a `build-tree` build without {', '.join(names)}: run "
                          "`gguf-bench build-tree` into it again, or unset LLAMA_CPP_LIB_PATH")
     build.check_requirements("cpu")
     version = build.installed_version()
     src = build.sources(version, log) / "vendor" / "llama.cpp"
-    out = build_dir(version, rpc)
+    out = build_dir(version)
     tree = out / "build"
     out.mkdir(parents=True, exist_ok=True)
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    flags = RPC_CMAKE_FLAGS if rpc else [*CMAKE_FLAGS, f"-Dggml_DIR={ggml_cmake_dir()}"]
+    flags = [*CMAKE_FLAGS, f"-Dggml_DIR={ggml_cmake_dir()}"]
     build.run_logged(["cmake", "-S", str(src), "-B", str(tree), *generator, *flags], log)
     build.run_logged(["cmake", "--build", str(tree), "--target", *names, "-j", str(jobs or os.cpu_count() or 1)], log)
     for name in names:
         shutil.copy2(tree / "bin" / name, out / name)
-    if not rpc:  # the RPC build runs on its own static ggml: no library path
-        (out / MARKER).write_text(f"llama-cpp-python {version}, {backend()} ggml, LLAMA_USE_SYSTEM_GGML: run "
-                                  f"{' and '.join(TOOLS)} with LD_LIBRARY_PATH set to llama_cpp/lib of the environment "
-                                  "that runs them\n")
+    (out / MARKER).write_text(f"llama-cpp-python {version}, {backend()} ggml, LLAMA_USE_SYSTEM_GGML: run "
+                              f"{' and '.join(TOOLS)} with LD_LIBRARY_PATH set to llama_cpp/lib of the environment "
+                              "that runs them\n")
     shutil.rmtree(tree, ignore_errors=True)  # a few hundred MB of objects; the binaries are all that is used
 
 
@@ -159,7 +170,8 @@ def find_server(explicit: Path | None, rpc: bool = False) -> tuple[Path, dict[st
             return explicit, {"LD_LIBRARY_PATH": str(explicit.parent)}
         return explicit, library_env() if (explicit.parent / MARKER).is_file() else {}
     if rpc:
-        return rpc_binary(BINARY), {}
+        binary = rpc_binary(BINARY)
+        return binary, {"LD_LIBRARY_PATH": str(binary.parent)}
     if active_tree() is not None and (binary := cached_binary()) is not None:  # the tree LLAMA_CPP_LIB_PATH names
         return binary, library_env()
     on_path = shutil.which(BINARY)
@@ -175,6 +187,6 @@ def rpc_binary(name: str) -> Path:
     """A tool of the RPC build (llama-server or ggml-rpc-server), or one line saying how to build it."""
     found = cached_binary(name, rpc=True)
     if found is None:
-        raise BenchError(f"no RPC-capable {name} built: run `gguf-bench build-server --rpc` (about 5 minutes on 2 "
-                         "cores, once), or pass --server-bin PATH of a llama-server built with -DGGML_RPC=ON")
+        raise BenchError(f"no RPC-capable {name} built: run `gguf-bench build-server --rpc` (the CPU tree with RPC on, "
+                         "about 10 minutes on 2 cores, once), or pass --server-bin PATH of a llama-server built with -DGGML_RPC=ON")
     return found

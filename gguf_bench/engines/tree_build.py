@@ -3,7 +3,8 @@
 The installed llama-cpp-python's own llama.cpp sources (its sdist's `vendor/llama.cpp`, as `build-gpu` and
 `build-server` use) are compiled once with `BUILD_SHARED_LIBS=ON` and the backend's flag, for the targets `TARGETS`
 only: the shared libraries (libllama.so, libggml.so, libggml-base.so, libggml-cpu.so and the backend's, such as
-libggml-cuda.so), llama-server, llama-fit-params and llama-gguf-split, all in the build tree's `bin/` (llama.cpp's
+libggml-cuda.so, and libggml-rpc.so), llama-server, llama-fit-params, llama-gguf-split and ggml-rpc-server, all in the
+build tree's `bin/` (llama.cpp's
 CMakeLists puts libraries and programs there; each library finds the others through its build RPATH). ggml and its
 backend are compiled once: on a CUDA machine nvcc compiles ggml-cuda once, where `build-gpu --cuda` followed by
 `build-server` compiled it twice (a wheel, then the server's own copy had it not reused the installed ggml).
@@ -19,7 +20,9 @@ Both engines then run that build when `LLAMA_CPP_LIB_PATH` names its `bin/`:
 Generic over the backend: `--cpu` builds the same tree with ggml's CPU backend only (how the kit's dry-run and the
 tests prove it on a machine without a GPU); `--cuda` takes `CMAKE_CUDA_ARCHITECTURES` from `--cuda-arch` (the kit
 reads the card's compute capability from nvidia-smi), as one architecture compiles several times faster than
-llama.cpp's default list. The tree stays where it was built (its `bin/` is what runs), by default
+llama.cpp's default list. Every tree has ggml's RPC backend (`GGML_RPC=ON`) and ggml-rpc-server: the CPU tree is also
+what `build-server --rpc` builds (server_build.rpc_dir), so a machine compiles full ggml once for the tree, RPC and the
+GPU kit's dry-run, not once per use. The tree stays where it was built (its `bin/` is what runs), by default
 `~/.cache/gguf-bench/llama.cpp-<version>/tree-<backend>/`; a second call with every target there does nothing.
 """
 
@@ -34,13 +37,13 @@ from gguf_bench.errors import BenchError
 from gguf_bench.models.files import cache_dir
 
 TREE_BACKENDS = ("cpu", "cuda", "vulkan")
-TOOLS = ("llama-server", "llama-fit-params", "llama-gguf-split")  # server_build.TOOLS
+TOOLS = ("llama-server", "llama-fit-params", "llama-gguf-split", "ggml-rpc-server")  # server_build.TOOLS + RPC_SERVER
 TARGETS = ("llama", *TOOLS)  # ggml, its backends and common come with them
-LIBS = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so")  # and libggml-<backend>.so on a GPU backend
+LIBS = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so", "libggml-rpc.so")  # + libggml-<backend>.so
 MARKER = "built-by-gguf-bench-tree.txt"  # in bin/: libraries and tools of one tree (server_build reads it)
 FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
          "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
-         "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON"]
+         "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DGGML_RPC=ON"]
 BACKEND_FLAGS = {"cpu": [], "cuda": ["-DGGML_CUDA=ON"], "vulkan": ["-DGGML_VULKAN=ON"]}
 NVCC = "/usr/local/cuda/bin/nvcc"  # where build.check_requirements also looks
 
