@@ -190,70 +190,80 @@ def _enum(kind, number: int, where: str, what: str):
 
 def _parse_header(buf, where: str, gguf, struct, keep: frozenset[str] = frozenset()
                   ) -> tuple[dict[str, object], list[TensorInfo], HeaderLayout]:
-    pos = 0
+    r = _Reader(buf, where, gguf, struct)
+    if r.take("4s") != b"GGUF":
+        raise ModelError(f"{where} is not a GGUF file (no GGUF magic at its start)")
+    version, n_tensors, n_kv = r.take("I"), r.take("Q"), r.take("Q")
+    meta, kv_start = {}, r.pos
+    for _ in range(n_kv):
+        key = r.string()
+        meta[key] = r.value(r.value_type(), key in keep)
+    infos_start = r.pos
+    tensors = [r.tensor_info() for _ in range(n_tensors)]
+    alignment = int(meta.get("general.alignment") or 32)
+    return meta, tensors, HeaderLayout(version, n_kv, (kv_start, infos_start), (infos_start, r.pos), alignment)
 
-    def take(fmt: str):
-        nonlocal pos
-        values = struct.unpack_from("<" + fmt, buf, pos)
-        pos += struct.calcsize("<" + fmt)
+
+class _Reader:
+    """A cursor over a GGUF header's bytes: little-endian values, length-prefixed strings, typed values and arrays.
+    Reading past the end raises struct.error or IndexError (header_layout turns either into HeaderCutShort)."""
+
+    def __init__(self, buf, where: str, gguf, struct):
+        self.buf, self.where, self.gguf, self.struct, self.pos = buf, where, gguf, struct, 0
+
+    def take(self, fmt: str):
+        values = self.struct.unpack_from("<" + fmt, self.buf, self.pos)
+        self.pos += self.struct.calcsize("<" + fmt)
         return values[0] if len(values) == 1 else values
 
-    def string() -> str:
-        nonlocal pos
-        n = take("Q")
-        pos += n
-        return bytes(buf[pos - n:pos]).decode("utf-8", "replace")
+    def string(self) -> str:
+        n = self.take("Q")
+        self.pos += n
+        return bytes(self.buf[self.pos - n:self.pos]).decode("utf-8", "replace")
 
-    def value(vtype: gguf.GGUFValueType, kept: bool = False):
-        nonlocal pos
-        if vtype == gguf.GGUFValueType.STRING:
-            return string()
-        if vtype == gguf.GGUFValueType.ARRAY:
-            itype, n = _enum(gguf.GGUFValueType, take("I"), where, "value type"), take("Q")
-            if kept:
-                return _array(itype, n)
-            if itype.name in _STRUCT:  # skipped whole: a 262k-entry score array costs nothing
-                pos += n * struct.calcsize(_STRUCT[itype.name])
-            elif itype == gguf.GGUFValueType.STRING:  # a vocabulary: hop over each length-prefixed string
-                for _ in range(n):
-                    pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
-            else:
-                for _ in range(n):
-                    value(itype)
-            return None
-        return take(_STRUCT[vtype.name])
+    def value_type(self):
+        return _enum(self.gguf.GGUFValueType, self.take("I"), self.where, "value type")
 
-    def _array(itype, n: int) -> tuple:
-        nonlocal pos
-        if itype == gguf.GGUFValueType.STRING:  # the raw bytes of each string, as llama.cpp keeps them
+    def value(self, vtype, kept: bool = False):
+        """One value; an array is read whole only when `kept`, else hopped over (None)."""
+        kinds = self.gguf.GGUFValueType
+        if vtype == kinds.STRING:
+            return self.string()
+        if vtype != kinds.ARRAY:
+            return self.take(_STRUCT[vtype.name])
+        itype, n = self.value_type(), self.take("Q")
+        if kept:
+            return self.array(itype, n)
+        if itype.name in _STRUCT:  # skipped whole: a 262k-entry score array costs nothing
+            self.pos += n * self.struct.calcsize(_STRUCT[itype.name])
+        elif itype == kinds.STRING:  # a vocabulary: hop over each length-prefixed string
+            for _ in range(n):
+                self.pos += 8 + self.struct.unpack_from("<Q", self.buf, self.pos)[0]
+        else:
+            for _ in range(n):
+                self.value(itype)
+        return None
+
+    def array(self, itype, n: int) -> tuple:
+        if itype == self.gguf.GGUFValueType.STRING:  # the raw bytes of each string, as llama.cpp keeps them
             out = []
             for _ in range(n):
-                size = struct.unpack_from("<Q", buf, pos)[0]
-                if pos + 8 + size > len(buf):
-                    raise IndexError(pos)
-                out.append(bytes(buf[pos + 8:pos + 8 + size]))
-                pos += 8 + size
+                size = self.struct.unpack_from("<Q", self.buf, self.pos)[0]
+                if self.pos + 8 + size > len(self.buf):
+                    raise IndexError(self.pos)
+                out.append(bytes(self.buf[self.pos + 8:self.pos + 8 + size]))
+                self.pos += 8 + size
             return tuple(out)
         if itype.name in _STRUCT:
             fmt = _STRUCT[itype.name]
-            values = struct.unpack_from(f"<{n}{fmt}", buf, pos)
-            pos += n * struct.calcsize(fmt)
+            values = self.struct.unpack_from(f"<{n}{fmt}", self.buf, self.pos)
+            self.pos += n * self.struct.calcsize(fmt)
             return values
-        return tuple(value(itype) for _ in range(n))
+        return tuple(self.value(itype) for _ in range(n))
 
-    if take("4s") != b"GGUF":
-        raise ModelError(f"{where} is not a GGUF file (no GGUF magic at its start)")
-    version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
-    meta, kv_start = {}, pos
-    for _ in range(n_kv):
-        key, vtype = string(), _enum(gguf.GGUFValueType, take("I"), where, "value type")
-        meta[key] = value(vtype, key in keep)
-    tensors, infos_start = [], pos
-    for _ in range(n_tensors):
-        name, n_dims = string(), take("I")
-        shape = tuple(take("Q") for _ in range(n_dims))
-        ttype, offset = take("I"), take("Q")
-        type_name = _enum(gguf.GGMLQuantizationType, ttype, where, f"tensor {name}: ggml type").name
-        tensors.append(TensorInfo(name, type_name, shape, offset))
-    alignment = int(meta.get("general.alignment") or 32)
-    return meta, tensors, HeaderLayout(version, n_kv, (kv_start, infos_start), (infos_start, pos), alignment)
+    def tensor_info(self) -> TensorInfo:
+        name, n_dims = self.string(), self.take("I")
+        shape = tuple(self.take("Q") for _ in range(n_dims))
+        ttype, offset = self.take("I"), self.take("Q")
+        type_name = _enum(self.gguf.GGMLQuantizationType, ttype, self.where, f"tensor {name}: ggml type").name
+        return TensorInfo(name, type_name, shape, offset)
