@@ -170,6 +170,7 @@ NARROWING = (*(f.header for f in RUN_FIELDS if f.optional and f.header), "pp t/s
              "p95 s", "pred.", "accept", *(f.gain for f in RUN_FIELDS if f.optional and f.gain))  # a gain goes last
 MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", *(f"{f.name}_gain" for f in RUN_FIELDS if f.gain),
             "acceptance", "temperature")  # llama.cpp's notebook's, and a declared field's gain where a run has it
+MD_SHOWN = ("pair", "ngl", "ngld", "temperature")  # settings the markdown table's own columns show (model, offload, T)
 
 
 def _cells(summary: pd.DataFrame, names: Sequence[str], md: bool = False) -> dict[str, list[str]]:
@@ -183,6 +184,12 @@ def _cells(summary: pd.DataFrame, names: Sequence[str], md: bool = False) -> dic
     return out
 
 
+def _varying_cells(summary: pd.DataFrame, varying: Sequence[str]) -> dict[str, list[str]]:
+    """Heading -> the rows' texts of the settings that tell rows apart (_VARYING's)."""
+    return {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else _count(v) if c in CONCURRENCY else str(v)
+                          for v in summary[c]] for c in varying}
+
+
 def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_host: bool = False) -> Table:
     """A table that fits `width` columns without wrapping a cell: what is the same for every row (pair,
     files, offload, temperature, machine) goes into the title and caption; columns that vary (host,
@@ -193,8 +200,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     offloads = summary.apply(offload_label, axis=1)
     requested = "ngl" in varying or "ngld" in varying  # the groups differ by what was asked: show what was placed
     show_offload = width >= 120 or requested or offloads[summary["mode"] == "speculative"].nunique() > 1
-    columns = {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else _count(v) if c in CONCURRENCY else str(v)
-                             for v in summary[c]] for c in varying}
+    columns = _varying_cells(summary, varying)
     pred = _predicted(summary)
     shown = [c for c in TABLE_ORDER if (c != "offload" or show_offload) and (c != "predicted" or pred is not None)]
     columns |= _cells(summary.assign(_pred=pred), shown)
@@ -469,9 +475,13 @@ def _predicted(summary: pd.DataFrame) -> pd.Series | None:
 
 
 def to_markdown(summary: pd.DataFrame) -> str:
-    """The published llama.cpp notebook's table: model, GPU layers offload, tokens/s, gain %."""
+    """The published llama.cpp notebook's table: model, GPU layers offload, tokens/s, gain %; led by the settings that
+    tell rows apart and that those columns do not show (-np, clients, prompt, engine, host, ...), as the table is."""
     predicted = "predicted_tokens_per_s" in summary
-    columns = _cells(summary, [c for c in MD_ORDER if c != "predicted" or predicted], md=True)
+    varying = [c for c in _VARYING if c in summary.columns and c not in MD_SHOWN
+               and summary[c].nunique(dropna=False) > 1]
+    columns = _varying_cells(summary, varying)
+    columns |= _cells(summary, [c for c in MD_ORDER if c != "predicted" or predicted], md=True)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cells) + " |" for cells in zip(*columns.values())]
     return "\n".join(lines) + "\n"
