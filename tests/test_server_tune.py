@@ -4,6 +4,7 @@ bookkeeping on records written here; then the command on a real llama-server wit
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from cli_helpers import invoke, stored
@@ -35,9 +36,12 @@ def test_rounds_per_position_acceptance_and_the_prediction():
     assert dict(cal.rounds_s) == pytest.approx({1: 0.012, 4: 0.024})
     assert cal.a == pytest.approx((1.0, 0.6, 0.5, 1 / 3))
     assert cal.round_at(2) == pytest.approx(0.016)  # linear between K=1 and K=4
+    assert dict(cal.drafting) == pytest.approx({1: 16 / 19, 4: 10 / 11})  # rounds over rounds and plain steps
     p = cal.predict(4)
-    assert p.tokens_per_round == pytest.approx(3.0) and p.tokens_per_s == pytest.approx(3.0 / 0.024)
-    assert p.gain_pct == pytest.approx(100 * (125 / 100 - 1))
+    assert p.tokens_per_round == pytest.approx(3.0)
+    # the largest K (whose counters give a) gives back its own run: 31 tokens after the prompt's in 0.25 s (10 rounds
+    # of 3, 1 plain token)
+    assert p.tokens_per_s == pytest.approx(31 / 0.25) and p.gain_pct == pytest.approx(100 * (124 / 100 - 1))
     with pytest.raises(ConfigError, match="outside the calibrated 1..4"):
         cal.predict(8)
 
@@ -56,9 +60,27 @@ def test_concurrent_rounds_share_out_their_counters_and_fit_one_a():
     assert dict(cal.rounds_s)[2] == pytest.approx((0.4 - 9 * 0.02) / 10)  # per slot: 32 = 1 + 10 rounds + 12 + 9 plain
 
 
-def test_ngram_types_are_refused_with_one_line():
-    with pytest.raises(ConfigError, match="drafts only where the text repeats"):
-        check_predictable("ngram-mod")
+def test_an_ngram_type_drafting_at_some_steps_is_predicted_from_its_share_of_drafting_steps():
+    """ngram-mod drafts where the text repeats: at K=2, 4 rounds and 27 plain steps of the 40 tokens (d = 4/31); at
+    K=8, 4 rounds and 15 plain steps (d = 4/19). Between them d is linear, and tokens/s mixes rounds and plain steps."""
+    records = [rec("target", 0, 40, 0.4), rec("speculative", 2, 40, 0.35, 4, 8, (4, 4), spec="ngram-mod"),
+               rec("speculative", 8, 40, 0.3, 4, 20, (4, 4, 4, 4, 1, 1, 1, 1), spec="ngram-mod")]
+    [cal] = calibrations(records)
+    assert dict(cal.drafting) == pytest.approx({2: 4 / 31, 8: 4 / 19})
+    assert cal.drafting_at(1) == pytest.approx(4 / 31) and cal.drafting_at(5) == pytest.approx((4 / 31 + 4 / 19) / 2)
+    assert cal.predict(8).tokens_per_s == pytest.approx(39 / 0.3)  # its own run: 4 rounds of 6, 15 plain tokens
+    d, p = cal.drafting_at(4), cal.predict(4)
+    expected = (d * p.tokens_per_round + 1 - d) / (d * cal.round_at(4) + (1 - d) * 0.01)
+    assert p.tokens_per_round == pytest.approx(5.0) and p.tokens_per_s == pytest.approx(expected)
+
+
+def test_ngram_twins_and_other_types_are_refused_with_one_line():
+    with pytest.raises(ConfigError, match="repeats by chance"):
+        check_predictable("ngram-mod", twin=True)
+    with pytest.raises(ConfigError, match="takes llama-server's types"):
+        check_predictable("draft")
+    check_predictable("ngram-mod")  # one type, real files: taken
+    check_predictable("draft-mtp", twin=True)
 
 
 def test_tune_through_llama_server_predicts_recommends_and_checks(tiny_pairs, server_bin, isolated):
@@ -85,8 +107,9 @@ def test_tune_through_llama_server_predicts_recommends_and_checks(tiny_pairs, se
     assert {r["config"]["engine"] for r in runs} == {"server"} and all(r["error"] is None for r in runs)
     spec = [r for r in runs if r["mode"] == "speculative"]
     assert spec and all(r["metrics"]["rounds"] > 0 and r["metrics"]["accepted_at"] for r in spec)
-    refused = invoke("tune", "--target", str(target), "--engine", "server", "--spec-type", "ngram-mod", "-K", "2")
-    assert refused.exit_code == 1 and "drafts only where the text repeats" in refused.stderr
+    refused = invoke("tune", "--target", str(target), "--engine", "server", "--spec-type", "ngram-mod", "--twin",
+                     "-K", "2")
+    assert refused.exit_code == 1 and "repeats by chance" in refused.stderr
 
 
 def test_tune_through_llama_server_at_two_slots(tiny_pairs, server_bin, isolated):
@@ -123,3 +146,31 @@ def test_tune_twins_of_an_mtp_target_through_llama_server(tmp_path, server_bin, 
         assert at[0.8] > at[0.6] > 0
     spec = [r for r in stored(isolated / "results" / "mtp-twin.jsonl") if r["mode"] == "speculative"]
     assert spec and all(r["metrics"]["drafted"] > 0 for r in spec)
+
+
+def looping_target(folder: Path) -> Path:
+    """A tiny target whose every logit is exactly 0 (its output norm zeroed): greedy takes the first token at every step
+    on any machine, so the text repeats from its first tokens and an n-gram lookup finds a match at each step."""
+    from gguf_bench.models.tiny import TinySpec, random_weights, vocabulary, write_gguf
+
+    spec = TinySpec()
+    weights = random_weights(spec, len(vocabulary()[0]), seed=0)
+    weights["output_norm.weight"][:] = 0.0
+    return write_gguf(folder / "looping.gguf", spec, weights)
+
+
+def test_tune_an_ngram_type_through_llama_server(server_bin, isolated):
+    """ngram-map-k on a target whose text repeats: the share of drafting steps is measured at each calibrated K and
+    enters every prediction, and the deploy line carries the type's own size flag at the recommended K. (ngram-simple
+    would draft nothing here: it copies from the nearest match, one token back in a text of one token repeated.)"""
+    result = invoke("tune", "--target", str(looping_target(isolated)), "--engine", "server", "--server-bin",
+                    str(server_bin), "--spec-type", "ngram-map-k", "-K", "2,4", "--prompt-ids", "code-short", "-n", "64",
+                    "--reps", "1", "--json", "--name", "stn")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    [cal] = doc["calibrations"]
+    assert cal["spec_type"] == "ngram-map-k" and set(cal["drafting_share"]) == {"2", "4"}
+    assert all(0 < d <= 1 for d in cal["drafting_share"].values()) and cal["a"][:2] == [1.0, 1.0]
+    assert [r["k"] for r in doc["rows"]] == [2, 4] and all(r["predicted_tokens_per_s"] > 0 for r in doc["rows"])
+    k = doc["best"]["k"]
+    assert f"--spec-ngram-map-k-size-m {k} " in doc["deploy"] if k else "--spec-type none" in doc["deploy"]

@@ -52,6 +52,7 @@ from gguf_bench.placing import Split, placing_axes
 from gguf_bench.results import server_tuning
 from gguf_bench.results.costmodel import DEFAULT_REPS
 from gguf_bench.results.plots import check_plot, plot_tune
+from gguf_bench.results.server_costs import check_predictable
 from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
 from gguf_bench.results.text import fit_title
 from gguf_bench.results.tuning import (
@@ -122,6 +123,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     if engine == "server" or parallel is not None:
         ngl, ngld = _server_options(engine, ngls, nglds, parallel, depth, k_schedules, plot)
         types = [SERVER_NAMES.get(t, t) for t in parse_spec_types(spec_types)]
+        for t in types:
+            check_predictable(t, twin)
         alphas = options.acceptances(acceptance) if twin else None
         name = options.results_name(name or default_name("tune"))
         with twin_folder("tune-twins-") as folder:  # twins live while tune runs

@@ -165,6 +165,9 @@ def tuned_server_line(tuned) -> str:
     if tuned.top is None:
         return command_line(next(r for r in tuned.records if r.mode == Mode.TARGET))
     cal, top = tuned.top
-    argv = command(next(r for r in tuned.records if r.mode == Mode.SPECULATIVE and r.strategy.spec_type == cal.spec_type))
-    argv[argv.index("--spec-draft-n-max") + 1] = str(top.k)
-    return _shell(argv)
+    runs = [r for r in tuned.records if r.mode == Mode.SPECULATIVE and r.strategy.spec_type == cal.spec_type]
+    run = next((r for r in runs if r.k == top.k), runs[-1])
+    argv = command(run)
+    old, new = (speculation(Mode.SPECULATIVE, run.strategy, k).flags() for k in (run.k, top.k))
+    at = next(i for i in range(len(argv)) if argv[i:i + len(old)] == old)  # its size flags, as the type spells them
+    return _shell(argv[:at] + new + argv[at + len(old):])

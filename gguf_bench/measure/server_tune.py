@@ -31,7 +31,7 @@ class ServerTuneJob:
     files: PairFiles
     prompts: Sequence[Prompt]
     ks: Sequence[int]  # the draft lengths to predict
-    spec_types: Sequence[str]  # llama-server's types (server_costs.PREDICTED_TYPES)
+    spec_types: Sequence[str]  # llama-server's types, one at a time (server_costs.check_predictable)
     n_predict: int
     ctx_size: int
     threads: int | None
@@ -127,7 +127,8 @@ def run_check(tuned: ServerTuned, step: Callable[[str], None]) -> list[dict]:
         measured = statistics.fmean(_speed(r) for r in runs)
         predicted = top.baseline_tokens_per_s if k == 0 else cal.predict(k).tokens_per_s
         rows.append({"k": k, "spec_type": None if k == 0 else cal.spec_type, "predicted_tokens_per_s": predicted,
-                     "measured_tokens_per_s": measured, "error_pct": 100 * (predicted / measured - 1), "runs": len(runs)})
+                     "measured_tokens_per_s": measured, "error_pct": 100 * (predicted / measured - 1), "runs": len(runs),
+                     "predicted_gain_pct": 100 * (predicted / top.baseline_tokens_per_s - 1) if k else None})
     base = rows[0]["measured_tokens_per_s"]
     return [r | {"measured_gain_pct": 100 * (r["measured_tokens_per_s"] / base - 1) if r["k"] else None} for r in rows]
 

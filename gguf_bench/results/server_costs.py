@@ -4,20 +4,24 @@ its server records (measure/server_tune.py runs it). Pure: reads run records, st
 llama-server fixes its draft length when it starts and times no single step, so the model is written in what its
 requests report (`timings.predicted_ms`, `/metrics`' verification rounds and accepted tokens per draft position):
 
-    round(K)  = seconds per verification round at draft length K: the draft's K steps and the target's batch of K+1,
+    round(K)  = seconds per verification round at draft length K: the draft's steps and the target's batch,
                 measured at the calibrated K's, with round(0) = the target alone's seconds per token, and linear between
+    d(K)      = the share of generation steps that drafted (a verification round) rather than decoded one plain token:
+                rounds / (rounds + plain steps), measured at the calibrated K's, linear between (the nearest beyond them)
     a_j       = the acceptance of draft position j given that it was reached: llama-server's per-position counters at
                 the largest K (accepted at j over accepted at j-1, rounds for j = 1); where a concurrent round gives
                 only totals, the one a for which sum_{i<=K} a^i is the accepted tokens per round
     tokens(K) = 1 + sum_{i<=K} prod_{j<=i} a_j   (costmodel.expected_tokens)
-    tokens/s  = tokens(K) / round(K), against 1 / round(0) for the target alone
+    tokens/s  = (d tokens(K) + (1 - d)) / (d round(K) + (1 - d) round(0)), against 1 / round(0) for the target alone
 
 Seconds per round come from each request: its decode time, less its plain steps (tokens that came from no round:
 generated = 1 + rounds + accepted + plain) at the target alone's seconds per token, over its rounds. With N slots it is
 one slot's figure: each request's own decode time over its share of the round's verifications, so the prediction is
-the per-request tokens/s (`req t/s`) at that slot count. The types predicted are those that draft a fixed number of
-tokens every round (a draft model, MTP heads, a sidecar); an n-gram type drafts only where the text repeats, so its
-rounds are not a function of K: sweep it.
+the per-request tokens/s (`req t/s`) at that slot count.
+
+d is what lets one model cover every type: a draft model, MTP heads or a sidecar draft at nearly every step (d close
+to 1; a --draft-p-min stop makes plain steps), an n-gram type only where the text repeats (ngram-mod, ngram-map-k,
+...: d is the text's, and its drafts may be shorter than K, which the per-position counters take in).
 """
 
 from __future__ import annotations
@@ -26,19 +30,22 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.results.costmodel import Prediction, expected_tokens
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
 
-PREDICTED_TYPES = ("draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")  # a fixed draft per round
+NGRAM_TYPES = tuple(t for t in SERVER_SPEC_TYPES if t.startswith("ngram"))  # draft only where the text repeats
 
 
-def check_predictable(spec_type: str) -> None:
-    if spec_type not in PREDICTED_TYPES:
-        raise ConfigError(f"tune --engine server predicts the types that draft K tokens every round "
-                          f"({', '.join(PREDICTED_TYPES)}); {spec_type} drafts only where the text repeats, so its "
-                          f"rounds do not follow K: measure it with `gguf-bench sweep --engine server --spec-type "
-                          f"{spec_type}`")
+def check_predictable(spec_type: str, twin: bool = False) -> None:
+    """One of llama-server's types, and on twins one that drafts at every step (a twin's text repeats by chance)."""
+    if spec_type not in SERVER_SPEC_TYPES:
+        raise ConfigError(f"tune --engine server takes llama-server's types ({', '.join(SERVER_SPEC_TYPES)}), "
+                          f"not {spec_type}")
+    if twin and spec_type in NGRAM_TYPES:
+        raise ConfigError(f"{spec_type} drafts where the text repeats, and a twin's text (synthetic weights) repeats by "
+                          f"chance: tune it on the real files, without --twin")
 
 
 @dataclass(frozen=True)
@@ -64,12 +71,16 @@ def slots(record: RunRecord) -> list[Slot]:
             for q in done]
 
 
+def plain_steps(slot: Slot) -> float:
+    """The tokens of one slot that came from no verification round (the first token is the prompt's)."""
+    return max(0.0, slot.n_tokens - 1 - slot.rounds - slot.accepted)
+
+
 def round_s(slot: Slot, t_target: float) -> float | None:
     """Seconds per verification round of one slot: its decode time less its plain steps, over its rounds."""
     if slot.rounds <= 0:
         return None
-    plain = max(0.0, slot.n_tokens - 1 - slot.rounds - slot.accepted)
-    return (slot.decode_s - plain * t_target) / slot.rounds
+    return (slot.decode_s - plain_steps(slot) * t_target) / slot.rounds
 
 
 def per_position(records: Sequence[RunRecord], k: int) -> tuple[tuple[float, ...], str]:
@@ -108,6 +119,7 @@ class ServerCalibration:
     rounds_s: tuple[tuple[int, float], ...]  # (K, seconds per round) at each calibrated K, by K
     a: tuple[float, ...]  # acceptance at draft positions 1..K_max given reached
     a_from: str  # 'per position', or how a was found where the counters are totals
+    drafting: tuple[tuple[int, float], ...] = ()  # (K, share of steps that drafted) at each calibrated K; () = all
 
     @property
     def k_max(self) -> int:
@@ -118,16 +130,20 @@ class ServerCalibration:
         if not 1 <= k <= self.k_max:
             raise ConfigError(f"draft length {k} is outside the calibrated 1..{self.k_max}: calibrate a -K range "
                               f"reaching it")
-        points = [(0, self.t_target), *self.rounds_s]
-        for (k0, s0), (k1, s1) in zip(points, points[1:]):
-            if k0 <= k <= k1:
-                return s0 + (s1 - s0) * (k - k0) / (k1 - k0)
-        raise AssertionError("unreachable: k is within the points")
+        return _between([(0, self.t_target), *self.rounds_s], k)
+
+    def drafting_at(self, k: int) -> float:
+        """The share of steps that drafted at draft length k: measured, linear between, the nearest beyond."""
+        if not self.drafting:
+            return 1.0
+        first, last = self.drafting[0], self.drafting[-1]
+        return first[1] if k <= first[0] else last[1] if k >= last[0] else _between(self.drafting, k)
 
     def predict(self, k: int) -> Prediction:
-        seconds = self.round_at(k)
+        seconds, d = self.round_at(k), self.drafting_at(k)
         tokens = expected_tokens(self.a, k)
-        return Prediction(k=k, strategy=f"{self.spec_type} K={k}", tokens_per_s=tokens / seconds,
+        per_step_s = d * seconds + (1 - d) * self.t_target
+        return Prediction(k=k, strategy=f"{self.spec_type} K={k}", tokens_per_s=(d * tokens + 1 - d) / per_step_s,
                           baseline_tokens_per_s=1.0 / self.t_target, tokens_per_round=tokens, round_ms=1000 * seconds,
                           acceptance=(tokens - 1) / k)
 
@@ -142,6 +158,14 @@ class ServerCalibration:
 
     def predictions(self, ks: Sequence[int]) -> list[Prediction]:
         return [self.predict(k) for k in ks]
+
+
+def _between(points: Sequence[tuple[int, float]], k: int) -> float:
+    """The value at k, linear between the two (K, value) points around it (points sorted by K, k within them)."""
+    for (k0, v0), (k1, v1) in zip(points, points[1:]):
+        if k0 <= k <= k1:
+            return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
+    raise AssertionError("unreachable: k is within the points")
 
 
 def calibrations(records: Sequence[RunRecord]) -> list[ServerCalibration]:
@@ -164,13 +188,22 @@ def calibrations(records: Sequence[RunRecord]) -> list[ServerCalibration]:
 
 def _calibration(records: list[RunRecord], t_target: float, parallel: int | None) -> ServerCalibration:
     ks = sorted({r.k for r in records})
-    rounds = []
+    rounds, drafting = [], []
     for k in ks:
-        times = [t for r in records if r.k == k for s in slots(r) if (t := round_s(s, t_target)) is not None]
+        here = [s for r in records if r.k == k for s in slots(r)]
+        n_rounds, steps = sum(s.rounds for s in here), sum(s.rounds + plain_steps(s) for s in here)
+        drafting.append((k, n_rounds / steps if steps else 0.0))
+        times = [t for s in here if (t := round_s(s, t_target)) is not None]
         if times:
             rounds.append((k, statistics.median(times)))
+            if rounds[-1][1] <= 0:
+                raise BenchError(f"the verification rounds at K={k} could not be timed apart from the plain steps "
+                                 f"around them ({n_rounds:g} rounds among {steps:g} steps): calibrate where it drafts "
+                                 f"more (more -n, prompts it can copy from such as --prompt-ids code-edit) or with "
+                                 f"more --reps")
     a, a_from = per_position([r for r in records if r.k == ks[-1]], ks[-1])
     if not rounds or rounds[-1][0] != ks[-1]:
         raise BenchError(f"llama-server made no draft at K={ks[-1]} in the calibration: nothing to predict from")
     first = records[0]
-    return ServerCalibration(first.pair, first.strategy.spec_type, parallel, t_target, tuple(rounds), a, a_from)
+    return ServerCalibration(first.pair, first.strategy.spec_type, parallel, t_target, tuple(rounds), a, a_from,
+                             tuple(drafting))

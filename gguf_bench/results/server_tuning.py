@@ -17,13 +17,14 @@ def _slots(cal: ServerCalibration) -> str:
 
 
 def prediction_table(cal: ServerCalibration, ks: Sequence[int], top, width: int = 80) -> Group:
-    """One row per K: the acceptance of its position, tokens per round, seconds per round (measured ● or between
-    measured K's), predicted tokens/s and gain; ★ on the recommendation."""
+    """One row per K: the acceptance of its position, the share of steps that drafted, tokens per round, seconds per
+    round (measured ● or between measured K's), predicted tokens/s and gain; ★ on the recommendation."""
     measured = dict(cal.rounds_s)
-    columns: dict[str, list[str]] = {"K": [], "a_K": [], "tok/round": [], "ms/round": [], "tokens/s": [], "gain %": []}
+    columns: dict[str, list[str]] = {"K": [], "a_K": [], "drafted": [], "tok/round": [], "ms/round": [], "tokens/s": [],
+                                     "gain %": []}
     for p in cal.predictions(ks):
         star = " ★" if top is not None and top[0] is cal and top[1] == p else ""
-        cells = (str(p.k), f"{cal.a[p.k - 1]:.0%}", f"{p.tokens_per_round:.2f}",
+        cells = (str(p.k), f"{cal.a[p.k - 1]:.0%}", f"{cal.drafting_at(p.k):.0%}", f"{p.tokens_per_round:.2f}",
                  f"{p.round_ms:.1f}" + (" ●" if p.k in measured else ""), speed_text(p.tokens_per_s) + star,
                  f"{p.gain_pct:+.1f}")
         for name, cell in zip(columns, cells):
@@ -31,6 +32,7 @@ def prediction_table(cal: ServerCalibration, ks: Sequence[int], top, width: int 
     table = right_table(columns, f"tune {cal.pair}, llama-server {cal.spec_type}: predicted tokens/s", width)
     legend = [f"greedy, {_slots(cal)}; target alone {speed_text(1 / cal.t_target)} tokens/s",
               f"a_K: acceptance of draft position K once reached ({cal.a_from}, at K={cal.k_max})",
+              "drafted: the share of steps that drafted (the rest decoded one plain token), measured ● or between",
               "ms/round: ● measured at that K, else linear between the measured K's (K=0: the target alone's token)"]
     return Group(table, Text("\n".join(legend)))
 
@@ -40,7 +42,7 @@ def recommendation_line(tuned) -> str:
         return ("recommendation: run the target alone: no type and K is predicted to beat it "
                 f"({', '.join(c.spec_type for c in tuned.calibrations)} calibrated)")
     cal, p = tuned.top
-    return (f"recommendation: --spec-type {cal.spec_type} --spec-draft-n-max {p.k}: predicted "
+    return (f"recommendation: --spec-type {cal.spec_type} at K={p.k}: predicted "
             f"{speed_text(p.tokens_per_s)} tokens/s against {speed_text(p.baseline_tokens_per_s)} for the target alone "
             f"({p.gain_pct:+.1f}%)")
 
@@ -48,23 +50,25 @@ def recommendation_line(tuned) -> str:
 def check_table(tuned, width: int = 80) -> Group:
     """--check: predicted beside measured for the K's it ran."""
     columns: dict[str, list[str]] = {"run": [], "predicted tok/s": [], "measured tok/s": [], "error %": [],
-                                     "gain %": [], "runs": []}
+                                     "gain % pred/meas": [], "runs": []}
     for r in tuned.checked:
         label = "target alone" if r["k"] == 0 else f"{r['spec_type']} K={r['k']}"
-        gain = r["measured_gain_pct"]
+        gains = "" if r["k"] == 0 else f"{r['predicted_gain_pct']:+.1f} / {r['measured_gain_pct']:+.1f}"
         for name, cell in zip(columns, (label, speed_text(r["predicted_tokens_per_s"]), speed_text(r["measured_tokens_per_s"]),
-                                        f"{r['error_pct']:+.1f}", "" if gain is None else f"{gain:+.1f}", str(r["runs"]))):
+                                        f"{r['error_pct']:+.1f}", gains, str(r["runs"]))):
             columns[name].append(cell)
     table = right_table(columns, "--check: predicted against measured through llama-server (mean over prompts and "
                                  "repetitions)", width)
-    return Group(table, Text("gain %: measured, over the target alone measured"))
+    return Group(table, Text("gain %: over the target alone, predicted (the calibration's) and measured (the check's "
+                             "own); where the target alone's error is as large as a K's, the machine's speed moved"))
 
 
 def as_json(tuned, twin: bool = False) -> dict:
     cals = tuned.calibrations
     rows = [{"spec_type": c.spec_type, "parallel": c.parallel, "k": p.k, "predicted_tokens_per_s": p.tokens_per_s,
              "predicted_gain_pct": p.gain_pct, "tokens_per_round": p.tokens_per_round, "round_ms": p.round_ms,
-             "measured_round": p.k in dict(c.rounds_s)} for c in cals for p in c.predictions(tuned.job.ks)]
+             "drafting_share": c.drafting_at(p.k), "measured_round": p.k in dict(c.rounds_s)}
+            for c in cals for p in c.predictions(tuned.job.ks)]
     best = ({"spec_type": tuned.top[0].spec_type, "k": tuned.top[1].k, "predicted_tokens_per_s": tuned.top[1].tokens_per_s,
              "predicted_gain_pct": tuned.top[1].gain_pct} if tuned.top else
             {"spec_type": None, "k": 0, "predicted_tokens_per_s": 1 / cals[0].t_target, "predicted_gain_pct": 0.0})
@@ -74,7 +78,8 @@ def as_json(tuned, twin: bool = False) -> dict:
                                   "rounds_s": dict(c.rounds_s)} for c in cals]}
     doc = {"pair": cals[0].pair, "engine": "server", "results": str(tuned.job.out),
            "calibrations": [{"spec_type": c.spec_type, "parallel": c.parallel, "t_target_s": c.t_target,
-                             "rounds_s": dict(c.rounds_s), "a": list(c.a), "a_from": c.a_from} for c in cals],
+                             "rounds_s": dict(c.rounds_s), "drafting_share": dict(c.drafting), "a": list(c.a),
+                             "a_from": c.a_from} for c in cals],
            "rows": rows, "best": best}
     if tuned.checked is not None:
         doc["check"] = tuned.checked
