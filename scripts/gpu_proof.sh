@@ -273,6 +273,7 @@ case "${1:-}" in
     say "the device call (the same kit; $(device_call | wc -c) characters):"
     device_call
     export DRY=1
+    unset OUT  # the dry-run publishes into its state folder, never into a folder the caller's $OUT names
     [ -n "${GPU_PROOF_RESUME:-}" ] || rm -rf "$STATE"  # GPU_PROOF_RESUME=1: the steps not yet done, on the same state
     START=$(date +%s)
     run_steps ;;

@@ -68,16 +68,19 @@ def test_twins_are_placed_as_the_planner_places_the_pair_in_vram(family, isolate
     (--vram, at --ctx-size); all of it where it fits; the CPU where not even the target's output layer does."""
     reader = HeaderReader()
     shapes = [reader.local(family[k]).planner_shape() for k in ("target", "good")]
-    for vram, mib in (("24MiB", 24), ("20MiB", 20)):
+    for vram, margin, mib in (("24MiB", "0", 24), ("20MiB", "0", 20), ("536MiB", "512MiB", 24)):
         row = best_row(plan(*shapes, mib * 2**20, 4096, [0, 1, shapes[1].total_layers // 2, ALL_LAYERS]))
-        out = json.loads(_twins(family, "--vram", vram, "--json").stdout)["twins"]
+        out = json.loads(_twins(family, "--vram", vram, "--margin", margin, "--json").stdout)["twins"]
         assert out["placements"] == {str(family["good"]): f"-ngl {row.target.layers} -ngld {row.ngld}"}, vram
         assert row.target.layers < shapes[0].total_layers  # some layers left on the CPU: not the all-layers default
+    # plan's default margin is kept free here too: 536 MiB less 512 places as 24 MiB did
+    assert json.loads(_twins(family, "--vram", "536MiB", "--json").stdout)["twins"]["placements"] == out["placements"]
     assert json.loads(_twins(family, "--vram", "8GB", "--json").stdout)["twins"]["placements"] == {
         str(family["good"]): f"-ngl {shapes[0].total_layers} -ngld {shapes[1].total_layers}"}
     nothing = _twins(family, "--vram", "5MiB")
     assert nothing.exit_code == 0, nothing.output
-    assert "each pair at -ngl 0 -ngld 0 (as the planner places it in --vram 5MiB)" in " ".join(nothing.stdout.split())
+    assert ("each pair at -ngl 0 -ngld 0 (as the planner places it in --vram 5MiB, 512MiB kept free)"
+            in " ".join(nothing.stdout.split()))
 
 
 def test_measure_goes_on_past_a_draft_that_does_not_load_through_the_same_mechanism(family, isolated):

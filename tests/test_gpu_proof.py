@@ -19,12 +19,13 @@ def test_dry_run_writes_tables_of_numbers_within_the_limits(tmp_path, cpu_tree):
     built again), with test_offload's fixtures run."""
     env = {**os.environ, "PYTHON": sys.executable, "GPU_PROOF_KIT": str(tmp_path / "kit"),
            "GPU_PROOF_STATE": str(tmp_path / "state"), "GGUF_BENCH_CACHE": os.environ.get("GGUF_BENCH_CACHE", ""),
-           "GPU_PROOF_TREE": str(cpu_tree.parent)}
+           "GPU_PROOF_TREE": str(cpu_tree.parent), "OUT": str(tmp_path / "callers-out")}  # as a device call sets it
     if not env["GGUF_BENCH_CACHE"]:
         del env["GGUF_BENCH_CACHE"]  # the sdist comes from the usual cache (build.sources: pip download once)
     run = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_proof.sh"), "dry-run"], env=env, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert not (tmp_path / "callers-out").exists() and (tmp_path / "state" / "out" / "gpu-proof-summary.txt").is_file()
     out = run.stdout
     size = int(re.search(r"prepared .*?: (\d+) KiB", out).group(1))
     assert size < 64 * 1024

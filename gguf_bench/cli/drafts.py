@@ -13,6 +13,8 @@ import typer
 from gguf_bench import options
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import (
+    MARGIN,
+    MarginOpt,
     NgldOpt,
     NglOpt,
     NPredictOpt,
@@ -43,7 +45,9 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
            quants: Annotated[str, typer.Option("--quants", help="the quants to take from each hub repository")
                              ] = ",".join(cands.DEFAULT_QUANTS),
            vram: Annotated[str | None, typer.Option("--vram", help="device memory: show whether each draft fits "
-                                                    "beside the target (all layers of both, at --ctx)")] = None,
+                                                    "beside the target (all layers of both, at --ctx), --margin "
+                                                    "kept free")] = None,
+           margin: MarginOpt = MARGIN,
            ctx_size: Annotated[int, typer.Option("--ctx-size", "--ctx", "-c", help="context size of each model, "
                                                  "for --vram")] = 4096,
            offline: Annotated[bool, typer.Option("--offline", help="search no hub: the registry and local files "
@@ -80,7 +84,8 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
     qs = tuple(q.strip().upper() for q in quants.split(",") if q.strip())
     if not qs:
         raise BenchError("--quants needs at least one quant, e.g. Q8_0,Q4_K_M")
-    budget = options.byte_size(vram, "--vram") if vram else None
+    budget = max(0, options.byte_size(vram, "--vram") - options.byte_size(margin, "--margin")) if vram else None
+    vram_label = f"{vram}, {margin} kept free" if vram else None  # as the tables say it
     for folder in search or []:
         if not folder.is_dir():
             raise BenchError(f"--search {folder}: no such folder")
@@ -101,7 +106,7 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
     rows = ranking.rank(found.target.header, found.candidates, budget, ctx_size, costs and costs.ratios,
                         costs and costs.verify)
     if job is not None:
-        return _measure(job, found, rows, as_json, vram)
+        return _measure(job, found, rows, as_json, vram_label)
     seconds = time.perf_counter() - start
     if as_json:
         console.print_json(json.dumps({"target": target, "target_model": cands.header_json(found.target.header),
@@ -109,7 +114,7 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
                                        "candidates": cands.to_json(found), "searched": found.searched,
                                        "hub_error": found.hub_error} | ({"twins": _twins_json(costs)} if costs else {})))
     else:
-        _print(found, rows, target, vram, costs)
+        _print(found, rows, target, vram_label, costs)
     if found.hub_error:
         err.print(f"Note: {found.hub_error}; searched locally: {', '.join(found.searched) or 'nothing'}", markup=False)
     if verbose:

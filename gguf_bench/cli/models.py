@@ -14,7 +14,7 @@ from rich.text import Text
 from gguf_bench import options, placing
 from gguf_bench.cli import fit_compare
 from gguf_bench.cli.app import command, console, err
-from gguf_bench.cli.options import RegistryOpt, ResultsDirOpt, ThreadsOpt
+from gguf_bench.cli.options import MARGIN, MarginOpt, RegistryOpt, ResultsDirOpt, ThreadsOpt
 from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
 from gguf_bench.engines.llama_cpp import (
     gpu_devices,
@@ -196,8 +196,7 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
          draft_device: Annotated[list[str] | None, typer.Option("--draft-device", help="also plan the draft on these "
                                                                 "devices (-devd), 'none' for the CPU; repeatable")] = None,
          ctx_size: Annotated[int, typer.Option("--ctx-size", "--ctx", "-c", help="context size of each model")] = 4096,
-         margin: Annotated[str, typer.Option("--margin", help="memory kept free on each device for what llama.cpp does "
-                                             "not account (the driver's context, allocator slack)")] = "512MiB",
+         margin: MarginOpt = MARGIN,
          measure: Annotated[bool, typer.Option("--measure", help="also measure each placement that fits on this "
                                                "machine: decode tokens/s of twins of both models (synthetic weights "
                                                "written from the headers, deleted afterwards)")] = False,

@@ -22,6 +22,9 @@ RegistryOpt = Annotated[Path | None, typer.Option("--registry", help="models.yam
 # --- how they are loaded ----------------------------------------------------------------------------
 NglOpt = Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target layers on the GPU: a number or 'all'")]
 NgldOpt = Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft layers on the GPU")]
+MarginOpt = Annotated[str, typer.Option("--margin", help="memory kept free on each device for what llama.cpp does "
+                                        "not account (the driver's context, allocator slack)")]
+MARGIN = "512MiB"  # plan's and drafts' default --margin
 NglsOpt = Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target GPU layers: list/range/'all'")]
 NgldsOpt = Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft GPU layers")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads (default: all cores)")]
