@@ -70,6 +70,7 @@ class ServerTuned:
     top: tuple[ServerCalibration, Prediction] | None  # the fastest prediction that beats the target alone; None: none
     records: list[RunRecord]  # the calibration's runs (their commands are the deploy line's)
     checked: list[dict] | None = None
+    within_scatter: tuple[ServerCalibration, Prediction] | None = None  # the fastest, its gain inside the drift
 
 
 def twin_files(name: str, target: str, draft: str | None, folder: Path, registry: Path | None = None) -> PairFiles:
@@ -82,7 +83,8 @@ def twin_files(name: str, target: str, draft: str | None, folder: Path, registry
 
 def tune_server(job: ServerTuneJob, check: bool, step: Callable[[str], None] = lambda what: None,
                 twin: bool = False) -> ServerTuned:
-    """Calibrate, predict every K of every type, recommend (never a slowdown), and with `check` measure. On twins
+    """Calibrate, predict every K of every type, recommend (never a slowdown, never a gain smaller than the target
+    alone's own scatter between repetitions), and with `check` measure. On twins
     (`twin`) only the round times mean anything: no recommendation, the CLI predicts at named acceptance rates."""
     if twin and check:
         raise BenchError("--check measures the real pair's speed-up, which a twin cannot show: tune the real files")
@@ -90,12 +92,20 @@ def tune_server(job: ServerTuneJob, check: bool, step: Callable[[str], None] = l
     cals = calibrations(records)
     if twin:
         return ServerTuned(job, cals, None, records)
-    options = [(cal, p) for cal in cals for p in cal.predictions(job.ks)]
-    cal, best = max(options, key=lambda o: o[1].tokens_per_s)
-    tuned = ServerTuned(job, cals, (cal, best) if best.tokens_per_s > best.baseline_tokens_per_s else None, records)
+    top, within = recommend(cals, job.ks)
+    tuned = ServerTuned(job, cals, top, records, within_scatter=within)
     if check:
         tuned.checked = run_check(tuned, step)
     return tuned
+
+
+def recommend(cals: Sequence[ServerCalibration], ks: Sequence[int]) -> tuple[tuple | None, tuple | None]:
+    """(the recommendation, None) when the fastest prediction gains more than the target alone's repetitions scattered;
+    (None, the fastest) when it gains less than that; (None, None) when nothing gains."""
+    cal, best = max(((c, p) for c in cals for p in c.predictions(ks)), key=lambda o: o[1].tokens_per_s)
+    if best.gain_pct <= 0:
+        return None, None
+    return ((cal, best), None) if best.gain_pct > 100 * (cal.scatter or 0.0) else (None, (cal, best))
 
 
 def _measure(job: ServerTuneJob, grid: Grid, what: str, step: Callable[[str], None]) -> list[RunRecord]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES
 from gguf_bench.errors import BenchError, ConfigError
@@ -120,6 +120,7 @@ class ServerCalibration:
     a: tuple[float, ...]  # acceptance at draft positions 1..K_max given reached
     a_from: str  # 'per position', or how a was found where the counters are totals
     drafting: tuple[tuple[int, float], ...] = ()  # (K, share of steps that drafted) at each calibrated K; () = all
+    scatter: float | None = None  # the target alone's repetitions: largest relative distance from their prompt's median
 
     @property
     def k_max(self) -> int:
@@ -179,11 +180,22 @@ def calibrations(records: Sequence[RunRecord]) -> list[ServerCalibration]:
         if not alone:
             raise BenchError("the calibration has no target-alone run at this slot count: nothing to compare with")
         t_target = statistics.median(s.decode_s / s.n_tokens for s in alone if s.n_tokens)
+        noise = scatter([r for r in here if r.mode == Mode.TARGET])
         spec = [r for r in here if r.mode == Mode.SPECULATIVE]
         for spec_type in dict.fromkeys(r.strategy.spec_type for r in spec):
             of_type = [r for r in spec if r.strategy.spec_type == spec_type]
-            out.append(_calibration(of_type, t_target, parallel))
+            out.append(replace(_calibration(of_type, t_target, parallel), scatter=noise))
     return out
+
+
+def scatter(runs: Sequence[RunRecord]) -> float | None:
+    """How far the target alone's repetitions of one prompt lie from their median, relative, at most: what a predicted
+    gain must pass to be more than the machine's own drift. None with one repetition per prompt (nothing to tell)."""
+    by_prompt: dict[str | None, list[float]] = {}
+    for r in runs:
+        by_prompt.setdefault(r.config.prompt_id, []).append(r.metrics.tokens_per_s)
+    spreads = [abs(v / statistics.median(vs) - 1) for vs in by_prompt.values() if len(vs) > 1 for v in vs]
+    return max(spreads) if spreads else None
 
 
 def _calibration(records: list[RunRecord], t_target: float, parallel: int | None) -> ServerCalibration:

@@ -30,7 +30,8 @@ def prediction_table(cal: ServerCalibration, ks: Sequence[int], top, width: int 
         for name, cell in zip(columns, cells):
             columns[name].append(cell)
     table = right_table(columns, f"tune {cal.pair}, llama-server {cal.spec_type}: predicted tokens/s", width)
-    legend = [f"greedy, {_slots(cal)}; target alone {speed_text(1 / cal.t_target)} tokens/s",
+    scatter = "" if cal.scatter is None else f" (its repetitions ±{cal.scatter:.1%})"
+    legend = [f"greedy, {_slots(cal)}; target alone {speed_text(1 / cal.t_target)} tokens/s{scatter}",
               f"a_K: acceptance of draft position K once reached ({cal.a_from}, at K={cal.k_max})",
               "drafted: the share of steps that drafted (the rest decoded one plain token), measured ● or between",
               "ms/round: ● measured at that K, else linear between the measured K's (K=0: the target alone's token)"]
@@ -38,6 +39,11 @@ def prediction_table(cal: ServerCalibration, ks: Sequence[int], top, width: int 
 
 
 def recommendation_line(tuned) -> str:
+    if tuned.within_scatter is not None:
+        cal, p = tuned.within_scatter
+        return (f"recommendation: run the target alone: the best prediction, {cal.spec_type} K={p.k} at "
+                f"{p.gain_pct:+.1f}%, is within the scatter of the target alone's own repetitions (±{cal.scatter:.1%}): "
+                "more --reps can tell it")
     if tuned.top is None:
         return ("recommendation: run the target alone: no type and K is predicted to beat it "
                 f"({', '.join(c.spec_type for c in tuned.calibrations)} calibrated)")
@@ -79,8 +85,12 @@ def as_json(tuned, twin: bool = False) -> dict:
     doc = {"pair": cals[0].pair, "engine": "server", "results": str(tuned.job.out),
            "calibrations": [{"spec_type": c.spec_type, "parallel": c.parallel, "t_target_s": c.t_target,
                              "rounds_s": dict(c.rounds_s), "drafting_share": dict(c.drafting), "a": list(c.a),
-                             "a_from": c.a_from} for c in cals],
+                             "a_from": c.a_from, "target_scatter": c.scatter} for c in cals],
            "rows": rows, "best": best}
+    if tuned.within_scatter is not None:
+        cal, p = tuned.within_scatter
+        doc["within_scatter"] = {"spec_type": cal.spec_type, "k": p.k, "predicted_gain_pct": p.gain_pct,
+                                 "target_scatter": cal.scatter}
     if tuned.checked is not None:
         doc["check"] = tuned.checked
     return doc
