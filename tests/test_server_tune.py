@@ -3,13 +3,16 @@ bookkeeping on records written here; then the command on a real llama-server wit
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 from cli_helpers import invoke, stored
+from rich.console import Console
 
-from gguf_bench.errors import ConfigError
+from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.results import server_tuning
 from gguf_bench.results.records import parse
 from gguf_bench.results.server_costs import calibrations, check_predictable
 
@@ -93,6 +96,25 @@ def test_a_predicted_gain_inside_the_target_alones_scatter_is_not_a_recommendati
     top, within = recommend([drifting], [4])
     assert top is None and within[1].k == 4 and 0 < within[1].gain_pct < 100 * drifting.scatter
     assert calibrations([rec("target", 0, 32, 0.32), rec("speculative", 4, 32, 0.25, 10, 20, (10, 6, 3, 1))])[0].scatter is None
+
+
+def test_rounds_too_few_to_time_are_interpolated_between_neighbours_and_an_error_at_the_largest_k():
+    """K=4: 2 rounds among 35 steps in 0.30 s, less than its 33 plain steps alone take at 10 ms: no time is left for
+    the rounds, so K=4's round is linear between the target alone and K=8, and the table says why. The same at the
+    largest K, where the acceptance is read, is one error line."""
+    alone = rec("target", 0, 40, 0.4)
+    few = rec("speculative", 4, 40, 0.30, 2, 4, (2, 1, 1, 0), spec="ngram-mod")
+    many = rec("speculative", 8, 40, 0.3, 4, 20, (4, 4, 4, 4, 1, 1, 1, 1), spec="ngram-mod")
+    [cal] = calibrations([alone, few, many])
+    assert [k for k, _ in cal.rounds_s] == [8] and cal.untimed == ((4, 2, 35),)
+    assert cal.round_at(4) == pytest.approx(0.01 + (0.0375 - 0.01) / 2)
+    assert dict(cal.drafting)[4] == pytest.approx(2 / 35)
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(server_tuning.prediction_table(cal, [4, 8], None, 200))
+    assert "K=4: its 2 rounds among 35 steps could not be timed apart from the plain steps" in out.getvalue()
+    with pytest.raises(BenchError, match=r"rounds at K=8 could not be timed apart .*\(2 rounds among 35 steps\)"):
+        calibrations([alone, rec("speculative", 2, 40, 0.35, 4, 8, (4, 4), spec="ngram-mod"),
+                      rec("speculative", 8, 40, 0.30, 2, 4, (2, 1, 1, 0, 0, 0, 0, 0), spec="ngram-mod")])
 
 
 def test_ngram_twins_and_other_types_are_refused_with_one_line():

@@ -14,10 +14,12 @@ requests report (`timings.predicted_ms`, `/metrics`' verification rounds and acc
     tokens(K) = 1 + sum_{i<=K} prod_{j<=i} a_j   (costmodel.expected_tokens)
     tokens/s  = (d tokens(K) + (1 - d)) / (d round(K) + (1 - d) round(0)), against 1 / round(0) for the target alone
 
-Seconds per round come from each request: its decode time, less its plain steps (tokens that came from no round:
-generated = 1 + rounds + accepted + plain) at the target alone's seconds per token, over its rounds. With N slots it is
-one slot's figure: each request's own decode time over its share of the round's verifications, so the prediction is
-the per-request tokens/s (`req t/s`) at that slot count.
+Seconds per round come from the requests at that K: their decode time, less their plain steps (tokens that came from
+no round: generated = 1 + rounds + accepted + plain) at the target alone's seconds per token, over their rounds, pooled.
+With N slots it is one slot's figure: each request's own decode time over its share of the round's verifications, so
+the prediction is the per-request tokens/s (`req t/s`) at that slot count. Where a type drafted so seldom that its
+rounds drown in the plain steps' scatter (no time left once they are taken out), that K's round is linear between its
+neighbours and the table says so; at the largest K it is an error (the acceptance is read there).
 
 d is what lets one model cover every type: a draft model, MTP heads or a sidecar draft at nearly every step (d close
 to 1; a --draft-p-min stop makes plain steps), an n-gram type only where the text repeats (ngram-mod, ngram-map-k,
@@ -76,11 +78,13 @@ def plain_steps(slot: Slot) -> float:
     return max(0.0, slot.n_tokens - 1 - slot.rounds - slot.accepted)
 
 
-def round_s(slot: Slot, t_target: float) -> float | None:
-    """Seconds per verification round of one slot: its decode time less its plain steps, over its rounds."""
-    if slot.rounds <= 0:
+def pooled_round_s(slots_: Sequence[Slot], t_target: float) -> float | None:
+    """Seconds per verification round over slots: their decode time less their plain steps, over their rounds (pooled,
+    so a request with one round weighs as one round, not as a whole request); None without a round."""
+    drafting = [s for s in slots_ if s.rounds > 0]
+    if not drafting:
         return None
-    return (slot.decode_s - plain_steps(slot) * t_target) / slot.rounds
+    return sum(s.decode_s - plain_steps(s) * t_target for s in drafting) / sum(s.rounds for s in drafting)
 
 
 def per_position(records: Sequence[RunRecord], k: int) -> tuple[tuple[float, ...], str]:
@@ -121,6 +125,7 @@ class ServerCalibration:
     a_from: str  # 'per position', or how a was found where the counters are totals
     drafting: tuple[tuple[int, float], ...] = ()  # (K, share of steps that drafted) at each calibrated K; () = all
     scatter: float | None = None  # the target alone's repetitions: largest relative distance from their prompt's median
+    untimed: tuple[tuple[int, float, float], ...] = ()  # (K, rounds, steps) whose rounds could not be timed
 
     @property
     def k_max(self) -> int:
@@ -200,22 +205,24 @@ def scatter(runs: Sequence[RunRecord]) -> float | None:
 
 def _calibration(records: list[RunRecord], t_target: float, parallel: int | None) -> ServerCalibration:
     ks = sorted({r.k for r in records})
-    rounds, drafting = [], []
+    rounds, drafting, untimed = [], [], []
     for k in ks:
         here = [s for r in records if r.k == k for s in slots(r)]
         n_rounds, steps = sum(s.rounds for s in here), sum(s.rounds + plain_steps(s) for s in here)
         drafting.append((k, n_rounds / steps if steps else 0.0))
-        times = [t for s in here if (t := round_s(s, t_target)) is not None]
-        if times:
-            rounds.append((k, statistics.median(times)))
-            if rounds[-1][1] <= 0:
-                raise BenchError(f"the verification rounds at K={k} could not be timed apart from the plain steps "
-                                 f"around them ({n_rounds:g} rounds among {steps:g} steps): calibrate where it drafts "
-                                 f"more (more -n, prompts it can copy from such as --prompt-ids code-edit) or with "
-                                 f"more --reps")
+        seconds = pooled_round_s(here, t_target)
+        if seconds is not None and seconds > 0:
+            rounds.append((k, seconds))
+        elif seconds is not None:  # its few rounds drowned in the plain steps' scatter: linear between its neighbours
+            untimed.append((k, n_rounds, steps))
     a, a_from = per_position([r for r in records if r.k == ks[-1]], ks[-1])
+    if untimed and untimed[-1][0] == ks[-1]:
+        k, n_rounds, steps = untimed[-1]
+        raise BenchError(f"the verification rounds at K={k} could not be timed apart from the plain steps around them "
+                         f"({n_rounds:g} rounds among {steps:g} steps): calibrate where it drafts more (more -n, prompts "
+                         f"it can copy from such as --prompt-ids code-edit) or with more --reps")
     if not rounds or rounds[-1][0] != ks[-1]:
         raise BenchError(f"llama-server made no draft at K={ks[-1]} in the calibration: nothing to predict from")
     first = records[0]
     return ServerCalibration(first.pair, first.strategy.spec_type, parallel, t_target, tuple(rounds), a, a_from,
-                             tuple(drafting))
+                             tuple(drafting), untimed=tuple((k, n, steps) for k, n, steps in untimed))

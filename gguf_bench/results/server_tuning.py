@@ -34,7 +34,9 @@ def prediction_table(cal: ServerCalibration, ks: Sequence[int], top, width: int 
     legend = [f"greedy, {_slots(cal)}; target alone {speed_text(1 / cal.t_target)} tokens/s{scatter}",
               f"a_K: acceptance of draft position K once reached ({cal.a_from}, at K={cal.k_max})",
               "drafted: the share of steps that drafted (the rest decoded one plain token), measured ● or between",
-              "ms/round: ● measured at that K, else linear between the measured K's (K=0: the target alone's token)"]
+              "ms/round: ● measured at that K, else linear between the measured K's (K=0: the target alone's token)",
+              *[f"K={k}: its {n:g} rounds among {steps:g} steps could not be timed apart from the plain steps: linear "
+                "between its neighbours" for k, n, steps in cal.untimed]]
     return Group(table, Text("\n".join(legend)))
 
 
