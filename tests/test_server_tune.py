@@ -122,6 +122,8 @@ def test_ngram_twins_and_other_types_are_refused_with_one_line():
         check_predictable("ngram-mod", twin=True)
     with pytest.raises(ConfigError, match="takes llama-server's types"):
         check_predictable("draft")
+    with pytest.raises(ConfigError, match="ngram-cache drafts at most 8 tokens whatever -K says"):
+        check_predictable("ngram-cache")
     check_predictable("ngram-mod")  # one type, real files: taken
     check_predictable("draft-mtp", twin=True)
 

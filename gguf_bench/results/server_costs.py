@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES
+from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.results.costmodel import Prediction, expected_tokens
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
@@ -45,6 +46,10 @@ def check_predictable(spec_type: str, twin: bool = False) -> None:
     if spec_type not in SERVER_SPEC_TYPES:
         raise ConfigError(f"tune --engine server takes llama-server's types ({', '.join(SERVER_SPEC_TYPES)}), "
                           f"not {spec_type}")
+    if spec_type == "ngram-cache":
+        raise ConfigError(f"ngram-cache drafts at most {NGRAM_CACHE_K} tokens whatever -K says, so there is no draft "
+                          f"length to predict: measure its one setting with `gguf-bench sweep --engine server "
+                          f"--spec-type ngram-cache`")
     if twin and spec_type in NGRAM_TYPES:
         raise ConfigError(f"{spec_type} drafts where the text repeats, and a twin's text (synthetic weights) repeats by "
                           f"chance: tune it on the real files, without --twin")
