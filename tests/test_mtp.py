@@ -88,6 +88,31 @@ def test_draft_mtp_end_to_end_through_llama_server(mtp_models, server_bin, isola
     assert speculative is True and timings["draft_n"] > 0
 
 
+def test_a_chain_of_draft_mtp_and_ngram_mod_runs_in_one_server(mtp_models, server_bin, isolated):
+    """--spec-type draft-mtp+ngram-mod: one llama-server with both drafters (its own comma list), each one's size flags
+    once, that drafts, beside draft-mtp alone in the same sweep; a chain on a model without heads is the same one line
+    as draft-mtp alone; tune refuses to calibrate a chain."""
+    target = mtp_models[1]
+    result = invoke("sweep", "--target", str(target), "--engine", "server", "--server-bin", str(server_bin),
+                    "--spec-type", "draft-mtp+ngram-mod,draft-mtp", "-K", "2", "-n", "16", "-t", "2", "--prompt-ids",
+                    "code-short", "--name", "chain")
+    assert result.exit_code == 0, result.output
+    spec = {r["config"]["strategy"]["spec_type"]: r for r in stored(isolated / "results" / "chain.jsonl")
+            if r["mode"] == "speculative"}
+    assert sorted(spec) == ["draft-mtp", "draft-mtp+ngram-mod"]
+    chain = spec["draft-mtp+ngram-mod"]
+    cmd = chain["server"]["command"]
+    assert cmd[cmd.index("--spec-type") + 1] == "draft-mtp,ngram-mod" and cmd.count("--spec-type") == 1
+    assert cmd[cmd.index("--spec-draft-n-max") + 1] == "2" and cmd[cmd.index("--spec-ngram-mod-n-max") + 1] == "2"
+    assert chain["error"] is None and chain["server"]["speculative"] is True and chain["metrics"]["drafted"] > 0
+    assert "draft-mtp+ngram-mod" in result.output
+    assert_user_error(invoke("sweep", "--target", str(mtp_models[0]), "--engine", "server", "--server-bin",
+                             str(server_bin), "--spec-type", "draft-mtp+ngram-mod", "-K", "2", "-n", "8",
+                             "--prompt-ids", "code-short"), "draft-mtp", "has none")
+    assert_user_error(invoke("tune", "--target", str(target), "--engine", "server", "--spec-type",
+                             "draft-mtp+ngram-mod", "-K", "2"), "one type at a time")
+
+
 def test_draft_mtp_refusals_are_one_line(mtp_models, server_bin):
     """No heads: today's refusal. Two chained heads: llama.cpp drafts at most two with them, so -K 3 is refused
     before any server starts (one head drafts any K)."""

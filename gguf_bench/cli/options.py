@@ -120,7 +120,8 @@ SpecTypeOpt = Annotated[str, typer.Option("--spec-type", help="who drafts: draft
                         "draft-mtp, draft-eagle3, draft-dflash, draft-dspark. -K becomes: --spec-draft-n-max K for draft-* (with "
                         "--draft-min, --draft-p-min); --spec-<type>-size-m K for ngram-simple, ngram-map-k(4v) (size-n: "
                         "--ngram-max); --spec-ngram-mod-n-max K for ngram-mod (n-min: --draft-min, else 3/4 K; n-match 24); "
-                        "ngram-cache drafts at most 8, so it runs at K=8 only")]
+                        "ngram-cache drafts at most 8, so it runs at K=8 only; chain llama-server's types with + "
+                        "(draft-mtp+ngram-mod: one server with both drafters, each with its size flags)")]
 NgramMinOpt = Annotated[int, typer.Option("--ngram-min", help="shortest n-gram the lookup matches")]
 NgramMaxOpt = Annotated[int, typer.Option("--ngram-max", help="longest n-gram the lookup matches (tried first)")]
 PMinOpt = Annotated[str, typer.Option("--draft-p-min", help="stop a model draft before a token whose probability "

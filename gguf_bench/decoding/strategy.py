@@ -18,11 +18,19 @@ SPEC_ALIASES = {"ngram+draft": "ngram,draft"}  # the chain's name inside comma-s
 SERVER_SPEC_TYPES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
                      "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
 SIDECAR_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")  # server types that read the draft file (-md)
+SERVER_CHAIN = "+"  # llama-server's types chained in one server (draft-mtp+ngram-mod: --spec-type draft-mtp,ngram-mod)
 K_SCHEDULES = ("fixed", "heuristic", "cost")  # cost: -K is the cap, each round sized by schedules.CostK
 
 
 def _fmt(x: float) -> str:
     return f"{x:g}"
+
+
+def server_parts(spec_type: str) -> tuple[str, ...]:
+    """The llama-server types a --spec-type runs: one, or a chain's in order (draft-mtp+ngram-mod: llama-server builds
+    both drafters and asks them in turn); () for the loop's own types."""
+    parts = tuple(spec_type.split(SERVER_CHAIN))
+    return parts if len(set(parts)) == len(parts) and all(p in SERVER_SPEC_TYPES for p in parts) else ()
 
 
 @dataclass(frozen=True)
@@ -39,9 +47,10 @@ class Strategy:
 
     def __post_init__(self) -> None:
         spec = SPEC_ALIASES.get(self.spec_type, self.spec_type)
-        if spec not in SPEC_TYPES + SERVER_SPEC_TYPES:
+        if spec not in SPEC_TYPES and not server_parts(spec):
             raise ConfigError(f"unknown --spec-type '{self.spec_type}'; choose from {', '.join(SPEC_TYPES)} (in sweep "
-                              f"lists write the chain as ngram+draft), or with --engine server {', '.join(SERVER_SPEC_TYPES)}")
+                              f"lists write the chain as ngram+draft), or with --engine server {', '.join(SERVER_SPEC_TYPES)}"
+                              f" (chain them with +, as draft-mtp+ngram-mod)")
         object.__setattr__(self, "spec_type", spec)
         if self.ngram_min < 1:
             raise ConfigError(f"--ngram-min must be >= 1, got {self.ngram_min}")
@@ -59,22 +68,27 @@ class Strategy:
     @property
     def server_only(self) -> bool:
         """One of llama-server's own types (ngram-mod, draft-mtp, ...): the Python loop cannot run it."""
-        return self.spec_type in SERVER_SPEC_TYPES
+        return bool(self.server_parts)
+
+    @property
+    def server_parts(self) -> tuple[str, ...]:
+        return server_parts(self.spec_type)
 
     @property
     def uses_model(self) -> bool:
         """Whether it reads the pair's draft file: the loop's draft model, or llama-server's -md."""
-        return "draft" in self.spec_type.split(",") or self.spec_type in SIDECAR_TYPES
+        return "draft" in self.spec_type.split(",") or any(p in SIDECAR_TYPES for p in self.server_parts)
 
     @property
     def uses_ngram(self) -> bool:
         """Whether the loop's n-gram lookup (--ngram-min/--ngram-max) drafts; for llama-server's ngram-simple,
         ngram-map-k and ngram-map-k4v, --ngram-max is the lookup length."""
-        return "ngram" in self.spec_type.split(",") or self.spec_type in ("ngram-simple", "ngram-map-k", "ngram-map-k4v")
+        return "ngram" in self.spec_type.split(",") or any(
+            p in ("ngram-simple", "ngram-map-k", "ngram-map-k4v") for p in self.server_parts)
 
     @property
     def uses_p_min(self) -> bool:
-        return self.uses_model or self.spec_type in ("draft-mtp", "ngram-mod")
+        return self.uses_model or any(p in ("draft-mtp", "ngram-mod") for p in self.server_parts)
 
     def canonical(self) -> Strategy:
         """The same strategy with the settings it does not use at their defaults (so sweeps can dedupe)."""
@@ -82,7 +96,7 @@ class Strategy:
         return Strategy(self.spec_type,
                         self.ngram_min if self.uses_ngram and not self.server_only else base.ngram_min,
                         self.ngram_max if self.uses_ngram else base.ngram_max,
-                        self.p_min if self.uses_model or self.spec_type == "draft-mtp" else 0.0,
+                        self.p_min if self.uses_model or "draft-mtp" in self.server_parts else 0.0,
                         self.n_min if self.uses_p_min else 0,
                         self.k_schedule,
                         self.k_cap if self.k_schedule == "heuristic" else base.k_cap)
@@ -101,9 +115,9 @@ class Strategy:
         """What llama-server can run; one line naming what it cannot."""
         if self.k_schedule != "fixed":
             raise ConfigError(f"llama-server drafts a fixed K: --k-schedule {self.k_schedule} runs on --engine python only")
-        if self.uses_model and self.uses_ngram:
+        if self.spec_type == "ngram,draft":
             raise ConfigError("llama-server has no n-gram-then-draft-model chain: --spec-type ngram,draft runs on "
-                              "--engine python only")
+                              "--engine python only (llama-server chains its own types: draft-simple+ngram-simple)")
 
     def max_k(self, k: int) -> int:
         """The longest draft a round may make (for context checks and per-position counts)."""

@@ -89,7 +89,7 @@ GREEDY = Sampling()
 class Speculation:
     """How the server drafts: llama-server's --spec-type and the size flags that go with it (SIZE_FLAGS)."""
 
-    spec_type: str = "none"  # none or one of strategy.SERVER_SPEC_TYPES
+    spec_type: str = "none"  # none, one of strategy.SERVER_SPEC_TYPES, or a chain of them as llama-server spells it (a,b)
     n_max: int = 0  # the longest draft (-K)
     p_min: float = 0.0  # draft-*: stop drafting below this draft probability
     n_min: int = 0  # draft-*: a shorter draft is thrown away; ngram-mod: likewise (0: 3/4 of n_max)
@@ -97,14 +97,22 @@ class Speculation:
 
     @property
     def needs_draft_file(self) -> bool:
-        return self.spec_type in ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
+        return any(t in ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark") for t in self.types)
 
     @property
     def pooled(self) -> bool:
         """Whether its n-gram state outlives a request inside one process (ngram-mod's pool is shared by all slots)."""
-        return self.spec_type in POOL_TYPES
+        return any(t in POOL_TYPES for t in self.types)
+
+    @property
+    def types(self) -> list[str]:
+        """Its drafters: one type, or a chain's in the order llama-server asks them."""
+        return self.spec_type.split(",")
 
     def flags(self) -> list[str]:
+        if len(self.types) > 1:  # one --spec-type naming the chain, then each drafter's size flags once
+            sizes = [f for t in self.types for f in _pairs(replace(self, spec_type=t).flags()[2:])]
+            return ["--spec-type", self.spec_type, *[x for f in dict.fromkeys(sizes) for x in f]]
         t = self.spec_type
         if t == "none":
             return ["--spec-type", "none"]
@@ -121,6 +129,11 @@ class Speculation:
         if t == "ngram-cache":
             return ["--spec-type", t]
         raise ServerError(f"the server engine cannot draft with --spec-type {t}")
+
+
+def _pairs(flags: list[str]) -> list[tuple[str, str]]:
+    """['--a', '1', '--b', '2'] -> [('--a', '1'), ('--b', '2')]: size flags, each with its value."""
+    return list(zip(flags[::2], flags[1::2]))
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from gguf_bench.decoding.divergence import Identity, first_difference
-from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.decoding.strategy import SERVER_CHAIN, Strategy
 from gguf_bench.engines import rpc
 from gguf_bench.engines.llama_cpp import read_info, use_extra_buffers
 from gguf_bench.engines.llama_server import (
@@ -71,7 +71,7 @@ LOOP_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple"}  # the loop's st
 
 
 def server_type(strategy: Strategy) -> str:
-    return LOOP_TYPES.get(strategy.spec_type, strategy.spec_type)
+    return LOOP_TYPES.get(strategy.spec_type, strategy.spec_type).replace(SERVER_CHAIN, ",")
 
 
 def speculation(mode: Mode, strategy: Strategy | None, k: int) -> Speculation:
@@ -83,8 +83,7 @@ def speculation(mode: Mode, strategy: Strategy | None, k: int) -> Speculation:
 
 def check_files(strategies: list[Strategy], files: PairFiles, server_help: str) -> None:
     """One line for a type this binary lacks or these files cannot serve."""
-    for strategy in strategies:
-        spec_type = server_type(strategy)
+    for spec_type in dict.fromkeys(t for strategy in strategies for t in server_type(strategy).split(",")):
         if not re.search(rf"(?<![\w-]){re.escape(spec_type)}(?![\w-])", server_help):
             raise ConfigError(f"this llama-server has no --spec-type {spec_type} (its --help does not list it); build a "
                               "newer one with `gguf-bench build-server` or pass --server-bin")
@@ -116,7 +115,7 @@ def check_draft_k(strategies: list[Strategy], ks: list[int], files: PairFiles) -
     would be recorded at a K it did not run."""
     if not ks:
         return
-    types = {server_type(s) for s in strategies}
+    types = {t for s in strategies for t in server_type(s).split(",")}
     if "draft-mtp" in types:
         meta, tensors = tensor_table(files.target)
         limit = chained_k_limit(meta, (t.name for t in tensors))

@@ -32,7 +32,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES
+from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES, server_parts
 from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.results.costmodel import Prediction, expected_tokens
@@ -43,6 +43,10 @@ NGRAM_TYPES = tuple(t for t in SERVER_SPEC_TYPES if t.startswith("ngram"))  # dr
 
 def check_predictable(spec_type: str, twin: bool = False) -> None:
     """One of llama-server's types, and on twins one that drafts at every step (a twin's text repeats by chance)."""
+    if len(server_parts(spec_type)) > 1:
+        raise ConfigError(f"tune --engine server calibrates one type at a time: the chain {spec_type}'s drafters share "
+                          f"one set of counters; tune {' and '.join(server_parts(spec_type))} apart, and measure the "
+                          f"chain with `gguf-bench sweep --engine server --spec-type {spec_type}`")
     if spec_type not in SERVER_SPEC_TYPES:
         raise ConfigError(f"tune --engine server takes llama-server's types ({', '.join(SERVER_SPEC_TYPES)}), "
                           f"not {spec_type}")
