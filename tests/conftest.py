@@ -34,6 +34,10 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("COLUMNS", "200")
+    from gguf_bench.cli.app import console, err
+
+    for c in (console, err):  # rich fixed their width from COLUMNS when the CLI was imported (80 in an 80-column shell)
+        monkeypatch.setattr(c, "_width", 200)
     return tmp_path
 
 
