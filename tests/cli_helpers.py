@@ -16,6 +16,16 @@ def invoke(*args: str):
     return runner.invoke(app, list(args), catch_exceptions=False)
 
 
+def at_width(monkeypatch, columns: int) -> None:
+    """The CLI's consoles at `columns`, as a terminal of that width makes them: rich fixes a console's width from
+    COLUMNS when the CLI is imported, so setting the variable later moves nothing."""
+    from gguf_bench.cli.app import console, err
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    for c in (console, err):
+        monkeypatch.setattr(c, "_width", columns)
+
+
 def stored(path: Path) -> list[dict]:
     """The JSON objects a results file holds, as written (records.parse reads them back typed)."""
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]

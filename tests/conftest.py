@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_helpers import at_width
 
 from gguf_bench.models.tiny import TinySpec, make_pair
 
@@ -33,11 +34,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("GGUF_BENCH_REGISTRY", str(REPO_ROOT / "models.yaml"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-    from gguf_bench.cli.app import console, err
-
-    for c in (console, err):  # rich fixed their width from COLUMNS when the CLI was imported (80 in an 80-column shell)
-        monkeypatch.setattr(c, "_width", 200)
+    at_width(monkeypatch, 200)  # whatever the shell's COLUMNS was when the CLI was imported
     return tmp_path
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import invoke, pair_args
+from cli_helpers import at_width, invoke, pair_args
 
 WIDTH = 80
 
@@ -16,11 +16,7 @@ WIDTH = 80
 @pytest.fixture
 def columns80(monkeypatch):
     """The CLI's consoles at 80 columns, as a terminal of 80 columns (or COLUMNS=80) makes them."""
-    from gguf_bench.cli.app import console, err
-
-    monkeypatch.setenv("COLUMNS", str(WIDTH))
-    for c in (console, err):
-        monkeypatch.setattr(c, "_width", WIDTH)  # the width property sets _width: undo leaves it None (from COLUMNS)
+    at_width(monkeypatch, WIDTH)
 
 
 def assert_fits(text: str, *whole: str) -> None:

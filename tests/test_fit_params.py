@@ -5,7 +5,7 @@ build the comparison itself is checked in tests/test_offload.py."""
 from __future__ import annotations
 
 import pytest
-from cli_helpers import assert_user_error, invoke, pair_args
+from cli_helpers import assert_user_error, at_width, invoke, pair_args
 
 from gguf_bench.engines import fit_params, server_build, tree_build
 from gguf_bench.engines.llama_cpp import gpu_devices
@@ -32,7 +32,7 @@ def test_without_a_gpu_device_llama_fit_params_sees_only_the_host(fit_params_bin
 @cpu_only
 def test_plan_compare_fit_on_a_cpu_build_says_there_is_nothing_to_compare(fit_params_bin, moe_pair, monkeypatch):
     monkeypatch.setenv("GGUF_BENCH_CACHE", str(fit_params_bin.parents[2]))  # where the fixture built it
-    monkeypatch.setenv("COLUMNS", "80")
+    at_width(monkeypatch, 80)
     result = invoke("plan", *pair_args(moe_pair), "--vram", "520MiB", "--ctx", "512", "--compare-fit")
     assert result.exit_code == 0, result.output
     assert "-ncmoe" in result.output  # the plan itself

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import invoke, pair_args, stored
+from cli_helpers import at_width, invoke, pair_args, stored
 
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
@@ -327,7 +327,7 @@ def test_plan_compare_fit_shows_llama_cpps_picks_beside_the_planner(moe_pair, fi
     """Each model fitted alone takes the whole budget: llama.cpp's two picks together need more than it holds,
     while the planner's rows are joint."""
     monkeypatch.setenv("GGUF_BENCH_CACHE", str(fit_params_bin.parents[2]))  # where the fixture built it
-    monkeypatch.setenv("COLUMNS", "80")
+    at_width(monkeypatch, 80)
     result = invoke("plan", *pair_args(moe_pair), "--vram", "520MiB", "--ctx", "512", "--compare-fit")
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
