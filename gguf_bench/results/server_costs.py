@@ -149,10 +149,7 @@ class ServerCalibration:
 
     def drafting_at(self, k: int) -> float:
         """The share of steps that drafted at draft length k: measured, linear between, the nearest beyond."""
-        if not self.drafting:
-            return 1.0
-        first, last = self.drafting[0], self.drafting[-1]
-        return first[1] if k <= first[0] else last[1] if k >= last[0] else _between(self.drafting, k)
+        return _between(self.drafting, k) if self.drafting else 1.0
 
     def predict(self, k: int) -> Prediction:
         seconds, d = self.round_at(k), self.drafting_at(k)
@@ -176,11 +173,13 @@ class ServerCalibration:
 
 
 def _between(points: Sequence[tuple[int, float]], k: int) -> float:
-    """The value at k, linear between the two (K, value) points around it (points sorted by K, k within them)."""
+    """The value at k, linear between the two (K, value) points around it (points sorted by K), the nearest beyond."""
+    if k <= points[0][0]:
+        return points[0][1]
     for (k0, v0), (k1, v1) in zip(points, points[1:]):
-        if k0 <= k <= k1:
+        if k <= k1:
             return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
-    raise AssertionError("unreachable: k is within the points")
+    return points[-1][1]
 
 
 def calibrations(records: Sequence[RunRecord]) -> list[ServerCalibration]:
@@ -234,4 +233,4 @@ def _calibration(records: list[RunRecord], t_target: float, parallel: int | None
         raise BenchError(f"llama-server made no draft at K={ks[-1]} in the calibration: nothing to predict from")
     first = records[0]
     return ServerCalibration(first.pair, first.strategy.spec_type, parallel, t_target, tuple(rounds), a, a_from,
-                             tuple(drafting), untimed=tuple((k, n, steps) for k, n, steps in untimed))
+                             tuple(drafting), untimed=tuple(untimed))
