@@ -31,6 +31,7 @@ from gguf_bench.placing import Placing, overrides
 
 LOAD_FLAGS = ["-b", "512", "-ub", "512", "--swa-full"]  # as engines/llama_cpp.Model loads: n_batch = n_ubatch, swa_full
 HOST = "Host"  # the last row of -fitp's estimate: system memory
+LOST_TRIES = 3  # a failed fit runs again when its reason was not printed (`_run_fit`)
 _FAILED = re.compile(r"failed to fit params to free device memory: (.*)")
 
 
@@ -138,13 +139,25 @@ def fit(model: Path, n_ctx: int, budget: Budget, placing: Placing = Placing(),
         return FitRun(None, estimate(model, ["-c", str(n_ctx), *base], binary)), []
     names, free, notes = margins(budget, gpus)
     base += ["-dev", ",".join(names)]
-    proc = _run(binary, ["-m", str(model), "-c", str(n_ctx), *base, "-fitt", ",".join(map(str, free))])
+    proc = _run_fit(binary, ["-m", str(model), "-c", str(n_ctx), *base, "-fitt", ",".join(map(str, free))])
     if proc.returncode != 0:
         found = _FAILED.search(proc.stdout + proc.stderr)
         reason = found[1].strip() if found else (proc.stdout + proc.stderr).strip()[-200:]
+        reason = reason or f"llama-fit-params exited {proc.returncode} and printed nothing ({LOST_TRIES} tries)"
         return FitRun(None, estimate(model, ["-c", str(n_ctx), *base], binary), reason), notes
     choice = parse_choice(proc.stdout)
     return FitRun(choice, estimate(model, [*choice.flags(), *base], binary)), notes
+
+
+def _run_fit(binary: Path | None, args: list[str]) -> subprocess.CompletedProcess:
+    """One fit, run again when it failed without saying why: llama.cpp's log is written by a thread that
+    llama-fit-params' exit(1) does not wait for (common/log.cpp leaks its logger on purpose, "logs may be lost if not
+    flushed before the program exits"), so a failure's one line is sometimes lost; seen once in CI, on lavapipe."""
+    for _ in range(LOST_TRIES):
+        proc = _run(binary, args)
+        if proc.returncode == 0 or _FAILED.search(proc.stdout + proc.stderr):
+            break
+    return proc
 
 
 def estimate(model: Path, flags: list[str], binary: Path | None = None) -> tuple[FitEstimate, ...]:
