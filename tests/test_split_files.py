@@ -311,3 +311,41 @@ def test_a_real_model_split_by_size_answers_as_its_file(gguf_split_bin, gemma_pa
     run = invoke("run", "--target", str(tmp_path / "twin-00001-of-00003.gguf"), "--draft", str(draft), "-n", "4",
                  "-K", "2", "--prompt", "hi", "--json")
     assert run.exit_code == 0 and all(r["metrics"]["n_tokens"] == 4 for r in json.loads(run.stdout)), run.output
+
+
+def test_a_235b_split_is_one_model_for_its_record_size_checksum_and_memory_check(tmp_path, monkeypatch):
+    """Qwen3-235B-A22B's shape split in parts of at most 50 GB (headers only: each part a few MB): the record, named by
+    any part, stores the size of every part together and one sha256 per part in order; stored costs match the whole
+    size only; the memory check counts every part, so memory less than the whole model (though more than part 1) is
+    refused in one line. The available memory is set for the test: a header-only model is smaller than any machine's."""
+    import hashlib
+
+    from gguf_bench.errors import BenchError
+    from gguf_bench.measure import machine
+    from gguf_bench.measure.costs import _same_file
+    from gguf_bench.measure.plan import Grid
+    from gguf_bench.measure.prompts import Prompt
+    from gguf_bench.models.pairs import PairFiles
+    from gguf_bench.results.records import ModelFile
+    from gguf_bench.results.store import model_record
+
+    parts = part_paths(write_header(tmp_path / "qwen3-235b.gguf", "qwen3-235b-a22b", split_max_size=50 * 10**9))
+    sizes = [p.stat().st_size for p in parts]
+    record = model_record(parts[1])
+    assert len(parts) >= 3 and record.size == sum(sizes) > sizes[0] + sizes[1]
+    assert record.sha256 is None and record.part_sha256 == [hashlib.sha256(p.read_bytes()).hexdigest() for p in parts]
+    assert model_record(parts[0]).part_sha256 == record.part_sha256
+    assert _same_file(model_record(parts[0]), parts[0])
+    assert not _same_file(ModelFile(parts[0].name, size=sizes[0]), parts[0])  # part 1's size: another model
+    registry = tmp_path / "models.yaml"
+    registry.write_text(f"models:\n  big: {{path: {parts[1]}}}\n  one: {{path: {parts[0]}}}\n"
+                        "pairs: {p: {target: big, draft: one}}\ndefault: p\n")
+    listed = invoke("models", "--registry", str(registry))
+    assert listed.exit_code == 0 and listed.stdout.count(f" {_size_text(sum(sizes))}  cached") == 2, listed.stdout
+    grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", "x")])
+    monkeypatch.setattr(machine, "available_memory", lambda: sum(sizes) - 1)
+    with pytest.raises(BenchError, match=r"needs about .* of memory \(every part of a split model\)") as refused:
+        machine.check_memory(PairFiles(parts[0], None, "235b"), grid)
+    assert "\n" not in str(refused.value)
+    monkeypatch.setattr(machine, "available_memory", lambda: sum(sizes))
+    machine.check_memory(PairFiles(parts[2], None, "235b"), grid)  # the whole model fits: taken

@@ -34,7 +34,7 @@ from gguf_bench.models.gguf import compatibility
 from gguf_bench.models.headers import source_header
 from gguf_bench.models.memory import MIB
 from gguf_bench.models.pairs import header_sources, resolve_for_info
-from gguf_bench.models.parts import model_path, part_paths
+from gguf_bench.models.parts import model_path, model_size, part_paths
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.models.tiny_heads import write_dflash_sidecar, write_eagle3_sidecar, write_mtp_target
@@ -50,7 +50,7 @@ def models(registry: RegistryOpt = None) -> None:
     reg = load_registry(registry)
     members = {pair.name: [(role, ref, locate(ref, reg)) for role, ref in (("target", pair.target), ("draft", pair.draft))]
                for pair in reg.pairs.values()}
-    cells = {ref.name: (ref.name, ref.quant or "?", size_text(path.stat().st_size if path else ref.size))
+    cells = {ref.name: (ref.name, ref.quant or "?", size_text(model_size(path) if path else ref.size))
              for rows in members.values() for _, ref, path in rows}
     widths = [max((len(c[i]) for c in cells.values()), default=0) for i in range(3)]
     console.print(f"Pairs in {reg.path}", markup=False, soft_wrap=True)

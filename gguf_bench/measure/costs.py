@@ -18,6 +18,7 @@ from gguf_bench.decoding.schedules import Costs
 from gguf_bench.engines.llama_cpp import Model
 from gguf_bench.errors import ConfigError
 from gguf_bench.models.pairs import PairFiles
+from gguf_bench.models.parts import model_size
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing, split_label
 from gguf_bench.results.records import CalibrationRecord
@@ -105,7 +106,8 @@ def measure_costs(pair: Any, prompt: list[int], n_predict: int, k_max: int, reps
 
 
 def _same_file(stored, path) -> bool:
-    return path is None if stored is None else path is not None and stored.file == path.name and stored.size == path.stat().st_size
+    """Whether a stored model is the file at `path`: its name and its size (a split model's: every part's)."""
+    return path is None if stored is None else path is not None and stored.file == path.name and stored.size == model_size(path)
 
 
 def stored_costs(files: PairFiles, ngl: int, ngld: int, threads: int | None, k_max: int,

@@ -12,8 +12,9 @@ from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Grid
 from gguf_bench.models.memory import Budget, Shape, fits
-from gguf_bench.models.parts import tensor_table
+from gguf_bench.models.parts import model_size, tensor_table
 from gguf_bench.placing import CPU, Placing
+from gguf_bench.results.text import size_text
 
 
 def vram_budget(text: str) -> Budget:
@@ -56,14 +57,16 @@ def does_not_fit(files: PairFiles, load: LoadConfig, n_ctx: int, budget: Budget)
 
 
 def check_memory(files: PairFiles, grid: Grid) -> None:
-    """On a CPU-only setting both files must fit in available memory; say so before starting."""
+    """On a CPU-only setting both models must fit in available memory (a split model: every part); say so before
+    starting."""
     if any(load.ngl or load.ngld for load in grid.settings()):
         return  # with offload, part of the weights go to the GPU: let llama.cpp decide
-    need = files.target.stat().st_size + (files.draft.stat().st_size if files.draft else 0)
+    need = model_size(files.target) + (model_size(files.draft) if files.draft else 0)
     avail = available_memory()
     if avail is not None and need > avail:
-        raise BenchError(f"the pair needs about {need / 1e9:.1f} GB of memory but {avail / 1e9:.1f} GB is available; "
-                         "free memory, offload layers to a GPU (-ngl/-ngld), or choose smaller quants")
+        raise BenchError(f"the pair needs about {size_text(need)} of memory (every part of a split model) but "
+                         f"{size_text(avail)} is available; free memory, offload layers to a GPU (-ngl/-ngld), or "
+                         "choose smaller quants")
 
 
 def available_memory() -> int | None:

@@ -118,6 +118,12 @@ def model_path(path: Path) -> Path:
     return paths[0]
 
 
+def model_size(path: Path) -> int:
+    """The bytes on disk of the model in `path` (any part of a split GGUF: every part's together; one file's size
+    otherwise), after checking every part is there: what a record stores, the memory check needs and `models` prints."""
+    return sum(p.stat().st_size for p in part_paths(model_path(path)))
+
+
 def local_header(path: Path, keep: frozenset[str] = frozenset()) -> ModelHeader:
     """The header of the model in `path` (a file, or any part of a split model: every part is read)."""
     path = Path(path)

@@ -85,8 +85,9 @@ class ModelFile:
     file: str | None = None
     path: str | None = None
     size: int | None = None
-    sha256: str | None = None
+    sha256: str | None = None  # one file's; None for a twin and for a split GGUF (part_sha256)
     twin: bool = False  # a twin (models/twin.py): synthetic weights, its figures are speed only, never acceptance
+    part_sha256: list[str] | None = None  # a split GGUF: one sha256 per part, in order (size: every part's together)
 
 
 @dataclass

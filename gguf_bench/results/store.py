@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gguf_bench.errors import BusyError, ResultsError
 from gguf_bench.models.files import file_sha256
+from gguf_bench.models.parts import model_size, part_paths
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.results.records import CalibrationRecord, Environment, EvalRecord, ModelFile, Models, Record, RunRecord, parse, to_dict
 
@@ -262,6 +263,11 @@ def models_record(target: Path, draft: Path | None) -> Models:
 
 
 def model_record(path: Path) -> ModelFile:
+    """The model in `path` as a record holds it: a split GGUF is one model, its size every part's and its checksum one
+    sha256 per part, in order (`part_sha256`; `sha256` is a single file's): docs/big-models.md."""
     twin = is_twin_file(path)  # no sha256 of a twin: its logical size is the model's, and its data is synthetic
-    return ModelFile(file=path.name, path=str(path), size=path.stat().st_size, sha256=None if twin else file_sha256(path),
-                     twin=twin)
+    paths = part_paths(path)
+    sums = [] if twin else [file_sha256(p) for p in paths]
+    return ModelFile(file=path.name, path=str(path), size=model_size(path),
+                     sha256=sums[0] if len(paths) == 1 and sums else None, twin=twin,
+                     part_sha256=sums if len(paths) > 1 and sums else None)
