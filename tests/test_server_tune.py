@@ -24,8 +24,8 @@ def rec(mode, k, n, decode_s, rounds=0, accepted=0, accepted_at=(), spec="draft-
         cfg["strategy"] = {"spec_type": spec}
     return parse({"pair": "P", "mode": mode, "error": None, "config": cfg,
                   "metrics": {"tokens_per_s": n / decode_s, "n_tokens": n, "decode_s": decode_s, "rounds": rounds,
-                              "drafted": rounds * k, "accepted": accepted, "accepted_at": list(accepted_at),
-                              "requests": requests},
+                              "drafted": None if rounds is None else rounds * k, "accepted": accepted,
+                              "accepted_at": list(accepted_at), "requests": requests},
                   "models": {"target": {"file": "t.gguf"}, "draft": {"file": "d.gguf"}}})
 
 
@@ -115,6 +115,43 @@ def test_rounds_too_few_to_time_are_interpolated_between_neighbours_and_an_error
     with pytest.raises(BenchError, match=r"rounds at K=8 could not be timed apart .*\(2 rounds among 35 steps\)"):
         calibrations([alone, rec("speculative", 2, 40, 0.35, 4, 8, (4, 4), spec="ngram-mod"),
                       rec("speculative", 8, 40, 0.30, 2, 4, (2, 1, 1, 0, 0, 0, 0, 0), spec="ngram-mod")])
+
+
+def test_json_names_each_k_measured_interpolated_or_not_calibrated():
+    """Target alone 10 ms/token; -K 1,2,4,8, calibrated at 1, 4 and 8. K=1: 16 rounds, 11 plain steps, 0.302 s: 12 ms a
+    round, measured. K=4: 4 rounds, 27 plain steps, 0.29 s: 5 ms a round, less than one target step, so no measurement:
+    interpolated. K=8: 37.5 ms, measured. K=2 never ran: not calibrated."""
+    from types import SimpleNamespace
+
+    records = [rec("target", 0, 40, 0.4), rec("speculative", 1, 40, 0.302, 16, 12, (12,)),
+               rec("speculative", 4, 40, 0.29, 4, 8, (4, 2, 1, 1)),
+               rec("speculative", 8, 40, 0.3, 4, 20, (4, 4, 4, 4, 1, 1, 1, 1))]
+    [cal] = calibrations(records)
+    assert dict(cal.rounds_s) == pytest.approx({1: 0.012, 8: 0.0375}) and cal.untimed == ((4, 4, 31),)
+    tuned = SimpleNamespace(calibrations=[cal], job=SimpleNamespace(ks=[1, 2, 4, 8], out=Path("r.jsonl")), top=None,
+                            within_scatter=None, checked=None)
+    doc = server_tuning.as_json(tuned)
+    want = {1: "measured", 2: "not calibrated", 4: "interpolated", 8: "measured"}
+    assert {r["k"]: r["round_from"] for r in doc["rows"]} == want == doc["calibrations"][0]["round_from"]
+    assert server_tuning.as_json(tuned, twin=True)["calibrations"][0]["round_from"] == want
+
+
+def test_rounds_the_servers_metrics_did_not_count_are_not_measured_not_no_drafts():
+    """A llama-server whose /metrics lacks the speculative counters: the completion's rounds, drafted and accepted are
+    None, the run is not marked 'no drafts', and tune stops in one line saying they were not measured."""
+    from gguf_bench.engines.llama_server import spec_counters
+    from gguf_bench.measure.proof import marked
+    from gguf_bench.results.records import Mode
+
+    assert spec_counters({}, {"n_decode_total": 40.0}) == (None, None, None)
+    counters = {"spec_decode_num_drafts_total": 12.0, "spec_decode_num_draft_tokens_total": 48.0,
+                "spec_decode_num_accepted_tokens_total": 30.0}
+    assert spec_counters({"spec_decode_num_drafts_total": 2.0}, counters) == (10, 48, 30)
+    uncounted = rec("speculative", 4, 32, 0.25, None, None)
+    assert marked(uncounted.metrics, Mode.SPECULATIVE, uncounted.strategy, 4, "server", Path("t.gguf")).no_drafts is None
+    with pytest.raises(BenchError, match=r"no speculative counters .* at K=4: its rounds were not measured") as stopped:
+        calibrations([rec("target", 0, 32, 0.32), uncounted, rec("speculative", 1, 32, 0.222, 16, 12, (12,))])
+    assert "\n" not in str(stopped.value)
 
 
 def test_ngram_twins_and_other_types_are_refused_with_one_line():

@@ -41,6 +41,9 @@ START_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 600.0
 _PORT_IN_USE = re.compile(r"couldn't bind|address already in use|bind.*failed", re.IGNORECASE)
 _METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([-+\d.eE]+)$')
+# /metrics' speculative counters: verification rounds, draft tokens, accepted draft tokens
+SPEC_COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
+                 "spec_decode_num_accepted_tokens_total")
 
 
 class ServerError(BenchError):
@@ -216,9 +219,11 @@ class Completion:
     predicted_n: int
     predicted_ms: float
     stop_type: str
-    rounds: int = 0  # verification steps (spec_decode_num_drafts_total over the request)
-    drafted: int = 0
-    accepted: int = 0
+    # verification steps (spec_decode_num_drafts_total over the request), draft tokens, accepted ones; None: the
+    # server's /metrics lacks a speculative counter (spec_counters), so they were not measured (never 0 drafts)
+    rounds: int | None = 0
+    drafted: int | None = 0
+    accepted: int | None = 0
     accepted_at: list[int] = field(default_factory=list)  # rounds that accepted draft position i
 
     @property
@@ -351,17 +356,17 @@ class Server:
         before = self.metrics()
         body = completion_body(prompt, n_predict, sampling, cache_prompt=cache_prompt)
         answer = json.loads(self._request("/completion", body))
-        delta = _delta(before, self.metrics())
+        after = self.metrics()
+        delta = _delta(before, after)
         t = answer["timings"]
         n_pos = max((int(k[k.index("[") + 1:-1]) + 1 for k in delta if k.startswith("spec_decode_num_accepted_tokens_per_pos")),
                     default=0)
+        rounds, drafted, accepted = spec_counters(before, after)
         return Completion(
             tokens=list(answer.get("tokens") or []), text=answer.get("content", ""), prompt_n=int(t["prompt_n"]),
             prompt_ms=float(t["prompt_ms"]), cache_n=int(t.get("cache_n", 0)), predicted_n=int(t["predicted_n"]),
             predicted_ms=float(t["predicted_ms"]), stop_type=str(answer.get("stop_type", "")),
-            rounds=int(delta.get("spec_decode_num_drafts_total", 0)),
-            drafted=int(delta.get("spec_decode_num_draft_tokens_total", 0)),
-            accepted=int(delta.get("spec_decode_num_accepted_tokens_total", 0)),
+            rounds=rounds, drafted=drafted, accepted=accepted,
             accepted_at=[int(delta.get(f"spec_decode_num_accepted_tokens_per_pos_total[{i}]", 0)) for i in range(n_pos)])
 
     def placements(self, target_layers: int, draft_layers: int | None) -> tuple[placement.Placement, placement.Placement | None]:
@@ -393,6 +398,15 @@ def _strip_time(line: str) -> str:
 
 def _delta(before: dict, after: dict) -> dict:
     return {k: v - before.get(k, 0.0) for k, v in after.items()}
+
+
+def spec_counters(before: dict, after: dict) -> tuple[int, int, int] | tuple[None, None, None]:
+    """(rounds, draft tokens, accepted draft tokens): the change of /metrics' speculative counters from `before` to
+    `after`. All None where the server does not list one of them (a build that names them otherwise): not measured,
+    which is not 0 drafts."""
+    if not all(name in after for name in SPEC_COUNTERS):
+        return None, None, None
+    return tuple(int(after[name] - before.get(name, 0.0)) for name in SPEC_COUNTERS)
 
 
 def help_text(binary: Path, env: dict[str, str] | None = None) -> str:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from gguf_bench.engines.llama_server import Sampling, Server, ServerError, completion_body
+from gguf_bench.engines.llama_server import Sampling, Server, ServerError, completion_body, spec_counters
 
 
 @dataclass
@@ -65,7 +65,7 @@ class Request:
 class Round:
     requests: list[Request]
     wall_s: float  # from the release to the last answer
-    rounds: int = 0  # verification steps of all requests (the server's counters over the round)
+    rounds: int | None = 0  # verification steps of all requests (the server's counters over the round); None: not read
 
 
 class RequestFailed(Exception):
@@ -97,10 +97,9 @@ def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predic
         t.join(timeout_s + 30)  # each client gives up by itself at its deadline
     wall = time.perf_counter() - start[0]
     try:
-        after = server.metrics()
-        rounds = int(after.get("spec_decode_num_drafts_total", 0) - before.get("spec_decode_num_drafts_total", 0))
-    except ServerError:  # it died during the round: every request says so already
-        rounds = 0
+        rounds = spec_counters(before, server.metrics())[0]  # None where /metrics lacks the counters
+    except ServerError:  # it died during the round: every request says so already, and its rounds were not read
+        rounds = None
     return Round(requests, wall, rounds)
 
 

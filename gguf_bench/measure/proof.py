@@ -32,8 +32,10 @@ NO_REASON = "its drafter proposed no token in this run"
 def marked(metrics: RunMetrics | None, mode: Mode, strategy: Strategy | None, k: int, engine: str | None,
            target: Path) -> RunMetrics | None:
     """The run's metrics with `no_drafts` set where a speculative run drafted nothing; unchanged otherwise (a round of
-    several clients: judged by its shortest prompt)."""
-    if metrics is None or mode != Mode.SPECULATIVE or metrics.drafted or not metrics.n_tokens or strategy is None:
+    several clients: judged by its shortest prompt). Drafts not counted (None: a llama-server without the speculative
+    counters) are not measured, and not marked."""
+    if metrics is None or mode != Mode.SPECULATIVE or metrics.drafted is None or metrics.drafted or not metrics.n_tokens \
+            or strategy is None:
         return metrics
     prompt = min((r.get("prompt_n") or 0 for r in metrics.requests), default=0) if metrics.requests else 0
     return replace(metrics, no_drafts=why_no_drafts(strategy, k, engine, prompt or metrics.prompt_tokens, target))

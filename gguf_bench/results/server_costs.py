@@ -16,6 +16,9 @@ requests report (`timings.predicted_ms`, `/metrics`' verification rounds and acc
 
 Seconds per round come from the requests at that K: their decode time, less their plain steps (tokens that came from
 no round: generated = 1 + rounds + accepted + plain) at the target alone's seconds per token, over their rounds, pooled.
+A round verifies at least one token with the target, so a round time shorter than the target alone's token is no
+measurement (the plain steps' scatter took it), and rounds that /metrics did not count (a server without the
+speculative counters: RunMetrics.rounds None) are not measured, which is not "no drafts".
 With N slots it is one slot's figure: each request's own decode time over its share of the round's verifications, so
 the prediction is the per-request tokens/s (`req t/s`) at that slot count. Where a type drafted so seldom that its
 rounds drown in the plain steps' scatter (no time left once they are taken out), that K's round is linear between its
@@ -140,6 +143,14 @@ class ServerCalibration:
     def k_max(self) -> int:
         return self.rounds_s[-1][0]
 
+    def round_from(self, k: int) -> str:
+        """Where round(k) comes from: 'measured' (a calibrated K, its rounds timed), 'interpolated' (a calibrated K
+        whose rounds could not be timed, or that made none: linear between its neighbours) or 'not calibrated' (a K the
+        calibration did not run: linear between the calibrated K's)."""
+        if k in dict(self.rounds_s):
+            return "measured"
+        return "interpolated" if k in dict(self.drafting) else "not calibrated"
+
     def round_at(self, k: int) -> float:
         """Seconds per round at draft length k: measured at a calibrated K, linear between (K=0: the target alone)."""
         if not 1 <= k <= self.k_max:
@@ -211,7 +222,18 @@ def scatter(runs: Sequence[RunRecord]) -> float | None:
     return max(spreads) if spreads else None
 
 
+def check_counted(records: Sequence[RunRecord]) -> None:
+    """Every speculative record has its rounds counted: where llama-server's /metrics lacked the speculative counters
+    they are None, not measured, and nothing can be predicted from them (0 would read as 'no drafts')."""
+    missing = sorted({r.k for r in records if r.metrics.rounds is None})
+    if missing:
+        raise BenchError(f"llama-server's /metrics gave no speculative counters (spec_decode_num_drafts_total) at "
+                         f"K={','.join(map(str, missing))}: its rounds were not measured, so nothing can be predicted; "
+                         "use a llama-server that counts them (`gguf-bench build-server`)")
+
+
 def _calibration(records: list[RunRecord], t_target: float, parallel: int | None) -> ServerCalibration:
+    check_counted(records)
     ks = sorted({r.k for r in records})
     rounds, drafting, untimed = [], [], []
     for k in ks:
@@ -219,15 +241,16 @@ def _calibration(records: list[RunRecord], t_target: float, parallel: int | None
         n_rounds, steps = sum(s.rounds for s in here), sum(s.rounds + plain_steps(s) for s in here)
         drafting.append((k, n_rounds / steps if steps else 0.0))
         seconds = pooled_round_s(here, t_target)
-        if seconds is not None and seconds > 0:
+        if seconds is not None and seconds >= t_target:
             rounds.append((k, seconds))
-        elif seconds is not None:  # its few rounds drowned in the plain steps' scatter: linear between its neighbours
-            untimed.append((k, n_rounds, steps))
+        elif seconds is not None:  # shorter than a target step: its few rounds drowned in the plain steps' scatter,
+            untimed.append((k, n_rounds, steps))  # so linear between its neighbours
     a, a_from = per_position([r for r in records if r.k == ks[-1]], ks[-1])
     if untimed and untimed[-1][0] == ks[-1]:
         k, n_rounds, steps = untimed[-1]
         raise BenchError(f"the verification rounds at K={k} could not be timed apart from the plain steps around them "
-                         f"({n_rounds:g} rounds among {steps:g} steps): calibrate where it drafts more (more -n, prompts "
+                         f"({n_rounds:g} rounds among {steps:g} steps), and a round takes at least one target step: "
+                         f"calibrate where it drafts more (more -n, prompts "
                          f"it can copy from such as --prompt-ids code-edit) or with more --reps")
     if not rounds or rounds[-1][0] != ks[-1]:
         raise BenchError(f"llama-server made no draft at K={ks[-1]} in the calibration: nothing to predict from")

@@ -35,8 +35,8 @@ def prediction_table(cal: ServerCalibration, ks: Sequence[int], top, width: int 
               f"a_K: acceptance of draft position K once reached ({cal.a_from}, at K={cal.k_max})",
               "drafted: the share of steps that drafted (the rest decoded one plain token), measured ● or between",
               "ms/round: ● measured at that K, else linear between the measured K's (K=0: the target alone's token)",
-              *[f"K={k}: its {n:g} rounds among {steps:g} steps could not be timed apart from the plain steps: linear "
-                "between its neighbours" for k, n, steps in cal.untimed]]
+              *[f"K={k}: its {n:g} rounds among {steps:g} steps could not be timed apart from the plain steps (less "
+                "than one target step left per round): linear between its neighbours" for k, n, steps in cal.untimed]]
     return Group(table, Text("\n".join(legend)))
 
 
@@ -75,7 +75,7 @@ def as_json(tuned, twin: bool = False) -> dict:
     cals = tuned.calibrations
     rows = [{"spec_type": c.spec_type, "parallel": c.parallel, "k": p.k, "predicted_tokens_per_s": p.tokens_per_s,
              "predicted_gain_pct": p.gain_pct, "tokens_per_round": p.tokens_per_round, "round_ms": p.round_ms,
-             "drafting_share": c.drafting_at(p.k), "measured_round": p.k in dict(c.rounds_s)}
+             "drafting_share": c.drafting_at(p.k), "round_from": c.round_from(p.k)}
             for c in cals for p in c.predictions(tuned.job.ks)]
     best = ({"spec_type": tuned.top[0].spec_type, "k": tuned.top[1].k, "predicted_tokens_per_s": tuned.top[1].tokens_per_s,
              "predicted_gain_pct": tuned.top[1].gain_pct} if tuned.top else
@@ -83,10 +83,12 @@ def as_json(tuned, twin: bool = False) -> dict:
     if twin:  # a twin's own acceptance is chance: its round times only, predicted at named rates by the caller
         return {"pair": cals[0].pair, "engine": "server", "results": str(tuned.job.out),
                 "calibrations": [{"spec_type": c.spec_type, "parallel": c.parallel, "t_target_s": c.t_target,
-                                  "rounds_s": dict(c.rounds_s)} for c in cals]}
+                                  "rounds_s": dict(c.rounds_s), "round_from": _round_from(c, tuned.job.ks)}
+                                 for c in cals]}
     doc = {"pair": cals[0].pair, "engine": "server", "results": str(tuned.job.out),
            "calibrations": [{"spec_type": c.spec_type, "parallel": c.parallel, "t_target_s": c.t_target,
-                             "rounds_s": dict(c.rounds_s), "drafting_share": dict(c.drafting), "a": list(c.a),
+                             "rounds_s": dict(c.rounds_s), "round_from": _round_from(c, tuned.job.ks),
+                             "drafting_share": dict(c.drafting), "a": list(c.a),
                              "a_from": c.a_from, "target_scatter": c.scatter} for c in cals],
            "rows": rows, "best": best}
     if tuned.within_scatter is not None:
@@ -96,6 +98,11 @@ def as_json(tuned, twin: bool = False) -> dict:
     if tuned.checked is not None:
         doc["check"] = tuned.checked
     return doc
+
+
+def _round_from(cal: ServerCalibration, ks: Sequence[int]) -> dict[int, str]:
+    """Each K's round: 'measured', 'interpolated' (calibrated, not timed) or 'not calibrated' (ServerCalibration)."""
+    return {k: cal.round_from(k) for k in sorted(set(ks))}
 
 
 def acceptance_rows(tuned, alphas: Sequence[float]) -> list[dict]:
