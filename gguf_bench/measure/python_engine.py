@@ -67,7 +67,7 @@ class PythonSession:
         try:
             with track(self.grid.trackers) as tracked:  # load, device memory, energy (measure/trackers/)
                 res = self.pair.generate(cell.mode, prompt, self.grid.n_predict, cell.k, cfg, verify=self.grid.verify,
-                                         strategy=cell.strategy)
+                                         strategy=cell.strategy, on_round=tracked.on_round)  # its first: the decode's start
             identity = None
             if cfg.greedy and cell.mode == Mode.TARGET:
                 self.prompts.greedy[self.setting.load, cell.baseline] = res.tokens

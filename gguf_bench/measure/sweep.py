@@ -38,8 +38,6 @@ def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
         if out.exists() and not resume:
             raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
         done = cells_done(read_records(out), files.name) if out.is_file() else set()
-        for line in notes(grid.trackers):  # a tracker that cannot measure here (no energy counter): said once
-            events.note(line)
         for record in iter_records(name, files, grid, done, events):
             append_record(out, record)
             events.cell(record)
@@ -70,6 +68,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
 def _run(plan: Plan, grid: Grid, files: PairFiles, prompts: PreparedPrompts, events: SweepEvents) -> Iterator[RunRecord]:
     engines = {name: open_engine(name, grid, files) for name in dict.fromkeys(u.setting.engine for u in plan.units)}
     budget = machine.device_budget(grid)
+    said: set[str] = set()  # a tracker's line (energy not measured, and why): once, not once per cell
     for unit in plan.units:
         setting = unit.setting
         if budget is not None and (why := machine.does_not_fit(files, setting.load, grid.n_ctx, budget)):
@@ -77,4 +76,7 @@ def _run(plan: Plan, grid: Grid, files: PairFiles, prompts: PreparedPrompts, eve
                 yield setting.record(cell, error=f"{SKIPPED}{why}")
             continue
         events.loading(setting.load)
-        yield from run_unit(engines[setting.engine], unit, prompts)
+        for record in run_unit(engines[setting.engine], unit, prompts):
+            for line in notes(record, said):
+                events.note(line)
+            yield record

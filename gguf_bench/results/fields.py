@@ -31,7 +31,8 @@ class Field:
     place: where the run table puts the column among the others (report.RUN_COLUMNS' places); shown_with: a column
     that must hold a value in some row for the table to show this one (None: whenever the summary has it); fmt: a
     format, or SPEED. gain: the heading of a column of its gain over the target alone (higher is better; the summary
-    keeps it as NAME_gain_pct). legend: the run table's caption line where the column shows.
+    keeps it as NAME_gain_pct). legend: the run table's caption line where the column shows; legend_from: a column
+    whose values (each once, joined) fill the legend's '{}' (what the energy was read from).
     """
 
     name: str
@@ -46,12 +47,20 @@ class Field:
     place: int = 0
     gain: str | None = None
     legend: str | None = None
+    legend_from: str | None = None
     shown_with: str | None = None
     fmt: str = "{:.2f}"
 
     def __post_init__(self) -> None:
         if self.fold is not None and self.fold not in FOLDS:
             raise ValueError(f"field {self.name}: fold '{self.fold}' is not one of {', '.join(FOLDS)}")
+
+    def caption(self, summary) -> str:
+        """The legend line of a summary (a DataFrame), `legend_from`'s values in it."""
+        if self.legend_from is None:
+            return self.legend
+        values = summary[self.legend_from].dropna().unique() if self.legend_from in summary else []
+        return self.legend.format("; ".join(sorted(str(v) for v in values)) or "–")
 
     def text(self, value) -> str:
         """The value as a table cell ('–' where unknown)."""

@@ -169,32 +169,41 @@ class Load:
         return self.others_cpu_s / self.wall_s if self.wall_s and self.others_cpu_s is not None else None
 
 
+DECODE_WINDOW = "decode"  # Energy.window: the counters read at the first token and after the last (tokens/s's window)
+SHARE_WINDOW = "decode share"  # read around the request, times its decode time over the request's (llama-server)
+LEGACY_WINDOW = legacy.ENERGY_WINDOW  # records before issue 56: around prompt and decode, from every counter
+
+
 @dataclass
 class Energy:
-    """What one run spent, read from an energy counter before and after it (measure/trackers/energy.py): the whole
-    devices' or packages' counters, so the idle draw and any other process's work over the run are in it."""
+    """What one run spent, from energy counters read at the two ends of its window (measure/trackers/energy.py): whole
+    devices' or packages' counters, so the idle draw and any other process's work in the window are in it. `joules`
+    only where the counters read cover every device the run used; else `missing` says what they left out."""
 
-    joules: float | None = None
-    source: str | None = None  # 'nvml' (NVIDIA's total-energy counter) or 'rapl' (Linux powercap)
-    domains: list[str] = field(default_factory=list)  # the counters added up: 'GPU0', 'package-0', ...
-    wall_s: float | None = None  # the time between the two readings
+    joules: float | None = None  # over `window`; None unless the counters cover `devices` (never a part of them)
+    source: str | None = None  # the counters added into joules: 'rapl:package-0+nvml:GPU0'
+    wall_s: float | None = None  # the window's time between its two readings
+    counters: list[str] = field(default_factory=list)  # every counter read: 'rapl:package-0', 'nvml:GPU0', ...
+    devices: list[str] | None = None  # what the run used: 'CPU', 'CUDA0', 'Vulkan0', 'RPC0[HOST:PORT]' (None: unknown)
+    missing: str | None = None  # why joules is None: 'the run used CUDA0 and the CPU; no RAPL (...)'
+    window: str = DECODE_WINDOW  # DECODE_WINDOW, SHARE_WINDOW or LEGACY_WINDOW
+    prompt_joules: float | None = None  # the prompt's processing, before the decode window (where the engine marks it)
+
+    @property
+    def decode_joules(self) -> float | None:
+        """The joules over tokens/s's window (None for records before issue 56: another window, partial counters)."""
+        return self.joules if self.window != LEGACY_WINDOW else None
 
 
 @dataclass
 class DeviceMemory:
-    """One device's memory over a run, as NVML tells it (measure/trackers/memory.py); llama.cpp's own buffers per device
-    are the offload's placements (Offload), not repeated here."""
+    """One device's memory in use before and after a run, as NVML tells it (measure/trackers/memory.py): every process's,
+    and no peak in between; llama.cpp's own buffers per device are the offload's placements (Offload), not repeated."""
 
     device: str = ""  # 'GPU0: NVIDIA H100 80GB HBM3'
     used_before_mib: float | None = None
     used_after_mib: float | None = None
     total_mib: float | None = None
-
-    @property
-    def peak_mib(self) -> float | None:
-        """The larger of the two readings (NVML tells the memory in use, not a peak in between)."""
-        known = [x for x in (self.used_before_mib, self.used_after_mib) if x is not None]
-        return max(known) if known else None
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -416,24 +425,49 @@ def _load(get: Callable[[Load], object]) -> Callable[[RunRecord], object]:
     return lambda run: get(run.load) if run.load else None
 
 
-def _per(energy: Energy | None, count: int | None) -> float | None:
+def _joules(run: RunRecord) -> float | None:
+    """The run's joules over tokens/s's window (Energy.decode_joules), None where not measured."""
+    return run.energy.decode_joules if run.energy else None
+
+
+def _per(joules: float | None, count: int | None) -> float | None:
     """Joules per token, where both are known and the count is not 0."""
-    return energy.joules / count if energy and energy.joules is not None and count else None
+    return joules / count if joules is not None and count else None
 
 
-def _per_joule(energy: Energy | None, count: int | None) -> float | None:
-    return count / energy.joules if energy and energy.joules and count is not None else None
+def _per_joule(run: RunRecord) -> float | None:
+    """Tokens per joule: None wherever joules per token is (no energy, no tokens), and for a zero reading."""
+    joules, count = _joules(run), _m(run).n_tokens if run.metrics else None
+    return count / joules if joules and count else None
+
+
+def _energy_source(run: RunRecord) -> str | None:
+    """The counters a run's joules came from, and how its window was taken where it is not read at the decode's ends."""
+    if _joules(run) is None:
+        return None
+    share = " (llama-server: the request's joules times its decode time's share)" * (run.energy.window == SHARE_WINDOW)
+    return f"{run.energy.source}{share}"
+
+
+def _used_after(run: RunRecord) -> float | None:
+    """The memory in use after the run on the fullest device it has a reading of (one device's: never a sum)."""
+    known = [m.used_after_mib for m in run.memory or [] if m.used_after_mib is not None]
+    return max(known) if known else None
+
+
+def run_placements(run: RunRecord) -> list[Placement]:
+    """Where the models the run ran went (the offload's read-back): the target's, the draft's, or both."""
+    if not run.offload:
+        return []
+    models = {Mode.TARGET: [run.offload.target_placement], Mode.DRAFT: [run.offload.draft_placement]}.get(
+        run.mode, [run.offload.target_placement, run.offload.draft_placement])
+    return [p for p in models if p is not None]
 
 
 def _device_buffers(run: RunRecord) -> float | None:
     """llama.cpp's device buffers (MiB) of the models the run used, from the offload's read-back; None where none went
     to a device (never a zero)."""
-    if not run.offload:
-        return None
-    models = {Mode.TARGET: [run.offload.target_placement], Mode.DRAFT: [run.offload.draft_placement]}.get(
-        run.mode, [run.offload.target_placement, run.offload.draft_placement])
-    total = sum(sum(p.device_mib().values()) for p in models if p is not None)
-    return total or None
+    return sum(sum(p.device_mib().values()) for p in run_placements(run)) or None
 
 
 _NO_METRICS = RunMetrics()
@@ -477,21 +511,23 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("latency_p95_s", _metric("latency_p95_s"), "s", "mean", header="p95 s", shown_with="parallel", place=70),
     Field("schedule_predicted_tokens_per_s", _metric("predicted_tokens_per_s"), "tokens/s", "mean", numeric=True),
     # what the trackers measured beyond load (measure/trackers/): columns only where some run has them
-    Field("energy_j", lambda r: r.energy.joules if r.energy else None, "J", "mean", numeric=True, optional=True),
-    Field("joules_per_token", lambda r: _per(r.energy, r.metrics.n_tokens if r.metrics else None), "J/token", "mean",
-          numeric=True, optional=True, header="J/tok", fmt="{:.3g}", place=112,
-          legend="J/tok: joules per generated token, J/acc: per accepted draft token, read from the devices' energy "
-                 "counters (idle draw included); energy: tokens per joule over the target alone's"),
-    Field("joules_per_accepted", lambda r: _per(r.energy, r.metrics.accepted if r.metrics else None), "J/token", "mean",
-          numeric=True, optional=True, header="J/acc", fmt="{:.3g}", place=113),
-    Field("tokens_per_joule", lambda r: _per_joule(r.energy, r.metrics.n_tokens if r.metrics else None), "tokens/J",
-          "mean", numeric=True, optional=True, gain="energy", place=111),
-    Field("energy_source", lambda r: r.energy.source if r.energy else None, "", "first", optional=True),
+    Field("energy_j", _joules, "J", "mean", numeric=True, optional=True),
+    Field("joules_per_token", lambda r: _per(_joules(r), r.metrics.n_tokens if r.metrics else None), "J/token", "mean",
+          numeric=True, optional=True, header="J/tok", fmt="{:.3g}", place=112, legend_from="energy_source",
+          legend="J/tok: joules per generated token over the decode (tokens/s's window), J/acc: per accepted draft token, "
+                 "from {} (whole devices: idle draw included; every device the run used, or no figure); energy: tokens "
+                 "per joule over the target alone's"),
+    Field("joules_per_accepted", lambda r: _per(_joules(r), r.metrics.accepted if r.metrics else None), "J/token",
+          "mean", numeric=True, optional=True, header="J/acc", fmt="{:.3g}", place=113),
+    Field("tokens_per_joule", _per_joule, "tokens/J", "mean", numeric=True, optional=True, gain="energy", place=111),
+    Field("prompt_energy_j", lambda r: r.energy.prompt_joules if r.energy else None, "J", "mean", numeric=True,
+          optional=True),  # the prompt's processing, apart (Python engine)
+    Field("energy_source", _energy_source, "", "first", optional=True),
     Field("buffers_mib", _device_buffers, "MiB", "max", numeric=True, optional=True, header="dev MiB", fmt="{:.0f}",
           place=125, legend="dev MiB: llama.cpp's buffers on devices (weights, KV, compute) of the models the row ran"),
-    Field("device_peak_mib", lambda r: sum(m.peak_mib or 0 for m in r.memory) if r.memory else None, "MiB", "max",
-          numeric=True, optional=True, header="used MiB", fmt="{:.0f}", place=126,
-          legend="used MiB: the devices' memory in use over the run as NVML tells it (every process's)"),
+    Field("device_used_after_mib", _used_after, "MiB", "max", numeric=True, optional=True, header="used MiB",
+          fmt="{:.0f}", place=126, legend="used MiB: memory in use after the run on the fullest GPU it used, as NVML "
+                                          "tells it (one device's, every process's: not a peak)"),
     # per run only
     Field("n_tokens", _measured(lambda r: r.metrics.n_tokens), "tokens"),
     Field("accepted_at", _measured(lambda r: r.metrics.accepted_at)),

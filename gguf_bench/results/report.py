@@ -375,7 +375,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
     lines.append(" · ".join(legend) + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
     if show_pp:
         lines.append("pp t/s: prompt tokens per second of prompt processing (speculative rows: both models')")
-    lines += [f.legend for f in RUN_FIELDS if f.legend and f.name in summary]  # what a measured field's column means
+    lines += [f.caption(summary) for f in RUN_FIELDS if f.legend and f.name in summary]  # what a measured column means
     reasons = set(",".join(summary["unreliable"]).split(",")) - {""} if "unreliable" in summary else set()
     if reasons:
         why = [f"runs of one prompt spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []

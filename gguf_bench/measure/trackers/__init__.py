@@ -2,10 +2,11 @@
 measures, and fills its part of the run's record; records.RUN_FIELDS declares the columns its figures become.
 
     load    the machine's load over the run: the process's and the rest of the machine's CPU time (load.py)
-    memory  each NVIDIA device's memory in use, from NVML (memory.py); llama.cpp's own buffers per device are the
-            offload's read-back (records.Offload), kept once
-    energy  joules over the run from NVML's total-energy counter or Linux powercap (RAPL) (energy.py); with neither,
-            nothing is stored and `notes` says so once
+    memory  the memory in use before and after the run on each NVIDIA device the run used, from NVML (memory.py);
+            llama.cpp's own buffers per device are the offload's read-back (records.Offload), kept once
+    energy  joules over the decode from NVML's total-energy counters and Linux powercap (RAPL) (energy.py), only where
+            they cover every device the run used (devices.py); else the record says what is missing and `notes` gives
+            the sweep's one line
 
 Every engine measures each cell inside `track(grid.trackers, ...)`; adding a measurement is one tracker module here, a
 line in `_make`, and its record and field declarations in results/records.py.
@@ -36,10 +37,20 @@ class Tracker(Protocol):
 
 
 class Tracked:
-    """The trackers of one run, after it: `fill` puts each one's figures into the run's record."""
+    """The trackers of one run, after it: `fill` puts each one's figures into the run's record; during it, `on_round`
+    is the loop's callback (decoding/loop.OnRound) whose first call marks the decode's start for the trackers that
+    read there (energy's `decode_starts`)."""
 
     def __init__(self, trackers: list[Tracker]):
         self.trackers = trackers
+        self.decoding = False
+
+    def on_round(self, tokens: list[int], from_draft: list[bool]) -> None:
+        if not self.decoding:
+            self.decoding = True
+            for t in self.trackers:
+                if hasattr(t, "decode_starts"):
+                    t.decode_starts()
 
     def fill(self, record: RunRecord) -> RunRecord:
         for t in self.trackers:
@@ -59,16 +70,20 @@ def track(names: tuple[str, ...] = TRACKERS, server_pid: int | None = None) -> I
 
 
 def _make(name: str, server_pid: int | None) -> Tracker | None:
-    """A fresh tracker, or None where it has nothing to read on this machine (energy without a counter)."""
+    """A fresh tracker, or None where it has nothing to read on this machine (memory without NVML)."""
     if name == "load":
         return ServerLoadTracker(server_pid) if server_pid is not None else LoadTracker()
     if name == "memory":
         return memory.MemoryTracker.if_available()
     if name == "energy":
-        return energy.EnergyTracker.if_available()
+        return energy.EnergyTracker(energy.counters(), share=server_pid is not None)
     raise ValueError(f"unknown tracker '{name}'; known: {', '.join(TRACKERS)}")
 
 
-def notes(names: tuple[str, ...] = TRACKERS) -> list[str]:
-    """One line per named tracker that cannot measure on this machine (said once per sweep, not per cell)."""
-    return [line for line in ([energy.unavailable()] if "energy" in names else []) if line]
+def notes(record: RunRecord, said: set[str]) -> list[str]:
+    """The lines a run's trackers leave that `said` does not hold yet (added to it): a sweep says each once, not once
+    per cell. The energy's: 'energy: not measured: the run used CUDA0 and the CPU; RAPL is not readable here (...)'."""
+    missing = record.energy.missing if record.energy else None
+    lines = [f"energy: not measured: {missing}"] if missing and f"energy: not measured: {missing}" not in said else []
+    said.update(lines)
+    return lines

@@ -1,13 +1,22 @@
-"""The energy tracker: joules over one run, read from energy counters before and after it (records.Energy).
+"""The energy tracker: joules over a run's decode, read from energy counters (records.Energy), stored only where the
+counters cover every device the run used.
 
 NVIDIA devices: NVML's total-energy counter (nvmlDeviceGetTotalEnergyConsumption, millijoules since the driver loaded,
 Volta and newer), better than sampling power for runs of a few seconds (power is a 1-second average on Ampere and
 newer). CPUs: Linux powercap (RAPL) packages, /sys/class/powercap/intel-rapl:N/energy_uj (microjoules; AMD Zen exposes
 the same on recent kernels), which wraps at max_energy_range_uj and is readable by root only on most kernels. Both are
-whole-device counters: the idle draw and any other process's work over the run are in the figure.
+whole-device counters: the idle draw and any other process's work in the window are in the figure.
 
-Where no counter is readable (a VM: no /sys/class/powercap, no GPU), `EnergyTracker.if_available` is None, nothing is
-stored (never a zero), and `unavailable` gives the one line a sweep prints.
+Coverage (devices.py): the run used the CPU (always) and each device its models have buffers on. The CPU needs the RAPL
+packages, a CUDA device its own NVML device's counter; a Vulkan or RPC device has none here. Where one device has no
+counter, the run stores the counters it read and the devices it used, no joules (never a part of the run's energy), and
+`missing` says what was left out; `notes` turns that into the sweep's one line. The GPUs a run did not use are not added.
+
+The window (records.Energy.window): the Python engine marks the first token after the prompt (Tracked.on_round), so the
+joules cover the decode, the window of tokens/s, and the prompt's are stored apart. llama-server answers a request whole:
+its joules are the request's times the decode's share of the request's time (even power assumed; prompt processing
+usually draws more, so this leans high); for a round of several clients, tokens/s covers the whole round, and so do
+the joules.
 """
 
 from __future__ import annotations
@@ -15,58 +24,58 @@ from __future__ import annotations
 import functools
 import re
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from gguf_bench.measure.trackers import devices
 from gguf_bench.measure.trackers.nvml import Nvml, nvml
-from gguf_bench.results.records import Energy, RunRecord
+from gguf_bench.results.records import SHARE_WINDOW, Energy, RunRecord
 
 POWERCAP = Path("/sys/class/powercap")
 _PACKAGE = re.compile(r"^intel-rapl:\d+$")  # a package zone; its subzones (intel-rapl:0:0, core, uncore) are inside it
 
 
 class Counter(Protocol):
-    source: str
-    domains: list[str]
+    kind: str  # 'rapl' or 'nvml'
+    domains: list[str]  # 'rapl:package-0', 'nvml:GPU0'
 
     def read(self) -> list[float]:
         """Each domain's counter now, in its own unit."""
 
-    def joules(self, before: list[float], after: list[float]) -> float:
-        """What the domains spent between two readings, in joules."""
+    def joules(self, before: list[float], after: list[float]) -> list[float | None]:
+        """What each domain spent between two readings, in joules (None: not a measurement)."""
 
 
 class NvmlCounter:
-    """Each NVIDIA device's total-energy counter (mJ)."""
+    """Each NVIDIA device's total-energy counter (mJ, never going down while the driver stays loaded)."""
 
-    source = "nvml"
+    kind = "nvml"
 
     def __init__(self, nv: Nvml):
-        self.nv, self.domains = nv, [name.split(":")[0] for name in nv.names]
+        self.nv, self.domains = nv, [f"nvml:{name.split(':')[0]}" for name in nv.names]
 
     def read(self) -> list[float]:
         return [float(self.nv.module.nvmlDeviceGetTotalEnergyConsumption(h)) for h in self.nv.handles]
 
-    def joules(self, before: list[float], after: list[float]) -> float:
-        return sum(a - b for b, a in zip(before, after)) / 1e3
+    def joules(self, before: list[float], after: list[float]) -> list[float | None]:
+        return [(a - b) / 1e3 if a >= b else None for b, a in zip(before, after)]
 
 
 class RaplCounter:
     """Linux powercap packages (µJ), each wrapping at its max_energy_range_uj."""
 
-    source = "rapl"
+    kind = "rapl"
 
-    def __init__(self, zones: list[Path]):
-        self.zones = zones
-        self.domains = [_read(z / "name", z.name) for z in zones]
-        self.ranges = [int(_read(z / "max_energy_range_uj", "0")) for z in zones]
+    def __init__(self, zones: list[Path], ranges: list[int]):
+        self.zones, self.ranges = zones, ranges
+        self.domains = [f"rapl:{_text(z / 'name') or z.name}" for z in zones]
 
     def read(self) -> list[float]:
         return [float(int((z / "energy_uj").read_text())) for z in self.zones]
 
-    def joules(self, before: list[float], after: list[float]) -> float:
-        return sum(a - b if a >= b else a + top - b for b, a, top in zip(before, after, self.ranges)) / 1e6
+    def joules(self, before: list[float], after: list[float]) -> list[float | None]:
+        return [(a - b if a >= b else a + top - b) / 1e6 for b, a, top in zip(before, after, self.ranges)]
 
 
 def rapl_counter(root: Path = POWERCAP) -> tuple[RaplCounter | None, str]:
@@ -76,11 +85,11 @@ def rapl_counter(root: Path = POWERCAP) -> tuple[RaplCounter | None, str]:
     zones = sorted(z for z in root.iterdir() if _PACKAGE.match(z.name) and (z / "energy_uj").exists())
     if not zones:
         return None, f"no RAPL (no package zone in {root})"
-    counter = RaplCounter(zones)
     try:
+        counter = RaplCounter(zones, [int((z / "max_energy_range_uj").read_text()) for z in zones])
         counter.read()
     except (OSError, ValueError) as exc:
-        return None, f"RAPL not readable ({exc.__class__.__name__}: energy_uj is root's only on most kernels)"
+        return None, f"RAPL is not readable here ({exc.__class__.__name__}: needs root on most kernels)"
     return counter, ""
 
 
@@ -96,68 +105,138 @@ def nvml_counter(nv: Nvml) -> tuple[NvmlCounter | None, str]:
     return counter, ""
 
 
-def find_counters(nv: Nvml, root: Path = POWERCAP) -> tuple[list[Counter], str]:
-    """Every readable counter (NVML's devices and the CPU packages: a run spends on both), and why the others are not."""
-    found, why = [], []
-    for counter, reason in (nvml_counter(nv), rapl_counter(root)):
+@dataclass
+class Found:
+    """This machine's readable counters, why each kind that is not ('rapl', 'nvml') is not, and NVML's devices."""
+
+    counters: list[Counter]
+    why: dict[str, str] = field(default_factory=dict)
+    nv: Nvml = Nvml(None)
+
+
+def find_counters(nv: Nvml, root: Path = POWERCAP) -> Found:
+    """Every readable counter (NVML's devices and the CPU packages) and why the others are not."""
+    found = Found([], nv=nv)
+    for kind, (counter, reason) in (("nvml", nvml_counter(nv)), ("rapl", rapl_counter(root))):
         if counter is not None:
-            found.append(counter)
+            found.counters.append(counter)
         else:
-            why.append(reason)
-    return found, "; ".join(why)
+            found.why[kind] = reason
+    return found
 
 
 @functools.cache
-def counters() -> tuple[list[Counter], str]:
+def counters() -> Found:
     """This machine's counters (looked for once per process)."""
     return find_counters(nvml())
 
 
-def unavailable() -> str | None:
-    """The line a sweep prints once where no energy counter is readable; None where one is."""
-    found, why = counters()
-    return None if found else f"energy: not measured, no energy counter on this machine ({why})"
+def cover(used: list[str], found: Found) -> tuple[list[str], list[str]]:
+    """The counters that read the devices a run used, and why each device that none reads is left out."""
+    read = [d for c in found.counters for d in c.domains]
+    need: list[str] = []
+    why: list[str] = []
+    for device in used:
+        names, reason = _covering(device, read, found)
+        need += names
+        why += [reason] if not names else []
+    return need, list(dict.fromkeys(why))
+
+
+def _covering(device: str, read: list[str], found: Found) -> tuple[list[str], str]:
+    if device == devices.CPU:
+        packages = [d for d in read if d.startswith("rapl:")]
+        return packages, found.why.get("rapl", "")
+    if device.startswith("CUDA"):
+        if found.nv.module is None or "nvml" in found.why:
+            return [], found.why.get("nvml", found.nv.why_not)
+        index, reason = devices.nvml_index(device, found.nv)
+        return ([f"nvml:GPU{index}"], "") if index is not None else ([], reason)
+    if device.startswith("RPC"):
+        return [], f"{device} is an RPC server's device (no counter here reads it)"
+    return [], f"no counter here reads {device} (NVML's devices are matched to CUDA's only)"
+
+
+Reading = tuple[dict[str, float] | None, float]  # each domain's counter (None: a read failed) and perf_counter()
 
 
 class EnergyTracker:
-    """Joules over the block: each counter read before and after, the differences added up."""
+    """Each counter read when the block starts, at the decode's first token where the engine marks it, and when the
+    block ends; `fill` keeps the joules of the devices the record says the run used. share: the engine does not mark
+    (llama-server), the decode's joules are the block's share (module docstring)."""
 
     name = "energy"
 
-    def __init__(self, counters: list[Counter]):
-        self.counters = counters
-        self.energy: Energy | None = None
-
-    @classmethod
-    def if_available(cls) -> EnergyTracker | None:
-        found, _ = counters()
-        return cls(found) if found else None
+    def __init__(self, found: Found, share: bool = False):
+        self.found, self.share = found, share
+        self.readings: list[Reading] = []
 
     def __enter__(self) -> EnergyTracker:
-        self._before = self._read()
-        self._wall = time.perf_counter()
+        self.readings = [self._read()]
         return self
 
-    def __exit__(self, *exc) -> None:
-        after, wall = self._read(), time.perf_counter() - self._wall
-        if self._before is None or after is None:
-            return  # a counter that failed mid-sweep: no figure, never a zero
-        joules = sum(c.joules(b, a) for c, b, a in zip(self.counters, self._before, after))
-        self.energy = Energy(joules=joules, source="+".join(c.source for c in self.counters),
-                             domains=[d for c in self.counters for d in c.domains], wall_s=wall)
+    def decode_starts(self) -> None:
+        """The first token after the prompt: the prompt's window ends and the decode's begins (once per run)."""
+        if len(self.readings) == 1:
+            self.readings.append(self._read())
 
-    def _read(self) -> list[list[float]] | None:
+    def __exit__(self, *exc) -> None:
+        self.readings.append(self._read())
+
+    def _read(self) -> Reading:
+        values: dict[str, float] = {}
         try:
-            return [c.read() for c in self.counters]
-        except Exception:  # OSError from sysfs, NVMLError from the driver
-            return None
+            for c in self.found.counters:
+                values.update(zip(c.domains, c.read()))
+        except Exception:  # OSError from sysfs, NVMLError from the driver: this reading is not one
+            return None, time.perf_counter()
+        return values, time.perf_counter()
 
     def fill(self, record: RunRecord) -> RunRecord:
-        return replace(record, energy=self.energy) if self.energy is not None else record
+        return replace(record, energy=self.energy(record))
+
+    def energy(self, record: RunRecord) -> Energy:
+        """Joules only where the counters read cover every device the run used; else what they left out."""
+        used = devices.used(record)
+        need, why = cover(used, self.found)
+        base = Energy(counters=[d for c in self.found.counters for d in c.domains], devices=used)
+        if why:
+            return replace(base, missing=f"the run used {devices.listed(used)}; {'; '.join(why)}")
+        if record.metrics is None:  # a failed run: nothing to divide
+            return base
+        measured = self._window(base, need, record)
+        if measured.joules is None:
+            return replace(base, missing=measured.missing or f"{'+'.join(need)} could not be read over the run")
+        return replace(measured, source="+".join(need))
+
+    def _window(self, base: Energy, need: list[str], record: RunRecord) -> Energy:
+        """The decode's joules: between the mark and the end (the prompt's apart), or the block's share."""
+        start, end = self.readings[0], self.readings[-1]
+        if len(self.readings) == 3:
+            mark = self.readings[1]
+            return replace(base, joules=self._spent(need, mark, end), wall_s=end[1] - mark[1],
+                           prompt_joules=self._spent(need, start, mark))
+        if not self.share:
+            return replace(base, missing="the run generated no token (no decode window)")
+        wall, joules, decode_s = end[1] - start[1], self._spent(need, start, end), record.metrics.decode_s
+        if joules is None or not decode_s or wall <= 0:
+            return base
+        return replace(base, joules=joules * min(1.0, decode_s / wall), wall_s=wall, window=SHARE_WINDOW)
+
+    def _spent(self, need: list[str], before: Reading, after: Reading) -> float | None:
+        """The joules of the `need` domains between two readings; None where a reading failed or a domain went back."""
+        if before[0] is None or after[0] is None:
+            return None
+        spent: list[float | None] = []
+        for c in self.found.counters:
+            pairs = zip(c.domains, c.joules([before[0][d] for d in c.domains], [after[0][d] for d in c.domains]))
+            spent += [j for d, j in pairs if d in need]
+        return sum(spent) if spent and None not in spent else None
 
 
-def _read(path: Path, default: str) -> str:
+def _text(path: Path) -> str:
     try:
         return path.read_text().strip()
     except OSError:
-        return default
+        return ""
+

@@ -1,13 +1,15 @@
-"""The device memory tracker: each NVIDIA device's memory in use before and after one run, from NVML (records.
-DeviceMemory). llama.cpp's own buffers per device (weights, KV cache, compute) are read back once per setting into the
-offload (engines/placement.py, records.Offload) and flattened from there (records.RUN_FIELDS' buffers_mib); this
-tracker adds what the device itself tells: every process's memory on it, and its size.
+"""The device memory tracker: the memory in use before and after one run on each NVIDIA device the run used, from NVML
+(records.DeviceMemory), one entry per device. llama.cpp's own buffers per device (weights, KV cache, compute) are read
+back once per setting into the offload (engines/placement.py, records.Offload) and flattened from there
+(records.RUN_FIELDS' buffers_mib); this tracker adds what the device itself tells: every process's memory on it, and
+its size. Two readings, no sampling in between: no peak (records.RUN_FIELDS' device_used_after_mib says so).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from gguf_bench.measure.trackers import devices
 from gguf_bench.measure.trackers.nvml import Nvml, nvml
 from gguf_bench.results.records import DeviceMemory, RunRecord
 
@@ -45,4 +47,9 @@ class MemoryTracker:
         return [(m.used / MIB, m.total / MIB) for m in infos]
 
     def fill(self, record: RunRecord) -> RunRecord:
-        return replace(record, memory=self.memory) if self.memory is not None else record
+        """The record with the devices it used (its CUDA devices' NVML devices: devices.nvml_index); the others not."""
+        if self.memory is None:
+            return record
+        used = {devices.nvml_index(d, self.nv)[0] for d in devices.used(record)}
+        kept = [m for i, m in enumerate(self.memory) if i in used]
+        return replace(record, memory=kept) if kept else record
