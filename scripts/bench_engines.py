@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import sys
@@ -96,10 +97,28 @@ def _std(xs) -> float:
     return statistics.stdev(xs) if len(xs) > 1 else 0.0
 
 
+def _num(x: float, spec: str) -> str:
+    """A figure, or '–' where it was not measured (no server, no draft counted): never 'nan' in a table."""
+    return "–" if math.isnan(x) else format(x, spec)
+
+
+def _speed(xs: list[float]) -> str:
+    return f"{'–':>14}" if math.isnan(_mean(xs)) else f"{_mean(xs):>7.2f} ± {_std(xs):>4.2f}"
+
+
+def _gain(xs: list[float], base: float, best: bool) -> str:
+    gain = 100 * (_mean(xs) / base - 1)
+    return "–" if math.isnan(gain) else f"{gain:+.1f}%" + (" ★" if best else "")
+
+
+def _best(ks: list[int], runs: dict) -> int | None:
+    measured = [k for k in ks if not math.isnan(_mean(r[0] for r in runs[k]))]
+    return max(measured, key=lambda k: _mean(r[0] for r in runs[k])) if measured else None
+
+
 def report(name: str, ks: list[int], py: dict, srv: dict) -> None:
     base_py, base_srv = _mean(r[0] for r in py[0]), _mean(r[0] for r in srv[0])
-    best_py = max(ks, key=lambda k: _mean(r[0] for r in py[k]))
-    best_srv = max(ks, key=lambda k: _mean(r[0] for r in srv[k]))
+    best_py, best_srv = _best(ks, py), _best(ks, srv)
     print(f"\n{name}: tokens/s, mean ± std; gain over the same engine's target alone; ★ the engine's best K")
     print(f"{'K':>5} {'python':>14} {'server':>14} {'py/srv':>7} {'acc py':>7} {'acc srv':>7} {'tok/rnd py':>10} "
           f"{'tok/rnd srv':>11} {'gain py':>9} {'gain srv':>9}   python decode split per token (ms): target, draft, outside")
@@ -108,12 +127,12 @@ def report(name: str, ks: list[int], py: dict, srv: dict) -> None:
         n_tok = sum(r[6] for r in py[k])
         split = [1000 * sum(r[i] for r in py[k]) / n_tok for i in (3, 4)]
         outside = 1000 * sum(r[5] for r in py[k]) / n_tok - sum(split)
-        gain_py = "" if not k else f"{100 * (_mean(p) / base_py - 1):+.1f}%" + (" ★" if k == best_py else "")
-        gain_srv = "" if not k else f"{100 * (_mean(s) / base_srv - 1):+.1f}%" + (" ★" if k == best_srv else "")
-        acc = [f"{_mean(r[1] for r in d[k]):.1%}" if k else "–" for d in (py, srv)]
-        rnd = [f"{_mean(r[2] for r in d[k]):.2f}" if k else "–" for d in (py, srv)]
-        print(f"{'alone' if not k else k:>5} {_mean(p):>7.2f} ± {_std(p):>4.2f} {_mean(s):>7.2f} ± {_std(s):>4.2f} "
-              f"{_mean(p) / _mean(s):>7.2f} {acc[0]:>7} {acc[1]:>7} {rnd[0]:>10} {rnd[1]:>11} "
+        gain_py = "" if not k else _gain(p, base_py, k == best_py)
+        gain_srv = "" if not k else _gain(s, base_srv, k == best_srv)
+        acc = [_num(_mean(r[1] for r in d[k]), ".1%") if k else "–" for d in (py, srv)]
+        rnd = [_num(_mean(r[2] for r in d[k]), ".2f") if k else "–" for d in (py, srv)]
+        print(f"{'alone' if not k else k:>5} {_speed(p)} {_speed(s)} "
+              f"{_num(_mean(p) / _mean(s), '>7.2f'):>7} {acc[0]:>7} {acc[1]:>7} {rnd[0]:>10} {rnd[1]:>11} "
               f"{gain_py:>9} {gain_srv:>9}   {split[0]:.1f}, {split[1]:.1f}, {outside:.1f}")
     if srv[0][0][3] is None:
         print(f"best K: python {best_py}; no server measured")

@@ -55,7 +55,7 @@ def main() -> None:
                 pt, mt = p.total / MIB, mw + mk + mc
                 err = f"{100 * (pt / mt - 1):+.1f}%" if mt else ("exact" if pt == 0 else "–")
                 print(f"{path.name:<34} {n_ctx:>5} {f'{p.layers}/{p.total_layers}':>6} {p.weights / MIB:>7.1f}/{mw:<7.1f}"
-                      f"{p.kv / MIB:>6.1f}/{mk:<6.1f}{p.compute / MIB:>6.1f}/{mc:<6.1f}{pt:>7.1f}/{mt:<7.1f}{err:>7}", flush=True)
+                      f" {p.kv / MIB:>6.1f}/{mk:<6.1f} {p.compute / MIB:>6.1f}/{mc:<6.1f} {pt:>7.1f}/{mt:<7.1f} {err:>7}", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,18 +7,20 @@
     python scripts/gpu_proof.py headers DIR [--tiny]    # synthesised headers at real shapes (+ cached real models')
     python scripts/gpu_proof.py arch                    # CMAKE_CUDA_ARCHITECTURES of the first GPU (nvidia-smi)
     python scripts/gpu_proof.py backend                 # the libraries the Python engine loaded, their devices
-    python scripts/gpu_proof.py check DIR               # every table the run wrote exists and holds numbers
+    python scripts/gpu_proof.py check DIR --tables A,B  # every table is there with its figures, no error, CUDA used
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import math
 import re
 import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 # What the sdist's CUDA build of the library and of llama-server do not read (paths under the sdist's root): model
@@ -183,40 +185,149 @@ def backend() -> None:
     print(f"system_info: {llama_versions()['system_info']}")
 
 
-STEP_TIME = re.compile(r"^\([\w-]+: \d+ s\)$", re.M)  # the line gpu_proof.sh adds: not a measurement
+# --- check: the tables a complete run writes, each with the figures it must hold -------------------------------------
 
 
-def holds_numbers(text: str) -> bool:
-    return re.search(r"\d", STEP_TIME.sub("", text)) is not None
+@dataclass(frozen=True)
+class Figure:
+    """A figure a table must hold, each time it appears a finite number: the cells under a column heading (in the rows
+    `rows` matches), or group 1 of `pattern` on any line. `unless`: a line that says the table was run without it."""
+
+    name: str
+    unit: str
+    column: str | None = None
+    rows: str = r"^│"
+    pattern: str | None = None
+    unless: str | None = None
 
 
-FAILED = re.compile(r"^(?:Error|Traceback|FAILED|E  )|\b\d+ (?:failed|errors?)\b", re.M)  # an error line, pytest's count
-PASSED = re.compile(r"\b\d+ passed\b")
-SKIPPED = re.compile(r"\b\d+ skipped\b")
+# gpu_proof.sh's tables (its `tables` lists those of a run: machine, build, twins and each measuring step), by name;
+# machine.txt holds what the device check reads, no figure
+FIGURES: dict[str, tuple[Figure, ...]] = {
+    "machine": (),
+    "build": (Figure("device memory", "GiB", pattern=r"^device: .*, (\S+) GiB$"),
+              Figure("build time", "s", pattern=r"^build-tree --(?:cpu|cuda)\b.*?: (\S+) s\b")),
+    "twins": (Figure("tensors", "", pattern=r"^twin of .*?: (\S+) tensors"),
+              Figure("logical size", "MB", pattern=r"^twin of .*? tensors, (\S+) [KMGT]?B logical")),
+    "offload": (Figure("tests passed", "", pattern=r"\b(\S+) passed\b"),),
+    "plan-cli": tuple(Figure(c, "MiB", column=c) for c in ("weights", "KV", "compute", "total")),
+    "plan": tuple(Figure(c, "MiB predicted/measured", column=c, rows=r"^\S+\.gguf ") for c in ("weights p/m", "total p/m")),
+    "tune": (Figure("target t_verify(1)", "ms", pattern=r"target t_verify\(1\) (\S+) ms"),
+             Figure("draft step", "ms", pattern=r"^measured: .*, draft (\S+) ms"),
+             Figure("verify ×", "", column="verify ×", rows=r"^\s*\d+ "),
+             *(Figure(f"a={a}", "tokens/s", column=f"a={a}", rows=r"^\s*\d+ ") for a in ("0.6", "0.8"))),
+    "engines": (Figure("python", "tokens/s", column="python", rows=r"^\s*(?:alone|\d+) "),
+                Figure("server", "tokens/s", column="server", rows=r"^\s*(?:alone|\d+) ",
+                       unless="no server (--no-server)"),
+                Figure("decode split", "ms", pattern=r"^\s*(?:alone|\d+) .*?(\S+, \S+, \S+)$")),
+}
+NUMBER = re.compile(r"(?<![\w.])(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)(?:inity)?)(?![\w.])", re.I)
+# an error line: llama.cpp's and Python's, pytest's summary and counts, and a figure that is no number (nan, NaN);
+# case as written ('failed to' is llama.cpp's and llama-server's, CMake's 'Failed' is not an error)
+ERROR = re.compile(r"RuntimeError|CUDA error|failed to|^Traceback|^Error\b|^FAILED|^E  |\b\d+ (?:failed|errors?)\b"
+                   r"|(?<![\w.])[-+]?(?i:nan)\b", re.M)
+PASSED, SKIPPED = re.compile(r"\b\d+ passed\b"), re.compile(r"\b\d+ skipped\b")
 
 
-def table_fault(name: str, text: str, declared: set[str]) -> str | None:
-    """Why a table is not a measurement (None: it is): an error line, a test run that passed nothing (all skipped),
-    no number at all. A table the run declared skipped (in skipped.txt, 'NAME: why') may hold no measurement."""
+def figures_of(name: str) -> tuple[Figure, ...]:
+    """The figures of a table by its name: 'tune-llama' is a 'tune' table ('plan-cli-qwen': 'plan-cli')."""
+    for kind in sorted(FIGURES, key=len, reverse=True):
+        if name == kind or name.startswith(kind + "-"):
+            return FIGURES[kind]
+    raise SystemExit(f"check: no figures are declared for a table named {name} (scripts/gpu_proof.py FIGURES)")
+
+
+def column_cells(text: str, heading: str, rows: str) -> list[str]:
+    """The cells under `heading` in the rows `rows` matches: a box table's (┃ and │ between cells) or a right-aligned
+    one's (a cell ends where its heading ends and starts after the heading before it). The heading is read from the
+    last line above the first row that holds it."""
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if re.match(rows, line)), len(lines))
+    named = re.compile(rf"(?:^|[┃\s]){re.escape(heading)}(?:$|[┃\s])")
+    header = next((i for i in range(first - 1, -1, -1) if named.search(lines[i])), None)
+    if header is None:
+        return []
+    below = [line for line in lines[header + 1:] if re.match(rows, line)]
+    if "┃" in lines[header]:
+        at = [c.strip() for c in lines[header].split("┃")].index(heading)
+        return [cells[at] if at < len(cells := line.split("│")) else "" for line in below]
+    end = re.search(rf"(?:^|\s){re.escape(heading)}(?:$|\s)", lines[header]).end()
+    end -= lines[header][end - 1].isspace()
+    start = len(lines[header][:end - len(heading)].rstrip())
+    return [line[start:end] for line in below]
+
+
+def figure_fault(fig: Figure, text: str) -> str | None:
+    """Why a table does not hold `fig` (None: it does, finite wherever it appears)."""
+    if fig.unless and fig.unless in text:
+        return None
+    found = column_cells(text, fig.column, fig.rows) if fig.column else re.findall(fig.pattern, text, re.M)
+    what = f"{fig.name} ({fig.unit})" if fig.unit else fig.name
+    if not found:
+        return f"no {what}"
+    for cell in found:
+        numbers = NUMBER.findall(cell)
+        if not numbers or not all(math.isfinite(float(n)) for n in numbers):
+            return f"{what} is {cell.strip() or 'empty'!r}, not a finite number"
+    return None
+
+
+def error_in(name: str, text: str, logs: Path) -> str | None:
+    """The first error line in a table or in its step's log (logs/NAME.err, logs/NAME.log)."""
+    for where, body in ((f"{name}.txt", text), *((p.name, p.read_text(errors="replace"))
+                                                  for p in (logs / f"{name}.err", logs / f"{name}.log") if p.is_file())):
+        if m := ERROR.search(body):
+            line = body[body.rfind("\n", 0, m.start()) + 1:].split("\n", 1)[0]
+            return f"an error in {where}: {line.strip()[:200]}"
+    return None
+
+
+def table_fault(name: str, text: str, declared: set[str], logs: Path) -> str | None:
+    """Why a table is not a measurement (None: it is): an error in it or in its step's log, a test run that passed
+    nothing (all skipped), a figure it must hold missing or not a finite number. A table the run declared skipped (in
+    skipped.txt, 'NAME: why') need hold no figure, but no error either."""
+    if why := error_in(name, text, logs):
+        return why
     if name in declared:
         return None
-    if m := FAILED.search(text):
-        return f"an error: {m.group(0).strip()}"
     if SKIPPED.search(text) and not PASSED.search(text):
         return "its tests were all skipped"
-    return None if holds_numbers(text) else "no numbers"
+    return next((why for fig in figures_of(name) if (why := figure_fault(fig, text))), None)
 
 
-def check(folder: Path) -> int:
-    """Every *.txt table the run wrote holds measurements (table_fault); the list of them must not be empty."""
-    tables = sorted(t for t in folder.glob("*.txt") if t.name != "skipped.txt")
+def device_fault(folder: Path, cpu: bool) -> str | None:
+    """Whether the run reported the device it claims: a CUDA device among the devices the build's libraries saw
+    (build.txt, `backend`) and nvidia-smi's GPU (machine.txt); with `cpu` (the dry-run), a CPU build: the CPU, no CUDA
+    device."""
+    build, machine = (folder / n for n in ("build.txt", "machine.txt"))
+    devices = re.findall(r"^device: (\S+)", build.read_text(errors="replace"), re.M) if build.is_file() else []
+    gpu = re.search(r"^gpu: (.*)$", machine.read_text(errors="replace"), re.M) if machine.is_file() else None
+    if cpu:
+        if "CPU" not in devices or any(d.startswith("CUDA") for d in devices):
+            return f"the run was declared a CPU build (--cpu), but its libraries saw {', '.join(devices) or 'no device'}"
+        return None
+    if not any(re.fullmatch(r"CUDA\d+", d) for d in devices) or not gpu or gpu[1].startswith("none"):
+        return (f"no CUDA device: the build's libraries saw {', '.join(devices) or 'no device'} (build.txt) and "
+                f"machine.txt says gpu: {gpu[1] if gpu else '(nothing)'}")
+    return None
+
+
+def check(folder: Path, tables: list[str], cpu: bool = False, logs: Path | None = None) -> int:
+    """Every table a complete run writes (`tables`) is there and holds its figures (table_fault), every other table
+    written holds no error, and the run reported a CUDA device (or, with `cpu`, the CPU it declared)."""
+    logs = logs or folder.parent / "logs"
     skipped = folder / "skipped.txt"
     declared = set(re.findall(r"^([\w-]+):", skipped.read_text(), re.M)) if skipped.is_file() else set()
-    bad = [(t.name, why) for t in tables if (why := table_fault(t.stem, t.read_text(errors="replace"), declared))]
-    for t in tables:
-        print(f"{t.name}: {t.stat().st_size} bytes" + (" (declared skipped)" if t.stem in declared else ""))
-    if not tables or bad:
-        print("not measurements: " + ("; ".join(f"{n}: {why}" for n, why in bad) or "(no tables)"), file=sys.stderr)
+    written = {t.stem: t.read_text(errors="replace") for t in sorted(folder.glob("*.txt")) if t.name != "skipped.txt"}
+    for name, text in written.items():
+        print(f"{name}.txt: {len(text.encode())} bytes" + (" (declared skipped)" if name in declared else ""))
+    bad = [(n, "missing") for n in tables if n not in written]
+    bad += [(n, why) for n, text in written.items()
+            if (why := table_fault(n, text, declared, logs) if n in tables else error_in(n, text, logs))]
+    if why := device_fault(folder, cpu):
+        bad.append(("device", why))
+    if bad:
+        print("not measurements: " + "; ".join(f"{n}: {why}" for n, why in bad), file=sys.stderr)
         return 1
     return 0
 
@@ -232,7 +343,11 @@ def main() -> int:
     h.add_argument("--tiny", action="store_true", help="the smallest shapes only (dry-run)")
     sub.add_parser("arch")
     sub.add_parser("backend")
-    sub.add_parser("check").add_argument("folder", type=Path)
+    c = sub.add_parser("check")
+    c.add_argument("folder", type=Path)
+    c.add_argument("--tables", required=True, help="the tables a complete run writes, comma-separated (gpu_proof.sh)")
+    c.add_argument("--cpu", action="store_true", help="a CPU run (the dry-run): its device is the CPU, declared")
+    c.add_argument("--logs", type=Path, help="the steps' logs (default: the folder beside it named logs)")
     args = ap.parse_args()
     if args.cmd == "sdist":
         sdist(args.out)
@@ -247,7 +362,7 @@ def main() -> int:
     elif args.cmd == "backend":
         backend()
     elif args.cmd == "check":
-        return check(args.folder)
+        return check(args.folder, args.tables.split(","), args.cpu, args.logs)
     return 0
 
 

@@ -217,11 +217,12 @@ measure() {
   # GGUF_BENCH_GPU_DRY_RUN: each test of tests/test_offload.py builds every fixture it asks for (the kit's cache and
   # build: llama-fit-params from the tree), then skips its GPU assertions
   GGUF_BENCH_GPU_DRY_RUN=1 step offload 60 "$PYV" -m pytest -p no:cacheprovider -q -rs -m gpu tests/test_offload.py
-  { echo "offload: a CPU build sees no GPU device: every test's fixtures ran, its GPU assertions skipped (on the lent" \
-         "machine: they run, and a skip fails)"
+  [ -n "${PLAN:-}" ] || { echo "offload: a CPU build sees no GPU device: every test's fixtures ran, its GPU assertions" \
+         "skipped (on the lent machine: they run, and a skip fails)"
     echo "plan: bench_plan.py needs a GPU device (llama.cpp's allocations on it): not run here"; } > "$STATE/tables/skipped.txt"
   local server=()
-  "$PYV" -c 'from gguf_bench.engines.server_build import find_server; find_server(None)' 2>/dev/null || server=(--no-server)
+  [ -n "${PLAN:-}" ] || "$PYV" -c 'from gguf_bench.engines.server_build import find_server; find_server(None)' \
+    2>/dev/null || server=(--no-server)
   for p in $(pairs); do
     IFS=: read -r name tgt drf <<< "$p"
     step "plan-cli-$name" 60 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 512 \
@@ -253,12 +254,17 @@ gpu_plan() {
   [ "$total" -le "$DEVICE_S" ] || { say "the plan does not fit: $total s > $DEVICE_S s; cut or shorten steps"; return 1; }
 }
 
+# the tables a complete run writes, as `check` takes them: setup's, the build's, the twins' and each measuring step's
+# (the steps `measure` declares, in this run's mode)
+tables() { echo "machine,build,twins,$( (PLAN=1 measure) | awk '{ print $1 }' | paste -sd, -)"; }
+
 run_steps() {
   setup; build
   # the dry-run's build (minutes on a CPU) stands for the lent machine's first call; its steps run as the second
   [ -n "${DRY:-}" ] && START=$(date +%s)
   twins; measure; publish
-  "$PYV" scripts/gpu_proof.py check "$STATE/tables"
+  # the lent machine's run must show a CUDA device; the dry-run's is the CPU build, declared (--cpu)
+  "$PYV" scripts/gpu_proof.py check "$STATE/tables" --tables "$(tables)" ${DRY:+--cpu}
   say "done in $(( $(date +%s) - START )) s; tables in $STATE/tables and ${OUT:-$STATE/out}"
 }
 

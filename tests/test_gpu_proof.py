@@ -64,18 +64,93 @@ def test_the_plan_sums_every_steps_seconds_and_fails_beyond_the_device_time():
     assert over.returncode == 1 and "the plan does not fit" in over.stdout
 
 
-def test_check_accepts_only_tables_of_measurements(tmp_path):
+PLAN_CLI = """\
+┏━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━━┳━━━━━━━━┓
+┃ -ngld ┃     -ngl ┃ weights ┃       KV ┃  compute ┃  total ┃
+┡━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━┩
+│   0/2 │  33/33   │    4437 │      512 │      258 │   5207 │
+└───────┴──────────┴─────────┴──────────┴──────────┴────────┘
+"""
+PLAN = (f"{'model':<34} {'ctx':>5} {'-ngl':>6} {'weights p/m':>15} {'KV p/m':>13} {'compute p/m':>13} {'total p/m':>15} "
+        f"{'error':>7}\n{'llama3-8b.gguf':<34} {512:>5} {'33/33':>6} {4437.0:>7.1f}/{4437.0:<7.1f} {64.0:>6.1f}/{64.0:<6.1f} "
+        f"{258.5:>6.1f}/{250.1:<6.1f} {4759.5:>7.1f}/{4751.1:<7.1f} {'+0.2%':>7}\n")
+TUNE = """\
+   K     verify ×     a=0.6        a=0.8
+─────────────────────────────────────────
+   1         1.05   120 (+20%)   131 (+31%)
+measured: target t_verify(1) 9.92 ms, draft 1.50 ms (c = 0.151; 2-token catch-up 2.1 ms), round overhead 0.05 ms
+"""
+
+
+def _engines(capsys, server: bool) -> str:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_engines import report
+
+    run = (100.0, 0.7, 2.4, 0.01, 0.002, 0.013, 8, [1])
+    srv = (110.0, 0.7, 2.4, [1]) if server else (float("nan"), None, None, None)
+    report("llama T=0", [4], {0: [run], 4: [run]}, {0: [srv], 4: [srv]})
+    return ("llama: ..., 1 reps; " + ("server: llama-server -m t.gguf" if server else "no server (--no-server)") + "\n"
+            + capsys.readouterr().out)
+
+
+def _complete_run(folder: Path, engines: str, cuda: bool = True) -> list[str]:
+    """A complete run's tables in the formats the steps print (gpu_proof.sh; a CPU build's devices without `cuda`)."""
+    tables = {"machine": "date: 2026-11-28 10:00 UTC\n" + ("gpu: NVIDIA H100 80GB HBM3, 570.86, 81559 MiB, 9.0\n" if cuda
+                                                            else "gpu: none (nvidia-smi not found): CPU build\n"),
+              "build": "build-tree --cuda (one CMake build: libraries, llama-server): 301 s\n"
+                       + ("device: CUDA0 (GPU) NVIDIA H100 80GB HBM3, 79.1 GiB\n" if cuda else "")
+                       + "device: CPU (CPU) AMD EPYC 9654, 125.8 GiB\n",
+              "twins": "twin of h/llama3-8b.gguf: 291 tensors, 8.03 GB logical, 1.20 MB on disk, 0.3 s -> t.gguf\n",
+              "offload": "27 passed in 31.2s\n(offload: 40 s)\n", "plan-cli-llama": PLAN_CLI, "plan": PLAN,
+              "tune-llama": TUNE, "engines-llama": engines}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder.parent / "logs").mkdir(exist_ok=True)
+    for name, text in tables.items():
+        (folder / f"{name}.txt").write_text(text)
+    return list(tables)
+
+
+def test_check_accepts_a_complete_run_and_rejects_each_table_that_holds_no_measurement(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "scripts"))
     from gpu_proof import check
 
-    (tmp_path / "tune.txt").write_text("K=4 target t_verify(1) 12.5 ms\n(tune: 40 s)\n")
-    (tmp_path / "offload.txt").write_text("27 passed in 31.2s\n")
-    assert check(tmp_path) == 0
-    for name, text in (("offload.txt", "sss\n27 skipped in 0.4s\n"), ("offload.txt", "1 failed, 26 passed in 30 s\n"),
-                       ("plan.txt", "Error: no GPU device\n"), ("engines.txt", "(engines: 3 s)\n")):
-        (tmp_path / name).write_text(text)
-        assert check(tmp_path) == 1, (name, text)
-        (tmp_path / name).write_text("27 passed in 31.2s\n")
-    (tmp_path / "offload.txt").write_text("27 skipped in 0.4s\n")
-    (tmp_path / "skipped.txt").write_text("offload: a CPU build sees no GPU device\n")  # declared by the run
-    assert check(tmp_path) == 0
+    tables = tmp_path / "run" / "tables"
+    names = _complete_run(tables, _engines(capsys, server=True))
+    assert check(tables, names) == 0
+    assert check(tables, [*names, "engines-qwen"]) == 1  # a table the run must write is missing
+    assert "engines-qwen: missing" in capsys.readouterr().err
+    faults = {"engines-llama.txt": ("llama-server failed to start: CUDA error: out of memory\n", "CUDA error"),
+              "plan.txt": (PLAN.replace("4759.5", "nan"), "plan: an error in plan.txt"),
+              "tune-llama.txt": (TUNE.replace("9.92 ms", "– ms"), "target t_verify(1) (ms) is '–'"),
+              "offload.txt": ("27 skipped in 0.4s\n", "its tests were all skipped"),
+              "plan-cli-llama.txt": (PLAN_CLI.replace("4437", "   –"), "weights (MiB) is '–', not a finite number"),
+              "../logs/tune-llama.err": ("RuntimeError: llama_decode returned -1\n", "tune-llama.err: RuntimeError")}
+    for name, (text, why) in faults.items():
+        good = (tables / name).read_text() if (tables / name).is_file() else None
+        (tables / name).write_text(text)
+        assert check(tables, names) == 1 and why in capsys.readouterr().err, (name, text)
+        (tables / name).unlink() if good is None else (tables / name).write_text(good)
+        assert check(tables, names) == 0
+    engines = _engines(capsys, server=True)
+    assert "100.00 ± 0.00" in engines
+    (tables / "engines-llama.txt").write_text(engines.replace("100.00 ± 0.00", "   nan ± nan"))
+    assert check(tables, names) == 1 and "nan ± nan" in capsys.readouterr().err
+
+
+def test_check_rejects_a_folder_of_machine_txt_and_a_run_without_cuda_unless_declared_a_cpu_build(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_proof import check
+
+    only = tmp_path / "only" / "tables"
+    only.mkdir(parents=True)
+    (only / "machine.txt").write_text("date: 2026-11-28 10:00 UTC\ngpu: NVIDIA H100 80GB HBM3, 81559 MiB\n")
+    assert check(only, ["machine", "build", "tune-llama"]) == 1
+    assert "build: missing; tune-llama: missing" in capsys.readouterr().err
+    cpu = tmp_path / "cpu" / "tables"
+    names = _complete_run(cpu, _engines(capsys, server=False), cuda=False)
+    assert "–" in (cpu / "engines-llama.txt").read_text() and "nan" not in (cpu / "engines-llama.txt").read_text()
+    (cpu / "offload.txt").write_text("27 skipped in 0.4s\n")
+    (cpu / "skipped.txt").write_text("offload: a CPU build sees no GPU device\n")  # declared by the run
+    assert check(cpu, names, cpu=True) == 0
+    capsys.readouterr()
+    assert check(cpu, names) == 1 and "no CUDA device" in capsys.readouterr().err
