@@ -63,7 +63,7 @@ def fetch_all(target: str, drafts: list[str], folder: Path) -> tuple[Path, Path]
 
 def candidates(target: Path, folder: Path) -> tuple[cands.Search, list]:
     opts = cands.Options(search=(folder,), hub=False, local_caches=False, registry_drafts=False)
-    found = cands.find(str(target), opts, cands.HeaderReader())
+    found = cands.find(cands.resolve_target(str(target)), opts, cands.HeaderReader())
     return found, rank(found.target.header, found.candidates)
 
 
@@ -142,10 +142,11 @@ def main() -> None:
     ks = options.draft_lengths(args.K)
     target, folder = fetch_all(args.target, args.draft or DRAFTS, results / f"candidates-{stamp}")
     found, rows = candidates(target, folder)
-    job = measuring.MeasureJob(str(target), args.measure, prompts, ks, args.n, 2048, args.threads, f"drafts-{stamp}",
+    job = measuring.MeasureJob(args.measure, prompts, ks, args.n, 2048, args.threads, f"drafts-{stamp}",
                                results / f"drafts-{stamp}.jsonl", reps=args.reps)
     t = time.perf_counter()
-    measured = measuring.measure_drafts(job, rows, measuring.MeasureEvents(note=lambda line: print(line, flush=True)))
+    measured = measuring.measure_drafts(found.target.named, job, rows,
+                                        measuring.MeasureEvents(note=lambda line: print(line, flush=True)))
     seconds = {"measure": time.perf_counter() - t}
     grid = Grid(ks=ks, ngls=[0], nglds=[0], temperatures=[0.0], prompts=prompts, n_predict=args.n, n_ctx=2048,
                 threads=args.threads, with_draft_alone=False)

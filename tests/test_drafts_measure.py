@@ -82,6 +82,28 @@ def test_measure_ranks_by_the_measured_acceptance_stores_records_and_resumes(fam
     assert other.exit_code == 0 and len(stored(isolated / "results" / "m.jsonl")) == 4
 
 
+def test_every_model_name_is_read_once(family, isolated, monkeypatch):
+    """The target's name is resolved once, at the command (issue 57, 4: it was read again for its twin and for its
+    download), and each draft's where it was found: --twins and --measure take those values, never a name again."""
+    import sys
+
+    from gguf_bench.models import registry
+
+    read, real = [], registry.name_model
+
+    def counted(source, *args):
+        read.append(source)
+        return real(source, *args)
+
+    for module in [m for name, m in sys.modules.items() if name.startswith("gguf_bench")]:
+        if getattr(module, "name_model", None) is real:  # every module that imported it by name
+            monkeypatch.setattr(module, "name_model", counted)
+    result = _local(family, "--twins", "--measure", "1", "--name", "once")
+    assert result.exit_code == 0, result.output
+    assert "measured 1 drafts" in result.stdout
+    assert read == [str(family["target"])]
+
+
 def test_measured_drafts_rank_by_predicted_tokens_per_s_not_by_gain(tmp_path):
     """Each calibration times the target alone anew. A draft calibrated while the target ran slow shows the larger
     gain over that slow target alone, yet predicts fewer tokens/s: it ranks second (by gain it would be first). The

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,7 @@ from gguf_bench.measure import drafts as measuring
 from gguf_bench.measure import workloads
 from gguf_bench.measure.draft_twins import TwinCosts, TwinSetting, twin_costs
 from gguf_bench.models import candidates as cands
+from gguf_bench.models.registry import Named
 from gguf_bench.results import drafts as ranking
 from gguf_bench.results.costmodel import DEFAULT_REPS
 from gguf_bench.results.naming import results_path
@@ -79,8 +81,10 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
     its family and lower quants of its own repository, sidecars, its MTP heads and the n-gram types. Each is judged
     from its header alone by llama.cpp's own rule (nothing is downloaded) and ranked by the gain the cost model
     predicts. With --measure N, the N best are downloaded and calibrated on your prompts."""
-    job = _measure_job(target, measure, prompt_ids, prompts_file, ks, (n_predict, reps), threads, ctx_size, (ngl, ngld),
-                       name, resume, results_dir_opt, registry) if measure is not None else None
+    job = _measure_job(MeasureOptions(
+        n=measure, prompt_ids=prompt_ids, prompts_file=prompts_file, ks=ks, n_predict=n_predict, reps=reps,
+        threads=threads, ctx_size=ctx_size, ngl=ngl, ngld=ngld, name=name, resume=resume, results_dir=results_dir_opt,
+        registry=registry)) if measure is not None else None
     qs = tuple(q.strip().upper() for q in quants.split(",") if q.strip())
     if not qs:
         raise BenchError("--quants needs at least one quant, e.g. Q8_0,Q4_K_M")
@@ -90,31 +94,24 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
         if not folder.is_dir():
             raise BenchError(f"--search {folder}: no such folder")
     start = time.perf_counter()
+    named = cands.resolve_target(target, registry)  # once: the search, its twin and its download all take this value
     reader = cands.HeaderReader()
     opts = cands.Options(tuple(search or ()), qs, hub=not offline, local_caches=not no_caches, registry=registry)
-    found = cands.find(target, opts, reader)
-    read = [c for c in found.candidates if c.needs_file and c.status in ("compatible", "incompatible")]
-    if not read and not any(c.kind == "draft-mtp" for c in found.candidates):  # heads need no file
-        where = ", ".join(found.searched) or "nowhere"
-        hub = f"; {found.hub_error}" if found.hub_error else ""
-        bad = [c.name for c in found.candidates if c.status == "unreadable"]
-        why = next((c.reason for c in found.candidates if c.status == "unreadable"), "")
-        unread = f"; unreadable: {', '.join(bad)} (first: {why})" if bad else ""
-        raise BenchError(f"no draft candidate found for {target} (searched: {where}){hub}{unread}")
-    setting = TwinSetting(threads, budget, ctx_size)
-    costs = _twin_costs(found, setting, registry) if twins else None
+    found = cands.find(named, opts, reader)
+    _check_found(found)
+    costs = _twin_costs(found, TwinSetting(threads, budget, ctx_size)) if twins else None
     rows = ranking.rank(found.target.header, found.candidates, budget, ctx_size, costs and costs.ratios,
                         costs and costs.verify)
     if job is not None:
-        return _measure(job, found, rows, as_json, vram_label)
+        return _measure(named, job, found, rows, as_json, vram_label)
     seconds = time.perf_counter() - start
     if as_json:
-        console.print_json(json.dumps({"target": target, "target_model": cands.header_json(found.target.header),
+        console.print_json(json.dumps({"target": named.name, "target_model": cands.header_json(found.target.header),
                                        "ranking": ranking.to_json(rows),
                                        "candidates": cands.to_json(found), "searched": found.searched,
                                        "hub_error": found.hub_error} | ({"twins": _twins_json(costs)} if costs else {})))
     else:
-        _print(found, rows, target, vram_label, costs)
+        _print(found, rows, vram_label, costs)
     if found.hub_error:
         err.print(f"Note: {found.hub_error}; searched locally: {', '.join(found.searched) or 'nothing'}", markup=False)
     if verbose:
@@ -124,12 +121,25 @@ def drafts(target: Annotated[str, typer.Argument(help="the target: a GGUF file, 
                   markup=False)
 
 
-def _twin_costs(found: cands.Search, setting: TwinSetting, registry: Path | None) -> TwinCosts:
+def _check_found(found: cands.Search) -> None:
+    """One line when nothing was found that a draft file could be (heads need no file)."""
+    read = [c for c in found.candidates if c.needs_file and c.status in ("compatible", "incompatible")]
+    if read or any(c.kind == "draft-mtp" for c in found.candidates):
+        return
+    where = ", ".join(found.searched) or "nowhere"
+    hub = f"; {found.hub_error}" if found.hub_error else ""
+    bad = [c.name for c in found.candidates if c.status == "unreadable"]
+    why = next((c.reason for c in found.candidates if c.status == "unreadable"), "")
+    unread = f"; unreadable: {', '.join(bad)} (first: {why})" if bad else ""
+    raise BenchError(f"no draft candidate found for {found.target.name} (searched: {where}){hub}{unread}")
+
+
+def _twin_costs(found: cands.Search, setting: TwinSetting) -> TwinCosts:
     drafts = [c for c in found.candidates  # a sidecar (eagle3, dflash) loads only beside its target: its c from sizes
               if c.status == "compatible" and c.kind == "draft-simple" and c.header is not None]
     with QuietStatus(f"measuring twins of the target and {len(drafts)} drafts ...") as status:
         events = measuring.MeasureEvents(step=status.update)  # each one not measured: a line under the table
-        return twin_costs(found.target, drafts, setting, registry, events=events)
+        return twin_costs(found.target, drafts, setting, events=events)
 
 
 def _twins_json(costs: TwinCosts) -> dict:
@@ -137,14 +147,14 @@ def _twins_json(costs: TwinCosts) -> dict:
             "not_measured": [{"name": c.name, "reason": why} for c, why in costs.failed]}
 
 
-def _target_line(target: str, h: cands.Header) -> str:
+def _target_line(target: cands.Candidate) -> str:
+    h = target.header
     parts = f" in {h.n_parts} files" if h.n_parts > 1 else ""
-    return f"target: {target} ({h.architecture}, {size_text(h.file_size)}{parts})"
+    return f"target: {target.name} ({h.architecture}, {size_text(h.file_size)}{parts})"
 
 
-def _print(found: cands.Search, rows: list[ranking.Ranked], target: str, vram: str | None,
-           costs: TwinCosts | None = None) -> None:
-    console.print(_target_line(target, found.target.header), markup=False, soft_wrap=True)
+def _print(found: cands.Search, rows: list[ranking.Ranked], vram: str | None, costs: TwinCosts | None = None) -> None:
+    console.print(_target_line(found.target), markup=False, soft_wrap=True)
     mid = ranking.ALPHAS[len(ranking.ALPHAS) // 2]
     if not rows:
         console.print("no compatible draft file found", markup=False)
@@ -200,40 +210,55 @@ def _verdicts(found: cands.Search) -> None:
 # --- --measure ------------------------------------------------------------------------------------------------------
 
 
-def _measure_job(target: str, n: int, prompt_ids: str | None, prompts_file: str | None, ks: str,
-                 lengths: tuple[int, int], threads: int | None, ctx_size: int, layers: tuple[str, str],
-                 name: str | None, resume: bool, results_dir_opt: Path | None,
-                 registry: Path | None) -> measuring.MeasureJob:
-    """--measure's options checked before anything is read or downloaded (one line for each bad one); lengths:
-    (--n-predict, --reps), layers: (-ngl, -ngld)."""
-    measuring.check_count(n)
-    (n_predict, reps), (ngl, ngld) = lengths, layers
-    if n_predict < 2 or reps < 1:
-        raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 to calibrate (got {n_predict} and {reps})")
-    use_results_dir(results_dir_opt)
-    chosen = workloads.choose(prompt_ids, prompts_file, None, registry=registry)
-    name, out = results_path(name, resume, "drafts")
-    job = measuring.MeasureJob(target, n, chosen, options.draft_lengths(ks), n_predict, ctx_size, threads, name, out,
-                               resume, options.layers(ngl), options.layers(ngld), reps, registry)
+@dataclass(frozen=True)
+class MeasureOptions:
+    """--measure's options as typed (the target is not one: it travels resolved, beside the job)."""
+
+    n: int
+    prompt_ids: str | None
+    prompts_file: str | None
+    ks: str
+    n_predict: int
+    reps: int
+    threads: int | None
+    ctx_size: int
+    ngl: str
+    ngld: str
+    name: str | None
+    resume: bool
+    results_dir: Path | None
+    registry: Path | None
+
+
+def _measure_job(o: MeasureOptions) -> measuring.MeasureJob:
+    """--measure's options checked before anything is read or downloaded (one line for each bad one)."""
+    measuring.check_count(o.n)
+    if o.n_predict < 2 or o.reps < 1:
+        raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 to calibrate (got {o.n_predict} and {o.reps})")
+    use_results_dir(o.results_dir)
+    chosen = workloads.choose(o.prompt_ids, o.prompts_file, None, registry=o.registry)
+    name, out = results_path(o.name, o.resume, "drafts")
+    job = measuring.MeasureJob(o.n, chosen, options.draft_lengths(o.ks), o.n_predict, o.ctx_size, o.threads, name, out,
+                               o.resume, options.layers(o.ngl), options.layers(o.ngld), o.reps)
     warn_offload(job.ngl, job.ngld)
     return job
 
 
-def _measure(job: measuring.MeasureJob, found: cands.Search, rows: list[ranking.Ranked], as_json: bool,
-             vram: str | None) -> None:
+def _measure(named: Named, job: measuring.MeasureJob, found: cands.Search, rows: list[ranking.Ranked],
+             as_json: bool, vram: str | None) -> None:
     if found.hub_error:
         err.print(f"Note: {found.hub_error}; searched locally: {', '.join(found.searched) or 'nothing'}", markup=False)
-    with exclusive(job.out), QuietStatus(f"measuring drafts for {job.target} ...") as status:
+    with exclusive(job.out), QuietStatus(f"measuring drafts for {named.name} ...") as status:
         events = measuring.MeasureEvents(step=status.update, note=lambda line: err.print(line, markup=False))
         try:
-            result = measuring.measure_drafts(job, rows, events, lambda: _paused(status))
+            result = measuring.measure_drafts(named, job, rows, events, lambda: _paused(status))
         except BenchError as exc:
             if not job.out.is_file():
                 raise
             raise type(exc)(f"{exc}; the calibrations done are in {job.out}: continue with `gguf-bench drafts "
-                            f"{job.target} --measure {job.n} --name {job.name} --resume`") from None
+                            f"{named.name} --measure {job.n} --name {job.name} --resume`") from None
     if as_json:
-        console.print_json(json.dumps({"target": job.target, "results": str(job.out)} | measuring.to_json(result)
+        console.print_json(json.dumps({"target": named.name, "results": str(job.out)} | measuring.to_json(result)
                                       | {"candidates": cands.to_json(found)}))
         return
     _print_measured(found, result, job, vram)
@@ -252,7 +277,7 @@ def _paused(status: QuietStatus):
 
 def _print_measured(found: cands.Search, result: measuring.MeasuredDrafts, job: measuring.MeasureJob,
                     vram: str | None) -> None:
-    console.print(_target_line(job.target, found.target.header), markup=False, soft_wrap=True)
+    console.print(_target_line(found.target), markup=False, soft_wrap=True)
     prompts = ", ".join(p.id for p in job.prompts)
     console.print(f"measured {len(result.measured)} drafts on {prompts} (n={job.n_predict}, -K "
                   f"{_ks_label(job.ks)}), best first by the tokens/s predicted from the calibration:", markup=False)

@@ -20,7 +20,7 @@ from gguf_bench.measure.drafts import MeasureEvents, one_candidate
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.models.candidates import Candidate, Header
 from gguf_bench.models.memory import Shape, best_row, plan
-from gguf_bench.models.twin import twin_folder, twin_of
+from gguf_bench.models.twin import named_twin, twin_folder
 from gguf_bench.options import ALL_LAYERS
 
 TEXT = "def add(a, b):\n    return a + b\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n"
@@ -44,10 +44,10 @@ class TwinCosts:
     failed: list[tuple[Candidate, str]] = field(default_factory=list)  # not measured, and why
 
 
-def twin_costs(target: Candidate, drafts: list[Candidate], setting: TwinSetting = TwinSetting(),
-               registry: Path | None = None, k_max: int = 8, n_predict: int = 32,
-               events: MeasureEvents = MeasureEvents()) -> TwinCosts:
-    """Twins of the target and of each draft (under the cache, deleted afterwards), each pair placed by `placed`,
+def twin_costs(target: Candidate, drafts: list[Candidate], setting: TwinSetting = TwinSetting(), k_max: int = 8,
+               n_predict: int = 32, events: MeasureEvents = MeasureEvents()) -> TwinCosts:
+    """Twins of the target and of each draft (each written from what find resolved: Candidate.named), under the cache,
+    deleted afterwards, each pair placed by `placed`,
     timed as the loop runs them: measure/costs.measure_costs (tune's decode timer on a loaded pair: the draft's token
     and the target's batches of 1..k_max+1, interleaved, medians). A draft whose twin cannot be written or loaded is
     in `failed`; a ModelError when none could be measured."""
@@ -56,11 +56,11 @@ def twin_costs(target: Candidate, drafts: list[Candidate], setting: TwinSetting 
         return out
     with twin_folder("drafts-twins-") as tmp:
         folder = Path(tmp)
-        twin_target = twin_of(target.name, _sub(folder, 0), registry)
+        twin_target = named_twin(target.named, _sub(folder, 0))
         for i, c in enumerate(drafts, 1):
             with one_candidate(c.name, c, out.failed, events.note, "could not be measured on twins"):
                 load = placed(target.header, c.header, setting)
-                files = PairFiles(twin_target, twin_of(c.name, _sub(folder, i), registry), c.name)
+                files = PairFiles(twin_target, named_twin(c.named, _sub(folder, i)), c.name)
                 _measure(out, c.name, files, load, k_max, n_predict)
     if not out.ratios:
         first, why = out.failed[0]

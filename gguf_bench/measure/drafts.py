@@ -23,7 +23,8 @@ from gguf_bench.measure.deploy import setting_line
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.tune import TuneEvents, TuneJob, tune
-from gguf_bench.models.download import fetch_named, no_progress
+from gguf_bench.models.download import fetch_model, no_progress
+from gguf_bench.models.registry import Named
 from gguf_bench.options import layers_label
 from gguf_bench.results.costmodel import DEFAULT_REPS, Calibration, Recommendation, recommend
 from gguf_bench.results.drafts import Ranked
@@ -41,9 +42,8 @@ CANDIDATE_ERRORS = (ModelError, DownloadError, MemoryError)
 
 @dataclass(frozen=True)
 class MeasureJob:
-    """What `--measure` calibrates and where it stores the records."""
+    """How `--measure` calibrates the candidates of one target (passed beside it) and where it stores the records."""
 
-    target: str  # as the user named it: a file, a registry model, a hub file
     n: int  # how many candidates to measure
     prompts: Sequence[Prompt]
     ks: Sequence[int]
@@ -56,7 +56,6 @@ class MeasureJob:
     ngl: int = 0
     ngld: int = 0
     reps: int = DEFAULT_REPS
-    registry: Path | None = None
 
     def tune_job(self, files: PairFiles) -> TuneJob:
         return TuneJob(files, self.prompts, self.ks, self.n_predict, self.ctx_size, self.threads, self.name, self.out,
@@ -135,22 +134,22 @@ def pair_name(target: Path, draft: Path) -> str:
     return f"{target.name.removesuffix('.gguf')}+{draft.name.removesuffix('.gguf')}"
 
 
-def measure_drafts(job: MeasureJob, rows: Sequence[Ranked], events: MeasureEvents = MeasureEvents(),
+def measure_drafts(named: Named, job: MeasureJob, rows: Sequence[Ranked], events: MeasureEvents = MeasureEvents(),
                    progress: ProgressFactory | None = None) -> MeasuredDrafts:
-    """Fetch the target and the job.n best candidates among `rows` (results.drafts.rank's order), calibrate each pair
-    (or, with job.resume, read back a calibration of the same pair, prompts and settings from job.out), and rank them
-    by their predicted tokens/s (best_first)."""
+    """Fetch the target (`named`: resolved once by the command) and the job.n best candidates among `rows`
+    (results.drafts.rank's order), calibrate each pair (or, with job.resume, read back a calibration of the same pair,
+    prompts and settings from job.out), and rank them by their predicted tokens/s (best_first)."""
     check_count(job.n)
     chosen, skipped = choose(rows, job.n)
     if not chosen:
-        raise BenchError(f"no compatible draft model to measure for {job.target}"
+        raise BenchError(f"no compatible draft model to measure for {named.name}"
                          + (f" ({skipped[0][0].candidate.name}: {skipped[0][1]})" if skipped else ""))
-    target = _fetch(job.target, job.registry, progress, events)
+    target = _fetch(named, progress, events)
     stored = _stored(job.out) if job.resume else []
     result = MeasuredDrafts(target, [], skipped=skipped)
     names: set[str] = set()
     for row in chosen:
-        draft = _fetch(row.candidate.name, job.registry, progress, events)
+        draft = _fetch(row.candidate.named, progress, events)
         name = pair_name(target, draft)
         name = name if name not in names else f"{name}~{len(names)}"  # two files of one name from two repositories
         names.add(name)
@@ -182,10 +181,10 @@ def best_first(measured: Sequence[Measured]) -> list[Measured]:
     return sorted(measured, key=lambda m: -m.rec.fastest.tokens_per_s)
 
 
-def _fetch(source: str, registry: Path | None, progress: ProgressFactory | None, events: MeasureEvents) -> Path:
-    events.step(f"fetching {source} ...")
+def _fetch(named: Named, progress: ProgressFactory | None, events: MeasureEvents) -> Path:
+    events.step(f"fetching {named.name} ...")
     with (progress() if progress else nullcontext(no_progress)) as callback:
-        return fetch_named(source, registry, callback, quantize)
+        return fetch_model(named, callback, quantize)
 
 
 def _calibrated(job: MeasureJob, row: Ranked, files: PairFiles, stored: list[CalibrationRecord],

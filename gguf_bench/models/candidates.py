@@ -246,7 +246,8 @@ class Candidate:
     header: Header | None = None
     status: str = "unchecked"  # compatible, incompatible, unreadable, unchecked (needs no file)
     reason: str = ""  # the first failing condition, why it is unreadable, or a note
-    named: Named | None = None  # what its name resolved to (the target's: once, for every later question)
+    named: Named | None = None  # what `name` is, known where it was found (the target's: resolve_target, at the
+    # command); a draft's twin and download take it, never the name again. None: no file (MTP heads, n-gram types)
 
     @property
     def needs_file(self) -> bool:
@@ -317,18 +318,9 @@ def gguf_files(folder: Path) -> list[Path]:
     return out
 
 
-def read_target(source: str, reader: HeaderReader, registry: Path | None = None) -> Candidate:
-    """The target's header, named as everywhere (a path, a registry model, a hub file); one line when not found. Its
-    name is resolved here once (`named`): the hub search asks it for the target's repository."""
-    c = Candidate(source, "target", "target", named=_resolve(source, registry))
-    c.header = _read_named(c.named, source, reader)
-    if c.header.vocab is None:
-        raise BenchError(f"target {source} has no vocabulary in its header: not a model a draft can serve")
-    c.status = "target"
-    return c
-
-
-def _resolve(source: str, registry: Path | None) -> Named:
+def resolve_target(source: str, registry: Path | None = None) -> Named:
+    """The target named as everywhere (a path, a registry model, a hub file), resolved once for every later question
+    (its header, the hub search's repository, its twin, its download); one line when it names no model."""
     try:
         return name_model(source, registry)
     except RegistryError:
@@ -336,7 +328,17 @@ def _resolve(source: str, registry: Path | None) -> Named:
                          "(REPO:QUANT or REPO/FILE.gguf)") from None
 
 
-def _read_named(named: Named, source: str, reader: HeaderReader) -> Header:
+def read_target(target: Named, reader: HeaderReader) -> Candidate:
+    """The target as a candidate, with its header (read through `reader`); one line when no draft can serve it."""
+    c = Candidate(target.name, "target", "target", named=target)
+    c.header = _read_named(target, reader)
+    if c.header.vocab is None:
+        raise BenchError(f"target {target.name} has no vocabulary in its header: not a model a draft can serve")
+    c.status = "target"
+    return c
+
+
+def _read_named(named: Named, reader: HeaderReader) -> Header:
     """The header of a resolved model: its file, its registry model's cached file, else its hub file."""
     if named.path is not None:
         return reader.local(named.path)
@@ -344,7 +346,7 @@ def _read_named(named: Named, source: str, reader: HeaderReader) -> Header:
         if path := locate(named.ref, named.registry):
             return reader.local(path)
         if not isinstance(named.ref.source, HubSource):
-            raise ModelError(f"registry model {source} is not downloaded yet ({named.ref.source.label}): run "
+            raise ModelError(f"registry model {named.name} is not downloaded yet ({named.ref.source.label}): run "
                              "`gguf-bench download` for its pair")
         return _hub_header(named.ref.source, reader)
     return _hub_header(named.hub, reader)
@@ -364,22 +366,24 @@ def _hub_header(src: HubSource, reader: HeaderReader) -> Header:
     return reader.hub(src.repo, name, src.revision, info.sha)
 
 
-def find(target_source: str, options: Options, reader: HeaderReader) -> Search:
-    """Every candidate for the target, each with its verdict from headers (read through `reader`)."""
-    target = read_target(target_source, reader, options.registry)
+def find(named: Named, options: Options, reader: HeaderReader) -> Search:
+    """Every candidate for the target (resolved once: resolve_target), each with its verdict from headers (read
+    through `reader`)."""
+    target = read_target(named, reader)
     t_info = reader.info(target.header)
     search = Search(target, [])
-    seen: set[str] = {_identity(target_source, target.header)}
+    seen: set[str] = {_identity(named.name, target.header)}
     add = _adder(search, seen, reader, t_info)
-    _registry_candidates(options, target_source, reader, add, search)
+    _registry_candidates(options, reader, add, search)
     for origin, folder in local_places(options):
         search.searched.append(f"{origin} {folder}")
         for path in gguf_files(folder):
-            add(Candidate(str(path), origin, "draft-simple"), lambda p=path: reader.local(p), local_size=total_size(path))
+            add(Candidate(str(path), origin, "draft-simple", named=Named(str(path), path=path)),
+                lambda p=path: reader.local(p), local_size=total_size(path))
     if options.hub:
-        _hub_candidates(target_source, target.header, options, reader, add, search)
+        _hub_candidates(options, reader, add, search)
     if target.header.mtp:
-        search.candidates.append(Candidate(target_source, "target", "draft-mtp", status="unchecked",
+        search.candidates.append(Candidate(named.name, "target", "draft-mtp", status="unchecked",
                                            reason="the target's own MTP (NextN) heads: no draft file"))
     for t in NGRAM_TYPES:
         search.candidates.append(Candidate("-", "none", t, status="unchecked",
@@ -438,7 +442,7 @@ def judge(c: Candidate, t_info: GGUFInfo, reader: HeaderReader, target_meta: dic
     c.status, c.reason = ("compatible", "") if rule is None else ("incompatible", f"{rule.name}: {rule.detail}")
 
 
-def _registry_candidates(options: Options, target_source: str, reader: HeaderReader, add, search: Search) -> None:
+def _registry_candidates(options: Options, reader: HeaderReader, add, search: Search) -> None:
     """The registry's drafts: each one already fetched; those on the hub when their name holds the target's family
     (and the hub is searched); the rest are noted as not fetched (a download makes their header readable)."""
     if not options.registry_drafts:
@@ -452,14 +456,15 @@ def _registry_candidates(options: Options, target_source: str, reader: HeaderRea
     for name in dict.fromkeys(p.draft.name for p in reg.pairs.values()):
         ref = reg.models[name]
         path = locate(ref, reg)
-        if name == target_source:
+        if name == search.target.name:
             continue
+        named = Named(name, ref=ref, registry=reg)
         if path is not None:
-            add(Candidate(name, "registry", "draft-simple"), lambda p=path: reader.local(p))
+            add(Candidate(name, "registry", "draft-simple", named=named), lambda p=path: reader.local(p))
         elif not any(f and f in name.lower() for f in family):
             continue
         elif isinstance(ref.source, HubSource) and options.hub:
-            add(Candidate(name, "registry", "draft-simple"), lambda s=ref.source: _hub_header(s, reader))
+            add(Candidate(name, "registry", "draft-simple", named=named), lambda s=ref.source: _hub_header(s, reader))
         else:
             search.candidates.append(Candidate(name, "registry", "draft-simple", status="unfetched",
                                                reason=f"not fetched ({ref.source.label})"))
@@ -488,14 +493,14 @@ def family_queries(meta: dict, target_hub: HubSource | None = None) -> list[str]
     return out
 
 
-def _hub_candidates(target_source: str, t_header: Header, options: Options, reader: HeaderReader, add,
-                    search: Search) -> None:
+def _hub_candidates(options: Options, reader: HeaderReader, add, search: Search) -> None:
     from huggingface_hub import HfApi
 
+    target, t_header = search.target, search.target.header
     meta = t_header.meta
-    t_hub = search.target.named.hub if search.target.named else None
+    t_hub = target.named.hub
     t_repo = t_hub.repo if t_hub else None
-    t_size = size_of(str(meta.get("general.size_label") or "")) or size_of(target_source) or float(t_header.n_params)
+    t_size = size_of(str(meta.get("general.size_label") or "")) or size_of(target.name) or float(t_header.n_params)
     from huggingface_hub.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # its retry warnings would bury our lines
@@ -525,7 +530,9 @@ def _hub_candidates(target_source: str, t_header: Header, options: Options, read
         commit = getattr(m, "sha", None)
         if repo_id == t_repo:
             for name in _self_quants(files, t_header, options.quants):
-                add(Candidate(f"{repo_id}:{quant_of(name)}", "self", "draft-simple"),
+                spelled = f"{repo_id}:{quant_of(name)}"
+                hub = HubSource(repo_id, name, revision=t_hub.revision)  # the very file judged, at the target's revision
+                add(Candidate(spelled, "self", "draft-simple", named=Named(spelled, hub=hub)),
                     lambda r=repo_id, n=name, c=commit: reader.hub(r, n, t_hub.revision, c))
             continue
         if kept >= options.max_repos:
@@ -536,8 +543,9 @@ def _hub_candidates(target_source: str, t_header: Header, options: Options, read
             continue
         kept += 1
         for name in (files[:1] if sidecar else _pick_quants(files, options.quants)):
-            add(Candidate(_spelling(repo_id, name, files), "sidecar" if sidecar else "hub",
-                          "sidecar" if sidecar else "draft-simple"),
+            spelled = _spelling(repo_id, name, files)
+            add(Candidate(spelled, "sidecar" if sidecar else "hub", "sidecar" if sidecar else "draft-simple",
+                          named=Named(spelled, hub=HubSource(repo_id, name))),
                 lambda r=repo_id, n=name, c=commit: reader.hub(r, n, None, c))
     search.hub_repos = kept
 

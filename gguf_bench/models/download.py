@@ -40,6 +40,7 @@ from gguf_bench.models.registry import (
     HubSource,
     LocalSource,
     ModelRef,
+    Named,
     PypiSource,
     Registry,
     name_model,
@@ -80,7 +81,11 @@ def fetch_named(source: str, registry: Path | None = None, progress: Progress = 
     file in llama.cpp's -hf spelling, REPO:QUANT or REPO/FILE.gguf (downloaded into the Hugging Face cache). A hub
     file lands in the cache only once complete and checked (models/resumable.py): a download cut off leaves a partial
     file that the next call resumes, and nothing a later call would take for the file."""
-    named = name_model(source, registry)
+    return fetch_model(name_model(source, registry), progress, quantize)
+
+
+def fetch_model(named: Named, progress: Progress = no_progress, quantize: Quantize | None = None) -> Path:
+    """The local path of a model whose name is resolved already (fetch_named's, without reading the name again)."""
     if named.path is not None:
         return named.path
     if named.ref is not None:

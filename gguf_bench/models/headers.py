@@ -17,7 +17,7 @@ from gguf_bench.models.download import hub_error_message, hub_filename, locate
 from gguf_bench.models.files import split_parts
 from gguf_bench.models.gguf import HeaderCutShort
 from gguf_bench.models.parts import ModelHeader, PartHeader, joined, local_header, part_header
-from gguf_bench.models.registry import HubSource, ModelRef, name_model
+from gguf_bench.models.registry import HubSource, ModelRef, Named, name_model
 
 FIRST_READ = 2**18  # the first range of a hub header; $GGUF_BENCH_HEADER_READ overrides it
 LARGEST_HEADER = 256 * 2**20
@@ -97,7 +97,11 @@ def hub_header(src: HubSource, reader: HubReader | None = None) -> ModelHeader:
 def source_header(source: str, registry: Path | None = None) -> ModelHeader:
     """The header of SOURCE, labelled: a local GGUF file (any part of a split model), a model of the registry (its
     cached file, else its hub file), or a hub file in llama.cpp's -hf spelling (REPO[:QUANT] or REPO/FILE.gguf)."""
-    named = name_model(source, registry)
+    return named_header(name_model(source, registry))
+
+
+def named_header(named: Named) -> ModelHeader:
+    """The header of a model whose name is resolved already (source_header's, without reading the name again)."""
     if named.path is not None:
         return local_header(named.path)
     if named.ref is not None:

@@ -302,8 +302,10 @@ def _is_offline(ref: ModelRef, models: dict[str, ModelRef]) -> bool:
 @dataclass(frozen=True)
 class Named:
     """What a model's name on the command line is (llama.cpp's spellings): a local file, a model of the registry
-    (`registry` holds it), or a hub file."""
+    (`registry` holds it), or a hub file. Resolved once by name_model; a command passes it down, and what fetches the
+    model or reads its header takes it instead of the name (download.fetch_model, headers.named_header)."""
 
+    name: str  # as it was given on the command line: what messages and tables call it
     path: Path | None = None
     ref: ModelRef | None = None
     hub: HubSource | None = None
@@ -314,7 +316,7 @@ def name_model(source: str, registry: Path | None = None) -> Named:
     """SOURCE as a file, a registry model or a hub file (REPO:QUANT or REPO/FILE.gguf), in that order; one error line
     when it is none of them. A registry that cannot be read is an error only when SOURCE is no hub file either."""
     if Path(source).is_file():
-        return Named(path=model_path(Path(source)))
+        return Named(source, path=model_path(Path(source)))
     hub = parse_hub_ref(source)
     try:
         reg = load_registry(registry)
@@ -323,8 +325,8 @@ def name_model(source: str, registry: Path | None = None) -> Named:
             raise
         reg = None
     if reg is not None and source in reg.models:
-        return Named(ref=reg.models[source], registry=reg)
+        return Named(source, ref=reg.models[source], registry=reg)
     if hub is None:
         raise RegistryError(f"{source} is not a file, not a model of the registry ({reg.path}), and not a hub file "
                             "(REPO:QUANT or REPO/FILE.gguf)")
-    return Named(hub=hub)
+    return Named(source, hub=hub)

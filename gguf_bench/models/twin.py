@@ -34,10 +34,11 @@ import numpy as np
 from gguf_bench.errors import ModelError
 from gguf_bench.models.files import SPLIT_RE, cache_dir
 from gguf_bench.models.gguf import HeaderLayout, TensorInfo
-from gguf_bench.models.headers import source_header
+from gguf_bench.models.headers import named_header
 from gguf_bench.models.memory import tensor_bytes
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.parts import ModelHeader, PartHeader, tensor_table
+from gguf_bench.models.registry import Named, name_model
 
 MARKER = "gguf_bench.twin"
 TOKEN_BAND = 4096  # embedding/output rows given random data (all rows of a MoE model's embedding)
@@ -305,10 +306,15 @@ def check_room(folder: Path, need: int, free: int, sparse: bool) -> None:
 
 
 def twin_of(source: str, folder: Path, registry: Path | None = None) -> Path:
-    """A twin of SOURCE (a GGUF file, a registry model, or a hub file: headers.source_header reads its header only)
+    """A twin of SOURCE (a GGUF file, a registry model, or a hub file: headers.named_header reads its header only)
     written into `folder`, named after the source."""
-    header = source_header(source, registry)
-    name = re.sub(r"[^\w.-]+", "_", Path(source).name if Path(source).is_file() else source).removesuffix(".gguf")
+    return named_twin(name_model(source, registry), folder)
+
+
+def named_twin(named: Named, folder: Path) -> Path:
+    """twin_of for a model whose name is resolved already."""
+    header = named_header(named)
+    name = re.sub(r"[^\w.-]+", "_", Path(named.name).name if named.path else named.name).removesuffix(".gguf")
     if m := SPLIT_RE.match(f"{name}.gguf"):
         name = m["stem"]
     return write_twin(header, folder / f"{name[-100:]}.twin.gguf", header.label).path
