@@ -137,6 +137,29 @@ def repetitions(n: int) -> int:
     return n
 
 
+def repetitions_text(text: str) -> int | None:
+    """-r N (a count) or -r auto (None: repetitions until decided)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return repetitions(int(text))
+    except ValueError:
+        raise ConfigError(f"-r/--repetitions takes a count (3) or 'auto', got '{text}'") from None
+
+
+def duration_s(text: str, what: str) -> float:
+    """'90', '90s', '30m', '2h' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise ConfigError(f"{what} takes a duration above zero (90s, 30m, 2h), got '{text}'")
+    return value
+
+
 def offload_requested(*layer_values: int) -> bool:
     return any(n != 0 for n in layer_values)
 

@@ -20,14 +20,15 @@ def rec(mode, tps, slots, k=0, rep=0, drafted=None, clients=None):
             "metrics": {"tokens_per_s": tps, "ms_per_token": 1000 / tps, "acceptance": 0.8, "tokens_per_round": None,
                         "n_tokens": 64, "drafted": (8 if mode == "speculative" else 0) if drafted is None else drafted},
             "offload": {"target": "0/29", "draft": "0/29"},
-            "models": {"target": {"file": "t.gguf", "path": "/m/t.gguf"}, "draft": {"file": "d.gguf", "path": "/m/d.gguf"}}}
+            "models": {"target": {"file": "t.gguf", "path": "/m/t.gguf"}, "draft": {"file": "d.gguf", "path": "/m/d.gguf"}},
+            "order": {"design": "alternate", "started": 1.8e9 + 60 * rep + k}}  # interleaved: paired by repetition
 
 
 def runs(mode, values, slots, k=0, **kw):
     return [rec(mode, v, slots, k=k, rep=i, **kw) for i, v in enumerate(values)]
 
 
-ALONE = (29.0, 31.0, 30.0)
+ALONE = (29.5, 30.5, 30.0)
 
 
 def records_paying_up_to_two_slots():
@@ -45,7 +46,7 @@ def test_each_slot_count_gets_its_best_setting_and_the_crossover_is_named():
     [(_, counts, missing)] = crossover.maps(summary)
     assert [c.label for c in counts] == ["1 slot", "2 slots", "4 slots"]
     assert [int(c.best["k"]) if c.pays else None for c in counts] == [4, 2, None]
-    assert counts[0].verdict.startswith("K=4 +33.3% (p=") and counts[1].verdict.startswith("K=2 +10.0% (p=")
+    assert counts[0].verdict == "K=4 +33.3% [+22, +46]" and counts[1].verdict.startswith("K=2 +10.0% [+")
     assert counts[2].verdict == "none gains (best K=2 -11.1%)"
     assert crossover.crossover(counts) == "speculation pays up to 2 slots; at 4 slots and beyond, the target alone"
     assert missing == []
@@ -56,9 +57,9 @@ def test_a_deploy_line_per_slot_count_each_its_own_best():
     df = to_frame(records)
     heads = [head for head, _ in deploy.lines(deploy.with_deploy(summarize(df), df, [parse(r) for r in records]))]
     assert len(heads) == 3, heads
-    assert heads[0].startswith("deploy P: K=4 at 1 slot (gain +33.3%")
-    assert heads[1].startswith("deploy P: K=2 at 2 slots (gain +10.0%")
-    assert heads[2].startswith("deploy P: no speculation at 4 slots (no speculative setting gained)")
+    assert heads[0].startswith("deploy P: K=4 at 1 slot (40.00 tokens/s, gain +33.3% [+22, +46])")
+    assert heads[1].startswith("deploy P: K=2 at 2 slots (66.00 tokens/s, gain +10.0% [+")
+    assert heads[2].startswith("deploy P: no speculation at 4 slots (90.00 tokens/s; no speculative setting gained)")
 
 
 def test_missing_rows_are_named_and_never_read_as_a_verdict():
@@ -81,7 +82,7 @@ def test_an_undecided_gain_and_a_row_that_drafted_nothing_do_not_pay():
                + runs("target", [3 * v for v in ALONE], 4) + runs("speculative", (99.0, 99.5, 98.5), 4, k=2, drafted=0))
     [(_, counts, _)] = crossover.maps(summarize(to_frame(records)))
     assert [c.pays for c in counts] == [True, False, False]
-    assert counts[1].verdict.startswith("~K=2 +3.3%, not told from zero (p=")
+    assert counts[1].verdict.startswith("~K=2 +3.1% [-14, +23], not told from zero (its interval holds zero)")
     assert counts[2].verdict == "no speculative row drafted"
     assert crossover.crossover(counts) == "speculation pays up to 1 slot; at 2 slots and beyond, the target alone"
 
@@ -107,7 +108,7 @@ def test_report_prints_the_map_and_writes_it_in_markdown(tmp_path):
     assert "P per slot count:" in text and "4 slots: none gains (best K=2 -11.1%)" in text, shown.output
     assert "speculation pays up to 2 slots; at 4 slots and beyond, the target alone" in text
     md = invoke("report", str(path), "--format", "md")
-    assert md.exit_code == 0 and "### Per slot count" in md.stdout and "  - 2 slots: K=2 +10.0% (p=" in md.stdout
+    assert md.exit_code == 0 and "### Per slot count" in md.stdout and "  - 2 slots: K=2 +10.0% [" in md.stdout
 
 
 def test_a_map_of_undecided_gains_says_so_rather_than_that_nothing_pays():

@@ -36,21 +36,52 @@ def test_a_record_names_its_cell_by_the_key_resume_looks_for():
     assert record.cell == unit.setting.key(cell) and record.error == "boom" and record.mode == Mode.SPECULATIVE
 
 
-def test_the_server_engine_runs_the_target_alone_first_and_a_cold_pool_in_a_process_per_cell():
-    grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=PROMPTS, engines=("server",),
-                strategies=[Strategy("draft-simple"), Strategy("ngram-mod")], with_draft_alone=False)
-    cells = expand(FILES, grid, {}).units[0].cells
-    session = ServerSession.__new__(ServerSession)  # ordering needs no server
-    session.grid = grid
-    order = session.order(cells)
-    assert sorted(map(id, order)) == sorted(map(id, cells))
-    assert [c.mode for c in order[:2]] == [Mode.TARGET, Mode.TARGET]  # both prompts' baselines first
-    draft = [c.prompt.id for c in order if c.strategy.spec_type == "draft-simple" and c.mode == Mode.SPECULATIVE]
-    assert draft == ["a", "b"]  # one process for both prompts
+def test_the_server_engine_alternates_its_processes_where_they_fit_else_counterbalances(monkeypatch):
+    """Tiny files fit side by side: 'alternate', each (prompt, repetition) block together, each prompt's first block
+    led by its target alone. Where they would not fit: 'blocks', each process's cells together per chunk of
+    repetitions, in A B | B A order. A cold pool gets a process per cell either way."""
+    from gguf_bench.measure import server_engine
     from gguf_bench.measure.server_engine import _process_key
 
+    grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=PROMPTS, engines=("server",), repetitions=2,
+                strategies=[Strategy("draft-simple"), Strategy("ngram-mod")], with_draft_alone=False)
+    unit = expand(FILES, grid, {}).units[0]
+    session = ServerSession.__new__(ServerSession)  # ordering needs no server
+    session.grid, session.setting = grid, unit.setting
+    monkeypatch.setattr(server_engine, "processes_fit", lambda setting, count: True)
+    order = session.order(unit.cells)
+    assert session.design == "alternate" and session.capacity == 3
+    assert sorted(map(id, order)) == sorted(map(id, unit.cells))
+    blocks = [order[i:i + 3] for i in range(0, len(order), 3)]
+    assert all(len({(c.prompt.id, c.repetition) for c in b}) == 1 for b in blocks)
+    assert [b[0].mode for b in blocks if b[0].repetition == 0] == [Mode.TARGET, Mode.TARGET]
     assert all(_process_key(c, warm_pool=False) is None for c in order if c.strategy.spec_type == "ngram-mod")
     assert len({_process_key(c, warm_pool=True) for c in order if c.strategy.spec_type == "ngram-mod"}) == 1
+
+    monkeypatch.setattr(server_engine, "processes_fit", lambda setting, count: False)
+    order = session.order(unit.cells)
+    assert session.design == "blocks" and session.capacity == 1
+    groups = [(c.mode, c.strategy.spec_type if c.mode == Mode.SPECULATIVE else "", c.repetition) for c in order]
+    assert [g[:2] for g in groups[::2]] == [(Mode.TARGET, ""), (Mode.SPECULATIVE, "draft-simple"),
+                                            (Mode.SPECULATIVE, "ngram-mod"), (Mode.SPECULATIVE, "ngram-mod"),
+                                            (Mode.SPECULATIVE, "draft-simple"), (Mode.TARGET, "")]
+
+
+def test_processes_fit_counts_each_process_files_against_the_memory_available(tmp_path):
+    """Two processes of a pair whose files are a few bytes fit; of a pair whose target is 10 TB (a sparse file) they do
+    not, so the sweep falls back to counterbalanced blocks."""
+    from gguf_bench.measure.pair import PairFiles
+    from gguf_bench.measure.server_engine import processes_fit
+
+    small, huge, draft = tmp_path / "small.gguf", tmp_path / "huge.gguf", tmp_path / "draft.gguf"
+    small.write_bytes(b"x" * 100)
+    draft.write_bytes(b"x" * 100)
+    with open(huge, "wb") as fh:
+        fh.truncate(10 * 1024 ** 4)
+    grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=PROMPTS, engines=("server",))
+    for target, fits in ((small, True), (huge, False)):
+        setting = expand(PairFiles(target, draft, "p"), grid, {}).units[0].setting
+        assert processes_fit(setting, 2) is fits
 
 
 def test_prepared_prompts_follow_the_filler_without_a_second_bos():

@@ -37,9 +37,11 @@ def test_run_both_engines_tiny_pair(tiny_pairs, server_bin, isolated):
     assert result.exit_code == 0, result.output
     records = stored(isolated / "results" / "both.jsonl")
     engines = [(r["config"].get("engine") or "python", r["mode"]) for r in records]
-    assert engines == [("python", "target"), ("python", "draft"), ("python", "speculative"),
-                       ("server", "target"), ("server", "speculative")]
-    server_spec = records[-1]
+    assert sorted(engines) == [("python", "draft"), ("python", "speculative"), ("python", "target"),
+                               ("server", "speculative"), ("server", "target")]
+    assert engines[0] == ("python", "target")  # each engine's first block starts with the target alone (plan.shuffled)
+    by = dict(zip(engines, records))
+    server_spec = by["server", "speculative"]
     assert server_spec["error"] is None and server_spec["server"]["speculative"] is True
     command = server_spec["server"]["command"]
     assert command[0] == str(server_bin) and "-md" in command and command[command.index("--spec-draft-n-max") + 1] == "3"
@@ -48,7 +50,8 @@ def test_run_both_engines_tiny_pair(tiny_pairs, server_bin, isolated):
     assert m["verify"] == "sample-and-compare" and m["rounds"] > 0 and m["drafted"] >= m["accepted"] > 0
     assert sum(m["accepted_at"]) == m["accepted"]
     assert m["n_tokens"] == 16 and m["tokens_per_s"] > 0
-    assert records[3]["metrics"]["text"] == records[0]["metrics"]["text"]  # target alone: python == server
+    assert by["server", "target"]["metrics"]["text"] == by["python", "target"]["metrics"]["text"]  # python == server
+    assert by["server", "target"]["order"]["design"] == "alternate" and by["python", "target"]["order"]["design"] == "shuffled"
     identity = m["identity"]
     assert identity["identical"] or identity["position"] is not None
     assert "python loop vs llama-server" in result.stdout and "identical in both engines" in result.stdout
@@ -63,7 +66,8 @@ def test_sweep_server_resume_runs_only_what_is_missing(tiny_pairs, server_bin, i
     assert result.exit_code == 0, result.output
     out = isolated / "results" / "srv.jsonl"
     first = stored(out)
-    assert [(r["mode"], r["config"]["k"]) for r in first] == [("target", 0), ("speculative", 1), ("speculative", 2)]
+    assert sorted((r["mode"], r["config"]["k"]) for r in first) == [("speculative", 1), ("speculative", 2), ("target", 0)]
+    assert first[0]["mode"] == "target" and {r["order"]["design"] for r in first} == {"alternate"}
     assert all(r["error"] is None and r["config"]["engine"] == "server" for r in first)
     assert invoke(*args, "--resume").exit_code == 0
     assert len(stored(out)) == 3
@@ -90,8 +94,9 @@ def test_sweep_whose_cells_fail_counts_them_and_exits_3(tiny_pairs, server_bin, 
 
 
 def test_server_that_dies_mid_group_keeps_every_record(tiny_pairs, server_bin, isolated):
-    """Kill llama-server after the first measured cell: the rest of its group get an error each, the next group
-    starts a new server and measures; nothing is lost."""
+    """Kill the target alone's llama-server after the first measured cell (the speculative one has not started yet):
+    the target alone's later cells get an error each, the speculative server, running beside it, measures every one of
+    its cells; nothing is lost."""
     target, draft = tiny_pairs["high"]
     files = PairFiles(target, draft, "tiny")
     grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", PROMPT)], repetitions=3,
@@ -102,10 +107,11 @@ def test_server_that_dies_mid_group_keeps_every_record(tiny_pairs, server_bin, i
         if len(records) == 1:
             for pid in processes_running(server_bin, model=target):
                 os.kill(pid, signal.SIGKILL)
-    assert [r.mode.value for r in records] == ["target"] * 3 + ["speculative"] * 3
-    assert records[0].error is None
-    assert all(r.error and "llama-server" in r.error for r in records[1:3])
-    assert all(r.error is None for r in records[3:])
+    assert sorted(r.mode.value for r in records) == ["speculative"] * 3 + ["target"] * 3
+    alone = [r for r in records if r.mode.value == "target"]
+    assert alone[0] is records[0] and alone[0].error is None
+    assert all(r.error and "llama-server" in r.error for r in alone[1:])
+    assert all(r.error is None for r in records if r.mode.value == "speculative")
 
 
 def test_no_server_outlives_a_killed_sweep(tiny_pairs, server_bin, isolated):

@@ -70,18 +70,27 @@ def rec(mode, tps, k=0, rep=0, ngl=0, temp=0.0, acc=None, error=None, prompt="p1
 
 
 def test_report_means_std_gain_and_best_k():
-    records = [rec("target", 10, rep=0), rec("target", 12, rep=1),
-               rec("speculative", 14, k=2, acc=0.9), rec("speculative", 16, k=2, rep=1, acc=0.8),
-               rec("speculative", 12, k=4, acc=0.7), rec("speculative", 13, k=4, rep=1, acc=0.6),
+    records = [rec("target", 10, rep=0), rec("target", 10.4, rep=1),
+               rec("speculative", 15, k=2, acc=0.9), rec("speculative", 15.6, k=2, rep=1, acc=0.8),
+               rec("speculative", 12, k=4, acc=0.7), rec("speculative", 12.4, k=4, rep=1, acc=0.6),
                rec("speculative", 0, k=8, error="out of memory")]
     s = summarize(to_frame(records)).set_index(["mode", "k"])
-    assert s.loc[("target", 0), "tokens_per_s"] == pytest.approx(11)
-    assert s.loc[("target", 0), "tokens_per_s_std"] == pytest.approx(pd.Series([10, 12]).std())
-    assert s.loc[("speculative", 2), "gain_pct"] == pytest.approx(100 * (15 / 11 - 1))
-    assert s.loc[("speculative", 4), "gain_pct"] == pytest.approx(100 * (12.5 / 11 - 1))
+    assert s.loc[("target", 0), "tokens_per_s"] == pytest.approx(10.2)
+    assert s.loc[("target", 0), "tokens_per_s_std"] == pytest.approx(pd.Series([10, 10.4]).std())
+    assert s.loc[("speculative", 2), "gain_pct"] == pytest.approx(100 * (15.3 / 10.2 - 1))
+    assert s.loc[("speculative", 4), "gain_pct"] == pytest.approx(100 * (12.2 / 10.2 - 1))
     assert s.loc[("speculative", 2), "acceptance"] == pytest.approx(0.85)
     assert bool(s.loc[("speculative", 2), "best_k"]) and not bool(s.loc[("speculative", 4), "best_k"])
     assert s.loc[("speculative", 8), "failed"] == 1 and s.loc[("speculative", 8), "runs"] == 0
+
+
+def test_no_best_k_where_the_fastest_gain_is_not_decided():
+    """Two runs each that spread by 20%: the fastest K's gain cannot be told from zero, so no K is starred."""
+    records = [rec("target", 10, rep=0), rec("target", 12, rep=1), rec("speculative", 14, k=2),
+               rec("speculative", 16, k=2, rep=1), rec("speculative", 12, k=4), rec("speculative", 13, k=4, rep=1)]
+    s = summarize(to_frame(records)).set_index(["mode", "k"])
+    assert s.loc[("speculative", 2), "gain_lo"] < 0 < s.loc[("speculative", 2), "gain_hi"]
+    assert not s["best_k"].any()
 
 
 def test_report_baseline_matches_offload_and_temperature():
@@ -271,8 +280,9 @@ def deploy_headline(records) -> str:
 
 
 def test_a_gain_the_repetitions_cannot_tell_from_zero_is_marked_and_not_deployed():
-    """Welch's t-test at 95% on three runs each: K=2 (+3%, within the noise) is shown as '~+3.3%' and not recommended;
-    K=4 (+33%, far outside it) is the deploy line, with its p-value."""
+    """Runs not interleaved (no order stored): Welch's test on three runs each, its 95% interval corrected for the two
+    rows: K=2 (+3%, within the noise) is shown as '~+3.3% [...]' and not recommended; K=4 (+33%, far outside it) is
+    the deploy line, with its interval."""
     alone = [proof_rec("target", v, rep=i) for i, v in enumerate((29.0, 31.0, 30.0))]
     noise = [proof_rec("speculative", v, k=2, rep=i) for i, v in enumerate((28.0, 33.0, 32.0))]
     real = [proof_rec("speculative", v, k=4, rep=i) for i, v in enumerate((40.0, 39.5, 40.5))]
@@ -280,11 +290,14 @@ def test_a_gain_the_repetitions_cannot_tell_from_zero_is_marked_and_not_deployed
     assert s.loc[("speculative", 2), "gain_p"] > 0.05 and s.loc[("speculative", 4), "gain_p"] < 0.05
     from gguf_bench.results.report import _gain_text, proof_lines
     rows = s.reset_index()
-    assert [_gain_text(r) for _, r in rows[rows["mode"] == "speculative"].iterrows()] == ["~+3.3%", "+33.3%"]
-    assert any(line.startswith("~ a gain that Welch's t-test (95%)") for line in proof_lines(rows))
-    assert deploy_headline(alone + noise + real).startswith("deploy P: K=4 (gain +33.3%, p=")
+    assert [_gain_text(r) for _, r in rows[rows["mode"] == "speculative"].iterrows()] == ["~+3.3% [-23,+29]",
+                                                                                         "+33.3% [+24,+42]"]
+    assert any(line.startswith("~ a gain that is not decided") for line in proof_lines(rows))
+    assert any("Welch's unpaired test" in line and "2 rows" in line for line in proof_lines(rows))
+    assert deploy_headline(alone + noise + real).startswith("deploy P: K=4 (40.00 tokens/s, gain +33.3% [+24, +42])")
     # the noise alone: the target alone is the line, and it says why
-    assert deploy_headline(alone + noise).startswith("deploy P: no speculation (K=2's +3.3% cannot be told from zero")
+    assert deploy_headline(alone + noise).startswith("deploy P: no speculation (30.00 tokens/s; the fastest speculative "
+                                                     "row, K=2 at 31.00 tokens/s, +3.3% [-")
 
 
 def test_one_run_each_gets_no_test_and_no_recommendation():
@@ -293,9 +306,9 @@ def test_one_run_each_gets_no_test_and_no_recommendation():
     s = summarize(to_frame(records))
     assert s["gain_p"].isna().all()
     from gguf_bench.results.report import proof_lines
-    assert any("one run per prompt" in line for line in proof_lines(s))
+    assert any("fewer than 2 runs of each side" in line for line in proof_lines(s))
     headline = deploy_headline(records)
-    assert "no speculation" in headline and "+17.9% comes from one run per prompt" in headline and "-r 2" in headline
+    assert "no speculation" in headline and "+17.9%, comes from fewer than 2 pairs" in headline and "-r 2" in headline
 
 
 def test_a_row_that_drafted_nothing_is_no_gain_no_best_k_and_no_deploy_line():
@@ -313,7 +326,7 @@ def test_a_row_that_drafted_nothing_is_no_gain_no_best_k_and_no_deploy_line():
     from gguf_bench.results.report import proof_lines
     assert "no drafts: K=4 drafted no token, so it measured the target alone: the prompt is short" in proof_lines(
         s.reset_index())
-    assert deploy_headline(alone + k2 + k4).startswith("deploy P: K=2 (gain +20.0%")
+    assert deploy_headline(alone + k2 + k4).startswith("deploy P: K=2 (36.00 tokens/s, gain +20.0% [+11, +29])")
 
 
 def test_server_greedy_text_says_where_it_parts_from_its_target_alone():

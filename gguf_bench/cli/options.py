@@ -94,6 +94,12 @@ TopKOpt = Annotated[int, typer.Option("--top-k", help="top-k filter, 0 = off")]
 TopPOpt = Annotated[float, typer.Option("--top-p", help="top-p (nucleus) filter, 1 = off")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="sampling seed (repetition i uses seed + i)")]
 RepsOpt = Annotated[int, typer.Option("--repetitions", "-r", help="measured repetitions after one warm-up run")]
+SweepRepsOpt = Annotated[str, typer.Option("--repetitions", "-r", help="measured repetitions after one warm-up run, or "
+                                           "'auto': 2, then only the cells of undecided verdicts again, up to "
+                                           "--max-reps")]
+MaxRepsOpt = Annotated[int, typer.Option("--max-reps", help="-r auto: the most repetitions of any cell")]
+RepsBudgetOpt = Annotated[str | None, typer.Option("--reps-budget", help="-r auto: start no more passes after this "
+                                                   "long (90s, 30m, 2h)")]
 VerifyOpt = Annotated[Verify, typer.Option("--verify", help="batched: the target verifies K+1 tokens in one decode "
                       "(fast, what is benchmarked); sequential: one token at a time, so greedy output equals the target "
                       "alone's bit for bit on any CPU (checks the loop)")]

@@ -30,6 +30,7 @@ from gguf_bench.cli.options import (
     KScheduleOpt,
     KsOpt,
     MainGpuOpt,
+    MaxRepsOpt,
     NCpuMoeDraftOpt,
     NCpuMoeOpt,
     NgldOpt,
@@ -51,6 +52,7 @@ from gguf_bench.cli.options import (
     PromptOpt,
     PromptsFileOpt,
     RegistryOpt,
+    RepsBudgetOpt,
     RepsOpt,
     RequestTimeoutOpt,
     ResultsDirOpt,
@@ -60,6 +62,7 @@ from gguf_bench.cli.options import (
     ServerBinOpt,
     SpecTypeOpt,
     SplitModeOpt,
+    SweepRepsOpt,
     TargetOpt,
     TempOpt,
     TempsOpt,
@@ -80,7 +83,7 @@ from gguf_bench.errors import BenchError, ResultsError
 from gguf_bench.measure import capabilities, deploy, prompts, workloads
 from gguf_bench.measure.distributed import RayOptions, failure_message, ray_options, sweep_on_ray
 from gguf_bench.measure.machine import vram_budget
-from gguf_bench.measure.plan import Grid, cells_failed, measured, single_run_grid
+from gguf_bench.measure.plan import AUTO_FIRST, Grid, cells_failed, measured, single_run_grid
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import Split, placing_axes
@@ -240,7 +243,8 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
           ngls: NglsOpt = "0", nglds: NgldsOpt = "0", temps: TempsOpt = "0", prompt_ids: PromptIdsOpt = None,
           prompts_file: PromptsFileOpt = None, per_category: PerCategoryOpt = None,
           top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0,
-          n_predict: NPredictOpt = 64, threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048, repetitions: RepsOpt = 1,
+          n_predict: NPredictOpt = 64, threads: ThreadsOpt = None, ctx_size: CtxOpt = 2048,
+          repetitions: SweepRepsOpt = "1", max_reps: MaxRepsOpt = 10, reps_budget: RepsBudgetOpt = None,
           draft_alone: Annotated[bool, typer.Option("--draft-alone/--no-draft-alone", help="also time the draft alone")] = True,
           name: Annotated[str | None, typer.Option("--name", help="sweep name: results go to results/NAME.jsonl")] = None,
           resume: Annotated[bool, typer.Option("--resume", help="continue NAME, skipping the cells already done")] = False,
@@ -271,9 +275,12 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
     x prompt; store every run and print the report."""
     use_results_dir(results_dir_opt)
+    reps = options.repetitions_text(repetitions)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
                 nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
-                prompts=workloads.choose(prompt_ids, prompts_file, per_category, seed, registry), repetitions=repetitions,
+                prompts=workloads.choose(prompt_ids, prompts_file, per_category, seed, registry),
+                repetitions=reps or AUTO_FIRST, max_reps=max_reps if reps is None else None,
+                budget_s=options.duration_s(reps_budget, "--reps-budget") if reps_budget and reps is None else None,
                 n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
@@ -289,6 +296,8 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
     name, out = results_path(name, resume)
     with exclusive(out):  # from here to the last record: no other process writes NAME
         choice = PairChoice(pairs, target, draft, registry)
+        if ray_address and grid.max_reps is not None:
+            raise BenchError("-r auto decides between passes on this machine; with --ray give a count (-r 4)")
         if ray_address and (local := [e for e in grid.engines if not capabilities.of(e).ray]):
             raise BenchError(f"--engine {local[0]} runs on this machine only, not through --ray")
         if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
@@ -302,9 +311,11 @@ def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -
              else [pair_files(p, None, None, choice.registry) for p in (choice.names or [None])])
     if not any(p.rpc for p in grid.placings):  # RPC servers' devices take layers whatever this build can do
         warn_offload(*grid.ngls, *grid.nglds)
+    stops: list[str] = []
     try:
         for i, pair in enumerate(files):
             with SweepProgress(pair.name) as events:
+                events.stopped = lambda line, p=pair.name: stops.append(f"{p}: {line}" if len(files) > 1 else line)
                 run_sweep(name, pair, grid, out, resume=resume or i > 0, events=events)
     except KeyboardInterrupt:
         err.print(f"Interrupted: every finished run is saved in {out}; continue with "
@@ -314,6 +325,8 @@ def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -
         raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
     records = [r for r in read_records(out) if isinstance(r, RunRecord)]
     _show_runs(records, title=f"sweep {name} ({out})")
+    for line in stops:
+        console.print(line, markup=False, soft_wrap=True)
     _fail_on_failed_cells(records, name, out)
 
 

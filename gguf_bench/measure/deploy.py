@@ -25,10 +25,10 @@ from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server_engine import speculation
 from gguf_bench.placing import parse_label, split_label
 from gguf_bench.results.costmodel import Calibration
-from gguf_bench.results.crossover import candidates, slots_label
+from gguf_bench.results.crossover import candidates, gain_text, slots_label
 from gguf_bench.results.records import Mode, RunRecord
 from gguf_bench.results.report import row_label
-from gguf_bench.results.summary import CONCURRENCY, SETTING, matching
+from gguf_bench.results.summary import CONCURRENCY, SETTING, gain_decided, matching
 
 KEYS = SETTING + ["mode", "strategy", "k"]
 GROUP = ["pair", *CONCURRENCY]  # a deploy line per pair and slot count
@@ -36,10 +36,10 @@ GROUP = ["pair", *CONCURRENCY]  # a deploy line per pair and slot count
 
 def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) -> pd.DataFrame:
     """The summary with a `deploy` column: on the best row of each pair at each slot count (one request at a time
-    being one count) the command line that reproduces it, empty elsewhere. The best row is the speculative one with
-    the highest gain over its own target alone at the same slot count, told from zero by the test, among rows not
-    flagged busy that llama-server can run (a fixed K, no n-gram-then-model chain); where no such row gains, the
-    target alone, so that no slower setting is ever recommended; rows of a busy machine, nothing."""
+    being one count) the command line that reproduces it, empty elsewhere. The best row is the fastest measured one
+    (every -ngl, placement, context setting, engine, type and K), speculation only where it is decidedly faster than
+    the fastest target alone there (crossover.candidates), among rows not flagged busy that llama-server can run (a
+    fixed K, no n-gram-then-model chain); else the fastest target alone; rows of a busy machine, nothing."""
     out = summary.assign(deploy=None)
     for _, rows in summary.groupby(GROUP, sort=False, dropna=False):
         for index in candidates(rows):
@@ -60,24 +60,31 @@ def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
     for _, r in summary[summary["deploy"].notna()].iterrows():
         group = summary[matching(summary, r, GROUP)]
         where = f" at {slots_label(r['parallel'], r['clients'])}" if pd.notna(r.get("parallel")) else ""
-        what = (f"{row_label(r)}{where} (gain {r['gain_pct']:+.1f}%, p={r['gain_p']:.2g})" if r["mode"] == "speculative"
-                else f"no speculation{where} ({_why_alone(group)})")
+        speed = f"{r['tokens_per_s']:.2f} tokens/s"
+        what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)})" if r["mode"] == "speculative"
+                else f"no speculation{where} ({speed}; {_why_alone(group, r)})")
         note = ("" if capabilities.of(r["engine"]).server_process else
                 f" (measured in {capabilities.of(r['engine']).what}: check it with --engine server)")
         out.append((f"deploy {r['pair']}: {what}{note}", r["deploy"]))
     return out
 
 
-def _why_alone(rows: pd.DataFrame) -> str:
-    """Why a pair's line is its target alone's: nothing gained, or the best gain could not be told from zero."""
+def _why_alone(rows: pd.DataFrame, alone: pd.Series) -> str:
+    """Why a pair's line is the (fastest) target alone's: nothing gained, the best gain could not be told from zero,
+    or it was not faster than this target alone."""
     gained = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0)]
     if gained.empty:
         return "no speculative setting gained"
-    best = gained.loc[gained["gain_pct"].idxmax()]
-    what = f"{row_label(best)}'s {best['gain_pct']:+.1f}%"
-    if pd.isna(best["gain_p"]):
-        return f"{what} comes from one run per prompt: no test can tell it from zero; measure it with -r 2 or more"
-    return f"{what} cannot be told from zero: Welch's t-test p={best['gain_p']:.2g} over its runs"
+    best = gained.loc[gained["tokens_per_s"].idxmax()]
+    what = f"the fastest speculative row, {row_label(best)} at {best['tokens_per_s']:.2f} tokens/s, {gain_text(best)}"
+    if pd.isna(best.get("gain_lo")):
+        return f"{what}, comes from fewer than 2 pairs: no interval can tell it from zero; measure it with -r 2 or more"
+    if best.get("undecided_why"):
+        why = {"busy": "the machine was busy", "drift": "its unpaired runs drifted"}[best["undecided_why"]]
+        return f"{what}: {why}, so it is not decided"
+    if gain_decided(best) is not True:
+        return f"{what}: its 95% interval (corrected for {int(best['gain_family'])} rows) holds zero"
+    return f"{what}: not told above this target alone's {alone['tokens_per_s']:.2f} tokens/s (another setting)"
 
 
 def _record_of(row: pd.Series, df: pd.DataFrame, runs: list[RunRecord]) -> RunRecord | None:

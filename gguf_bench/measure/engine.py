@@ -9,6 +9,7 @@ measure/capabilities.ENGINES, one line) and its class in `ENGINE_CLASSES`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -18,14 +19,17 @@ from gguf_bench.measure.plan import Cell, Grid, Setting, Unit
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.python_engine import PythonEngine
 from gguf_bench.measure.server_engine import ServerEngine
-from gguf_bench.results.records import RunRecord
+from gguf_bench.results.records import Order, RunRecord
 
 
 class Session(Protocol):
     """One setting, open: the models loaded (or the server's binary checked, its processes started as cells need)."""
 
+    design: str  # how order() interleaves the runs a verdict compares (records.Order.design)
+
     def order(self, cells: list[Cell]) -> list[Cell]:
-        """The cells in the order this engine measures them best (the target alone before what is compared with it)."""
+        """The cells in the order this engine measures them: the runs a verdict compares close in time, in an order that
+        favours no side (plan.shuffled, plan.counterbalanced)."""
 
     def measure(self, cell: Cell) -> RunRecord:
         """The cell's record: its figures, or the reason it could not be measured (never raises for a failed run)."""
@@ -50,10 +54,15 @@ def open_engine(name: str, grid: Grid, files: PairFiles) -> Engine:
 
 
 def run_unit(engine: Engine, unit: Unit, prompts: PreparedPrompts) -> Iterator[RunRecord]:
-    """Each cell of one setting, measured in the engine's order; the setting is closed on every way out."""
+    """Each cell of one setting, measured in the engine's order, each record stamped with where it stood (records.Order);
+    the setting is closed on every way out."""
     session = engine.open(unit.setting, prompts)
     try:
-        for cell in session.order(unit.cells):
-            yield session.measure(cell)
+        for position, cell in enumerate(session.order(unit.cells)):
+            started = time.time()
+            record = session.measure(cell)
+            record.order = Order(session.design, position, unit.setting.grid.seed, round(started, 3),
+                                 unit.setting.grid.looks)
+            yield record
     finally:
         session.close()

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -51,6 +54,8 @@ class Grid:
     temperatures: list[float]
     prompts: list[Prompt]
     repetitions: int = 1
+    max_reps: int | None = None  # -r auto: repeat the undecided cells up to this many repetitions (measure/repeat.py)
+    budget_s: float | None = None  # -r auto: no pass starts after this many seconds of the sweep
     n_predict: int = 64
     top_k: int = 0
     top_p: float = 1.0
@@ -94,6 +99,8 @@ class Grid:
         self._check_concurrency()
         self._check_depths()
         options.repetitions(self.repetitions)
+        if self.max_reps is not None and self.max_reps < AUTO_FIRST:
+            raise ConfigError(f"--max-reps must be >= {AUTO_FIRST} (the first pass of -r auto), got {self.max_reps}")
         options.n_predict(self.n_predict)
         for t in self.temperatures:
             SamplingConfig(temperature=t, top_k=self.top_k, top_p=self.top_p)  # validates
@@ -129,6 +136,11 @@ class Grid:
             raise ConfigError(f"--request-timeout must be above 0 seconds, got {self.request_timeout_s:g}")
 
     @property
+    def looks(self) -> int | None:
+        """-r auto: how many times the sweep looks at its verdicts (repeat.looks); None for a fixed -r."""
+        return None if self.max_reps is None else len(auto_looks(self.max_reps))
+
+    @property
     def k_max(self) -> int:
         """The longest draft the loop can make: the most tokens a verify batch adds beyond one."""
         return max(s.max_k(k) for s in self.strategies for k in self.ks)
@@ -158,6 +170,19 @@ class Grid:
     def left_out(self) -> list[str]:
         """Why each combination that settings() leaves out cannot run, once per reason."""
         return list(dict.fromkeys(why for lo in self._combinations() if (why := lo.impossible())))
+
+
+AUTO_FIRST = 2  # -r auto: repetitions of the first pass, the fewest that give an interval
+
+
+def auto_looks(max_reps: int) -> list[int]:
+    """The repetition counts at which an auto sweep looks at its verdicts: 2, 3, 5, 8, 12, ... up to max_reps (always
+    one): each look adds about half the runs there were, so few looks cover a wide range."""
+    out, n = [], AUTO_FIRST
+    while n < max_reps:
+        out.append(n)
+        n = max(n + 1, math.ceil(n * 1.5))
+    return out + [max_reps]
 
 
 def single_run_grid(k: int, ngl: str, ngld: str, temperature: float, prompt: Prompt, **kw) -> Grid:
@@ -228,6 +253,55 @@ def cells_for(grid: Grid, has_draft: bool = True, engine: str = PYTHON_ENGINE) -
     return cells
 
 
+def block_key(cell: Cell) -> tuple:
+    """The repetition block a cell belongs to: its runs are measured together, and a verdict pairs a speculative run
+    with the target alone of its own block (same concurrency, depth, temperature, prompt and repetition)."""
+    return cell.parallel, cell.clients, cell.depth, cell.temperature, cell.prompt.id, cell.repetition
+
+
+def _blocks(cells: list[Cell]) -> list[list[Cell]]:
+    """The cells by block, in the grid's order, depth by depth (the filler is prefilled once per depth)."""
+    blocks: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        blocks.setdefault(block_key(cell), []).append(cell)
+    return sorted(blocks.values(), key=lambda block: block[0].depth)
+
+
+def shuffled(cells: list[Cell], seed: int) -> list[Cell]:
+    """The cells block by block, each block in a seeded random order, so that no cell is always measured first (nor
+    always right after another). The first block of each prompt starts with its target alone: its greedy text is what
+    the speculative runs are compared with."""
+    rng, out, first = random.Random(seed), [], set()
+    for block in _blocks(cells):
+        rng.shuffle(block)
+        if block_key(block[0])[:-1] not in first:
+            first.add(block_key(block[0])[:-1])
+            block.sort(key=lambda c: c.mode != Mode.TARGET)  # stable: the rest stays shuffled
+        out += block
+    return out
+
+
+def counterbalanced(cells: list[Cell], group: Callable[[Cell], tuple], chunks: int = 4) -> list[Cell]:
+    """Where what the cells need cannot be held at once (llama-server processes): the repetitions split into up to
+    `chunks` chunks, and in each chunk every group's cells together, the groups in the grid's order in even chunks and
+    reversed in odd ones (A B | B A | A B | B A), so that a steady drift cancels; per concurrency level."""
+    out = []
+    levels: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        levels.setdefault((cell.parallel, cell.clients), []).append(cell)
+    for level in levels.values():
+        reps = sorted({c.repetition for c in level})
+        n = min(chunks, len(reps))
+        for chunk in range(n):
+            inside = [c for c in level if reps.index(c.repetition) * n // len(reps) == chunk]
+            groups: dict[tuple, list[Cell]] = {}
+            for cell in sorted(inside, key=lambda c: c.mode != Mode.TARGET):
+                groups.setdefault(group(cell), []).append(cell)
+            for g in (list(groups.values()) if chunk % 2 == 0 else list(groups.values())[::-1]):
+                out += sorted(g, key=lambda c: c.depth)
+    return out
+
+
 def _ks(grid: Grid, strategy: Strategy) -> list[int]:
     return [NGRAM_CACHE_K] if strategy.spec_type == "ngram-cache" else grid.ks
 
@@ -295,16 +369,17 @@ class Plan:
     todo: int  # cells to measure now (the rest are done in the results file)
 
 
-def expand(files: PairFiles, grid: Grid, static: dict, skip: set[str] = frozenset()) -> Plan:
-    """The grid as settings x cells, leaving out the cells whose keys are in `skip`; settings with nothing to run are
-    left out."""
+def expand(files: PairFiles, grid: Grid, static: dict, skip: set[str] = frozenset(),
+           only: Callable[[Setting, Cell], bool] | None = None) -> Plan:
+    """The grid as settings x cells, leaving out the cells whose keys are in `skip` (and, with `only`, the cells it
+    does not select); settings with nothing to run are left out."""
     units, total = [], 0
     for load in grid.settings():
         for engine in grid.engines:
             setting = Setting(files, grid, load, engine, static)
             cells = cells_for(grid, files.draft is not None, engine)
             total += len(cells)
-            todo = [c for c in cells if setting.key(c) not in skip]
+            todo = [c for c in cells if setting.key(c) not in skip and (only is None or only(setting, c))]
             if todo:
                 units.append(Unit(setting, todo))
     return Plan(units, total, sum(len(u.cells) for u in units))

@@ -11,7 +11,7 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.errors import BenchError
 from gguf_bench.measure.capabilities import ENGINES
 from gguf_bench.measure.pair import LoadedPair
-from gguf_bench.measure.plan import Cell, Setting
+from gguf_bench.measure.plan import Cell, Setting, shuffled
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.trackers import track
 from gguf_bench.results.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecord
@@ -53,8 +53,11 @@ class PythonSession:
             self.pair.close()
             raise
 
+    design = "shuffled"
+
     def order(self, cells: list[Cell]) -> list[Cell]:
-        return sorted(cells, key=lambda c: c.depth)  # one fill per depth; the grid's order within it
+        """Block by block (one fill per depth), each block's cells in a seeded random order (plan.shuffled)."""
+        return shuffled(cells, self.grid.seed)
 
     def measure(self, cell: Cell) -> RunRecord:
         if self.failure:

@@ -52,12 +52,14 @@ from gguf_bench.engines.rpc_link import links
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.engines.server_clients import Round, run_round
 from gguf_bench.errors import ConfigError
+from gguf_bench.measure import machine
 from gguf_bench.measure.capabilities import ENGINES
 from gguf_bench.measure.pair import LoadConfig, PairFiles
-from gguf_bench.measure.plan import Cell, Grid, Setting
+from gguf_bench.measure.plan import Cell, Grid, Setting, counterbalanced, shuffled
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.trackers import Tracked, track
 from gguf_bench.models.heads import block_k_limit, chained_k_limit, mtp_heads, sidecar_file_mismatch
+from gguf_bench.models.memory import Budget
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
@@ -205,68 +207,79 @@ class _Process:
 
 class ServerSession:
     """The cells of one setting through llama-server: a process per (mode, strategy, K, slots), started when the
-    first cell that needs it comes, stopped when the next one needs another."""
+    first cell that needs it comes. Where the memory holds them all (the setting's processes at one slot count), they
+    run side by side, each idle while another is measured, and the requests go to them in turn ('alternate'); else one
+    at a time, in counterbalanced blocks ('blocks')."""
 
     def __init__(self, engine: ServerEngine, setting: Setting, prompts: PreparedPrompts):
         self.engine, self.setting, self.prompts, self.grid = engine, setting, prompts, setting.grid
         files = setting.files
         self.twin = is_twin_file(files.target)  # generates to -n whatever token comes
         self.layers = (read_info(files.target).n_layers, read_info(files.draft).n_layers if files.draft else None)
-        self.process: _Process | None = None
+        self.processes: dict[tuple, _Process] = {}  # the processes running, least recently used first
+        self.capacity = 1  # how many may run at once (order() decides)
+        self.design = "blocks"
         self._links = ExitStack()  # the delaying proxies of --rpc-delay, for the whole setting
         self.endpoints: tuple[str, ...] | None = None  # what llama-server connects to (None: not yet opened)
 
     def order(self, cells: list[Cell]) -> list[Cell]:
-        """Cells grouped by the process they need, in the order each group first appears, the target alone first
-        (the greedy identity compares with it)."""
-        groups: dict = {}
-        for n, cell in enumerate(cells):
-            groups.setdefault(_process_key(cell, self.grid.warm_pool) or n, []).append(cell)
-        ordered = sorted(groups.values(), key=lambda group: group[0].mode != Mode.TARGET)
-        return [cell for group in ordered for cell in group]
+        """'alternate' (plan.shuffled: block by block, each block in a seeded random order) where every process one
+        slot count needs fits at once (processes_fit), else 'blocks' (plan.counterbalanced)."""
+        need = max(len({_group(c) for c in level}) for level in _levels(cells).values())
+        if need > 1 and processes_fit(self.setting, need):
+            self.design, self.capacity = "alternate", need
+            return shuffled(cells, self.grid.seed)
+        self.design, self.capacity = ("alternate", 1) if need == 1 else ("blocks", 1)
+        return counterbalanced(cells, _group)
 
     def measure(self, cell: Cell) -> RunRecord:
         key = _process_key(cell, self.grid.warm_pool)
-        if self.process is None or key is None or key != self.process.key:
-            self._start(cell, key)
-        proc, record = self.process, self.setting.record
+        proc = self.processes.pop(key, None) if key is not None else None
+        proc = proc or self._start(cell, key)
+        if key is not None:
+            self.processes[key] = proc  # the most recently used last
+        try:
+            return self._measure(proc, cell)
+        finally:
+            if key is None:  # a cold n-gram pool: this run's own process
+                _stop(proc)
+
+    def _measure(self, proc: _Process, cell: Cell) -> RunRecord:
+        record = self.setting.record
         if proc.failure:
             return record(cell, error=proc.failure)
         if proc.died:
             return record(cell, None, proc.offload, f"llama-server died earlier in this group: {proc.died}", server=proc.info)
-        measured, error, tracked = self._one(cell) if cell.parallel is None else self._round(cell)
+        measured, error, tracked = self._one(proc, cell) if cell.parallel is None else self._round(proc, cell)
         if error and _exited(proc.server):
             proc.died = error
         measured_record = record(cell, measured, proc.offload, error, server=proc.info)
         return tracked.fill(measured_record) if tracked else measured_record
 
     def close(self) -> None:
-        """The running process stops (its log goes unless it failed to start), then the setting's proxies."""
-        self._stop()
+        """The running processes stop (their logs go unless one failed to start), then the setting's proxies."""
+        while self.processes:
+            _stop(self.processes.pop(next(iter(self.processes))))
         self._links.close()
 
-    def _stop(self) -> None:
-        if self.process is not None and self.process.server is not None:
-            self.process.server.close()
-            self.process.server.remove_log()
-        self.process = None
-
-    def _start(self, first: Cell, key: tuple | None) -> None:
-        self._stop()
+    def _start(self, first: Cell, key: tuple | None) -> _Process:
+        """A new process for `first`'s group; the least recently used ones stop first where the capacity is reached."""
+        while self.processes and len(self.processes) + 1 > self.capacity:
+            _stop(self.processes.pop(next(iter(self.processes))))
         placing = self.setting.load.placing
         if self.endpoints is None:
             self.endpoints = self._links.enter_context(links(placing.rpc, placing.rpc_delay_ms))
         spec = speculation(first.mode, first.strategy if first.mode == Mode.SPECULATIVE else None, first.k)
-        self.process = proc = _Process(key)
+        proc = _Process(key)
         launch = self.engine.launch(self.setting.files, self.setting.load, spec, first.parallel or 1, self.endpoints)
         try:
             proc.server = server = Server(launch, self.engine.env)
         except ServerError as exc:
             proc.failure = f"llama-server failed to start: {_gone(placing.rpc) or exc}"
-            return
+            return proc
         if first.mode == Mode.SPECULATIVE and not server.speculative:  # never report a plain run as a speculative one
             proc.failure = f"llama-server started without a draft context (/slots: speculative false); its log: {server.log_path}"
-            return
+            return proc
         layers = self.layers if first.mode == Mode.SPECULATIVE else (self.layers[0], None)
         names = rpc.buffer_names(self.engine.devices.get(placing.rpc, []), placing.rpc, self.endpoints)
         target_pl, draft_pl = (_renamed(p, names) for p in server.placements(*layers))
@@ -280,6 +293,7 @@ class ServerSession:
                 server.complete(*warm_up, _sampling(first, self.grid, self.twin), cache_prompt=first.depth > 0)
             except ServerError as exc:  # it died warming up (an RPC server gone, a kill): its cells fail, one line each
                 proc.died = str(exc)
+        return proc
 
     def _warm_up(self, first: Cell, spec: Speculation, pool: str | None) -> tuple[list[int], int] | None:
         """The warm-up request of a new process (prompt, tokens to generate) before its measured runs: the first cell's
@@ -294,9 +308,9 @@ class ServerSession:
             return prompt[:half], min(half, self.grid.n_predict)
         return None
 
-    def _one(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Tracked | None]:
+    def _one(self, proc: _Process, cell: Cell) -> tuple[RunMetrics | None, str | None, Tracked | None]:
         """One request, alone on one slot."""
-        sampling, server = _sampling(cell, self.grid, self.twin), self.process.server
+        sampling, server = _sampling(cell, self.grid, self.twin), proc.server
         try:
             with track(self.grid.trackers, server.proc.pid) as tracked:
                 comp = server.complete(self.prompts.whole(cell.prompt.id, cell.depth), self.grid.n_predict, sampling,
@@ -305,14 +319,14 @@ class ServerSession:
             return None, str(exc), None
         return metrics(comp, cell, self._identity(cell, comp.tokens, sampling.temperature)), None, tracked
 
-    def _round(self, cell: Cell) -> tuple[RunMetrics | None, str | None, Tracked | None]:
+    def _round(self, proc: _Process, cell: Cell) -> tuple[RunMetrics | None, str | None, Tracked | None]:
         """`cell.clients` requests at the same moment: the cell's prompt and the ones after it, in turn."""
         sampling = _sampling(cell, self.grid, self.twin)
         ids = [p.id for p in self.grid.prompts]
         start = ids.index(cell.prompt.id)
         prompts = [(pid, self.prompts.whole(pid, cell.depth))
                    for pid in (ids[(start + i) % len(ids)] for i in range(cell.clients))]
-        server = self.process.server
+        server = proc.server
         try:
             with track(self.grid.trackers, server.proc.pid) as tracked:
                 rnd = run_round(server, prompts, self.grid.n_predict, sampling, self.grid.request_timeout_s,
@@ -335,6 +349,40 @@ class ServerSession:
             greedy[key] = tokens
             return None
         return _identity(greedy[key], tokens) if key in greedy else None
+
+
+def _stop(proc: _Process) -> None:
+    """A process stops; its log goes unless it failed to start."""
+    if proc.server is not None:
+        proc.server.close()
+        proc.server.remove_log()
+
+
+def _group(cell: Cell) -> tuple:
+    """What a cell's process is started for, a cold pool's runs included (they share a setting, not a process)."""
+    return cell.mode, cell.strategy if cell.mode == Mode.SPECULATIVE else None, cell.k, cell.parallel
+
+
+def _levels(cells: list[Cell]) -> dict[tuple, list[Cell]]:
+    levels: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        levels.setdefault((cell.parallel, cell.clients), []).append(cell)
+    return levels
+
+
+def processes_fit(setting: Setting, count: int) -> bool:
+    """Whether `count` llama-server processes of this setting can run at once: on a CPU-only setting each one's model
+    files (the target, and the draft where it has one) within 80% of the memory available now; with offload, each
+    process within an equal share of the device budget (machine.does_not_fit, the planner's figures)."""
+    files, load = setting.files, setting.load
+    budget = machine.device_budget(setting.grid)
+    if budget is not None and (load.ngl or load.ngld):
+        share = Budget(tuple((name, size // count) for name, size in budget.devices))
+        if machine.does_not_fit(files, load, setting.grid.n_ctx, share):
+            return False
+    avail = machine.available_memory()
+    need = count * (files.target.stat().st_size + (files.draft.stat().st_size if files.draft else 0))
+    return avail is None or need <= 0.8 * avail
 
 
 def _gone(endpoints: tuple[str, ...]) -> str | None:

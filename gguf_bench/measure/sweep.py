@@ -4,16 +4,18 @@ appended as soon as its cell is measured, so an interrupted sweep continues with
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import capabilities, machine
 from gguf_bench.measure.engine import open_engine, run_unit
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
-from gguf_bench.measure.plan import SKIPPED, Grid, Plan, cells_done, expand
+from gguf_bench.measure.plan import SKIPPED, Grid, Plan, auto_looks, cells_done, expand
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
+from gguf_bench.measure.repeat import selects, undecided
 from gguf_bench.measure.trackers import notes
 from gguf_bench.results.records import RunRecord
 from gguf_bench.results.store import append_record, environment, exclusive, models_record, read_records
@@ -28,6 +30,7 @@ class SweepEvents:
     cell: Callable[[RunRecord], None] = lambda record: None
     loading: Callable[[LoadConfig], None] = lambda load: None
     note: Callable[[str], None] = lambda line: None  # something the user should know (a context grown to fit)
+    stopped: Callable[[str], None] = lambda line: None  # -r auto: why it stopped repeating (the sweep's last line)
 
 
 def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
@@ -41,12 +44,41 @@ def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
         for record in iter_records(name, files, grid, done, events):
             append_record(out, record)
             events.cell(record)
+        if grid.max_reps is not None:
+            events.stopped(_until_decided(name, files, grid, out, events))
     return out
 
 
+def _until_decided(name: str, files: PairFiles, grid: Grid, out: Path, events: SweepEvents) -> str:
+    """-r auto after its first pass: one look per plan.auto_looks count, each repeating only the cells of verdicts still
+    open (measure/repeat.py); why it stopped."""
+    start, counts = time.monotonic(), auto_looks(grid.max_reps)
+    for done_reps, next_reps in zip(counts, counts[1:]):
+        open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == files.name])
+        if not open_.rows:
+            return f"-r auto: every verdict decided after {done_reps} repetitions"
+        if grid.budget_s is not None and time.monotonic() - start > grid.budget_s:
+            return (f"-r auto: the time budget ({grid.budget_s:g} s) is spent after {done_reps} repetitions; still "
+                    f"open: {'; '.join(open_.why)}")
+        events.note(f"-r auto: {done_reps} repetitions leave open {'; '.join(open_.why)}: repeating those cells to "
+                    f"{next_reps}")
+        more = replace(grid, repetitions=next_reps)
+        done = cells_done(read_records(out), files.name)
+        def only(setting, cell, rows=open_.rows, before=done_reps):
+            return cell.repetition >= before and selects(rows, setting, cell)
+        for record in iter_records(name, files, more, done, events, only):
+            append_record(out, record)
+            events.cell(record)
+    open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == files.name])
+    if not open_.rows:
+        return f"-r auto: every verdict decided after {counts[-1]} repetitions"
+    return f"-r auto: --max-reps {grid.max_reps} reached; still open: {'; '.join(open_.why)}"
+
+
 def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = frozenset(),
-                 events: SweepEvents = SweepEvents()) -> Iterator[RunRecord]:
-    """Measure each cell whose key is not in `skip`, loading each setting once."""
+                 events: SweepEvents = SweepEvents(), only=None) -> Iterator[RunRecord]:
+    """Measure each cell whose key is not in `skip` (and that `only` selects, where given), loading each setting
+    once."""
     if files.draft is not None:
         check_compatible(files)
     for s in grid.strategies:  # a target alone (no --draft) drafts by n-gram only
@@ -60,7 +92,7 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
                                          any(capabilities.of(e).rpc_checked_here for e in grid.engines)):
         events.note(line)
     static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
-    plan = expand(files, grid, static, skip)
+    plan = expand(files, grid, static, skip, only)
     events.start(plan.todo, plan.total - plan.todo, len(skip))
     yield from _run(plan, grid, files, prompts, events)
 

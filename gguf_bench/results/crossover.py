@@ -2,34 +2,116 @@
 
 The best speculative setting depends on how many requests share the server: a draft that pays at one client can cost
 at four. For each slot count of a setting (everything but the concurrency the same), the map gives the best
-speculative row whose gain a test tells from zero (report.gain_decided), its gain over the target alone measured at
-that same slot count, and where speculation stops paying. A slot count without its target alone, or without some
-speculative row that other counts have, is named, so that a gap never reads as a verdict.
+speculative row whose gain is decided (summary.gain_decided: its corrected interval excludes zero), its gain over the
+target alone measured at that same slot count, and where speculation stops paying. A slot count without its target
+alone, or without some speculative row that other counts have, is named, so that a gap never reads as a verdict.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
+from scipy import stats
 
 from gguf_bench.results.report import _VARYING as FLAGS
 from gguf_bench.results.report import row_label
-from gguf_bench.results.summary import CONCURRENCY, SETTING, gain_decided, matching
+from gguf_bench.results.summary import CONCURRENCY, FAMILY, GAIN_LEVEL, SETTING, gain_decided, matching
 
 REST = [c for c in SETTING if c not in CONCURRENCY]  # what a crossover map keeps the same
+ROW = SETTING + ["mode", "strategy", "k"]  # what tells a summary row apart
 SPEC = ["strategy", "k"]  # one speculative setting
 
 
 def candidates(rows: pd.DataFrame) -> list:
-    """Indexes of the rows that may be deployed, best first: the speculative rows with a positive gain that the test
-    tells from zero (never one that drafted nothing: its gain is NaN), by gain, then the target alone. A busy
-    machine's rows are never candidates; a spread does not disqualify (prompts of different kinds differ by design)."""
+    """Indexes of the rows that may be deployed, best first: the speculative rows that are decidedly faster than the
+    fastest target alone (beats_fastest_alone), fastest first, then the target alone rows, fastest first. A row that
+    drafted nothing is never a candidate (its gain is NaN), nor a busy machine's row; a spread does not disqualify
+    (prompts of different kinds differ by design)."""
     reliable = ~rows.get("unreliable", pd.Series("", index=rows.index)).fillna("").str.contains("busy")
-    decided = rows.apply(gain_decided, axis=1) == True  # noqa: E712 (None: no test possible)
-    spec = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0) & reliable & decided]
-    alone = rows[(rows["mode"] == "target") & reliable]
-    return list(spec.sort_values("gain_pct", ascending=False).index) + list(alone.index[:1])
+    ok = rows[reliable & rows["tokens_per_s"].notna()]
+    alone = ok[ok["mode"] == "target"].sort_values("tokens_per_s", ascending=False, kind="stable")
+    if alone.empty:
+        return []
+    spec = ok[(ok["mode"] == "speculative") & ok["gain_pct"].notna()]
+    spec = spec[spec.apply(lambda r: beats_fastest_alone(r, alone.iloc[0]), axis=1)] if not spec.empty else spec
+    return list(spec.sort_values("tokens_per_s", ascending=False, kind="stable").index) + list(alone.index)
+
+
+def beats_fastest_alone(row: pd.Series, fastest: pd.Series) -> bool:
+    """Whether a speculative row is decidedly faster than the fastest target alone of its slot count: its own gain is
+    decided and positive, and where that target alone is another setting's (another -ngl, type of cache, engine), its
+    speed is also told above that one's by Welch's test on the two rows' runs (unpaired: measured apart), at the level
+    its family of rows is corrected to."""
+    if gain_decided(row) is not True or row["gain_pct"] <= 0 or row["tokens_per_s"] <= fastest["tokens_per_s"]:
+        return False
+    if pd.isna(fastest.get("baseline_tokens_per_s")) or abs(row["baseline_tokens_per_s"] - fastest["tokens_per_s"]) < 1e-9:
+        return True  # its own target alone is the fastest one
+    return faster_p(row, fastest) < GAIN_LEVEL / max(1, int(row.get("gain_family") or 1))
+
+
+def faster_p(row: pd.Series, other: pd.Series) -> float:
+    """One-sided Welch p-value that `row`'s tokens/s is above `other`'s, from their means, spreads and run counts; 1
+    where either has fewer than 2 runs."""
+    n1, n2 = int(row.get("runs") or 0), int(other.get("runs") or 0)
+    if n1 < 2 or n2 < 2:
+        return 1.0
+    res = stats.ttest_ind_from_stats(row["tokens_per_s"], row["tokens_per_s_std"] or 0.0, n1, other["tokens_per_s"],
+                                     other["tokens_per_s_std"] or 0.0, n2, equal_var=False, alternative="greater")
+    return 1.0 if pd.isna(res.pvalue) else float(res.pvalue)
+
+
+def gain_text(row: pd.Series) -> str:
+    """'+40.2% [+31, +49]': a row's gain and its interval, where it has one."""
+    gain = f"{row['gain_pct']:+.1f}%"
+    lo, hi = row.get("gain_lo"), row.get("gain_hi")
+    return gain if lo is None or pd.isna(lo) else f"{gain} [{lo:+.0f}, {hi:+.0f}]"
+
+
+def open_verdicts(summary: pd.DataFrame) -> list[tuple[list[dict], str]]:
+    """Per family of rows that compete for one verdict (summary.FAMILY) whose verdict is still open: the rows to measure
+    again (their ROW keys: the two fastest speculative rows, their targets alone and the fastest target alone) and
+    why: the fastest speculative row not decided against its target alone, not told above the fastest target alone,
+    or not told above the runner-up."""
+    out = []
+    for _, family in summary.groupby([c for c in FAMILY if c in summary], dropna=False, sort=False):
+        alone = family[(family["mode"] == "target") & family["tokens_per_s"].notna()]
+        spec = family[(family["mode"] == "speculative") & family["gain_pct"].notna()]
+        if alone.empty or spec.empty:
+            continue
+        spec = spec.sort_values("tokens_per_s", ascending=False, kind="stable")
+        fastest, best = alone.loc[alone["tokens_per_s"].idxmax()], spec.iloc[0]
+        runner_up = spec.iloc[1] if len(spec) > 1 else None
+        level = GAIN_LEVEL / max(1, int(best.get("gain_family") or 1))
+        why = []
+        if gain_decided(best) is not True:
+            why.append(f"{row_label(best)} against its target alone")
+        elif best["gain_pct"] > 0 and not beats_fastest_alone(best, fastest) and best["tokens_per_s"] > fastest["tokens_per_s"]:
+            why.append(f"{row_label(best)} against the fastest target alone")
+        if runner_up is not None and faster_p(best, runner_up) >= level:
+            why.append(f"{row_label(best)} against {row_label(runner_up)}")
+        if why:
+            rows = [best, fastest, *([runner_up] if runner_up is not None else [])]
+            rows += [alone.loc[alone["tokens_per_s"] == r["baseline_tokens_per_s"]].iloc[0] for r in list(rows)
+                     if r["mode"] == "speculative" and (alone["tokens_per_s"] == r["baseline_tokens_per_s"]).any()]
+            out.append(([{k: r.get(k) for k in ROW} for r in rows], "; ".join(why)))
+    return out
+
+
+def is_one_of(row: dict, rows: list[dict]) -> bool:
+    """Whether a run's row (records.run_row) is one of these summary rows (ROW keys; None and NaN alike, 1 and 1.0
+    alike)."""
+    mine = tuple(_canon(row.get(k)) for k in ROW)
+    return any(tuple(_canon(r.get(k)) for k in ROW) == mine for r in rows)
+
+
+def _canon(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
 
 
 @dataclass
@@ -79,18 +161,19 @@ def slot_count(rows: pd.DataFrame) -> SlotCount:
         return SlotCount(label, None, "no speculative row", known=False)
     best = next((rows.loc[i] for i in candidates(rows) if rows.loc[i, "mode"] == "speculative"), None)
     if best is not None:
-        return SlotCount(label, best, f"{row_label(best)} {best['gain_pct']:+.1f}% (p={best['gain_p']:.2g})")
+        return SlotCount(label, best, f"{row_label(best)} {gain_text(best)}")
     gained = spec[spec["gain_pct"].notna()]
     if gained.empty:
         return SlotCount(label, None, "no speculative row drafted")
     top = gained.loc[gained["gain_pct"].idxmax()]
     if top["gain_pct"] <= 0:
         return SlotCount(label, None, f"none gains (best {row_label(top)} {top['gain_pct']:+.1f}%)")
-    if "busy" in str(top.get("unreliable") or ""):
+    if "busy" in str(top.get("unreliable") or "") or top.get("baseline_busy") is True:
         return SlotCount(label, None, f"{row_label(top)} {top['gain_pct']:+.1f}% on a busy machine: not counted")
-    why = "one run per prompt" if pd.isna(top["gain_p"]) else f"p={top['gain_p']:.2g}"
-    return SlotCount(label, None, f"~{row_label(top)} {top['gain_pct']:+.1f}%, not told from zero ({why})",
-                     undecided=True)
+    why = "fewer than 2 pairs: no interval" if pd.isna(top.get("gain_lo")) else "its interval holds zero" if (
+        gain_decided(top) is False and top["gain_lo"] <= 0) else (top.get("undecided_why") or "not faster than the "
+                                                                 "fastest target alone")
+    return SlotCount(label, None, f"~{row_label(top)} {gain_text(top)}, not told from zero ({why})", undecided=True)
 
 
 def missing(group: pd.DataFrame) -> list[str]:

@@ -350,6 +350,20 @@ class RunMetrics:
 
 
 @dataclass
+class Order:
+    """Where a run stood in its sweep: the verdicts pair a speculative run with the target alone measured next to it."""
+
+    design: str = ""  # 'shuffled': each repetition block's cells in a seeded random order (the Python loop);
+    # 'alternate': the setting's llama-server processes held at once, requests in turn (A B A B); 'blocks': one process
+    # at a time, in counterbalanced blocks (A B B A ...)
+    position: int = 0  # its place in its setting's order (0: measured first)
+    seed: int | None = None  # what shuffled the blocks
+    started: float | None = None  # Unix time the run began
+    looks: int | None = None  # -r auto: how many times the sweep may look at its verdicts (its intervals are corrected
+    # for them); None: a fixed -r, one look
+
+
+@dataclass
 class RunRecord:
     pair: str = ""
     mode: Mode = Mode.TARGET
@@ -367,6 +381,7 @@ class RunRecord:
     server: Server | None = None  # the llama-server process of a server-engine run
     energy: Energy | None = None  # None: no energy counter was readable (never a zero)
     memory: list[DeviceMemory] | None = None  # None: no device told its memory (NVML)
+    order: Order | None = None  # None: a file written before runs were interleaved (their order is not known)
     kind: Kind = Kind.RUN
 
     def __post_init__(self) -> None:
@@ -542,6 +557,10 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("twin", lambda r: any(f is not None and f.twin for f in (r.models.target, r.models.draft))),  # speed only
     Field("cpu_share", _load(lambda lo: lo.cpu_s / lo.wall_s if lo.wall_s and lo.cpu_s is not None else None)),
     Field("pool", lambda r: r.server.pool if r.server else None),
+    Field("design", lambda r: r.order.design if r.order else None),  # how the runs were ordered (Order)
+    Field("position", lambda r: r.order.position if r.order else None),
+    Field("started", lambda r: r.order.started if r.order else None),
+    Field("looks", lambda r: r.order.looks if r.order else None),
     Field("command", lambda r: " ".join(r.server.command) if r.server and r.server.command else None),
 )
 

@@ -26,6 +26,7 @@ from gguf_bench.results.records import (
 )
 from gguf_bench.results.summary import (
     CONCURRENCY,
+    DRIFT,
     GAIN_LEVEL,
     MAIN_SHARE,
     NO_REASON,
@@ -34,6 +35,7 @@ from gguf_bench.results.summary import (
     SIDE,
     SPREAD,
     gain_decided,
+    matching,
     offload_label,
 )
 from gguf_bench.results.text import fit_title, number_text, speed_text
@@ -105,17 +107,20 @@ class RunColumn:
 
 
 def _gain_text(row: pd.Series) -> str:
-    """'+12.3%'; '~+2.8%': a gain the test cannot tell from zero (gain_decided); 'no drafts': nothing was drafted."""
+    """'+12.3% [+8, +17]': the gain and its 95% interval; '~+2.8% [-4, +10]': a gain that is not decided
+    (gain_decided); 'no drafts': nothing was drafted."""
     if row["mode"] == "target":
         return ""
     if isinstance(row.get("no_drafts"), str):
         return "no drafts"
-    return ("~" if _undecided_gain(row) else "") + number_text(row["gain_pct"], "{:+.1f}%")
+    lo, hi = row.get("gain_lo"), row.get("gain_hi")
+    interval = "" if lo is None or pd.isna(lo) or pd.isna(row["gain_pct"]) else f" [{lo:+.0f},{hi:+.0f}]"
+    return ("~" if _undecided_gain(row) else "") + number_text(row["gain_pct"], "{:+.1f}%") + interval
 
 
 def _undecided_gain(row: pd.Series) -> bool:
-    """A positive gain that Welch's t-test cannot tell from zero (a loss is never recommended either way)."""
-    return gain_decided(row) is False and row["gain_pct"] > 0
+    """A gain whose test could be made and does not decide it (its interval holds zero, or its baseline was busy)."""
+    return gain_decided(row) is False
 
 
 def _run_text(row: pd.Series) -> str:
@@ -144,7 +149,9 @@ def _field_column(f: Field) -> RunColumn:
 def _gain_column(f: Field) -> RunColumn:
     """A declared field's gain over the target alone (summarize's NAME_gain_pct), beside the speed gain."""
     def text(row: pd.Series) -> str:
-        return "" if row["mode"] == "target" else number_text(row.get(f"{f.name}_gain_pct"), "{:+.1f}%")
+        undecided = row.get(f"{f.name}_decided") is False  # the speed gain's rule (summary._decided)
+        return "" if row["mode"] == "target" else ("~" if undecided else "") + number_text(
+            row.get(f"{f.name}_gain_pct"), "{:+.1f}%")
     return RunColumn(f.gain, f"{f.gain} gain %", text, present=lambda summary: f"{f.name}_gain_pct" in summary,
                      place=f.place)
 
@@ -245,15 +252,16 @@ def engines_table(both: pd.DataFrame, agreement: list[str]) -> Table:
     fixed += [f"n={both['n_predict'].iloc[0]}"] if "n_predict" not in varying else []
     title = f"{ENGINE_TITLES.get(first, first)} vs {ENGINE_TITLES.get(second, second)} (tokens/s)"
     table = Table(title=" · ".join([title, *fixed]),
-                  caption="\n".join([f"{a}/{b}: {first} over {second} · gain: over the same engine's target alone · ★ "
-                                     "that engine's best K", *agreement]),
+                  caption="\n".join([f"{a}/{b}: {first} over {second} · gain: over the same engine's target alone "
+                                     "(~: not decided) · ★ that engine's best K", *agreement]),
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left", caption_justify="left")
     for name in [_VARYING.get(c, c) for c in varying] + ["run", first, second, f"{a}/{b}", f"acc {a}", f"acc {b}",
                                                          f"gain {a}", f"gain {b}"]:
         table.add_column(name, justify="left" if name in ("run", "pair", "host") else "right", no_wrap=True)
     for _, r in both.iterrows():
-        gain = [("" if r["mode"] == "target" else number_text(r[f"gain_pct_{e}"], "{:+.1f}%"))
-                + (" ★" if r[f"best_k_{e}"] is True else "") for e in (first, second)]
+        gain = [("" if r["mode"] == "target" else ("~" if r[f"decided_{e}"] is False else "")
+                 + number_text(r[f"gain_pct_{e}"], "{:+.1f}%")) + (" ★" if r[f"best_k_{e}"] is True else "")
+                for e in (first, second)]
         table.add_row(*[str(r[c]) for c in varying], row_label(r), speed_text(r[f"tokens_per_s_{first}"]),
                       speed_text(r[f"tokens_per_s_{second}"]), number_text(r["ratio"], "{:.2f}"),
                       number_text(r[f"acceptance_{first}"], "{:.1%}"), number_text(r[f"acceptance_{second}"], "{:.1%}"),
@@ -412,12 +420,45 @@ def proof_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]
             why = "" if r["no_drafts"] == NO_REASON else f": {r['no_drafts']}"
             lines.append(f"no drafts: {label} drafted no token, so it measured the target alone{why}")
     decided = spec.apply(gain_decided, axis=1) if not spec.empty else pd.Series(dtype=object)
+    tested = spec[decided.notna()] if not spec.empty else spec
+    if not tested.empty:
+        lines.append(_interval_legend(tested))
     if not spec.empty and spec.apply(_undecided_gain, axis=1).any():
-        lines.append(f"~ a gain that Welch's t-test ({1 - GAIN_LEVEL:.0%}) cannot tell from zero: never recommended")
-    if (decided.isna() & (spec["gain_pct"] > 0)).any():
-        lines.append("a gain from one run per prompt: no test can tell it from zero, so none is recommended "
-                     "(-r 2 or more)")
-    return lines
+        lines.append("~ a gain that is not decided (its interval holds zero, or the machine was busy or drifted): "
+                     "never recommended")
+    if (decided.isna() & spec["gain_pct"].notna()).any():
+        lines.append("a gain from fewer than 2 runs of each side: no interval can tell it from zero, so none is "
+                     "recommended (-r 2 or more)")
+    return lines + drift_lines(summary, varying)
+
+
+def _interval_legend(tested: pd.DataFrame) -> str:
+    """What the [lo,hi] beside a gain is: paired or not, corrected for how many rows."""
+    family = int(tested["gain_family"].max()) if "gain_family" in tested and tested["gain_family"].notna().any() else 1
+    paired = (tested.get("gain_test") == "paired").all()
+    how = ("each run over the target alone measured next to it (same prompt and repetition)" if paired else
+           "Welch's unpaired test: these runs were not interleaved (a file written before), it assumes a steady machine"
+           if (tested.get("gain_test") == "unpaired").all() else
+           "paired where runs were interleaved, else Welch's unpaired test (a file written before)")
+    corrected = f", corrected for the {family} rows compared at once" if family > 1 else ""
+    return f"[-a,+b] beside a gain: its {1 - GAIN_LEVEL:.0%} interval, {how}{corrected}"
+
+
+def drift_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]:
+    """One line per setting whose target alone moved more than summary.DRIFT during the sweep (summary.drift)."""
+    if "drift_pct" not in summary:
+        return []
+    alone = summary[(summary["mode"] == "target") & (summary["drift_pct"].abs() > 100 * DRIFT)]
+    out = []
+    for _, r in alone.iterrows():
+        where = " ".join(f"{_VARYING[c]} {r[c]}" for c in varying if c in _VARYING and c != "prompt_id")
+        spec = summary[(summary["mode"] == "speculative") & matching(summary, r, [c for c in SETTING if c in summary])]
+        unpaired = (spec.get("gain_test") == "unpaired").any()
+        then = ("its rows' unpaired gains are not decided" if unpaired else
+                "gains are paired with the target alone next to each run, so a slow drift cancels")
+        out.append(f"drift: the target alone{f' ({where})' if where else ''} moved {r['drift_pct']:+.1f}% from the first "
+                   f"quarter of its runs to the last ({int(r['drift_runs'])} runs over {r['drift_min']:.1f} min); {then}")
+    return out
 
 
 def _count(v) -> str:
@@ -440,14 +481,15 @@ def concurrency_lines(summary: pd.DataFrame) -> list[str]:
     spec = rows[rows["mode"] == "speculative"]
     for _, group in spec.groupby(rest + ["strategy", "k"], dropna=False, sort=False):
         group = group.sort_values(["clients", "parallel"])
-        gains = [(int(r["clients"]), int(r["parallel"]), r["gain_pct"]) for _, r in group.iterrows() if pd.notna(r["gain_pct"])]
+        gains = [(int(r["clients"]), int(r["parallel"]), r["gain_pct"], gain_decided(r) is True and r["gain_pct"] > 0)
+                 for _, r in group.iterrows() if pd.notna(r["gain_pct"])]
         if len(gains) < 2:
             continue
-        parts = [f"{g:+.0f}% at {c} client{'s' if c > 1 else ''}" + (f" on {n} slot{'s' if n > 1 else ''}" if n != c else "")
-                 for c, n, g in gains]
-        stops = next((c for c, _, g in gains if g <= 0), None)
-        verdict = ("; it pays at every count measured" if stops is None else "; it pays at none of them"
-                   if stops == gains[0][0] else f"; it stops paying at {stops} clients")
+        parts = [("" if pays else "~") + f"{g:+.0f}% at {c} client{'s' if c > 1 else ''}"
+                 + (f" on {n} slot{'s' if n > 1 else ''}" if n != c else "") for c, n, g, pays in gains]
+        stops = next((c for c, _, _, pays in gains if not pays), None)
+        verdict = ("; it pays at every count measured" if stops is None else "; it is told to pay at none of them"
+                   if stops == gains[0][0] else f"; it is told to pay below {stops} clients only")
         lines.append(f"{row_label(group.iloc[0])} gains {', '.join(parts)}{verdict}")
     return lines
 

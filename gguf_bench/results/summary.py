@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from scipy import stats
 
@@ -40,7 +41,10 @@ SPREAD = 0.25  # std/mean of a row's runs of one prompt above which they disagre
 MAIN_SHARE = 0.75  # a CPU-only run whose generating thread got less of the wall time than this shared the CPU
 OTHERS_CORES = 0.25  # a run beside other processes that kept more than this many cores busy (on average) was disturbed
 NO_REASON = "its drafter proposed no token"  # a row that drafted nothing, of records without a reason
-GAIN_LEVEL = 0.05  # a gain counts where Welch's t-test puts p below this (95%): gain_tests
+GAIN_LEVEL = 0.05  # a gain is decided where its 95% interval, corrected for the rows that compete, excludes zero
+FAMILY = ["pair", "host", *CONCURRENCY, "depth", "temperature", "n_predict"]  # the speculative rows that compete for one
+# verdict (the deploy line at one slot count, across offloads, context settings and engines): a Bonferroni family
+DRIFT = 0.05  # the target alone moving more than this from the first quarter of its runs to the last is named
 
 
 @dataclass
@@ -106,13 +110,28 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
                  **{name: f"_baseline_{name}" for name in gained}})
     tests = gain_tests(ok, setting, keys)
     agg = agg.merge(base, on=setting, how="left").merge(tests.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
-    agg["gain_pct"] = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"]).where(agg["no_drafts"].isna())
+    moved = drift(ok, setting)
+    agg = agg.merge(moved.astype({k: agg[k].dtype for k in setting}), on=setting, how="left")
+    unpaired = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"])
+    agg["gain_pct"] = agg["gain_pct"].where(agg["gain_test"] == "paired", unpaired).where(agg["no_drafts"].isna())
     for name in gained:
-        agg[f"{name}_gain_pct"] = gain_pct(agg[name], agg.pop(f"_baseline_{name}")).where(agg["no_drafts"].isna())
+        theirs = gain_tests(ok, setting, keys, name)
+        agg = agg.merge(theirs.rename(columns={c: f"{name}_{c}" for c in theirs.columns if c not in keys})
+                        .astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
+        agg[f"{name}_gain_pct"] = agg[f"{name}_gain_pct"].where(
+            agg[f"{name}_gain_test"] == "paired", gain_pct(agg[name], agg.pop(f"_baseline_{name}"))).where(
+            agg["no_drafts"].isna())
     agg["unreliable"] = agg.apply(_unreliable, axis=1)
     flagged = agg.groupby(setting, dropna=False)["unreliable"].transform(lambda s: bool((s != "").any()))
+    agg["baseline_busy"] = agg.groupby(setting, dropna=False)["unreliable"].transform(
+        lambda s: bool(s[agg.loc[s.index, "mode"] == "target"].str.contains("busy").any()))
+    agg["decided"] = agg.apply(_decided, axis=1)
+    agg["undecided_why"] = agg.apply(_undecided_why, axis=1)
+    for name in gained:  # the speed gain's rule for the other gains (energy)
+        agg[f"{name}_decided"] = agg.apply(lambda r, n=name: _decided(r, f"{n}_"), axis=1)
     agg["best_k"] = False
     spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna() & ~flagged]  # no best among unreliable rows
+    spec = spec[spec["decided"] == True]  # noqa: E712 (None: no test possible); a star only on a decided gain
     if "twin" in agg:  # nor among twins': their K is fast or slow by the acceptance of synthetic weights
         spec = spec[spec["twin"] != True]  # noqa: E712
     spec = spec[spec.groupby(setting, dropna=False)["k"].transform("size") > 1]  # a choice of K to make
@@ -148,35 +167,142 @@ def _no_drafts(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
     return reason.where(none).rename("no_drafts")
 
 
-def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataFrame:
-    """Per speculative row (keys), `gain_p`: Welch's two-sided t-test (scipy) of its runs against its target alone's,
-    each run's tokens/s divided by the target alone's mean on the same prompt (so that prompts of different speeds
-    are not taken for noise). NaN where no test is possible: a prompt run fewer than twice by either row (one
-    repetition), or no target alone."""
+def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str], value: str = "tokens_per_s") -> pd.DataFrame:
+    """Per speculative row (keys): its gain over the target alone in `value` and a 95% interval, corrected (Bonferroni)
+    for the speculative rows of its FAMILY that compete for the same verdict.
+
+    Paired where the runs were interleaved (records.Order: both sides have a `design`): each run against the target
+    alone of its own block (same setting, prompt and repetition, measured next to it), the gain the geometric mean of
+    those ratios, the interval a t-interval on their logarithms (`gain_test` 'paired'). Files written before runs were
+    interleaved: Welch's t-test of the two rows' runs, each over its prompt's target-alone mean ('unpaired'). Columns:
+    gain_pct (paired only; summarize takes the ratio of means for the rest), gain_lo, gain_hi, gain_p (uncorrected),
+    gain_pairs, gain_test, gain_family (the rows corrected for)."""
     alone = ok[ok["mode"] == "target"]
     out = []
     for _, rows in ok[ok["mode"] == "speculative"].groupby(keys, dropna=False):
         first = rows.iloc[0]
         base = alone[matching(alone, first, setting) & alone["prompt_id"].isin(rows["prompt_id"])]
-        out.append({**{k: first[k] for k in keys}, "gain_p": _welch(rows, base)})
-    return pd.DataFrame(out, columns=[*keys, "gain_p"])
+        looks = pd.to_numeric(rows.get("looks", pd.Series(dtype=float)), errors="coerce").max()
+        out.append({**{k: first[k] for k in keys}, **_estimate(rows, base, value),
+                    "_looks": 1 if pd.isna(looks) else int(looks)})
+    columns = [*keys, "gain_pct", "gain_lo", "gain_hi", "gain_p", "gain_pairs", "gain_test", "gain_family"]
+    frame = pd.DataFrame(out, columns=[*columns, "_est", "_se", "_dof", "_looks"])
+    if frame.empty:
+        return frame[columns]
+    testable = frame["_se"].notna()
+    family = [k for k in FAMILY if k in frame]
+    frame["gain_family"] = (testable.groupby([frame[k] for k in family], dropna=False).transform("sum") if family else int(
+        testable.sum())) * frame["_looks"]  # -r auto: every look is one more chance of a false decision
+    for i, r in frame[testable].iterrows():
+        half = stats.t.ppf(1 - GAIN_LEVEL / 2 / max(1, int(r["gain_family"])), r["_dof"]) * r["_se"]
+        lo, hi = r["_est"] - half, r["_est"] + half
+        frame.loc[i, ["gain_lo", "gain_hi"]] = ([100 * np.expm1(lo), 100 * np.expm1(hi)] if r["gain_test"] == "paired"
+                                                else [100 * lo, 100 * hi])
+    return frame[columns]
 
 
-def _welch(spec: pd.DataFrame, alone: pd.DataFrame) -> float:
-    """Welch's t-test p-value of the two rows' runs, each over its prompt's target-alone mean; NaN where a prompt has
-    fewer than 2 runs in either row; 1 where both rows' runs are all equal (nothing to tell apart)."""
+def _estimate(spec: pd.DataFrame, alone: pd.DataFrame, value: str) -> dict:
+    """The gain's estimate: paired where both rows' runs were interleaved, else unpaired (gain_tests)."""
+    if "design" in spec and spec["design"].notna().all() and alone["design"].notna().all():
+        return _paired(spec, alone, value)
+    p, est, se, dof = _welch(spec, alone, value)
+    return {"gain_pct": float("nan"), "gain_p": p, "gain_pairs": 0, "gain_test": "unpaired", "_est": est, "_se": se,
+            "_dof": dof}
+
+
+def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str) -> dict:
+    """Each speculative run over the target alone of its block (same prompt and repetition): the geometric mean of the
+    ratios, and the t statistics of their logarithms (none with fewer than 2 pairs)."""
+    both = spec[["prompt_id", "repetition", value]].merge(alone[["prompt_id", "repetition", value]],
+                                                          on=["prompt_id", "repetition"], suffixes=("", "_alone"))
+    ratio = pd.to_numeric(both[value], errors="coerce") / pd.to_numeric(both[f"{value}_alone"], errors="coerce")
+    logs = np.log(ratio[(ratio > 0) & np.isfinite(ratio)].to_numpy(dtype=float))
+    n = len(logs)
+    out = {"gain_pct": 100 * np.expm1(logs.mean()) if n else float("nan"), "gain_pairs": n, "gain_test": "paired",
+           "gain_p": float("nan"), "_est": float("nan"), "_se": float("nan"), "_dof": float("nan")}
+    if n >= 2:
+        se = logs.std(ddof=1) / np.sqrt(n)
+        se = se if se > 0 else 1e-12  # every ratio the same: an interval of zero width
+        out |= {"gain_p": float(2 * stats.t.sf(abs(logs.mean() / se), n - 1)), "_est": logs.mean(), "_se": se,
+                "_dof": n - 1}
+    return out
+
+
+def _welch(spec: pd.DataFrame, alone: pd.DataFrame, value: str = "tokens_per_s") -> tuple[float, float, float, float]:
+    """Welch's t-test of the two rows' runs, each over its prompt's target-alone mean: (p, difference of the means, its
+    standard error, Welch's degrees of freedom); NaN where a prompt has fewer than 2 runs in either row; p 1 where
+    both rows' runs are all equal (nothing to tell apart)."""
+    nan = (float("nan"),) * 4
     counts = [group.groupby("prompt_id").size() for group in (spec, alone)]
     if any(c.empty or c.min() < 2 for c in counts) or set(counts[0].index) != set(counts[1].index):
-        return float("nan")
-    means = alone.groupby("prompt_id")["tokens_per_s"].mean()
-    ratios = [group["tokens_per_s"] / group["prompt_id"].map(means) for group in (spec, alone)]
-    p = stats.ttest_ind(*ratios, equal_var=False).pvalue
-    return 1.0 if pd.isna(p) else float(p)
+        return nan
+    means = alone.groupby("prompt_id")[value].mean()
+    a, b = (pd.to_numeric(group[value] / group["prompt_id"].map(means), errors="coerce").dropna()
+            for group in (spec, alone))
+    if len(a) < 2 or len(b) < 2:
+        return nan
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = float(np.sqrt(va + vb))
+    if se == 0:
+        return 1.0, float(a.mean() - b.mean()), 1e-12, 1.0
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    p = stats.ttest_ind(a, b, equal_var=False).pvalue
+    return (1.0 if pd.isna(p) else float(p)), float(a.mean() - b.mean()), se, float(dof)
+
+
+def drift(ok: pd.DataFrame, setting: list[str]) -> pd.DataFrame:
+    """Per setting, how its target alone moved during the sweep: its runs in the order they began (records.Order), each
+    over its prompt's mean, the last quarter's mean over the first quarter's, as % (`drift_pct`), with the runs and
+    minutes it spans; NaN with fewer than 4 timed runs."""
+    alone = ok[(ok["mode"] == "target")]
+    out = []
+    for key, rows in alone.groupby(setting, dropna=False):
+        timed = rows[pd.to_numeric(rows.get("started"), errors="coerce").notna()] if "started" in rows else rows[:0]
+        row = dict(zip(setting, key if isinstance(key, tuple) else (key,)))
+        if len(timed) < 4:
+            out.append(row | {"drift_pct": float("nan"), "drift_runs": len(timed), "drift_min": float("nan")})
+            continue
+        timed = timed.assign(_t=pd.to_numeric(timed["started"])).sort_values("_t")
+        speed = timed["tokens_per_s"] / timed.groupby("prompt_id")["tokens_per_s"].transform("mean")
+        q = max(1, len(timed) // 4)
+        out.append(row | {"drift_pct": 100 * (speed.iloc[-q:].mean() / speed.iloc[:q].mean() - 1),
+                          "drift_runs": len(timed), "drift_min": (timed["_t"].iloc[-1] - timed["_t"].iloc[0]) / 60})
+    return pd.DataFrame(out, columns=[*setting, "drift_pct", "drift_runs", "drift_min"])
+
+
+def _decided(row: pd.Series, prefix: str = "") -> bool | None:
+    """Whether the row's gain (prefix: another declared field's, NAME_) is told from zero: its corrected interval
+    excludes zero; an unpaired gain also needs a target alone that did not drift; never on a busy baseline. None
+    where no interval could be computed."""
+    if row.get("mode") != "speculative":
+        return None
+    lo, hi = row.get(f"{prefix}gain_lo"), row.get(f"{prefix}gain_hi")
+    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
+        return None
+    if row.get("baseline_busy") is True or "busy" in str(row.get("unreliable") or ""):
+        return False
+    if row.get(f"{prefix}gain_test") == "unpaired" and abs(row.get("drift_pct") or 0) > 100 * DRIFT:
+        return False
+    return bool(lo > 0 or hi < 0)
+
+
+def _undecided_why(row: pd.Series) -> str:
+    """Why a row's interval, which excludes zero, still decides nothing ('' where it decides or has none)."""
+    lo, hi = row.get("gain_lo"), row.get("gain_hi")
+    if row.get("decided") is not False or pd.isna(lo) or not (lo > 0 or hi < 0):
+        return ""
+    if row.get("baseline_busy") is True or "busy" in str(row.get("unreliable") or ""):
+        return "busy"
+    return "drift"
 
 
 def gain_decided(row: pd.Series) -> bool | None:
-    """Whether a row's gain is told apart from zero (Welch's t-test at 95%); None where no test was possible."""
-    p = row.get("gain_p")
+    """Whether a row's gain is told apart from zero (its interval, corrected for the rows that compete, excludes zero:
+    gain_tests, _decided); None where no interval was possible."""
+    if "decided" in row.index:
+        d = row["decided"]
+        return None if d is None or (not isinstance(d, bool) and pd.isna(d)) else bool(d)
+    p = row.get("gain_p")  # a frame of another shape (tune's): the uncorrected test
     return None if p is None or pd.isna(p) else bool(p < GAIN_LEVEL)
 
 
@@ -256,7 +382,8 @@ def without_twin_quality(summary: pd.DataFrame) -> pd.DataFrame:
     if "twin" not in summary:
         return summary
     spec = (summary["twin"] == True) & (summary["mode"] == "speculative")  # noqa: E712 (NaN where no twin ran)
-    return summary.assign(**{c: summary[c].where(~spec) for c in ("acceptance", "tokens_per_round", "gain_pct")})
+    return summary.assign(**{c: summary[c].where(~spec) for c in ("acceptance", "tokens_per_round", "gain_pct", "gain_lo",
+                                                                  "gain_hi", "decided") if c in summary})
 
 
 def offload_label(row: pd.Series) -> str:
@@ -282,7 +409,7 @@ def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
     first, second = names[:2]
     rows = summary[summary["mode"] != "draft"]
     keys = SIDE + ["mode", "strategy", "k"]
-    cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k"]
+    cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k", "decided"]
     a = rows[rows["engine"] == first][keys + cols]
     b = rows[rows["engine"] == second][keys + cols]
     both = a.merge(b, on=keys, how="outer", suffixes=(f"_{first}", f"_{second}"))

@@ -1,0 +1,200 @@
+"""Verdicts that hold (issue 55): paired gains with corrected intervals, a drift monitor, the order runs are measured
+in, the deploy line as the fastest measured setting, and -r auto's choice of cells. Bookkeeping over records written
+here (the engines' real runs are in test_sweep_report, test_server and test_trust)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gguf_bench.measure import deploy
+from gguf_bench.measure.plan import Cell, auto_looks, counterbalanced, shuffled
+from gguf_bench.measure.prompts import Prompt
+from gguf_bench.measure.repeat import undecided
+from gguf_bench.results.records import Mode, parse
+from gguf_bench.results.report import drift_lines, proof_lines
+from gguf_bench.results.summary import gain_decided, summarize, to_frame
+
+T0 = 1_800_000_000.0
+
+
+def rec(mode, tps, k=0, rep=0, prompt="p1", ngl=0, t=None, design="shuffled", busy=False):
+    """A run of the Python loop; `design` None: a file written before runs were interleaved."""
+    r = {"pair": "P", "mode": mode, "error": None,
+         "config": {"k": k, "ngl": ngl, "ngld": 0, "temperature": 0.0, "n_predict": 64, "prompt_id": prompt,
+                    "repetition": rep},
+         "metrics": {"tokens_per_s": tps, "ms_per_token": 1000 / tps, "acceptance": 0.8, "n_tokens": 64,
+                     "drafted": 8 if mode == "speculative" else 0},
+         "offload": {"target": f"{ngl}/19", "draft": "0/19"},
+         "models": {"target": {"file": "t.gguf", "path": "/m/t.gguf"}, "draft": {"file": "d.gguf", "path": "/m/d.gguf"}}}
+    if design:
+        r["order"] = {"design": design, "position": 0, "started": T0 + (t if t is not None else 10 * rep)}
+    if busy:
+        r["load"] = {"wall_s": 1.0, "others_cpu_s": 1.5, "cpu_count": 2}
+    return r
+
+
+def interleaved(alone, gains: dict[int, list[float]], prompts=("p1",), ngl=0, start=0.0, design="shuffled"):
+    """Per repetition a block: the target alone at alone[rep], each K at alone[rep] * (1 + gain)."""
+    out, t = [], start
+    for rep, a in enumerate(alone):
+        for p in prompts:
+            out.append(rec("target", a, rep=rep, prompt=p, ngl=ngl, t=t, design=design))
+            for k, g in gains.items():
+                t += 1
+                out.append(rec("speculative", a * (1 + g[rep % len(g)]), k=k, rep=rep, prompt=p, ngl=ngl, t=t,
+                               design=design))
+            t += 1
+    return out
+
+
+def spec_row(summary, k, ngl="0"):
+    return summary[(summary["mode"] == "speculative") & (summary["k"] == k) & (summary["ngl"] == ngl)].iloc[0]
+
+
+def test_a_paired_gain_is_the_geometric_mean_of_the_ratios_with_its_interval():
+    records = interleaved([20.0, 18.0, 22.0, 19.0], {2: [0.1, 0.12, 0.11, 0.1], 4: [0.30, 0.34, 0.32, 0.28]})
+    row = spec_row(summarize(to_frame(records)), 4)
+    ratios = np.array([1.30, 1.34, 1.32, 1.28])
+    assert row["gain_test"] == "paired" and row["gain_pairs"] == 4
+    assert row["gain_pct"] == pytest.approx(100 * (np.exp(np.log(ratios).mean()) - 1))
+    assert row["gain_lo"] < row["gain_pct"] < row["gain_hi"] and row["gain_lo"] > 20 and row["gain_hi"] < 40
+    assert gain_decided(row) is True and row["best_k"]
+
+
+def test_a_drift_the_pairs_cancel_would_decide_a_false_gain_unpaired():
+    """The machine slows by half during the sweep; K=4 is as fast as the target alone in every block. Paired: no
+    gain, nothing decided; the same runs measured all target first (no pairing), the drift names itself and the
+    unpaired verdict is not decided either."""
+    alone = [30.0, 27.0, 24.0, 21.0, 18.0, 15.0]
+    paired = summarize(to_frame(interleaved(alone, {4: [0.0, 0.01, -0.01]})))
+    row = spec_row(paired, 4)
+    assert abs(row["gain_pct"]) < 1.5 and gain_decided(row) is False and not row["best_k"]
+    grouped = ([rec("target", a, rep=i, t=i, design=None) for i, a in enumerate(alone)]
+               + [rec("speculative", a * 0.6, k=4, rep=i, t=100 + i, design=None) for i, a in enumerate(alone)])
+    timed = to_frame(grouped).assign(started=[T0 + i for i in range(6)] + [T0 + 100 + i for i in range(6)])
+    unpaired = summarize(timed)
+    assert spec_row(unpaired, 4)["gain_test"] == "unpaired"
+    assert gain_decided(spec_row(unpaired, 4)) is not True
+    [line] = drift_lines(paired)
+    assert line.startswith("drift: the target alone moved -50.0%") and "6 runs" in line and "paired" in line
+
+
+def test_the_interval_widens_with_the_rows_that_compete():
+    """The same K=4 runs beside 1 and beside 7 other K's: the family correction widens its interval."""
+    alone = [20.0, 21.0, 19.0]
+    g = [0.10, 0.02, 0.14]
+    alone_one = summarize(to_frame(interleaved(alone, {4: g})))
+    many = summarize(to_frame(interleaved(alone, {k: g for k in (1, 2, 3, 4, 5, 6, 7, 8)})))
+    one, eight = spec_row(alone_one, 4), spec_row(many, 4)
+    assert one["gain_family"] == 1 and eight["gain_family"] == 8
+    assert eight["gain_hi"] - eight["gain_lo"] > one["gain_hi"] - one["gain_lo"]
+    assert "corrected for the 8 rows" in " ".join(proof_lines(many))
+
+
+def test_a_busy_target_alone_decides_nothing_beside_it():
+    records = interleaved([20.0, 20.5, 19.5, 20.0], {4: [0.4, 0.42, 0.38, 0.41]})
+    records[0] = rec("target", 20.0, rep=0, t=0, busy=True)
+    row = spec_row(summarize(to_frame(records)), 4)
+    assert row["gain_lo"] > 0 and gain_decided(row) is False and row["undecided_why"] == "busy"
+
+
+def test_the_deploy_line_is_the_fastest_measured_setting():
+    """-ngl 0: K=8 gains +48%, at 37 tokens/s; -ngl 99: the target alone runs at 76 tokens/s and K=8 gains +10%. The
+    deploy line is -ngl 99 K=8; where that +10% is not decided, the -ngl 99 target alone, never -ngl 0's K=8."""
+    slow = interleaved([25.0, 25.5, 24.5, 25.2], {8: [0.48, 0.50, 0.46, 0.49]})
+    fast_decided = interleaved([76.0, 75.5, 76.5, 75.8], {8: [0.10, 0.11, 0.09, 0.10]}, ngl=99, start=100)
+    fast_open = interleaved([76.0, 75.5, 76.5, 75.8], {8: [0.30, -0.08, 0.25, -0.05]}, ngl=99, start=100)
+    for fast, want in ((fast_decided, ("99", "speculative")), (fast_open, ("99", "target"))):
+        records = slow + fast
+        df = to_frame(records)
+        summary = deploy.with_deploy(summarize(df), df, [parse(r) for r in records])
+        [chosen] = [r for _, r in summary.iterrows() if r["deploy"]]
+        assert (chosen["ngl"], chosen["mode"]) == want
+        assert chosen["tokens_per_s"] >= summary[summary["mode"] == "target"]["tokens_per_s"].max()
+        assert "-ngl 99" in chosen["deploy"]
+        [(head, _)] = deploy.lines(summary)
+        assert ("no speculation" in head) == (want[1] == "target"), head
+
+
+def test_a_aa_pair_is_no_difference_in_at_least_19_of_20_simulated_sweeps():
+    """A/A: an n-gram row that drafts nothing useful, as fast as the target alone (noise 4%, a drift of 15% over the
+    sweep, 2 prompts x 4 repetitions, interleaved); 20 sweeps with fixed seeds, K=1..4 beside it (a family of 4)."""
+    rng = np.random.default_rng(55)
+    false_decisions = 0
+    for _ in range(20):
+        drift = np.linspace(1.0, 0.85, 4)
+        records = []
+        for rep in range(4):
+            for p, base in (("p1", 30.0), ("p2", 20.0)):
+                records.append(rec("target", base * drift[rep] * rng.lognormal(0, 0.04), rep=rep, prompt=p))
+                for k in (1, 2, 3, 4):
+                    records.append(rec("speculative", base * drift[rep] * rng.lognormal(0, 0.04), k=k, rep=rep,
+                                       prompt=p))
+        summary = summarize(to_frame(records))
+        false_decisions += int(any(gain_decided(r) is True for _, r in summary[summary["mode"] == "speculative"].iterrows()))
+    assert false_decisions <= 1
+
+
+def test_old_files_still_report_unpaired_and_say_so():
+    records = [rec("target", v, rep=i, design=None) for i, v in enumerate((10.0, 11.0, 10.5))] + [
+        rec("speculative", v, k=4, rep=i, design=None) for i, v in enumerate((14.0, 15.0, 14.5))]
+    summary = summarize(to_frame(records))
+    row = spec_row(summary, 4)
+    assert row["gain_test"] == "unpaired" and row["gain_pct"] == pytest.approx(100 * (14.5 / 10.5 - 1))
+    assert gain_decided(row) is True
+    assert any("Welch's unpaired test" in line for line in proof_lines(summary))
+
+
+# --- the order runs are measured in ------------------------------------------------------------------------------
+
+
+def cells(reps=4, ks=(2, 4), prompts=("a", "b")):
+    out = []
+    for p in prompts:
+        for rep in range(reps):
+            out.append(Cell(Mode.TARGET, 0, 0.0, Prompt(p, "text"), rep))
+            out += [Cell(Mode.SPECULATIVE, k, 0.0, Prompt(p, "text"), rep) for k in ks]
+    return out
+
+
+def test_shuffled_blocks_are_seeded_and_no_cell_is_always_first():
+    order = shuffled(cells(reps=8), seed=3)
+    assert order == shuffled(cells(reps=8), seed=3) and order != shuffled(cells(reps=8), seed=4)
+    firsts = [order[i] for i in range(0, len(order), 3)]
+    assert {(c.mode, c.k) for c in firsts} == {(Mode.TARGET, 0), (Mode.SPECULATIVE, 2), (Mode.SPECULATIVE, 4)}
+    assert firsts[0].mode == Mode.TARGET and firsts[8].mode == Mode.TARGET  # each prompt's first block: its baseline
+    blocks = [order[i:i + 3] for i in range(0, len(order), 3)]
+    assert all(len({(c.prompt.id, c.repetition) for c in b}) == 1 for b in blocks)  # a block stays together
+
+
+def test_counterbalanced_blocks_switch_at_least_four_times_in_a_b_b_a_order():
+    order = counterbalanced(cells(reps=4, ks=(4,), prompts=("a",)), lambda c: (c.mode, c.k))
+    sides = ["A" if c.mode == Mode.TARGET else "B" for c in order]
+    assert "".join(sides) == "ABBAABBA"
+    switches = sum(a != b for a, b in zip(sides, sides[1:]))
+    assert switches >= 3 and order[0].mode == Mode.TARGET
+    assert sorted((c.mode, c.repetition) for c in order) == sorted((c.mode, c.repetition)
+                                                                 for c in cells(reps=4, ks=(4,), prompts=("a",)))
+
+
+def test_auto_looks_are_few_and_end_at_the_maximum():
+    assert auto_looks(10) == [2, 3, 5, 8, 10] and auto_looks(2) == [2] and auto_looks(4) == [2, 3, 4]
+
+
+def test_auto_repeats_only_the_cells_of_an_open_verdict():
+    """K=8 is clearly the best and decided; K=4 beside it close. A first pass leaves K=8 against K=4 open: the rows to
+    repeat are K=8, K=4 and the target alone, not K=1."""
+    records = interleaved([20.0, 20.4], {1: [0.05, 0.3], 4: [0.50, 0.53], 8: [0.52, 0.55]})
+    open_ = undecided([parse(r) for r in records])
+    assert {(r["mode"], r["k"]) for r in open_.rows} == {("speculative", 8), ("speculative", 4), ("target", 0)}
+    assert open_.why and "K=8" in open_.why[0]
+    decided = interleaved([20.0, 20.2, 19.9, 20.1, 20.0], {1: [0.0, 0.01, -0.01], 8: [0.50, 0.51, 0.49]})
+    assert undecided([parse(r) for r in decided]).rows == []
+
+
+def test_records_keep_their_order():
+    frame = to_frame([rec("target", 10.0, t=5)])
+    assert frame.loc[0, "design"] == "shuffled" and frame.loc[0, "started"] == T0 + 5
+    assert pd.isna(to_frame([rec("target", 10.0, design=None)]).loc[0, "design"])
