@@ -37,21 +37,35 @@ def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
               events: SweepEvents = SweepEvents()) -> Path:
     """Run every cell not already in `out`; append each record as soon as it is measured. The whole sweep holds
     `out`'s writer lock: a second process on the same name fails at once (BusyError) instead of writing beside it."""
+    events = _once(events)  # -r auto's passes: each note once
     with exclusive(out):
         if out.exists() and not resume:
             raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
         done = cells_done(read_records(out), files.name) if out.is_file() else set()
+        ran = 0
         for record in iter_records(name, files, grid, done, events):
             append_record(out, record)
             events.cell(record)
+            ran += 1
         if grid.max_reps is not None:
-            events.stopped(_until_decided(name, files, grid, out, events))
+            events.stopped(_until_decided(name, files, grid, out, events, ran))
     return out
 
 
-def _until_decided(name: str, files: PairFiles, grid: Grid, out: Path, events: SweepEvents) -> str:
+def _once(events: SweepEvents) -> SweepEvents:
+    """The events with each note said once."""
+    said: set[str] = set()
+
+    def note(line: str) -> None:
+        if line not in said:
+            said.add(line)
+            events.note(line)
+    return replace(events, note=note)
+
+
+def _until_decided(name: str, files: PairFiles, grid: Grid, out: Path, events: SweepEvents, ran: int) -> str:
     """-r auto after its first pass: one look per plan.auto_looks count, each repeating only the cells of verdicts still
-    open (measure/repeat.py); why it stopped."""
+    open (measure/repeat.py); why it stopped. ran: the cells measured so far (the progress bar counts on)."""
     start, counts = time.monotonic(), auto_looks(grid.max_reps)
     for done_reps, next_reps in zip(counts, counts[1:]):
         open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == files.name])
@@ -66,9 +80,11 @@ def _until_decided(name: str, files: PairFiles, grid: Grid, out: Path, events: S
         done = cells_done(read_records(out), files.name)
         def only(setting, cell, rows=open_.rows, before=done_reps):
             return cell.repetition >= before and selects(rows, setting, cell)
-        for record in iter_records(name, files, more, done, events, only):
+        quiet = replace(events, start=lambda todo, skipped, stored, before=ran: events.start(before + todo, 0, 0))
+        for record in iter_records(name, files, more, done, quiet, only):
             append_record(out, record)
             events.cell(record)
+            ran += 1
     open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == files.name])
     if not open_.rows:
         return f"-r auto: every verdict decided after {counts[-1]} repetitions"

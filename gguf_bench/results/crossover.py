@@ -72,8 +72,9 @@ def gain_text(row: pd.Series) -> str:
 def open_verdicts(summary: pd.DataFrame) -> list[tuple[list[dict], str]]:
     """Per family of rows that compete for one verdict (summary.FAMILY) whose verdict is still open: the rows to measure
     again (their ROW keys: the two fastest speculative rows, their targets alone and the fastest target alone) and
-    why: the fastest speculative row not decided against its target alone, not told above the fastest target alone,
-    or not told above the runner-up."""
+    why: the fastest speculative row not decided against its target alone (a decided loss closes the family: the
+    target alone is the answer), or, where it gains, not told above the fastest target alone or above a runner-up that
+    may gain too."""
     out = []
     for _, family in summary.groupby([c for c in FAMILY if c in summary], dropna=False, sort=False):
         alone = family[(family["mode"] == "target") & family["tokens_per_s"].notna()]
@@ -85,12 +86,14 @@ def open_verdicts(summary: pd.DataFrame) -> list[tuple[list[dict], str]]:
         runner_up = spec.iloc[1] if len(spec) > 1 else None
         level = GAIN_LEVEL / max(1, int(best.get("gain_family") or 1))
         why = []
-        if gain_decided(best) is not True:
+        loses = gain_decided(best) is False and best["gain_hi"] < 0 and not best.get("undecided_why")
+        if gain_decided(best) is not True and not loses:
             why.append(f"{row_label(best)} against its target alone")
-        elif best["gain_pct"] > 0 and not beats_fastest_alone(best, fastest) and best["tokens_per_s"] > fastest["tokens_per_s"]:
-            why.append(f"{row_label(best)} against the fastest target alone")
-        if runner_up is not None and faster_p(best, runner_up) >= level:
-            why.append(f"{row_label(best)} against {row_label(runner_up)}")
+        elif gain_decided(best) and best["gain_pct"] > 0:
+            if best["tokens_per_s"] > fastest["tokens_per_s"] and not beats_fastest_alone(best, fastest):
+                why.append(f"{row_label(best)} against the fastest target alone")
+            if runner_up is not None and runner_up["gain_hi"] > 0 and faster_p(best, runner_up) >= level:
+                why.append(f"{row_label(best)} against {row_label(runner_up)}")
         if why:
             rows = [best, fastest, *([runner_up] if runner_up is not None else [])]
             rows += [alone.loc[alone["tokens_per_s"] == r["baseline_tokens_per_s"]].iloc[0] for r in list(rows)
