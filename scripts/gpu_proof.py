@@ -208,7 +208,7 @@ FIGURES: dict[str, tuple[Figure, ...]] = {
     "build": (Figure("device memory", "GiB", pattern=r"^device: .*, (\S+) GiB$"),
               Figure("build time", "s", pattern=r"^build-tree --(?:cpu|cuda)\b.*?: (\S+) s\b")),
     "twins": (Figure("tensors", "", pattern=r"^twin of .*?: (\S+) tensors"),
-              Figure("logical size", "MB", pattern=r"^twin of .*? tensors, (\S+) [KMGT]?B logical")),
+              Figure("logical size", "KB/MB/GB", pattern=r"^twin of .*? tensors, (\S+) [KMGT]?B logical")),
     "offload": (Figure("tests passed", "", pattern=r"\b(\S+) passed\b"),),
     "plan-cli": tuple(Figure(c, "MiB", column=c) for c in ("weights", "KV", "compute", "total")),
     "plan": tuple(Figure(c, "MiB predicted/measured", column=c, rows=r"^\S+\.gguf ") for c in ("weights p/m", "total p/m")),
