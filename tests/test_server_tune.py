@@ -129,7 +129,7 @@ def test_json_names_each_k_measured_interpolated_or_not_calibrated():
     [cal] = calibrations(records)
     assert dict(cal.rounds_s) == pytest.approx({1: 0.012, 8: 0.0375}) and cal.untimed == ((4, 4, 31),)
     tuned = SimpleNamespace(calibrations=[cal], job=SimpleNamespace(ks=[1, 2, 4, 8], out=Path("r.jsonl")), top=None,
-                            within_scatter=None, checked=None)
+                            within_scatter=None, checked=None, verdict=None)
     doc = server_tuning.as_json(tuned)
     want = {1: "measured", 2: "not calibrated", 4: "interpolated", 8: "measured"}
     assert {r["k"]: r["round_from"] for r in doc["rows"]} == want == doc["calibrations"][0]["round_from"]
@@ -152,6 +152,88 @@ def test_rounds_the_servers_metrics_did_not_count_are_not_measured_not_no_drafts
     with pytest.raises(BenchError, match=r"no speculative counters .* at K=4: its rounds were not measured") as stopped:
         calibrations([rec("target", 0, 32, 0.32), uncounted, rec("speculative", 1, 32, 0.222, 16, 12, (12,))])
     assert "\n" not in str(stopped.value)
+
+
+def test_with_one_repetition_the_scatter_guard_says_it_is_off():
+    """--reps 1: one target-alone run per prompt, no scatter to tell a gain from. K=4 is still recommended (+24%), and
+    the table's legend and --json say the guard is off; with two repetitions they give its margin instead."""
+    from types import SimpleNamespace
+
+    from gguf_bench.measure.server_tune import recommend
+
+    spec = rec("speculative", 4, 32, 0.25, 10, 20, (10, 6, 3, 1))
+    [once] = calibrations([rec("target", 0, 32, 0.32), spec])
+    top, within = recommend([once], [4])
+    assert top[1].k == 4 and within is None and not once.guard.on
+    legend = rendered(server_tuning.prediction_table(once, [4], top, 200))
+    assert "scatter guard off: --reps 1 times the target alone once (repetitions of each prompt)" in legend
+    tuned = SimpleNamespace(calibrations=[once], job=SimpleNamespace(ks=[4], out=Path("r.jsonl")), top=top,
+                            within_scatter=None, checked=None, verdict=None)
+    guard = server_tuning.as_json(tuned)["scatter_guard"]
+    assert guard["on"] is False and guard["target_scatter"] is None and guard["line"].startswith("scatter guard off")
+    [twice] = calibrations([rec("target", 0, 32, 0.32), rec("target", 0, 32, 32 / 110), spec])
+    assert "no predicted gain under +4.8% is recommended" in rendered(server_tuning.prediction_table(twice, [4], top, 200))
+    tuned.calibrations = [twice]
+    assert server_tuning.as_json(tuned)["scatter_guard"]["on"] is True
+
+
+def rendered(group, width: int = 200) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(group)
+    return out.getvalue()
+
+
+def checked_run(mode, k, tps, rep, prompt="p1"):
+    """A --check run through llama-server, interleaved (records.Order 'alternate') with its block's other runs."""
+    cfg = {"k": k, "ngl": 0, "ngld": 0, "temperature": 0.0, "n_predict": 32, "prompt_id": prompt, "repetition": rep,
+           "engine": "server"}
+    if mode == "speculative":
+        cfg["strategy"] = {"spec_type": "draft-simple"}
+    return parse({"pair": "P", "mode": mode, "error": None, "config": cfg,
+                  "metrics": {"tokens_per_s": tps, "n_tokens": 32, "decode_s": 32 / tps, "rounds": 8 if k else 0,
+                              "drafted": 8 * k, "accepted": 4 * k},
+                  "order": {"design": "alternate", "position": 0, "started": 1_800_000_000.0 + 10 * rep + k},
+                  "models": {"target": {"file": "t.gguf"}, "draft": {"file": "d.gguf"}}})
+
+
+@pytest.mark.parametrize("k4_gains, verdict_k", [([0.20, 0.22, 0.19, 0.21], 4), ([0.4, -0.3, 0.35, -0.25], 0)])
+def test_a_server_check_decides_by_the_verdict_rule(monkeypatch, tmp_path, k4_gains, verdict_k):
+    """--check measures K=2, 4 and 8 (the recommended K=4 and its neighbours) and the target alone in 4 interleaved
+    blocks. K=4 gaining a steady +20%: decided, the verdict and what tune deploys. K=4 gaining +40% and losing 30% by
+    turns (K=2 and K=8 slower than the target alone): nothing decided, the verdict is the target alone although K=4
+    was predicted, and --json's best says so beside the prediction."""
+    from gguf_bench.measure import server_tune as flow
+    from gguf_bench.measure.pair import PairFiles
+    from gguf_bench.measure.prompts import Prompt
+
+    [cal] = calibrations([rec("target", 0, 32, 0.32), rec("target", 0, 32, 0.32),
+                          rec("speculative", 2, 32, 0.27, 16, 15, (12, 3)), rec("speculative", 4, 32, 0.25, 10, 20, (10, 6, 3, 1)),
+                          rec("speculative", 8, 32, 0.26, 6, 24, (6, 6, 6, 6, 0, 0, 0, 0))])
+    gains = {2: [-0.05] * 4, 4: k4_gains, 8: [-0.1] * 4}
+    runs = [checked_run("target", 0, a, rep) for rep, a in enumerate([100.0, 90.0, 80.0, 95.0])]
+    runs += [checked_run("speculative", k, r.metrics.tokens_per_s * (1 + g[r.config.repetition]), r.config.repetition)
+             for k, g in gains.items() for r in list(runs)]
+    monkeypatch.setattr(flow, "_measure", lambda job, grid, what, step: runs)
+    job = flow.ServerTuneJob(PairFiles(tmp_path / "t.gguf", tmp_path / "d.gguf", "P"), [Prompt("p1", "code", "hi")],
+                             [2, 4, 8], ["draft-simple"], 32, 256, None, "st", tmp_path / "st.jsonl", reps=4)
+    top, within = flow.recommend([cal], job.ks)
+    assert top[1].k == 4
+    tuned = flow.ServerTuned(job, [cal], top, [], within_scatter=within)
+    tuned.checked, tuned.verdict = flow.run_check(tuned, lambda what: None)
+    by_k = {r["k"]: r for r in tuned.checked}
+    assert tuned.verdict["k"] == verdict_k and by_k[4]["decided"] is (verdict_k == 4)
+    assert by_k[2]["decided"] is False or by_k[2]["measured_gain_pct"] < 0
+    chosen = tuned.chosen
+    assert (chosen[1].k if chosen else 0) == verdict_k
+    doc = server_tuning.as_json(tuned)
+    assert doc["best"]["k"] == verdict_k and doc["best"]["from"] == "measured by --check"
+    assert doc["predicted_best"]["k"] == 4 and doc["check"] == tuned.checked
+    line = server_tuning.recommendation_line(tuned)
+    assert line.startswith("recommendation (measured by --check): ") and line.endswith("predicted: --spec-type "
+                                                                                         "draft-simple at K=4")
+    assert ("run the target alone" in line) == (verdict_k == 0)
+    [k4] = [ln for ln in rendered(server_tuning.check_table(tuned)).splitlines() if "K=4" in ln]
+    assert ("/ ~" in k4) == (verdict_k == 0) and "[" in k4
 
 
 def test_ngram_twins_and_other_types_are_refused_with_one_line():

@@ -4,7 +4,10 @@ loop, the calibration record, and the command (JSON, --check, bad input) on tiny
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, stored
 
@@ -220,7 +223,8 @@ def test_check_rows_put_measured_next_to_predicted():
     rows = tuning.check_rows(cal, [parse(r) for r in recs])
     assert [r["k"] for r in rows] == [0, 2]
     k2 = rows[1]
-    assert k2["measured_tokens_per_s"] == 13.0 and k2["runs"] == 2 and k2["measured_gain_pct"] == pytest.approx(30.0)
+    assert k2["measured_tokens_per_s"] == 13.0 and k2["runs"] == 2
+    assert "measured_gain_pct" not in k2  # the gain is the verdict rule's (measure/tune.gain_fields), not 13 / 10
     assert k2["predicted_tokens_per_s"] == pytest.approx(cal.predict(2).tokens_per_s)
     assert k2["error_pct"] == pytest.approx(100 * (k2["predicted_tokens_per_s"] / 13.0 - 1))
     assert rows[0]["predicted_tokens_per_s"] == pytest.approx(cal.predict(1).baseline_tokens_per_s)
@@ -306,7 +310,9 @@ def test_tune_json_shape_and_stored_record(tiny_pairs, isolated):
     assert [r["k"] for r in doc["rows"]] == [1, 2, 3]
     for row in doc["rows"]:
         assert {"k", "ngl", "ngld", "predicted_tokens_per_s", "predicted_gain_pct", "best"} <= set(row)
-    assert set(doc["best"]) == {"k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct"}
+    assert set(doc["best"]) == {"k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct", "from"}
+    assert doc["best"]["from"] == "predicted" and "predicted_best" not in doc
+    assert doc["scatter_guard"]["on"] is False and "--reps 1" in doc["scatter_guard"]["line"]  # one timing: said off
     fastest = max(doc["rows"], key=lambda r: r["predicted_tokens_per_s"])
     if fastest["predicted_tokens_per_s"] > max(r["predicted_baseline_tokens_per_s"] for r in doc["rows"]):  # the fastest K
         assert doc["best"]["predicted_tokens_per_s"] == fastest["predicted_tokens_per_s"] and fastest["best"]
@@ -342,16 +348,22 @@ def test_tune_check_prints_measured_next_to_predicted_and_stores_the_runs(tiny_p
                     "--threads", "2", "-c", "256", "--reps", "1", "--check", "--name", "tc", "--plot", str(plot))
     assert result.exit_code == 0, result.output
     out = result.stdout
-    # a K, or the target alone naming the fastest K; the title may fold at the table's width
-    assert "recommended: " in out and "predicted tokens/s" in " ".join(out.split())
+    # the title may fold at the table's width
+    assert "predicted tokens/s" in " ".join(out.split()) and "scatter guard off: --reps 1" in " ".join(out.split())
     assert "--check: predicted against measured" in out and "measured tok/s" in out and "target alone" in out
     assert plot.stat().st_size > 0
     records = stored(isolated / "results" / "tc.jsonl")
     assert records[0]["kind"] == "calibration"
     runs = records[1:]
     assert {r["mode"] for r in runs} == {"target", "speculative"} and all(r["sweep"] == "tc" for r in runs)
-    rec_k = int(out.split("recommended: ")[1].split("-K ")[1].split()[0])
-    assert rec_k in {r["config"]["k"] for r in runs if r["mode"] == "speculative"}
+    # the recommendation is --check's verdict on what it measured: one run per K (one prompt, one repetition) gives
+    # no interval (and a machine shared with other work decides nothing), so the target alone is what it says to run,
+    # and what it deploys
+    verdict = " ".join(out.split("recommended (measured by --check): ")[1].split())
+    assert verdict.startswith("run the target alone (-ngl 0 -ngld 0, ")
+    assert "fewer than 2 pairs of runs" in verdict or "the machine was busy" in verdict
+    assert "deploy (measured in the Python loop by --check" in out and "--spec-type none" in out
+    assert "predicted: " in verdict
     check_report_shows_predictions(isolated / "results", records, tmp_path)
 
 
@@ -492,7 +504,9 @@ def test_tune_check_measures_the_cost_schedule_it_predicts(tiny_pairs, isolated,
     (cost,) = [r for r in doc["check"] if "strategy" in r]
     (outlook,) = [o for o in doc["cost_schedule"] if o["predicted"]]
     assert cost["strategy"] == outlook["strategy"] and cost["k"] == outlook["k_cap"]
-    assert cost["measured_tokens_per_s"] > 0 and cost["runs"] == 1 and cost["measured_gain_pct"] is not None
+    assert cost["measured_tokens_per_s"] > 0 and cost["runs"] == 1
+    # its gain is report's: none where the schedule drafted nothing (it ran the target alone), and then it says why
+    assert (cost["measured_gain_pct"] is None) == bool(cost["no_drafts"]) and cost["decided"] is None
     runs = [r for r in stored(isolated / "results" / "tcc.jsonl") if r["kind"] == "run"]
     schedule = [r for r in runs if (r["config"].get("strategy") or {}).get("k_schedule") == "cost"]
     assert len(schedule) == 1 and schedule[0]["config"]["k"] == cost["k"]
@@ -501,3 +515,170 @@ def test_tune_check_measures_the_cost_schedule_it_predicts(tiny_pairs, isolated,
     assert plot.stat().st_size > 0
     table = invoke("report", str(isolated / "results" / "tcc.jsonl"))
     assert table.exit_code == 0 and outlook["strategy"] in table.stdout
+
+
+# --- the noise guard and --check's verdict (issue 55, item 6) ------------------------------------------
+
+
+def test_relative_scatter_and_the_decode_timers_target_scatter():
+    """The target's one-token decodes at 10, 12.5 and 10 ms: speeds 100, 80 and 100 tokens/s, the slow one 20% from
+    their median. One timing: nothing to tell (None)."""
+    from gguf_bench.measure.costs import DecodeTimer
+
+    assert tn.relative_scatter([100.0, 80.0, 100.0]) == pytest.approx(0.2)
+    assert tn.relative_scatter([100.0]) is None and tn.relative_scatter([]) is None
+    timer = DecodeTimer([[1, 2, 3]], 8, 1)
+    timer.verify[1] += [(0.010, 0.009), (0.0125, 0.011), (0.010, 0.009)]
+    assert timer.result()["target_scatter"] == pytest.approx(0.2)
+    timer.verify[1][1:] = []
+    assert timer.result()["target_scatter"] is None
+
+
+def guarded(scatter):
+    texts = [tn.Text("a", (F, T, T, F, T, T, T, T, F, T), 10, False)]
+    return replace(tn.Calibration.from_record(record_for(TM, texts, [1, 2, 3])), scatter=scatter)
+
+
+def test_the_python_tune_recommends_no_gain_inside_the_target_alones_own_scatter():
+    """K=2 is predicted at +50.5% over the target alone. Its one-token timings scattered ±10%: K=2 is recommended.
+    ±60%: the gain is inside the machine's own noise, so the target alone is, and the line and --json say why. One
+    timing (--reps 1): the guard is off, K=2 is recommended, and the legend and --json say the guard is off."""
+    quiet, noisy, once = (tn.recommend([guarded(s)]) for s in (0.10, 0.60, None))
+    assert quiet.speculative and quiet.gain_pct == pytest.approx(50.50, abs=0.01) and not quiet.within_scatter
+    assert not noisy.speculative and noisy.within_scatter and noisy.prediction is None
+    assert once.speculative and not once.guard.on
+    cal = guarded(0.60)
+    line = tuning.recommendation_line(noisy, cal, noisy.fastest, None, False, (1, 4))
+    assert line.startswith("recommended: run the target alone") and "(+50.5%), within the scatter" in line
+    assert "one-token decode timings (±60.0%)" in line
+    doc = tuning.as_json("p", Path("r.jsonl"), [cal], [Strategy()], None, [])
+    assert doc["best"]["strategy"] == "run the target alone" and not any(r["best"] for r in doc["rows"])
+    assert doc["within_scatter"]["k"] == 2 and doc["scatter_guard"]["on"] and doc["settings"][0]["target_scatter"] == 0.6
+    off = tuning.as_json("p", Path("r.jsonl"), [guarded(None)], [Strategy()], None, [])
+    assert off["scatter_guard"]["on"] is False and "scatter guard off: --reps 1" in off["scatter_guard"]["line"]
+    assert off["best"]["k"] == 2 and "within_scatter" not in off
+    assert "scatter guard off: --reps 1" in rendered(tuning.prediction_table(guarded(None), [Strategy()], None, None,
+                                                                             200, once.guard))
+    assert "no predicted gain under +10.0% is recommended" in rendered(
+        tuning.prediction_table(guarded(0.1), [Strategy()], None, None, 200, quiet.guard))
+
+
+def test_the_cost_schedule_is_held_to_the_same_guard():
+    text = tn.Text("p", (F, T, T, F) * 6, 24, False, prompt=(7, 1, 2, 3, 4, 5, 6, 8) * 2,
+                   tokens=(7, 1, 2, 3, 4, 5, 6, 8) * 3)
+    cal = tn.Calibration("p", "0", "0", 24, (1, 2, 4), TM, (text,), (0.5, 0.5, 0.5, 0.5))
+    ngram = [Strategy("ngram"), Strategy("ngram", k_schedule="cost")]
+    (o,) = tn.cost_outlook([cal], ngram)
+    gain = 100 * (o.prediction.tokens_per_s / tn.recommend([cal], ngram).baseline_tokens_per_s - 1)
+    assert gain > 0 and o.beats(tn.recommend([cal], ngram)) == (o.prediction.tokens_per_s > o.best_fixed.tokens_per_s)
+    inside = replace(cal, scatter=gain / 100 + 0.01)
+    assert not tn.cost_outlook([inside], ngram)[0].beats(tn.recommend([inside], ngram))
+
+
+def rendered(group, width: int = 200) -> str:
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(group)
+    return out.getvalue()
+
+
+def run(mode, tps, k=0, rep=0, prompt="p1", design="shuffled"):
+    """A --check run of the Python loop, interleaved (records.Order) unless `design` is None."""
+    r = {"pair": "p", "mode": mode, "error": None,
+         "config": {"k": k, "ngl": 0, "ngld": 0, "temperature": 0.0, "n_predict": 10, "prompt_id": prompt,
+                    "repetition": rep},
+         "metrics": {"tokens_per_s": tps, "n_tokens": 10, "drafted": 4 if mode == "speculative" else 0},
+         "models": {"target": {"file": "t.gguf"}, "draft": {"file": "d.gguf"}}}
+    if design:
+        r["order"] = {"design": design, "position": 0, "started": 1_800_000_000.0 + 10 * rep + k}
+    return parse(r)
+
+
+def check_runs(alone, gains: dict[int, list[float]], design="shuffled"):
+    """Per repetition a block: the target alone at alone[rep], each K at alone[rep] * (1 + gain)."""
+    return [r for rep, a in enumerate(alone) for r in
+            [run("target", a, rep=rep, design=design)]
+            + [run("speculative", a * (1 + g[rep % len(g)]), k, rep, design=design) for k, g in gains.items()]]
+
+
+def test_check_gains_are_the_verdict_rules_and_the_fastest_decided_setting_wins(monkeypatch, tmp_path):
+    """--check measures K=1..3 and the target alone in 4 interleaved blocks, the machine wandering from 20 to 14
+    tokens/s. K=2 gains a steady +30% (decided); K=3 a scattered +5% or so (not decided); K=1 +10% (decided, slower
+    than K=2). The verdict: K=2 at its measured speed, and what tune deploys; the measured gains are the paired ones
+    with their intervals, not ratios of the means."""
+    from gguf_bench.measure import tune as flow
+    from gguf_bench.measure.prompts import Prompt
+
+    records = check_runs([20.0, 17.0, 14.0, 19.0], {1: [0.10, 0.11, 0.09, 0.10], 2: [0.30, 0.31, 0.29, 0.30],
+                                                    3: [0.30, -0.20, 0.25, -0.10]})
+    monkeypatch.setattr(flow, "_checked", lambda job, grid, events: [r for r in records if r.k in (0, *grid.ks)])
+    cal = guarded(None)
+    files = PairFiles(tmp_path / "t.gguf", tmp_path / "d.gguf", "p")
+    job = flow.TuneJob(files, [Prompt("p1", "code", "hi")], [1, 2, 3], 10, 256, None, "t", tmp_path / "t.jsonl")
+    rec = tn.recommend([cal])
+    tuned = flow.Tuned(job, [cal], cal, rec.fastest, rec, [], None)
+    flow._check(tuned, flow.TuneEvents())
+    rows = {r["k"]: r for r in tuned.checked}
+    assert rows[2]["decided"] is True and rows[1]["decided"] is True and rows[3]["decided"] is False
+    assert rows[0]["measured_gain_pct"] is None and rows[2]["measured_gain_lo"] > 25
+    assert rows[2]["measured_gain_pct"] == pytest.approx(100 * (np.exp(np.log([1.3, 1.31, 1.29, 1.3]).mean()) - 1))
+    assert tuned.verdict["k"] == 2 and tuned.verdict["tokens_per_s"] == pytest.approx(np.mean([26, 17 * 1.31, 14 * 1.29,
+                                                                                               19 * 1.3]))
+    chosen, cost = tuned.chosen
+    assert chosen.speculative and chosen.fastest.k == 2 and cost is None
+    assert tuning.gain_cell(rows[3]).startswith("~") and "[" in tuning.gain_cell(rows[3])
+    line = tuning.measured_line(tuned.verdict, rec, None)
+    assert line.startswith("recommended (measured by --check): -K 2 -ngl 0 -ngld 0: ") and "decided" in line
+    doc = tuning.as_json("p", job.out, [cal], [Strategy()], tuned.checked, [], tuned.verdict)
+    assert doc["best"]["k"] == 2 and doc["best"]["from"] == "measured by --check" and doc["predicted_best"]["k"] == 2
+
+
+def test_a_check_whose_gain_is_not_decided_recommends_the_target_alone_and_says_why(monkeypatch, tmp_path):
+    """One block (one pair of runs per K): no interval can be made, so however fast K=2 measured, the verdict is the
+    target alone, whatever tune predicted, and it says why; so do the deploy line's Recommendation and --json."""
+    from gguf_bench.measure import tune as flow
+    from gguf_bench.measure.prompts import Prompt
+
+    records = check_runs([20.0], {1: [0.2], 2: [0.4], 3: [0.3]})
+    monkeypatch.setattr(flow, "_checked", lambda job, grid, events: [r for r in records if r.k in (0, *grid.ks)])
+    cal = guarded(None)
+    job = flow.TuneJob(PairFiles(tmp_path / "t", tmp_path / "d", "p"), [Prompt("p1", "code", "hi")], [1, 2, 3], 10,
+                       256, None, "t", tmp_path / "t.jsonl")
+    rec = tn.recommend([cal])
+    assert rec.speculative  # predicted: K=2 at +50%
+    tuned = flow.Tuned(job, [cal], cal, rec.fastest, rec, [], None)
+    flow._check(tuned, flow.TuneEvents())
+    assert tuned.verdict["k"] == 0 and all(r["decided"] is None for r in tuned.checked)
+    assert "K=2 at 28.00 tokens/s" in tuned.verdict["why"] and "fewer than 2 pairs" in tuned.verdict["why"]
+    chosen, _ = tuned.chosen
+    assert not chosen.speculative and chosen.baseline_cal is cal
+    line = tuning.measured_line(tuned.verdict, rec, None)
+    assert line.startswith("recommended (measured by --check): run the target alone (-ngl 0 -ngld 0, 20.00 tokens/s")
+    assert "predicted: draft K=2 -ngl 0 -ngld 0 at 16.72 tokens/s" in line
+    assert tuning.gain_cell(tuned.checked[-1]) == "~+30.0"
+
+
+def test_a_check_on_a_busy_machine_decides_nothing():
+    """The steady +30% of K=2, measured while other processes kept the cores busy: not decided, so the verdict is the
+    target alone, and it says why."""
+    from gguf_bench.measure.tune import check_summary, measured_verdict
+    from gguf_bench.results.records import to_dict
+
+    quiet = check_runs([20.0, 17.0, 14.0, 19.0], {2: [0.30, 0.31, 0.29, 0.30]})
+    assert measured_verdict(check_summary(quiet))["k"] == 2
+    busy = [parse(to_dict(r) | {"load": {"wall_s": 1.0, "others_cpu_s": 1.5, "cpu_count": 2}}) for r in quiet]
+    verdict = measured_verdict(check_summary(busy))
+    assert verdict["k"] == 0 and verdict["ngl"] == "0" and "the machine was busy" in verdict["why"]
+
+
+def test_a_checked_row_that_drafted_nothing_has_no_gain_and_says_so():
+    from gguf_bench.measure.tune import check_summary, gain_fields
+    from gguf_bench.results.records import to_dict
+
+    runs = check_runs([20.0, 19.0], {2: [0.3, 0.3]})
+    runs = [parse(to_dict(r) | {"metrics": {**to_dict(r)["metrics"], "drafted": 0}}) if r.k else r for r in runs]
+    row = gain_fields(check_summary(runs), 2)
+    assert row["measured_gain_pct"] is None and row["no_drafts"] and tuning.gain_cell(row) == "no drafts"

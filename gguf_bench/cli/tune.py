@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +41,7 @@ from gguf_bench.cli.options import (
     ThreadsOpt,
 )
 from gguf_bench.cli.progress import QuietStatus, pair_files
-from gguf_bench.decoding.strategy import Strategy, parse_spec_types
+from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy, parse_spec_types
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import deploy, workloads
 from gguf_bench.measure.server_tune import ServerTuneJob, tune_server, twin_files
@@ -61,6 +62,7 @@ from gguf_bench.results.tuning import (
     check_table,
     components_line,
     cost_outlook_lines,
+    measured_line,
     prediction_table,
     recommendation_line,
     tune_strategies,
@@ -162,21 +164,19 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
             tuned = run_tune(job, ngl_list, ngld_list, predicted, check, events)
     if tuned.top is None:  # twins, and no acceptance measured for the real pair
         return _twin_only(tuned, alphas, json_out)
-    files, out, ctx_size = tuned.job.files, tuned.job.out, tuned.job.ctx_size
+    files, out = tuned.job.files, tuned.job.out
     calibrations, top_cal, top, rec = tuned.calibrations, tuned.top_cal, tuned.top, tuned.rec
-    outlooks, cost_top, checked, check_top = tuned.outlooks, tuned.cost_top, tuned.checked, tuned.check_top
-    deploy_line, deploy_note = (deploy.tuned_line(files, predicted, rec, cost_top, ctx_size, threads) if not tuned.job.real_pair else
-                                (None, f"twins are not files to deploy: `gguf-bench tune {tuned.job.real_pair}` on the real "
-                                       "files prints the command line"))
+    outlooks, cost_top, checked = tuned.outlooks, tuned.cost_top, tuned.checked
+    deploy_line, deploy_note = _deploy(tuned, predicted, threads)
     if json_out:
-        doc = as_json(files.name, out, calibrations, predicted, checked, outlooks) | {"deploy": deploy_line,
-                                                                                     "deploy_note": deploy_note}
+        doc = as_json(files.name, out, calibrations, predicted, checked, outlooks, tuned.verdict) | {
+            "deploy": deploy_line, "deploy_note": deploy_note}
         if tuned.job.real_pair:
             doc |= twin_json(tuned, alphas)
         sys.stdout.write(json.dumps(doc, default=str) + "\n")
     else:
         for cal in calibrations:
-            table = prediction_table(cal, predicted, top_cal, top if rec.speculative else None, console.width)
+            table = prediction_table(cal, predicted, top_cal, top if rec.speculative else None, console.width, rec.guard)
             console.print(fit_title(table, console.width))
             console.print(components_line(cal), markup=False)
             if cal.fit is not None and abs(cal.fit - 1) > 0.1:
@@ -187,17 +187,36 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
             _twin_lines(tuned, alphas)
         for line in cost_outlook_lines(outlooks):
             console.print(line, markup=False)
-        console.print(recommendation_line(rec, top_cal, top, cost_top, len(predicted) > 1, (ngram_min, ngram_max)),
+        if checked is not None:  # what was measured comes before the recommendation it decides
+            console.print(fit_title(check_table(checked, _checked_k(tuned.verdict), console.width), console.width))
+        console.print(measured_line(tuned.verdict, rec, cost_top) if tuned.verdict else
+                      recommendation_line(rec, top_cal, top, cost_top, len(predicted) > 1, (ngram_min, ngram_max)),
                       markup=False)
         console.print(f"deploy ({deploy_note}):" if deploy_line else f"deploy: {deploy_note}", markup=False)
         if deploy_line:
             console.print(deploy_line, markup=False, soft_wrap=True)
         console.print(f"calibration stored in {out}", markup=False, soft_wrap=True)  # a path is never folded
-        if checked is not None:
-            console.print(fit_title(check_table(checked, check_top.k if rec.speculative else None, console.width), console.width))
     if plot:
         written = plot_tune(calibrations, predicted, checked, plot, outlooks)
         (err if json_out else console).print(f"wrote {written}", markup=False)
+
+
+def _deploy(tuned, predicted: list[Strategy], threads: int | None) -> tuple[str | None, str]:
+    """tune's deploy line and what to say of it: --check's measured verdict where it ran, else the prediction."""
+    if tuned.job.real_pair:
+        return None, (f"twins are not files to deploy: `gguf-bench tune {tuned.job.real_pair}` on the real files prints "
+                      "the command line")
+    rec, cost = tuned.chosen
+    strategies = [*predicted, DEFAULT_STRATEGY] if tuned.measured is not None else predicted  # --check runs the draft
+    line, note = deploy.tuned_line(tuned.job.files, strategies, rec, cost, tuned.job.ctx_size, threads)
+    if line is not None and tuned.measured is not None:
+        note = "measured in the Python loop by --check, not through llama-server: check it with --engine server"
+    return line, note
+
+
+def _checked_k(verdict: dict | None) -> int | None:
+    """The K --check's table stars: the verdict's, where it is the draft model's fixed K."""
+    return verdict["k"] if verdict and verdict["k"] and verdict["strategy"] == DEFAULT_STRATEGY.name else None
 
 
 def _twin_only(tuned, alphas: list[float], json_out: bool) -> None:
@@ -254,7 +273,7 @@ def _server_files(pair, target, draft, registry, types: list[str], twin: bool, f
 def _show_server(tuned, alphas: list[float] | None, json_out: bool) -> None:
     """tune --engine server's tables, recommendation and deploy line; on twins, tokens/s at the named acceptance rates."""
     ks = list(tuned.job.ks)
-    line = None if alphas else deploy.tuned_server_line(tuned)
+    line = None if alphas else deploy.tuned_server_line(replace(tuned, top=tuned.chosen))  # --check's verdict, if run
     if json_out:
         doc = server_tuning.as_json(tuned, twin=bool(alphas)) | {"deploy": line}
         if alphas:
@@ -269,12 +288,13 @@ def _show_server(tuned, alphas: list[float] | None, json_out: bool) -> None:
         console.print(f"twins: round times from twins (headers with synthetic weights) of {tuned.job.files.name}; "
                       "the acceptance is the one named, not measured: no draft length is recommended", markup=False)
     else:
+        if tuned.checked is not None:  # what was measured comes before the recommendation it decides
+            console.print(fit_title(server_tuning.check_table(tuned, console.width), console.width))
         console.print(server_tuning.recommendation_line(tuned), markup=False)
-        console.print("deploy (predicted, not measured: --check measures it):", markup=False)
+        console.print("deploy (measured by --check):" if tuned.verdict else
+                      "deploy (predicted, not measured: --check measures it):", markup=False)
         console.print(line, markup=False, soft_wrap=True)
     console.print(f"calibration runs stored in {tuned.job.out}", markup=False, soft_wrap=True)
-    if tuned.checked is not None:
-        console.print(fit_title(server_tuning.check_table(tuned, console.width), console.width))
 
 
 SERVER_REPS = 3  # tune --engine server: repetitions of each calibration request (the median is kept)

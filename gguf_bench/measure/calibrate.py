@@ -128,6 +128,8 @@ class CalibrationEvents:
     """Progress callbacks (the CLI's status line); calibration itself prints nothing."""
 
     step: Callable[[str], None] = lambda what: None
+    # the decode timings as measured (DecodeTimer.result), beside the record: tune reads the target's scatter from it
+    timed: Callable[[dict], None] = lambda decodes: None
 
 
 def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_predict: int, ks: Sequence[int],
@@ -164,6 +166,7 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
                 events.step(f"timing decodes of 1..{k_max + 1} tokens")
                 timer.run(pair, share)  # `reps` in all, spread between the runs
         decodes = timer.result()
+        events.timed(decodes)
         offload = pair.offload()
     round_overhead = _round_overhead(runs, texts, decodes, k_max, n_predict)
     timings = Timings(decodes["t_draft_s"], decodes["t_draft2_s"], tuple(decodes["t_verify_s"]), max(0.0, round_overhead))

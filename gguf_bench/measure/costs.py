@@ -21,6 +21,7 @@ from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.parts import model_size
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing, split_label
+from gguf_bench.results.costmodel import relative_scatter
 from gguf_bench.results.records import CalibrationRecord
 from gguf_bench.results.store import environment, read_records, results_dir
 
@@ -93,6 +94,7 @@ class DecodeTimer:
         t_verify = [_medians(v) for v in self.verify.values()]
         (t_draft, t_draft_in), (t_draft2, _) = _medians(self.draft1), _medians(self.draft2)
         return {"position": self.position, "samples": len(self.verify[1]),
+                "target_scatter": relative_scatter([1 / w for w, _ in self.verify[1] if w > 0]),  # tune's noise guard
                 "t_verify_s": [w for w, _ in t_verify], "t_draft_s": t_draft, "t_draft2_s": t_draft2,
                 "verify_python_s": [max(0.0, w - i) for w, i in t_verify], "draft_python_s": max(0.0, t_draft - t_draft_in)}
 

@@ -17,6 +17,7 @@ from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import SweepEvents, iter_records
+from gguf_bench.measure.tune import check_summary, gain_fields, measured_verdict
 from gguf_bench.models.twin import twin_of, twin_pair
 from gguf_bench.results.costmodel import Prediction
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
@@ -71,6 +72,23 @@ class ServerTuned:
     records: list[RunRecord]  # the calibration's runs (their commands are the deploy line's)
     checked: list[dict] | None = None
     within_scatter: tuple[ServerCalibration, Prediction] | None = None  # the fastest, its gain inside the drift
+    verdict: dict | None = None  # --check's measured verdict (measure/tune.measured_verdict)
+
+    @property
+    def checked_cal(self) -> ServerCalibration:
+        """The type --check measures: the recommended one, else the fastest predicted."""
+        return self.top[0] if self.top else self.fastest()[0]
+
+    def fastest(self) -> tuple[ServerCalibration, Prediction]:
+        return max(((c, p) for c in self.calibrations for p in c.predictions(self.job.ks)), key=lambda o: o[1].tokens_per_s)
+
+    @property
+    def chosen(self) -> tuple[ServerCalibration, Prediction] | None:
+        """What to deploy (None: the target alone): --check's verdict where it ran (never a setting slower than another
+        it measured), else the recommendation."""
+        if self.verdict is None:
+            return self.top
+        return (self.checked_cal, self.checked_cal.predict(self.verdict["k"])) if self.verdict["k"] else None
 
 
 def twin_files(name: str, target: str, draft: str | None, folder: Path, registry: Path | None = None) -> PairFiles:
@@ -95,17 +113,18 @@ def tune_server(job: ServerTuneJob, check: bool, step: Callable[[str], None] = l
     top, within = recommend(cals, job.ks)
     tuned = ServerTuned(job, cals, top, records, within_scatter=within)
     if check:
-        tuned.checked = run_check(tuned, step)
+        tuned.checked, tuned.verdict = run_check(tuned, step)
     return tuned
 
 
 def recommend(cals: Sequence[ServerCalibration], ks: Sequence[int]) -> tuple[tuple | None, tuple | None]:
-    """(the recommendation, None) when the fastest prediction gains more than the target alone's repetitions scattered;
-    (None, the fastest) when it gains less than that; (None, None) when nothing gains."""
+    """(the recommendation, None) when the fastest prediction gains more than the target alone's repetitions scattered
+    (more than nothing where the guard is off: --reps 1, which the legend and --json say); (None, the fastest) when it
+    gains less than that; (None, None) when nothing gains."""
     cal, best = max(((c, p) for c in cals for p in c.predictions(ks)), key=lambda o: o[1].tokens_per_s)
     if best.gain_pct <= 0:
         return None, None
-    return ((cal, best), None) if best.gain_pct > 100 * (cal.scatter or 0.0) else (None, (cal, best))
+    return ((cal, best), None) if cal.guard.passes(best.gain_pct) else (None, (cal, best))
 
 
 def _measure(job: ServerTuneJob, grid: Grid, what: str, step: Callable[[str], None]) -> list[RunRecord]:
@@ -121,11 +140,11 @@ def _measure(job: ServerTuneJob, grid: Grid, what: str, step: Callable[[str], No
     return out
 
 
-def run_check(tuned: ServerTuned, step: Callable[[str], None]) -> list[dict]:
+def run_check(tuned: ServerTuned, step: Callable[[str], None]) -> tuple[list[dict], dict]:
     """The recommended type at its K and the K's beside it (and the target alone), measured as `sweep` does, each beside
-    its prediction: tokens/s one request at a time, each request's own tokens/s (req t/s) with several slots."""
-    cal, top = tuned.top if tuned.top else max(((c, p) for c in tuned.calibrations for p in c.predictions(tuned.job.ks)),
-                                               key=lambda o: o[1].tokens_per_s)
+    its prediction: tokens/s one request at a time, each request's own tokens/s (req t/s) with several slots. Its
+    measured gains and what it says to run are the verdict rule's (measure/tune.check_summary), on the same speeds."""
+    cal, top = tuned.top or tuned.fastest()
     ks = sorted(set(tuned.job.ks))
     at = ks.index(top.k)
     job = tuned.job
@@ -139,8 +158,8 @@ def run_check(tuned: ServerTuned, step: Callable[[str], None]) -> list[dict]:
         rows.append({"k": k, "spec_type": None if k == 0 else cal.spec_type, "predicted_tokens_per_s": predicted,
                      "measured_tokens_per_s": measured, "error_pct": 100 * (predicted / measured - 1), "runs": len(runs),
                      "predicted_gain_pct": 100 * (predicted / top.baseline_tokens_per_s - 1) if k else None})
-    base = rows[0]["measured_tokens_per_s"]
-    return [r | {"measured_gain_pct": 100 * (r["measured_tokens_per_s"] / base - 1) if r["k"] else None} for r in rows]
+    summary = check_summary(records, per_request=bool(job.parallel))
+    return [r | gain_fields(summary, r["k"]) for r in rows], measured_verdict(summary)
 
 
 def _speed(record: RunRecord) -> float:

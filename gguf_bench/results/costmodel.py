@@ -46,6 +46,48 @@ from gguf_bench.results.records import CalibrationRecord
 DEFAULT_REPS = 6
 
 
+# --- the noise guard ---------------------------------------------------------------------------------
+
+
+def relative_scatter(speeds: Sequence[float]) -> float | None:
+    """How far repeated speeds lie from their median, relative, at most; None with fewer than two (nothing to tell)."""
+    if len(speeds) < 2:
+        return None
+    mid = statistics.median(speeds)
+    return max(abs(v / mid - 1) for v in speeds)
+
+
+@dataclass(frozen=True)
+class ScatterGuard:
+    """No predicted gain smaller than the scatter of the target alone's own repeated timings is recommended: a smaller
+    one is the machine's own drift as much as the draft's. Off (scatter None) where the target alone was timed once
+    (--reps 1): there is nothing to tell a gain from, and the recommendation says so instead of passing silently."""
+
+    scatter: float | None  # relative_scatter of the target alone's repeated timings (the largest over settings)
+    timings: str  # what was repeated, for the line: "one-token decode timings", "repetitions of each prompt"
+
+    @property
+    def on(self) -> bool:
+        return self.scatter is not None
+
+    def passes(self, gain_pct: float) -> bool:
+        """Whether a predicted gain may be recommended: above the scatter (above zero with the guard off)."""
+        return gain_pct > 100 * (self.scatter or 0.0)
+
+    def line(self) -> str:
+        if self.scatter is None:
+            return (f"scatter guard off: --reps 1 times the target alone once ({self.timings}), so no predicted gain "
+                    "is checked against the machine's own scatter; --reps 2 or more turns it on")
+        return (f"scatter guard: no predicted gain under {self.scatter:+.1%} is recommended (the target alone's "
+                f"{self.timings} lie within ±{self.scatter:.1%} of their median)")
+
+    def as_json(self) -> dict:
+        return {"on": self.on, "target_scatter": self.scatter, "line": self.line()}
+
+
+DECODE_TIMINGS = "one-token decode timings"  # what the Python engine's guard reads (measure/costs.DecodeTimer)
+
+
 # --- the model -------------------------------------------------------------------------------------
 
 
@@ -334,6 +376,8 @@ class Calibration:
     twin: bool = False  # measured on twins (models/twin.py): its timings are the model's, its texts and a are not
     acceptance_from: str = ""  # where texts and a come from when not from this record (with_acceptance_of)
     placement: str = ""  # both models' placement flags beyond -ngl/-ngld ('-ncmoe 2'); '' for the default
+    scatter: float | None = None  # the target's one-token decode timings' relative_scatter, as tune measured them
+    # (not stored in the record: None when read back, or with --reps 1)
 
     @property
     def setting(self) -> str:
@@ -388,17 +432,36 @@ def best(calibrations: Sequence[Calibration], strategies: Sequence[Strategy] = (
 @dataclass(frozen=True)
 class Recommendation:
     """What `tune` recommends: the fastest speculative setting when it is predicted to beat the target alone (the
-    fastest target alone over the calibrated settings), else the target alone: never a slowdown."""
+    fastest target alone over the calibrated settings) by more than the scatter guard's margin, else the target alone:
+    never a slowdown, never a gain inside the machine's own scatter. Where --check measured (`measured` set), its
+    verdict instead: the fastest measured setting, speculation only where its gain is decided."""
 
     fastest_cal: Calibration
     fastest: Prediction  # the fastest speculative setting, whether it beats the target alone or not
     baseline_cal: Calibration  # the setting whose target alone is fastest
     baseline_tokens_per_s: float
+    scatter: float | None = None  # the guard's: the largest over the calibrated settings (None: off, --reps 1)
+    measured: bool | None = None  # --check's verdict: True speculate at `fastest`, False the target alone
+
+    @property
+    def guard(self) -> ScatterGuard:
+        return ScatterGuard(self.scatter, DECODE_TIMINGS)
+
+    @property
+    def gain_pct(self) -> float:
+        """The fastest speculative setting's predicted gain over the fastest target alone."""
+        return 100.0 * (self.fastest.tokens_per_s / self.baseline_tokens_per_s - 1.0)
 
     @property
     def speculative(self) -> bool:
-        """False: no draft length is predicted to beat the target alone; run the target alone."""
-        return self.fastest.tokens_per_s > self.baseline_tokens_per_s
+        """False: no draft length is predicted to beat the target alone by more than the guard's scatter (or --check
+        measured none decidedly faster); run the target alone."""
+        return self.guard.passes(self.gain_pct) if self.measured is None else self.measured
+
+    @property
+    def within_scatter(self) -> bool:
+        """The fastest K is predicted to gain, but less than the target alone's own timings scatter."""
+        return self.measured is None and self.gain_pct > 0 and not self.guard.passes(self.gain_pct)
 
     @property
     def cal(self) -> Calibration:
@@ -414,7 +477,14 @@ def recommend(calibrations: Sequence[Calibration], strategies: Sequence[Strategy
     cal, top = best(calibrations, strategies)
     baselines = [(c, c.predict(min(c.ks)).baseline_tokens_per_s) for c in calibrations]
     base_cal, base = max(baselines, key=lambda b: b[1])
-    return Recommendation(cal, top, base_cal, base)
+    return Recommendation(cal, top, base_cal, base, scatter=guard_scatter(calibrations))
+
+
+def guard_scatter(calibrations: Sequence[Calibration]) -> float | None:
+    """The scatter guard's margin: the largest of the settings' target timings' scatters (None where none was timed
+    twice)."""
+    known = [c.scatter for c in calibrations if c.scatter is not None]
+    return max(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -445,10 +515,12 @@ class CostOutlook:
         return 100.0 * (self.prediction.tokens_per_s / self.best_fixed.tokens_per_s - 1.0)
 
     def beats(self, rec: Recommendation) -> bool:
-        """Predicted faster than the best fixed K, than everything `rec` chose from, and than the target alone."""
+        """Predicted faster than the best fixed K, than everything `rec` chose from, and than the target alone by more
+        than the scatter guard's margin."""
         p = self.prediction
         return (p is not None and p.tokens_per_s > self.best_fixed.tokens_per_s
-                and p.tokens_per_s > max(rec.fastest.tokens_per_s, rec.baseline_tokens_per_s))
+                and p.tokens_per_s > max(rec.fastest.tokens_per_s, rec.baseline_tokens_per_s)
+                and rec.guard.passes(100.0 * (p.tokens_per_s / rec.baseline_tokens_per_s - 1.0)))
 
 
 def acceptance_length(cal: Calibration, cap: int) -> int:

@@ -38,9 +38,10 @@ from dataclasses import dataclass, replace
 from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES, server_parts
 from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.results.costmodel import Prediction, expected_tokens
+from gguf_bench.results.costmodel import Prediction, ScatterGuard, expected_tokens, relative_scatter
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
 
+REPETITIONS = "repetitions of each prompt"  # what the server engine's scatter guard reads (ScatterGuard)
 NGRAM_TYPES = tuple(t for t in SERVER_SPEC_TYPES if t.startswith("ngram"))  # draft only where the text repeats
 
 
@@ -143,6 +144,11 @@ class ServerCalibration:
     def k_max(self) -> int:
         return self.rounds_s[-1][0]
 
+    @property
+    def guard(self) -> ScatterGuard:
+        """No predicted gain inside the target alone's own scatter between repetitions (off with --reps 1)."""
+        return ScatterGuard(self.scatter, REPETITIONS)
+
     def round_from(self, k: int) -> str:
         """Where round(k) comes from: 'measured' (a calibrated K, its rounds timed), 'interpolated' (a calibrated K
         whose rounds could not be timed, or that made none: linear between its neighbours) or 'not calibrated' (a K the
@@ -218,7 +224,7 @@ def scatter(runs: Sequence[RunRecord]) -> float | None:
     by_prompt: dict[str | None, list[float]] = {}
     for r in runs:
         by_prompt.setdefault(r.config.prompt_id, []).append(r.metrics.tokens_per_s)
-    spreads = [abs(v / statistics.median(vs) - 1) for vs in by_prompt.values() if len(vs) > 1 for v in vs]
+    spreads = [x for x in map(relative_scatter, by_prompt.values()) if x is not None]
     return max(spreads) if spreads else None
 
 

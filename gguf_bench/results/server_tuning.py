@@ -10,6 +10,7 @@ from rich.text import Text
 
 from gguf_bench.results.server_costs import ServerCalibration
 from gguf_bench.results.text import right_table, speed_text
+from gguf_bench.results.tuning import gain_cell
 
 
 def _slots(cal: ServerCalibration) -> str:
@@ -30,8 +31,7 @@ def prediction_table(cal: ServerCalibration, ks: Sequence[int], top, width: int 
         for name, cell in zip(columns, cells):
             columns[name].append(cell)
     table = right_table(columns, f"tune {cal.pair}, llama-server {cal.spec_type}: predicted tokens/s", width)
-    scatter = "" if cal.scatter is None else f" (its repetitions ±{cal.scatter:.1%})"
-    legend = [f"greedy, {_slots(cal)}; target alone {speed_text(1 / cal.t_target)} tokens/s{scatter}",
+    legend = [f"greedy, {_slots(cal)}; target alone {speed_text(1 / cal.t_target)} tokens/s", cal.guard.line(),
               f"a_K: acceptance of draft position K once reached ({cal.a_from}, at K={cal.k_max})",
               "drafted: the share of steps that drafted (the rest decoded one plain token), measured ● or between",
               "ms/round: ● measured at that K, else linear between the measured K's (K=0: the target alone's token)",
@@ -41,6 +41,8 @@ def prediction_table(cal: ServerCalibration, ks: Sequence[int], top, width: int 
 
 
 def recommendation_line(tuned) -> str:
+    if tuned.verdict is not None:
+        return measured_line(tuned)
     if tuned.within_scatter is not None:
         cal, p = tuned.within_scatter
         return (f"recommendation: run the target alone: the best prediction, {cal.spec_type} K={p.k} at "
@@ -55,20 +57,35 @@ def recommendation_line(tuned) -> str:
             f"({p.gain_pct:+.1f}%)")
 
 
+def measured_line(tuned) -> str:
+    """--check's recommendation: what its runs say by the verdict rule (measure/tune.measured_verdict), then the
+    prediction: never a setting slower than another it measured."""
+    v, cal = tuned.verdict, tuned.checked_cal
+    speed = f"{speed_text(v['tokens_per_s'])} tokens/s measured"
+    what = (f"run the target alone ({speed}): {v['why']}" if v["k"] == 0 else
+            f"--spec-type {cal.spec_type} at K={v['k']}: {speed}, {v['why']}")
+    predicted = (f"--spec-type {tuned.top[0].spec_type} at K={tuned.top[1].k}" if tuned.top else "the target alone")
+    return f"recommendation (measured by --check): {what}; predicted: {predicted}"
+
+
 def check_table(tuned, width: int = 80) -> Group:
     """--check: predicted beside measured for the K's it ran."""
-    columns: dict[str, list[str]] = {"run": [], "predicted tok/s": [], "measured tok/s": [], "error %": [],
-                                     "gain % pred/meas": [], "runs": []}
+    columns: dict[str, list[str]] = {"run": [], "predicted": [], "measured": [], "error %": [],
+                                     "gain % pred / meas": [], "runs": []}
     for r in tuned.checked:
         label = "target alone" if r["k"] == 0 else f"{r['spec_type']} K={r['k']}"
-        gains = "" if r["k"] == 0 else f"{r['predicted_gain_pct']:+.1f} / {r['measured_gain_pct']:+.1f}"
+        gains = "" if r["k"] == 0 else f"{r['predicted_gain_pct']:+.1f} / {gain_cell(r) or '–'}"
         for name, cell in zip(columns, (label, speed_text(r["predicted_tokens_per_s"]), speed_text(r["measured_tokens_per_s"]),
                                         f"{r['error_pct']:+.1f}", gains, str(r["runs"]))):
             columns[name].append(cell)
-    table = right_table(columns, "--check: predicted against measured through llama-server (mean over prompts and "
-                                 "repetitions)", width)
-    return Group(table, Text("gain %: over the target alone, predicted (the calibration's) and measured (the check's "
-                             "own); where the target alone's error is as large as a K's, the machine's speed moved"))
+    table = right_table(columns, "--check: tokens/s predicted against measured through llama-server (mean over "
+                                 "prompts and repetitions)", width)
+    legend = ["gain %: over the target alone, predicted (the calibration's) and measured (the check's own); where the "
+              "target alone's error is as large as a K's, the machine's speed moved",
+              "measured: over the target alone measured beside each run; [a,b] its 95% interval, corrected for the rows "
+              "compared at once; ~ not decided (the interval holds zero, or fewer than 2 pairs of runs): never "
+              "recommended"]
+    return Group(table, Text("\n".join(legend)))
 
 
 def as_json(tuned, twin: bool = False) -> dict:
@@ -79,7 +96,8 @@ def as_json(tuned, twin: bool = False) -> dict:
             for c in cals for p in c.predictions(tuned.job.ks)]
     best = ({"spec_type": tuned.top[0].spec_type, "k": tuned.top[1].k, "predicted_tokens_per_s": tuned.top[1].tokens_per_s,
              "predicted_gain_pct": tuned.top[1].gain_pct} if tuned.top else
-            {"spec_type": None, "k": 0, "predicted_tokens_per_s": 1 / cals[0].t_target, "predicted_gain_pct": 0.0})
+            {"spec_type": None, "k": 0, "predicted_tokens_per_s": 1 / cals[0].t_target, "predicted_gain_pct": 0.0}
+            ) | {"from": "predicted"}
     if twin:  # a twin's own acceptance is chance: its round times only, predicted at named rates by the caller
         return {"pair": cals[0].pair, "engine": "server", "results": str(tuned.job.out),
                 "calibrations": [{"spec_type": c.spec_type, "parallel": c.parallel, "t_target_s": c.t_target,
@@ -90,14 +108,24 @@ def as_json(tuned, twin: bool = False) -> dict:
                              "rounds_s": dict(c.rounds_s), "round_from": _round_from(c, tuned.job.ks),
                              "drafting_share": dict(c.drafting), "a": list(c.a),
                              "a_from": c.a_from, "target_scatter": c.scatter} for c in cals],
-           "rows": rows, "best": best}
+           "rows": rows, "best": best, "scatter_guard": cals[0].guard.as_json()}  # one target alone for every type
     if tuned.within_scatter is not None:
         cal, p = tuned.within_scatter
         doc["within_scatter"] = {"spec_type": cal.spec_type, "k": p.k, "predicted_gain_pct": p.gain_pct,
                                  "target_scatter": cal.scatter}
     if tuned.checked is not None:
         doc["check"] = tuned.checked
+    if tuned.verdict is not None:  # the fastest measured setting wins: the prediction stays beside it
+        doc["predicted_best"], doc["best"] = best, _measured_best(tuned)
     return doc
+
+
+def _measured_best(tuned) -> dict:
+    """--check's verdict as tune --json's best."""
+    v = tuned.verdict
+    return {"spec_type": tuned.checked_cal.spec_type if v["k"] else None, "k": v["k"],
+            "measured_tokens_per_s": v["tokens_per_s"], "measured_gain_pct": v["gain_pct"], "decided": v["decided"],
+            "why": v["why"], "from": "measured by --check"}
 
 
 def _round_from(cal: ServerCalibration, ks: Sequence[int]) -> dict[int, str]:

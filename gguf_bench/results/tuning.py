@@ -20,6 +20,7 @@ from gguf_bench.results.costmodel import (
     Calibration,
     CostOutlook,
     Recommendation,
+    ScatterGuard,
     at_acceptance,
     break_even,
     modeled,
@@ -208,22 +209,37 @@ def check_rows(cal: Calibration, records: Sequence[RunRecord]) -> list[dict]:
         rows.append({"k": k, "ngl": cal.ngl, "ngld": cal.ngld, "predicted_tokens_per_s": predicted,
                      "measured_tokens_per_s": measured, "error_pct": 100.0 * (predicted / measured - 1.0),
                      "runs": len(by_k[k])})
-    base = next((r["measured_tokens_per_s"] for r in rows if r["k"] == 0), None)
-    for r in rows:
-        r["measured_gain_pct"] = measured_gain_pct(r["measured_tokens_per_s"], base) if r["k"] else None
-    return rows
+    return rows  # the measured gains are the verdict rule's (measure/tune.gain_fields), not a ratio of these means
 
 
-def measured_gain_pct(tokens_per_s: float, baseline: float | None) -> float | None:
-    """A measured row's gain over the target alone measured beside it (None without one)."""
-    return 100.0 * (tokens_per_s / baseline - 1.0) if baseline else None
+def gain_cell(row: dict) -> str:
+    """A check row's measured gain as report writes one: '+12.3 [+8,+17]', '~+2.8 [-4,+10]' where it is not decided,
+    '~+2.8' where no interval could be made, 'no drafts' where it drafted nothing, '' for the target alone."""
+    gain = row.get("measured_gain_pct")
+    if gain is None:
+        return "no drafts" if row.get("no_drafts") else ""
+    lo, hi = row.get("measured_gain_lo"), row.get("measured_gain_hi")
+    mark = "" if row.get("decided") else "~"
+    if lo is None or hi is None:
+        return f"{mark}{gain:+.1f}"
+    return f"{mark}{gain:+.1f} [{lo:+.0f},{'>+999' if hi > 999 else f'{hi:+.0f}'}]"  # a few pairs' interval reaches far
+
+
+CHECK_LEGEND = ("gain %: measured, over the target alone measured beside it; [a,b] its 95% interval, corrected for the "
+                "rows compared at once; ~ not decided (the interval holds zero, or fewer than 2 pairs of runs): never "
+                "recommended")
 
 
 def recommendation_line(rec: Recommendation, top_cal: Calibration, top, cost_top: CostOutlook | None,
                         several_strategies: bool, ngram: tuple[int, int]) -> str:
     """tune's 'recommended: ...' line: the cost schedule when it beats the best fixed K, else the fastest K, else the
-    target alone (with the fastest K it beats)."""
+    target alone (with the fastest K, which does not beat it or does by less than the scatter guard's margin)."""
     how = f" ({top.strategy})" if several_strategies else ""
+    if cost_top is None and rec.within_scatter:
+        return (f"recommended: run the target alone (-ngl {rec.baseline_cal.ngl}, predicted "
+                f"{rec.baseline_tokens_per_s:.2f} tokens/s): the fastest, -K {top.k} {top_cal.setting}{how}, is "
+                f"predicted at {top.tokens_per_s:.2f} tokens/s ({rec.gain_pct:+.1f}%), within the scatter of the target "
+                f"alone's own {rec.guard.timings} (±{rec.scatter:.1%}): --check measures it")
     if cost_top is not None:
         p, c = cost_top.prediction, cost_top.cal
         flags = " --spec-type ngram" + ("" if ngram == (1, 4) else f" --ngram-min {ngram[0]} --ngram-max {ngram[1]}")
@@ -238,6 +254,26 @@ def recommendation_line(rec: Recommendation, top_cal: Calibration, top, cost_top
             f"{rec.baseline_tokens_per_s:.2f} tokens/s): no draft length is predicted to beat it; the "
             f"fastest, -K {top.k} {top_cal.setting}{how}, is predicted at "
             f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%)")
+
+
+def measured_line(verdict: dict, rec: Recommendation, cost_top: CostOutlook | None) -> str:
+    """tune --check's recommendation: what its runs say by the verdict rule (measure/tune.measured_verdict), then what
+    was predicted (`rec`, `cost_top`): never a setting slower than another it measured."""
+    setting = f"-ngl {verdict.get('ngl')} -ngld {verdict.get('ngld')}"
+    if verdict["k"] == 0:
+        what = f"run the target alone ({setting}, {verdict['tokens_per_s']:.2f} tokens/s measured): {verdict['why']}"
+    else:
+        k = f"-K {verdict['k']}" if verdict["strategy"] == DEFAULT_STRATEGY.name else verdict["label"]
+        what = f"{k} {setting}: {verdict['tokens_per_s']:.2f} tokens/s measured, {verdict['why']}"
+    return f"recommended (measured by --check): {what}; predicted: {_predicted_text(rec, cost_top)}"
+
+
+def _predicted_text(rec: Recommendation, cost_top: CostOutlook | None) -> str:
+    """What tune predicted it would recommend, in a few words."""
+    p, cal = (cost_top.prediction, cost_top.cal) if cost_top is not None else (rec.prediction, rec.cal)
+    if p is None:
+        return f"the target alone (-ngl {cal.ngl}) at {rec.baseline_tokens_per_s:.2f} tokens/s"
+    return f"{p.strategy} {cal.setting} at {p.tokens_per_s:.2f} tokens/s"
 
 
 def acceptance_rows(cal: Calibration, alphas: Sequence[float]) -> list[dict]:
@@ -271,10 +307,10 @@ def strategy_heading(st: Strategy) -> str:
     return st.spec_type + (f" h<={st.k_cap}" if st.k_schedule == "heuristic" else "")
 
 
-def prediction_table(cal, strategies: list, top_cal, top, width: int = 80) -> Group:
+def prediction_table(cal, strategies: list, top_cal, top, width: int = 80, guard: ScatterGuard | None = None) -> Group:
     """One row per K: why it is fast or slow (acceptance, draft and verify cost) and the prediction of
     each strategy (with one strategy, its tokens per round and round time too). Fits `width` without wrapping a
-    cell: the gaps narrow first, then verify × and K·c go (never K or a prediction)."""
+    cell: the gaps narrow first, then verify × and K·c go (never K or a prediction). `guard`: its line in the legend."""
     tm = cal.timings
     base = cal.predict(min(cal.ks)).baseline_tokens_per_s
     one = len(strategies) == 1
@@ -307,7 +343,8 @@ def prediction_table(cal, strategies: list, top_cal, top, width: int = 80) -> Gr
         columns.pop(optional)
     legend = (["a_K: acceptance of draft position K once reached"]
               + (["K·c: a round's draft cost in target decodes"] if "K·c" in columns else [])
-              + (["verify ×: t_verify(K+1)/t_verify(1)"] if "verify ×" in columns else []) + strategies_caption(strategies))
+              + (["verify ×: t_verify(K+1)/t_verify(1)"] if "verify ×" in columns else []) + strategies_caption(strategies)
+              + ([guard.line()] if guard is not None else []))
     table = right_table(columns, f"tune {cal.pair}, {cal.setting}: predicted tokens/s (greedy, n={cal.n_predict}, "
                                  f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone "
                                  f"{speed_text(base)})", width,
@@ -338,11 +375,10 @@ def check_table(rows: list[dict], top_k: int | None, width: int = 80) -> Group:
     for r in rows:
         label = r.get("strategy") or ("target alone" if r["k"] == 0 else f"{r['k']}" + (" ★" if r["k"] == top_k else ""))
         for name, cell in zip(columns, (label, number_text(r["predicted_tokens_per_s"]), number_text(r["measured_tokens_per_s"]),
-                                        number_text(r["error_pct"], "{:+.1f}"), number_text(r["measured_gain_pct"], "{:+.1f}"),
-                                        str(r["runs"]))):
+                                        number_text(r["error_pct"], "{:+.1f}"), gain_cell(r), str(r["runs"]))):
             columns[name].append(cell)
     table = right_table(columns, "--check: predicted against measured (mean over prompts, as sweep measures)", width)
-    return Group(table, Text("gain %: measured, over the target alone measured"))
+    return Group(table, Text(CHECK_LEGEND))
 
 
 def twin_json(tuned, alphas: list[float]) -> dict:
@@ -351,26 +387,48 @@ def twin_json(tuned, alphas: list[float]) -> dict:
             "at_acceptance": [row for cal in tuned.calibrations for row in acceptance_rows(cal, alphas)]}
 
 
-def as_json(pair: str, out: Path, calibrations: list, strategies: list, checked: list[dict] | None, outlooks: list) -> dict:
-    """tune --json's document: each setting's measured parts, every prediction, the best, the cost schedule's outlook
-    and --check's rows."""
+def as_json(pair: str, out: Path, calibrations: list, strategies: list, checked: list[dict] | None, outlooks: list,
+            verdict: dict | None = None) -> dict:
+    """tune --json's document: each setting's measured parts, every prediction, the best (--check's measured verdict
+    where it ran, the prediction beside it as predicted_best), the scatter guard, the cost schedule's outlook and
+    --check's rows."""
     rows = prediction_rows(calibrations, strategies)
     rec = recommend(calibrations, strategies)
     cost = cost_outlook_rows(outlooks, rec)
+    doc = {"pair": pair, "results": str(out),
+           "settings": [{"ngl": c.ngl, "ngld": c.ngld, "t_target_s": c.timings.t_target, "t_draft_s": c.timings.t_draft,
+                         "t_draft2_s": c.timings.t_draft2, "draft_cost_ratio": c.timings.draft_cost_ratio(),
+                         "verify_curve": c.timings.verify_curve(), "round_overhead_s": c.timings.round_overhead,
+                         "a": list(c.a), "target_scatter": c.scatter} for c in calibrations],
+           "rows": rows, "best": _predicted_best(rec, rows, cost), "scatter_guard": rec.guard.as_json()}
+    if rec.within_scatter and not any(r["recommended"] for r in cost):
+        doc["within_scatter"] = {"k": rec.fastest.k, "ngl": rec.fastest_cal.ngl, "ngld": rec.fastest_cal.ngld,
+                                 "strategy": rec.fastest.strategy, "predicted_gain_pct": rec.gain_pct,
+                                 "target_scatter": rec.scatter}
+    doc["cost_schedule"] = cost  # --k-schedule cost against the best fixed K (predicted for n-gram drafting only)
+    if checked is not None:
+        doc["check"] = checked
+    if verdict is not None:  # the fastest measured setting wins: the prediction stays beside it
+        doc["predicted_best"], doc["best"] = doc["best"], _measured_best(verdict)
+    return doc
+
+
+def _predicted_best(rec: Recommendation, rows: list[dict], cost: list[dict]) -> dict:
+    """The recommended prediction: the cost schedule, a K, or the target alone (none beats it by the guard's margin)."""
     top = (max((r for r in cost if r["recommended"]), key=lambda r: r["predicted_tokens_per_s"], default=None)
            or next((r for r in rows if r["best"]), None) or {  # no K beats the target alone: run it alone
                "k": 0, "ngl": rec.cal.ngl, "ngld": None, "strategy": "run the target alone",
                "predicted_tokens_per_s": rec.baseline_tokens_per_s, "predicted_gain_pct": 0.0})
     if "k_cap" in top:  # the cost schedule: its cap is the -K to run it with
         top = dict(top, k=top["k_cap"])
-    doc = {"pair": pair, "results": str(out),
-           "settings": [{"ngl": c.ngl, "ngld": c.ngld, "t_target_s": c.timings.t_target, "t_draft_s": c.timings.t_draft,
-                         "t_draft2_s": c.timings.t_draft2, "draft_cost_ratio": c.timings.draft_cost_ratio(),
-                         "verify_curve": c.timings.verify_curve(), "round_overhead_s": c.timings.round_overhead,
-                         "a": list(c.a)} for c in calibrations],
-           "rows": rows,
-           "best": {key: top[key] for key in ("k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct")}}
-    doc["cost_schedule"] = cost  # --k-schedule cost against the best fixed K (predicted for n-gram drafting only)
-    if checked is not None:
-        doc["check"] = checked
-    return doc
+    keys = ("k", "ngl", "ngld", "strategy", "predicted_tokens_per_s", "predicted_gain_pct")
+    return {key: top[key] for key in keys} | {"from": "predicted"}
+
+
+def _measured_best(verdict: dict) -> dict:
+    """--check's verdict as tune --json's best."""
+    alone = verdict["k"] == 0
+    return {"k": verdict["k"], "ngl": verdict.get("ngl"), "ngld": verdict.get("ngld"),
+            "strategy": "run the target alone" if alone else f"{verdict['strategy']} K={verdict['k']}",
+            "measured_tokens_per_s": verdict["tokens_per_s"], "measured_gain_pct": verdict["gain_pct"],
+            "decided": verdict["decided"], "why": verdict["why"], "from": "measured by --check"}
