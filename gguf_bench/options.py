@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from gguf_bench import engine_registry
 from gguf_bench.errors import ConfigError
 
 ALL_LAYERS = 2**31 - 1  # llama.cpp clamps n_gpu_layers to the model's layer count
@@ -61,18 +62,9 @@ def layer_list(spec: str | int, what: str = "-ngl") -> list[int]:
     return int_list(spec, what, {w: ALL_LAYERS for w in _ALL_WORDS})
 
 
-PYTHON_ENGINE, SERVER_ENGINE = "python", "server"  # gguf-bench's own loop; llama.cpp's llama-server
-ENGINES = (PYTHON_ENGINE, SERVER_ENGINE)
-
-
 def engines(text: str) -> tuple[str, ...]:
-    """--engine: python, server, or both (python first)."""
-    word = str(text).strip().lower()
-    if word == "both":
-        return ENGINES
-    if word not in ENGINES:
-        raise ConfigError(f"unknown --engine '{text}'; choose python, server or both")
-    return (word,)
+    """--engine: an engine's name, or both (the engines and their names: engine_registry)."""
+    return engine_registry.chosen(text)
 
 
 def layers_label(n: int) -> str | int:

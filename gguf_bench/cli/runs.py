@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gguf_bench import options
+from gguf_bench import engine_registry, options
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import (
     BatchOpt,
@@ -80,7 +80,7 @@ from gguf_bench.decoding.divergence import LOOP_ERROR, describe
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
-from gguf_bench.measure import capabilities, deploy, prompts, workloads
+from gguf_bench.measure import deploy, prompts, workloads
 from gguf_bench.measure.distributed import RayOptions, failure_message, ray_options, sweep_on_ray
 from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.plan import AUTO_FIRST, Grid, cells_failed, measured, single_run_grid
@@ -298,7 +298,7 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
         choice = PairChoice(pairs, target, draft, registry)
         if ray_address and grid.max_reps is not None:
             raise BenchError("-r auto decides between passes on this machine; with --ray give a count (-r 4)")
-        if ray_address and (local := [e for e in grid.engines if not capabilities.of(e).ray]):
+        if ray_address and (local := [e for e in grid.engines if not engine_registry.of(e).ray]):
             raise BenchError(f"--engine {local[0]} runs on this machine only, not through --ray")
         if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
             return _sweep_on_ray(name, grid, out, resume, choice, ray_options(ray_address, ray_gpus_per_task, ray_resources))

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from gguf_bench import engine_registry as capabilities
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engines.llama_cpp import read_info
 from gguf_bench.engines.llama_server import Launch, deploy_argv
 from gguf_bench.engines.server_build import MARKER, find_server, library_env
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.measure import capabilities
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server_engine import speculation
 from gguf_bench.placing import parse_label, split_label

@@ -3,8 +3,8 @@
 An engine opens a setting (loads the pair, or prepares to start llama-server), measures cells into records, and
 closes, as llama.cpp's drafting types share begin/draft/accept and optimum-benchmark's backends share
 load/prefill/generate. The sweep, tune's --check and the Ray units reach engines only through `open_engine` and
-`run_unit`. Adding an engine: a module with a class of this shape (its `capabilities` declared in
-measure/capabilities.ENGINES, one line) and its class in `ENGINE_CLASSES`.
+`run_unit`. Adding an engine: a module with a class of this shape, and its line in gguf_bench/engine_registry.KINDS
+(its name, capabilities, titles, this class and its tune calibration).
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import time
 from collections.abc import Iterator
 from typing import Protocol
 
-from gguf_bench.measure.capabilities import Capabilities
+from gguf_bench import engine_registry
+from gguf_bench.engine_registry import Capabilities
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting, Unit
 from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.measure.python_engine import PythonEngine
-from gguf_bench.measure.server_engine import ServerEngine
 from gguf_bench.results.records import Order, RunRecord
 
 
@@ -39,18 +38,14 @@ class Session(Protocol):
 
 class Engine(Protocol):
     name: str
-    capabilities: Capabilities  # what it can do (measure/capabilities.py): the plan asks these, never the name
+    capabilities: Capabilities  # what it can do (engine_registry): the plan asks these, never the name
 
     def open(self, setting: Setting, prompts: PreparedPrompts) -> Session: ...
 
 
-ENGINE_CLASSES = {cls.name: cls for cls in (PythonEngine, ServerEngine)}  # a third engine: its class here
-
-
 def open_engine(name: str, grid: Grid, files: PairFiles) -> Engine:
-    """The engine called `name` (its capabilities: measure/capabilities.ENGINES), checked against the files it will
-    run."""
-    return ENGINE_CLASSES[name].for_grid(grid, files)
+    """The engine called `name` (its declaration: engine_registry), checked against the files it will run."""
+    return engine_registry.kind(name).engine_class().for_grid(grid, files)
 
 
 def run_unit(engine: Engine, unit: Unit, prompts: PreparedPrompts) -> Iterator[RunRecord]:

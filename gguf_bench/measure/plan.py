@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 
+from gguf_bench import engine_registry as capabilities
 from gguf_bench import options
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.measure import capabilities
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.proof import marked
@@ -129,7 +129,7 @@ class Grid:
                 raise ConfigError(f"--parallel and --clients take counts of 1 or more, got {n}")
         alone = [capabilities.of(e) for e in self.engines if not capabilities.of(e).concurrent]
         if self.parallels and alone:
-            slots = [name for name, c in capabilities.ENGINES.items() if c.concurrent]
+            slots = capabilities.names_with("concurrent")
             raise ConfigError(f"{alone[0].what} generates one stream at a time: --parallel and --clients need "
                               f"--engine {' or '.join(slots)}")
         if self.request_timeout_s <= 0:
@@ -222,7 +222,7 @@ class Cell:
                          strategy=self.strategy if speculative and self.strategy != DEFAULT_STRATEGY else None,
                          verify=str(grid.verify) if speculative and grid.verify != Verify.BATCHED else None,
                          category=self.prompt.category or None,
-                         engine=self.engine if self.engine != PYTHON_ENGINE else None,
+                         engine=capabilities.stored(self.engine),
                          flash_attn=context["flash_attn"], cache_type_k=context["type_k"], cache_type_v=context["type_v"],
                          batch_size=load.n_batch, ubatch_size=load.n_ubatch, threads_draft=load.draft_threads,
                          parallel=self.parallel, clients=self.clients, depth=self.depth or None,

@@ -19,11 +19,11 @@ import functools
 from dataclasses import replace
 from pathlib import Path
 
+from gguf_bench import engine_registry
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engines.llama_cpp import Vocabulary
 from gguf_bench.engines.llama_server import NGRAM_MOD_MATCH, Speculation
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import capabilities
 from gguf_bench.results.records import Mode, RunMetrics
 
 NO_REASON = "its drafter proposed no token in this run"
@@ -43,7 +43,7 @@ def marked(metrics: RunMetrics | None, mode: Mode, strategy: Strategy | None, k:
 
 def why_no_drafts(strategy: Strategy, k: int, engine: str | None, prompt_tokens: int, target: Path) -> str:
     """The likely reason a run of `strategy` drafted nothing (llama.cpp's drafters for the server engine)."""
-    spec_type = strategy.spec_type if capabilities.of(engine).server_types else ""  # the loop drafts by its own rules
+    spec_type = strategy.spec_type if engine_registry.of(engine).server_types else ""  # the loop drafts by its own rules
     if spec_type.startswith("ngram") and _recurrent(target):
         return "the target is a hybrid or recurrent model: llama.cpp's n-gram types may not draft on it"
     if spec_type == "ngram-mod":

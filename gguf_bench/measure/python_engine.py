@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from gguf_bench.decoding.divergence import Identity, compare_greedy
 from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.engine_registry import of
 from gguf_bench.errors import BenchError
-from gguf_bench.measure.capabilities import ENGINES
 from gguf_bench.measure.pair import LoadedPair
 from gguf_bench.measure.plan import Cell, Setting, shuffled
 from gguf_bench.measure.prepared import PreparedPrompts
@@ -19,7 +19,7 @@ from gguf_bench.results.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecor
 
 class PythonEngine:
     name = PYTHON_ENGINE
-    capabilities = ENGINES[PYTHON_ENGINE]
+    capabilities = of(PYTHON_ENGINE)
 
     @classmethod
     def for_grid(cls, grid, files) -> PythonEngine:

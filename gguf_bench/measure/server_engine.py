@@ -34,6 +34,7 @@ import numpy as np
 
 from gguf_bench.decoding.divergence import Identity, first_difference
 from gguf_bench.decoding.strategy import SERVER_CHAIN, Strategy
+from gguf_bench.engine_registry import of
 from gguf_bench.engines import rpc
 from gguf_bench.engines.llama_cpp import read_info, use_extra_buffers
 from gguf_bench.engines.llama_server import (
@@ -53,7 +54,6 @@ from gguf_bench.engines.server_build import find_server
 from gguf_bench.engines.server_clients import Round, run_round
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure import machine
-from gguf_bench.measure.capabilities import ENGINES
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting, counterbalanced, shuffled
 from gguf_bench.measure.prepared import PreparedPrompts
@@ -143,7 +143,7 @@ class ServerEngine:
     """Finds and checks the binary once; then opens settings."""
 
     name = SERVER_ENGINE
-    capabilities = ENGINES[SERVER_ENGINE]
+    capabilities = of(SERVER_ENGINE)
 
     @classmethod
     def for_grid(cls, grid: Grid, files: PairFiles) -> ServerEngine:

@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gguf_bench import engine_registry as capabilities
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import capabilities, machine
+from gguf_bench.measure import machine
 from gguf_bench.measure.engine import open_engine, run_unit
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
 from gguf_bench.measure.plan import SKIPPED, Grid, Plan, auto_looks, cells_done, expand

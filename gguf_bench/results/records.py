@@ -25,9 +25,11 @@ from gguf_bench.decoding.divergence import Identity
 from gguf_bench.decoding.loop import GenerationResult
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
+from gguf_bench.engine_registry import DEFAULT as DEFAULT_ENGINE
+from gguf_bench.engine_registry import PYTHON_ENGINE, SERVER_ENGINE  # noqa: F401 (re-exported)
 from gguf_bench.engines.placement import Placement
 from gguf_bench.errors import BenchError
-from gguf_bench.options import CONTEXT_DEFAULTS, ENGINES, PYTHON_ENGINE, SERVER_ENGINE  # noqa: F401 (re-exported)
+from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results import legacy
 from gguf_bench.results.fields import SPEED, Field, flat
 
@@ -280,7 +282,7 @@ class RunConfig:
 
     @property
     def engine_name(self) -> str:
-        return self.engine or PYTHON_ENGINE
+        return self.engine or DEFAULT_ENGINE
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_k, self.top_p, self.seed + self.repetition)

@@ -13,14 +13,13 @@ import pandas as pd
 from rich import box
 from rich.table import Table
 
+from gguf_bench import engine_registry
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results import evals as evals_view
 from gguf_bench.results.fields import Field
 from gguf_bench.results.records import (
-    PYTHON_ENGINE,
     RUN_FIELDS,
-    SERVER_ENGINE,
     EvalRecord,
     run_label,
 )
@@ -234,12 +233,9 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
 # --- engines side by side -------------------------------------------------------------------
 
 
-ENGINE_TITLES = {PYTHON_ENGINE: "python loop", SERVER_ENGINE: "llama-server"}  # the side-by-side title's names
-ENGINE_SHORT = {SERVER_ENGINE: "srv", PYTHON_ENGINE: "py"}  # the ratio's and the acc/gain columns' (else the name)
-
-
 def _short(engine: str) -> str:
-    return ENGINE_SHORT.get(engine, engine)
+    """The engine's name in the ratio's and the acc/gain columns (engine_registry)."""
+    return engine_registry.short(engine)
 
 
 def engines_table(both: pd.DataFrame, agreement: list[str]) -> Table:
@@ -250,7 +246,7 @@ def engines_table(both: pd.DataFrame, agreement: list[str]) -> Table:
     fixed = [f"{both['pair'].iloc[0]}"] if "pair" not in varying else []
     fixed += [f"T={number_text(both['temperature'].iloc[0], '{:g}')}"] if "temperature" not in varying else []
     fixed += [f"n={both['n_predict'].iloc[0]}"] if "n_predict" not in varying else []
-    title = f"{ENGINE_TITLES.get(first, first)} vs {ENGINE_TITLES.get(second, second)} (tokens/s)"
+    title = f"{engine_registry.title(first)} vs {engine_registry.title(second)} (tokens/s)"
     table = Table(title=" · ".join([title, *fixed]),
                   caption="\n".join([f"{a}/{b}: {first} over {second} · gain: over the same engine's target alone "
                                      "(~: not decided) · ★ that engine's best K", *agreement]),
@@ -294,19 +290,23 @@ def greedy_agreement(df: pd.DataFrame) -> list[str]:
 
 
 def server_greedy_lines(df: pd.DataFrame) -> list[str]:
-    """For llama-server's greedy speculative runs (first repetition): whether each one's text equals its own target
-    alone's on the same server build, and where the first that does not parts from it (the record's identity)."""
+    """For the greedy speculative runs (first repetition) of engines that do not replay a text that parts (llama-server):
+    whether each one's text equals its own target alone's on the same server, and where the first that does not parts
+    from it (the record's identity)."""
     if "differs_at" not in df.columns:
         return []
-    rows = df[(df["engine"] == SERVER_ENGINE) & (df["mode"] == "speculative") & df["greedy"].astype(bool)
+    unreplayed = df["engine"].map(lambda e: not engine_registry.of(e).replays)
+    rows = df[unreplayed & (df["mode"] == "speculative") & df["greedy"].astype(bool)
               & df["error"].isna() & (df["repetition"] == 0) & df["identical"].notna()]
-    if rows.empty:
-        return []
-    parted = rows[rows["identical"] == False]  # noqa: E712
-    if parted.empty:
-        return [f"greedy text: every llama-server speculative run ({len(rows)}) equals its target alone's"]
-    return [f"greedy text: llama-server {run_label(r['mode'], r['strategy'] or '', r['k'])} on {r['prompt_id']} parts from "
-            f"its target alone at token {int(r['differs_at'])}" for _, r in parted.iterrows()]
+    out = []
+    for engine, runs in rows.groupby("engine"):
+        parted = runs[runs["identical"] == False]  # noqa: E712
+        who = engine_registry.title(engine)
+        if parted.empty:
+            out.append(f"greedy text: every {who} speculative run ({len(runs)}) equals its target alone's")
+        out += [f"greedy text: {who} {run_label(r['mode'], r['strategy'] or '', r['k'])} on {r['prompt_id']} parts "
+                f"from its target alone at token {int(r['differs_at'])}" for _, r in parted.iterrows()]
+    return out
 
 
 def short_of_request(row: pd.Series) -> bool:
@@ -351,10 +351,10 @@ def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
     for c in ("pair", "engine", "temperature", "n_predict", "host"):
         if c not in varying and c in summary.columns:
             v = summary[c].iloc[0]
-            if (c == "host" and v == "local") or (c == "engine" and v == PYTHON_ENGINE):
+            if (c == "host" and v == "local") or (c == "engine" and engine_registry.is_default(v)):
                 continue
             if c == "engine":
-                v = "llama-server"
+                v = engine_registry.title(v)
             fixed.append(f"T={v:g}" if c == "temperature" else f"n={v}" if c == "n_predict" else str(v))
     if "placement" in summary.columns and "placement" not in varying and summary["placement"].iloc[0]:
         fixed.append(summary["placement"].iloc[0])  # the flags every row was placed with

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.table import Table
 
+from gguf_bench import engine_registry
 from gguf_bench.results.report import row_label
 from gguf_bench.results.summary import SETTING, matching, summarize
 from gguf_bench.results.text import columns_width, number_text, spaced_layout
@@ -50,7 +51,7 @@ SHORT_NAMES = CATEGORY_NAMES | {"mt_bench": "MT", "translation": "Trans.", "summ
 
 
 def _method(r: pd.Series, several_pairs: bool, several_depths: bool) -> str:
-    engine = "" if r.get("engine") in (None, "python") else f" ({r['engine']})"
+    engine = "" if engine_registry.is_default(r.get("engine")) else f" ({r['engine']})"
     depth = f" @ d{0 if pd.isna(r.get('depth')) else int(r['depth'])}" if several_depths else ""  # llama-bench's spelling
     return (f"{r['pair']} " if several_pairs else "") + r["label"] + engine + depth
 
