@@ -128,7 +128,7 @@ def test_record_fields_are_read_by_name_only_in_the_records_module():
                "gguf_bench.models.registry",  # the registry reads models.yaml (its "models" section), not records
                "gguf_bench.engines.llama_server", "gguf_bench.engines.server_clients",  # llama-server's JSON ("timings")
                "gguf_bench.results.specbench", "gguf_bench.measure.deploy",  # pandas columns of report's summary
-               "gguf_bench.results.crossover",
+               "gguf_bench.results.crossover", "gguf_bench.results.checks",
                "gguf_bench.results.server_costs"}  # a round's stored requests (server_clients.Request.stored)
     found = {mod: sorted(set(string_keys(path)) & containers) for mod, path in modules().items() if mod not in allowed}
     assert not any(found.values()), {m: keys for m, keys in found.items() if keys}

@@ -224,7 +224,7 @@ def test_check_rows_put_measured_next_to_predicted():
     assert [r["k"] for r in rows] == [0, 2]
     k2 = rows[1]
     assert k2["measured_tokens_per_s"] == 13.0 and k2["runs"] == 2
-    assert "measured_gain_pct" not in k2  # the gain is the verdict rule's (measure/tune.gain_fields), not 13 / 10
+    assert "measured_gain_pct" not in k2  # the gain is the verdict rule's (results/checks.gain_fields), not 13 / 10
     assert k2["predicted_tokens_per_s"] == pytest.approx(cal.predict(2).tokens_per_s)
     assert k2["error_pct"] == pytest.approx(100 * (k2["predicted_tokens_per_s"] / 13.0 - 1))
     assert rows[0]["predicted_tokens_per_s"] == pytest.approx(cal.predict(1).baseline_tokens_per_s)
@@ -664,7 +664,7 @@ def test_a_check_whose_gain_is_not_decided_recommends_the_target_alone_and_says_
 def test_a_check_on_a_busy_machine_decides_nothing():
     """The steady +30% of K=2, measured while other processes kept the cores busy: not decided, so the verdict is the
     target alone, and it says why."""
-    from gguf_bench.measure.tune import check_summary, measured_verdict
+    from gguf_bench.results.checks import check_summary, measured_verdict
     from gguf_bench.results.records import to_dict
 
     quiet = check_runs([20.0, 17.0, 14.0, 19.0], {2: [0.30, 0.31, 0.29, 0.30]})
@@ -675,7 +675,7 @@ def test_a_check_on_a_busy_machine_decides_nothing():
 
 
 def test_a_checked_row_that_drafted_nothing_has_no_gain_and_says_so():
-    from gguf_bench.measure.tune import check_summary, gain_fields
+    from gguf_bench.results.checks import check_summary, gain_fields
     from gguf_bench.results.records import to_dict
 
     runs = check_runs([20.0, 19.0], {2: [0.3, 0.3]})

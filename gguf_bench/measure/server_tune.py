@@ -17,8 +17,8 @@ from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import SweepEvents, iter_records
-from gguf_bench.measure.tune import check_summary, gain_fields, measured_verdict
 from gguf_bench.models.twin import twin_of, twin_pair
+from gguf_bench.results.checks import check_summary, gain_fields, measured_verdict
 from gguf_bench.results.costmodel import Prediction
 from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
 from gguf_bench.results.server_costs import ServerCalibration, calibrations, check_predictable
@@ -72,7 +72,7 @@ class ServerTuned:
     records: list[RunRecord]  # the calibration's runs (their commands are the deploy line's)
     checked: list[dict] | None = None
     within_scatter: tuple[ServerCalibration, Prediction] | None = None  # the fastest, its gain inside the drift
-    verdict: dict | None = None  # --check's measured verdict (measure/tune.measured_verdict)
+    verdict: dict | None = None  # --check's measured verdict (results/checks.measured_verdict)
 
     @property
     def checked_cal(self) -> ServerCalibration:
@@ -143,7 +143,7 @@ def _measure(job: ServerTuneJob, grid: Grid, what: str, step: Callable[[str], No
 def run_check(tuned: ServerTuned, step: Callable[[str], None]) -> tuple[list[dict], dict]:
     """The recommended type at its K and the K's beside it (and the target alone), measured as `sweep` does, each beside
     its prediction: tokens/s one request at a time, each request's own tokens/s (req t/s) with several slots. Its
-    measured gains and what it says to run are the verdict rule's (measure/tune.check_summary), on the same speeds."""
+    measured gains and what it says to run are the verdict rule's (results/checks.check_summary), on the same speeds."""
     cal, top = tuned.top or tuned.fastest()
     ks = sorted(set(tuned.job.ks))
     at = ks.index(top.k)

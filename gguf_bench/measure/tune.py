@@ -10,8 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import pandas as pd
-
 from gguf_bench import options
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engines.llama_cpp import gpu_offload_supported, read_info
@@ -25,6 +23,7 @@ from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.twin import twin_pair
 from gguf_bench.placing import Placing, split_label
+from gguf_bench.results.checks import check_summary, gain_fields, measured_verdict
 from gguf_bench.results.costmodel import (
     DEFAULT_REPS,
     Calibration,
@@ -35,11 +34,8 @@ from gguf_bench.results.costmodel import (
     cost_outlook,
     recommend,
 )
-from gguf_bench.results.crossover import candidates, gain_text
 from gguf_bench.results.records import CalibrationRecord, RunRecord
-from gguf_bench.results.report import row_label
 from gguf_bench.results.store import append_record, read_records, results_dir
-from gguf_bench.results.summary import gain_decided, summarize, to_frame
 from gguf_bench.results.tuning import check_ks, check_rows, effective_settings
 
 DEFAULT_NAME = DEFAULT_STRATEGY.name  # the summary's strategy of the draft model with a fixed K ('draft')
@@ -94,7 +90,7 @@ class Tuned:
     cost_top: CostOutlook | None  # the cost schedule, when it is predicted to beat the recommendation
     checked: list[dict] | None = None
     check_top: Prediction | None = None  # what --check measured (the best draft-model fixed K)
-    verdict: dict | None = None  # --check's measured verdict (measured_verdict): what to run, by the deploy rule
+    verdict: dict | None = None  # --check's measured verdict (results/checks.measured_verdict): what to run, by the deploy rule
     measured: Recommendation | None = None  # the verdict as a recommendation (its `measured` set)
     measured_cost: CostOutlook | None = None  # the cost schedule, where the verdict is it
 
@@ -163,7 +159,7 @@ def _sized(job: TuneJob, events: TuneEvents) -> TuneJob:
 
 def _check(tuned: Tuned, events: TuneEvents) -> None:
     """sweep measures the draft model with a fixed K: check the best of those, and the cost schedule tune predicted;
-    then the verdict on what was measured (measured_verdict), which the recommendation follows."""
+    then the verdict on what was measured (results/checks.measured_verdict), which the recommendation follows."""
     check_cal, tuned.check_top = best(tuned.calibrations)
     if tuned.check_top != tuned.top:
         events.note(f"--check measures the best draft-model fixed-K setting ({tuned.check_top.strategy}); "
@@ -196,80 +192,6 @@ def _measured(tuned: Tuned, cal: Calibration, costs: Sequence[CostOutlook]) -> t
         return replace(rec, measured=True), cost
     return replace(rec, fastest_cal=cal, fastest=cal.predict(v["k"]), baseline_cal=cal, baseline_tokens_per_s=base,
                    measured=True), None
-
-
-# --- --check's verdict: the rule `report` decides by (results/summary.py), on the check's own runs ----------------
-
-
-def check_summary(records: Sequence[RunRecord], per_request: bool = False) -> pd.DataFrame:
-    """--check's runs summarized as `report` summarizes them: each row's gain over the target alone measured beside
-    it, its 95% interval corrected for the rows that compete, and whether it is decided. per_request: with several
-    slots, each request's own tokens/s (what tune --engine server predicts) instead of the round's."""
-    df = to_frame(list(records))
-    if per_request and "per_request_tokens_per_s" in df:
-        own = pd.to_numeric(df["per_request_tokens_per_s"], errors="coerce")
-        df = df.assign(tokens_per_s=own.fillna(df["tokens_per_s"]))
-    return summarize(df)
-
-
-def gain_fields(summary: pd.DataFrame, k: int, strategy: str | None = None) -> dict:
-    """A check row's measured gain by the verdict rule (None for the target alone's row): the summary's gain, its
-    interval, `decided` (None: no interval, fewer than 2 pairs of runs), and `no_drafts`: why a row that drafted
-    nothing has no gain (it measured the target alone under another name, as `report` says)."""
-    rows = summary[(summary["mode"] == "speculative") & (summary["k"] == k)]
-    rows = rows if strategy is None else rows[rows["strategy"] == strategy]
-    if not k or rows.empty:
-        return {"measured_gain_pct": None, "measured_gain_lo": None, "measured_gain_hi": None, "decided": None,
-                "no_drafts": None}
-    r = rows.iloc[0]
-    drafted_none = r.get("no_drafts") if isinstance(r.get("no_drafts"), str) else None  # no gain: the target alone
-    return {"measured_gain_pct": _number(r["gain_pct"]), "measured_gain_lo": _number(r.get("gain_lo")),
-            "measured_gain_hi": _number(r.get("gain_hi")), "decided": gain_decided(r), "no_drafts": drafted_none}
-
-
-def measured_verdict(summary: pd.DataFrame) -> dict:
-    """What --check's runs say to run, by the deploy rule (crossover.candidates): the fastest measured speculative row
-    whose gain is decided and that is faster than the fastest target alone, else the fastest target alone (with why)."""
-    order = candidates(summary)
-    if order and summary.loc[order[0], "mode"] == "speculative":
-        r = summary.loc[order[0]]
-        return _verdict(r) | {"k": int(r["k"]), "strategy": r["strategy"], "gain_pct": _number(r["gain_pct"]),
-                              "gain_lo": _number(r.get("gain_lo")), "gain_hi": _number(r.get("gain_hi")), "decided": True,
-                              "why": f"{gain_text(r)} over the target alone measured beside it, decided"}
-    alone = summary[(summary["mode"] == "target") & summary["tokens_per_s"].notna()]
-    if alone.empty:
-        raise BenchError("--check measured no target alone to compare with")
-    if order:
-        return _verdict(summary.loc[order[0]]) | {"why": _why_alone(summary, summary.loc[order[0]])}
-    return _verdict(alone.loc[alone["tokens_per_s"].idxmax()]) | {
-        "why": "the machine was busy during the check's runs (other processes used its cores), so nothing it measured "
-               "decides: check again on a quiet machine"}
-
-
-def _verdict(r: pd.Series) -> dict:
-    """A summary row as --check's verdict (the target alone's, until a decided gain says otherwise)."""
-    return {"k": 0, "strategy": None, "label": row_label(r), "ngl": r["ngl"], "ngld": r["ngld"],
-            "tokens_per_s": float(r["tokens_per_s"]), "gain_pct": None, "gain_lo": None, "gain_hi": None, "decided": None}
-
-
-def _why_alone(summary: pd.DataFrame, alone: pd.Series) -> str:
-    """Why --check's verdict is the target alone: what the fastest measured speculative row lacked."""
-    spec = summary[(summary["mode"] == "speculative") & summary["gain_pct"].notna()]
-    if spec.empty:
-        return "no speculative run drafted a token"
-    r = spec.loc[spec["tokens_per_s"].idxmax()]
-    what = f"the fastest measured, {row_label(r)} at {r['tokens_per_s']:.2f} tokens/s ({gain_text(r)})"
-    if r["tokens_per_s"] <= alone["tokens_per_s"]:
-        return f"{what}, is not faster"
-    if gain_decided(r) is None:
-        return f"{what}, has fewer than 2 pairs of runs: no interval can tell its gain from zero"
-    if gain_decided(r) is False:
-        return f"{what}, is not decided: its interval holds zero, or the machine was busy or drifted"
-    return f"{what}, is not told above the fastest target alone"
-
-
-def _number(x) -> float | None:
-    return None if x is None or pd.isna(x) else float(x)
 
 
 def calibrate_settings(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int],

@@ -424,8 +424,7 @@ def proof_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]
     if not tested.empty:
         lines.append(_interval_legend(tested))
     if not spec.empty and spec.apply(_undecided_gain, axis=1).any():
-        lines.append("~ a gain that is not decided (its interval holds zero, or the machine was busy or drifted): "
-                     "never recommended")
+        lines.append("~ not decided (the interval holds zero, or the machine was busy or drifted): never recommended")
     if (decided.isna() & spec["gain_pct"].notna()).any():
         lines.append("a gain from fewer than 2 runs of each side: no interval can tell it from zero, so none is "
                      "recommended (-r 2 or more)")
@@ -436,12 +435,10 @@ def _interval_legend(tested: pd.DataFrame) -> str:
     """What the [lo,hi] beside a gain is: paired or not, corrected for how many rows."""
     family = int(tested["gain_family"].max()) if "gain_family" in tested and tested["gain_family"].notna().any() else 1
     paired = (tested.get("gain_test") == "paired").all()
-    how = ("each run over the target alone measured next to it (same prompt and repetition)" if paired else
-           "Welch's unpaired test: these runs were not interleaved (a file written before), it assumes a steady machine"
-           if (tested.get("gain_test") == "unpaired").all() else
-           "paired where runs were interleaved, else Welch's unpaired test (a file written before)")
-    corrected = f", corrected for the {family} rows compared at once" if family > 1 else ""
-    return f"[-a,+b] beside a gain: its {1 - GAIN_LEVEL:.0%} interval, {how}{corrected}"
+    how = ("runs paired in time" if paired else "Welch's test (runs not interleaved: an older file)"
+           if (tested.get("gain_test") == "unpaired").all() else "paired where runs were interleaved, else Welch's")
+    corrected = f", corrected for {family} rows" if family > 1 else ""
+    return f"[-a,+b]: the gain's {1 - GAIN_LEVEL:.0%} interval, {how}{corrected}"
 
 
 def drift_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]:
@@ -454,10 +451,9 @@ def drift_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]
         where = " ".join(f"{_VARYING[c]} {r[c]}" for c in varying if c in _VARYING and c != "prompt_id")
         spec = summary[(summary["mode"] == "speculative") & matching(summary, r, [c for c in SETTING if c in summary])]
         unpaired = (spec.get("gain_test") == "unpaired").any()
-        then = ("its rows' unpaired gains are not decided" if unpaired else
-                "gains are paired with the target alone next to each run, so a slow drift cancels")
+        then = "its unpaired gains are not decided" if unpaired else "the paired gains cancel a slow drift"
         out.append(f"drift: the target alone{f' ({where})' if where else ''} moved {r['drift_pct']:+.1f}% from the first "
-                   f"quarter of its runs to the last ({int(r['drift_runs'])} runs over {r['drift_min']:.1f} min); {then}")
+                   f"to the last quarter of its {int(r['drift_runs'])} runs ({r['drift_min']:.1f} min); {then}")
     return out
 
 

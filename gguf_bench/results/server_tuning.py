@@ -58,7 +58,7 @@ def recommendation_line(tuned) -> str:
 
 
 def measured_line(tuned) -> str:
-    """--check's recommendation: what its runs say by the verdict rule (measure/tune.measured_verdict), then the
+    """--check's recommendation: what its runs say by the verdict rule (results/checks.measured_verdict), then the
     prediction: never a setting slower than another it measured."""
     v, cal = tuned.verdict, tuned.checked_cal
     speed = f"{speed_text(v['tokens_per_s'])} tokens/s measured"

@@ -44,6 +44,7 @@ NO_REASON = "its drafter proposed no token"  # a row that drafted nothing, of re
 GAIN_LEVEL = 0.05  # a gain is decided where its 95% interval, corrected for the rows that compete, excludes zero
 FAMILY = ["pair", "host", *CONCURRENCY, "depth", "temperature", "n_predict"]  # the speculative rows that compete for one
 # verdict (the deploy line at one slot count, across offloads, context settings and engines): a Bonferroni family
+DRIFT_RUNS = 8  # the fewest target-alone runs whose quarters say how the machine moved
 DRIFT = 0.05  # the target alone moving more than this from the first quarter of its runs to the last is named
 
 
@@ -253,13 +254,13 @@ def _welch(spec: pd.DataFrame, alone: pd.DataFrame, value: str = "tokens_per_s")
 def drift(ok: pd.DataFrame, setting: list[str]) -> pd.DataFrame:
     """Per setting, how its target alone moved during the sweep: its runs in the order they began (records.Order), each
     over its prompt's mean, the last quarter's mean over the first quarter's, as % (`drift_pct`), with the runs and
-    minutes it spans; NaN with fewer than 4 timed runs."""
+    minutes it spans; NaN with fewer than DRIFT_RUNS timed runs (a quarter of fewer is one or two runs: noise)."""
     alone = ok[(ok["mode"] == "target")]
     out = []
     for key, rows in alone.groupby(setting, dropna=False):
         timed = rows[pd.to_numeric(rows.get("started"), errors="coerce").notna()] if "started" in rows else rows[:0]
         row = dict(zip(setting, key if isinstance(key, tuple) else (key,)))
-        if len(timed) < 4:
+        if len(timed) < DRIFT_RUNS:
             out.append(row | {"drift_pct": float("nan"), "drift_runs": len(timed), "drift_min": float("nan")})
             continue
         timed = timed.assign(_t=pd.to_numeric(timed["started"])).sort_values("_t")

@@ -209,7 +209,7 @@ def check_rows(cal: Calibration, records: Sequence[RunRecord]) -> list[dict]:
         rows.append({"k": k, "ngl": cal.ngl, "ngld": cal.ngld, "predicted_tokens_per_s": predicted,
                      "measured_tokens_per_s": measured, "error_pct": 100.0 * (predicted / measured - 1.0),
                      "runs": len(by_k[k])})
-    return rows  # the measured gains are the verdict rule's (measure/tune.gain_fields), not a ratio of these means
+    return rows  # the measured gains are the verdict rule's (results/checks.gain_fields), not a ratio of these means
 
 
 def gain_cell(row: dict) -> str:
@@ -257,7 +257,7 @@ def recommendation_line(rec: Recommendation, top_cal: Calibration, top, cost_top
 
 
 def measured_line(verdict: dict, rec: Recommendation, cost_top: CostOutlook | None) -> str:
-    """tune --check's recommendation: what its runs say by the verdict rule (measure/tune.measured_verdict), then what
+    """tune --check's recommendation: what its runs say by the verdict rule (results/checks.measured_verdict), then what
     was predicted (`rec`, `cost_top`): never a setting slower than another it measured."""
     setting = f"-ngl {verdict.get('ngl')} -ngld {verdict.get('ngld')}"
     if verdict["k"] == 0:
