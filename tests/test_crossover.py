@@ -46,7 +46,7 @@ def test_each_slot_count_gets_its_best_setting_and_the_crossover_is_named():
     [(_, counts, missing)] = crossover.maps(summary)
     assert [c.label for c in counts] == ["1 slot", "2 slots", "4 slots"]
     assert [int(c.best["k"]) if c.pays else None for c in counts] == [4, 2, None]
-    assert counts[0].verdict == "K=4 +33.3% [+22, +46]" and counts[1].verdict.startswith("K=2 +10.0% [+")
+    assert counts[0].verdict == "K=4 +33.3% [+22,+46]" and counts[1].verdict.startswith("K=2 +10.0% [+")
     assert counts[2].verdict == "none gains (best K=2 -11.1%)"
     assert crossover.crossover(counts) == "speculation pays up to 2 slots; at 4 slots and beyond, the target alone"
     assert missing == []
@@ -57,7 +57,7 @@ def test_a_deploy_line_per_slot_count_each_its_own_best():
     df = to_frame(records)
     heads = [head for head, _ in deploy.lines(deploy.with_deploy(summarize(df), df, [parse(r) for r in records]))]
     assert len(heads) == 3, heads
-    assert heads[0].startswith("deploy P: K=4 at 1 slot (40.00 tokens/s, gain +33.3% [+22, +46])")
+    assert heads[0].startswith("deploy P: K=4 at 1 slot (40.00 tokens/s, gain +33.3% [+22,+46])")
     assert heads[1].startswith("deploy P: K=2 at 2 slots (66.00 tokens/s, gain +10.0% [+")
     assert heads[2].startswith("deploy P: no speculation at 4 slots (90.00 tokens/s; no speculative setting gained)")
 
@@ -82,7 +82,7 @@ def test_an_undecided_gain_and_a_row_that_drafted_nothing_do_not_pay():
                + runs("target", [3 * v for v in ALONE], 4) + runs("speculative", (99.0, 99.5, 98.5), 4, k=2, drafted=0))
     [(_, counts, _)] = crossover.maps(summarize(to_frame(records)))
     assert [c.pays for c in counts] == [True, False, False]
-    assert counts[1].verdict.startswith("~K=2 +3.1% [-14, +23], not told from zero (its interval holds zero)")
+    assert counts[1].verdict.startswith("~K=2 +3.1% [-14,+23], not told from zero (its interval holds zero)")
     assert counts[2].verdict == "no speculative row drafted"
     assert crossover.crossover(counts) == "speculation pays up to 1 slot; at 2 slots and beyond, the target alone"
 

@@ -294,7 +294,7 @@ def test_a_gain_the_repetitions_cannot_tell_from_zero_is_marked_and_not_deployed
                                                                                          "+33.3% [+24,+42]"]
     assert any(line.startswith("~ not decided") for line in proof_lines(rows))
     assert any("Welch's test" in line and "2 rows" in line for line in proof_lines(rows))
-    assert deploy_headline(alone + noise + real).startswith("deploy P: K=4 (40.00 tokens/s, gain +33.3% [+24, +42])")
+    assert deploy_headline(alone + noise + real).startswith("deploy P: K=4 (40.00 tokens/s, gain +33.3% [+24,+42])")
     # the noise alone: the target alone is the line, and it says why
     assert deploy_headline(alone + noise).startswith("deploy P: no speculation (30.00 tokens/s; the fastest speculative "
                                                      "row, K=2 at 31.00 tokens/s, +3.3% [-")
@@ -326,7 +326,7 @@ def test_a_row_that_drafted_nothing_is_no_gain_no_best_k_and_no_deploy_line():
     from gguf_bench.results.report import proof_lines
     assert "no drafts: K=4 drafted no token, so it measured the target alone: the prompt is short" in proof_lines(
         s.reset_index())
-    assert deploy_headline(alone + k2 + k4).startswith("deploy P: K=2 (36.00 tokens/s, gain +20.0% [+11, +29])")
+    assert deploy_headline(alone + k2 + k4).startswith("deploy P: K=2 (36.00 tokens/s, gain +20.0% [+11,+29])")
 
 
 def test_server_greedy_text_says_where_it_parts_from_its_target_alone():

@@ -357,11 +357,11 @@ def test_tune_check_prints_measured_next_to_predicted_and_stores_the_runs(tiny_p
     runs = records[1:]
     assert {r["mode"] for r in runs} == {"target", "speculative"} and all(r["sweep"] == "tc" for r in runs)
     # the recommendation is --check's verdict on what it measured: one run per K (one prompt, one repetition) gives
-    # no interval (and a machine shared with other work decides nothing), so the target alone is what it says to run,
-    # and what it deploys
+    # no interval (a machine shared with other work decides nothing, and on tiny models the draft may simply be slower),
+    # so the target alone is what it says to run, and what it deploys
     verdict = " ".join(out.split("recommended (measured by --check): ")[1].split())
     assert verdict.startswith("run the target alone (-ngl 0 -ngld 0, ")
-    assert "fewer than 2 pairs of runs" in verdict or "the machine was busy" in verdict
+    assert any(why in verdict for why in ("fewer than 2 pairs of runs", "the machine was busy", "is not faster"))
     assert "deploy (measured in the Python loop by --check" in out and "--spec-type none" in out
     assert "predicted: " in verdict
     check_report_shows_predictions(isolated / "results", records, tmp_path)

@@ -63,10 +63,10 @@ def faster_p(row: pd.Series, other: pd.Series) -> float:
 
 
 def gain_text(row: pd.Series) -> str:
-    """'+40.2% [+31, +49]': a row's gain and its interval, where it has one."""
+    """'+40.2% [+31,+49]': a row's gain and its interval, where it has one (as the table shows them)."""
     gain = f"{row['gain_pct']:+.1f}%"
     lo, hi = row.get("gain_lo"), row.get("gain_hi")
-    return gain if lo is None or pd.isna(lo) else f"{gain} [{lo:+.0f}, {hi:+.0f}]"
+    return gain if lo is None or pd.isna(lo) else f"{gain} [{lo:+.0f},{hi:+.0f}]"
 
 
 def open_verdicts(summary: pd.DataFrame) -> list[tuple[list[dict], str]]:

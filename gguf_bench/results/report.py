@@ -437,7 +437,10 @@ def _interval_legend(tested: pd.DataFrame) -> str:
     paired = (tested.get("gain_test") == "paired").all()
     how = ("runs paired in time" if paired else "Welch's test (runs not interleaved: an older file)"
            if (tested.get("gain_test") == "unpaired").all() else "paired where runs were interleaved, else Welch's")
-    corrected = f", corrected for {family} rows" if family > 1 else ""
+    looks = int(tested["gain_looks"].max()) if "gain_looks" in tested and tested["gain_looks"].notna().any() else 1
+    rows = family // looks
+    corrected = (f", corrected for {rows} row{'s' if rows > 1 else ''} x {looks} looks (-r auto)" if looks > 1 else
+                 f", corrected for {family} rows" if family > 1 else "")
     return f"[-a,+b]: the gain's {1 - GAIN_LEVEL:.0%} interval, {how}{corrected}"
 
 

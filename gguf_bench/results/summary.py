@@ -177,7 +177,7 @@ def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str], value: str
     those ratios, the interval a t-interval on their logarithms (`gain_test` 'paired'). Files written before runs were
     interleaved: Welch's t-test of the two rows' runs, each over its prompt's target-alone mean ('unpaired'). Columns:
     gain_pct (paired only; summarize takes the ratio of means for the rest), gain_lo, gain_hi, gain_p (uncorrected),
-    gain_pairs, gain_test, gain_family (the rows corrected for)."""
+    gain_pairs, gain_test, gain_family (the comparisons corrected for: rows x looks), gain_looks (-r auto's looks)."""
     alone = ok[ok["mode"] == "target"]
     out = []
     for _, rows in ok[ok["mode"] == "speculative"].groupby(keys, dropna=False):
@@ -186,8 +186,9 @@ def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str], value: str
         looks = pd.to_numeric(rows.get("looks", pd.Series(dtype=float)), errors="coerce").max()
         out.append({**{k: first[k] for k in keys}, **_estimate(rows, base, value),
                     "_looks": 1 if pd.isna(looks) else int(looks)})
-    columns = [*keys, "gain_pct", "gain_lo", "gain_hi", "gain_p", "gain_pairs", "gain_test", "gain_family"]
+    columns = [*keys, "gain_pct", "gain_lo", "gain_hi", "gain_p", "gain_pairs", "gain_test", "gain_family", "gain_looks"]
     frame = pd.DataFrame(out, columns=[*columns, "_est", "_se", "_dof", "_looks"])
+    frame["gain_looks"] = frame["_looks"]
     if frame.empty:
         return frame[columns]
     testable = frame["_se"].notna()
