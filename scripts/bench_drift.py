@@ -9,6 +9,7 @@ default pair (gemma F32 + Q4_K_M), one K, two prompts; nothing else may run mean
 
     python scripts/bench_drift.py --engine server [-K 4] [-r 4] [-n 64]
     python scripts/bench_drift.py --engine python --tree /tmp/old-checkout   # an older gguf_bench (before/after)
+    python scripts/bench_drift.py --engine python --target t.gguf --draft d.gguf -n 8 -r 2   # any pair
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def sweep(tree: Path, results: Path, name: str, args, load: str | None, quiet_s:
     """One sweep in its own process; `load` 'first' or 'last': a busy loop during that half of quiet_s. Its wall time."""
     cmd = [sys.executable, "-m", "gguf_bench.cli", "sweep", "--name", name, "-K", str(args.k), "-r", str(args.reps),
            "-n", str(args.n), "--prompt-ids", args.prompts, "--no-draft-alone", "--engine", args.engine]
+    if args.target:
+        cmd += ["--target", str(args.target), "--draft", str(args.draft)]
     env = os.environ | {"GGUF_BENCH_RESULTS": str(results), "COLUMNS": "100"}
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -79,6 +82,8 @@ def main() -> None:
     ap.add_argument("-r", dest="reps", type=int, default=4)
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--prompts", default="code-short,chat-short")
+    ap.add_argument("--target", type=Path, help="a target file instead of the default pair (with --draft)")
+    ap.add_argument("--draft", type=Path)
     ap.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1],
                     help="the checkout whose gguf_bench runs (default: this one)")
     args = ap.parse_args()

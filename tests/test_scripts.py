@@ -126,3 +126,23 @@ def test_bench_twin_variants_times_the_real_file_against_three_twins(tiny_pairs)
     out = script("bench_twin_variants.py", str(tiny_pairs["middle"][0]), "--rounds", "2", "-n", "4", "--threads", "1")
     rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
     assert rows == ["real", "twin", "twin, no holes", "twin, full output"], out
+
+
+def test_bench_drift_runs_quiet_then_busy_halves_on_a_tiny_pair(tiny_pairs):
+    target, draft = tiny_pairs["middle"]
+    out = script("bench_drift.py", "--engine", "python", "--target", str(target), "--draft", str(draft), "-K", "2",
+                 "-r", "2", "-n", "8", "--prompts", "code-short")
+    rows = [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith(("quiet", "busy"))]
+    assert rows == ["quiet", "busy-first", "busy-last"], out
+
+
+def test_bench_aa_counts_false_decisions_on_stored_runs(tmp_path):
+    """Neighbouring target-alone runs of a stored interleaved sweep, relabelled A and A: the script says how many of
+    its simulated sweeps called a difference."""
+    runs = [{"pair": "P", "mode": "target", "config": {"prompt_id": "p", "repetition": i},
+             "metrics": {"tokens_per_s": 20.0 + (i % 3) * 0.4, "n_tokens": 64},
+             "order": {"design": "shuffled", "started": 1.8e9 + i}} for i in range(12)]
+    results = tmp_path / "aa.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    out = script("bench_aa.py", str(results), "--sweeps", "3", "--rows", "2", "--pairs", "3")
+    assert "6 neighbour pairs of real target-alone runs" in out and "3 A/A sweeps of 2 rows x 3 pairs:" in out
