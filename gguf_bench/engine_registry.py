@@ -67,9 +67,10 @@ DEFAULT = PYTHON_ENGINE  # what a record without an engine ran (records before e
 KINDS: tuple[EngineKind, ...] = (
     EngineKind(PYTHON_ENGINE, Capabilities("the Python loop", draft_alone=True, loop_types=True, rpc_checked_here=True,
                                            ray=True, replays=True), "python loop", "py",
-               "gguf_bench.measure.python_engine:PythonEngine", in_both=True),
+               "gguf_bench.measure.python_engine:PythonEngine", "gguf_bench.cli.tune:tune_python", in_both=True),
     EngineKind(SERVER_ENGINE, Capabilities("llama-server", concurrent=True, server_types=True, server_process=True),
-               "llama-server", "srv", "gguf_bench.measure.server_engine:ServerEngine", in_both=True),
+               "llama-server", "srv", "gguf_bench.measure.server_engine:ServerEngine", "gguf_bench.cli.tune:tune_server",
+               in_both=True),
 )
 ENGINES: dict[str, EngineKind] = {k.name: k for k in KINDS}
 
@@ -78,7 +79,7 @@ def kind(name: str | None) -> EngineKind:
     """An engine's declaration by its name (None: DEFAULT, as records store it); one line for an unknown name."""
     name = name or DEFAULT
     if name not in ENGINES:
-        raise ConfigError(f"unknown --engine '{name}'; choose from {', '.join(ENGINES)} or both")
+        raise ConfigError(f"unknown --engine '{name}'; choose from {', '.join(ENGINES)}")
     return ENGINES[name]
 
 
@@ -92,7 +93,9 @@ def chosen(text: str) -> tuple[str, ...]:
     word = str(text).strip().lower()
     if word == "both":
         return tuple(k.name for k in ENGINES.values() if k.in_both)
-    return (kind(word).name,)
+    if word not in ENGINES:
+        raise ConfigError(f"unknown --engine '{text}'; choose from {', '.join(ENGINES)} or both")
+    return (word,)
 
 
 def names_with(capability: str) -> list[str]:

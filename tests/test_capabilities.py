@@ -4,9 +4,12 @@ but the registry compares an engine's name."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
 
 import pytest
+from cli_helpers import assert_user_error, invoke
+from test_layout import modules
 
 from gguf_bench import engine_registry, options
 from gguf_bench.decoding.strategy import Strategy
@@ -51,3 +54,31 @@ def test_refusals_come_from_the_declarations():
         engine_registry.of("vllm")
     with pytest.raises(ConfigError, match="unknown --engine 'vllm'"):
         options.engines("vllm")
+def name_comparisons(path) -> list[str]:
+    """Comparisons (==, !=, in) with an engine's name: a string the registry declares, or a *_ENGINE constant."""
+    names = set(engine_registry.ENGINES)
+
+    def names_an_engine(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(names_an_engine(e) for e in node.elts)
+        return (isinstance(node, ast.Name) and node.id.endswith("_ENGINE")) or (
+            isinstance(node, ast.Attribute) and node.attr.endswith("_ENGINE"))
+
+    return [ast.unparse(node) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Compare) and any(names_an_engine(x) for x in [node.left, *node.comparators])]
+
+
+def test_no_module_but_the_registry_compares_an_engine_name():
+    found = {mod: name_comparisons(path) for mod, path in modules().items() if mod != "gguf_bench.engine_registry"}
+    assert not any(found.values()), {m: f for m, f in found.items() if f}
+
+
+def test_tune_runs_the_flow_its_engine_declares():
+    """tune reaches each engine's flow through the registry: the server flow's own refusal, the python flow's own,
+    --parallel only where the engine has slots, and one line for an engine without a calibration."""
+    assert_user_error(invoke("tune", "--engine", "server", "--depth", "4"), "tune --engine server calibrates at depth 0")
+    assert_user_error(invoke("tune", "--engine", "python", "-n", "1"), "--n-predict must be >= 2")
+    assert_user_error(invoke("tune", "--parallel", "2"), "--parallel calibrates slots: add --engine server")
+    assert_user_error(invoke("tune", "--engine", "both"), "unknown --engine 'both'")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gguf_bench import options
+from gguf_bench import engine_registry, options
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import (
     CtxOpt,
@@ -44,7 +44,8 @@ from gguf_bench.cli.progress import QuietStatus, pair_files
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy, parse_spec_types
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import deploy, workloads
-from gguf_bench.measure.server_tune import ServerTuneJob, tune_server, twin_files
+from gguf_bench.measure.server_tune import ServerTuneJob, twin_files
+from gguf_bench.measure.server_tune import tune_server as tune_server_job
 from gguf_bench.measure.tune import TuneEvents, TuneJob, twin_job
 from gguf_bench.measure.tune import tune as run_tune
 from gguf_bench.models.pairs import PairFiles, header_sources
@@ -118,57 +119,113 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     each calibrated where it places the weights) from a short calibration, and
     recommend the fastest, without a full sweep (greedy)."""
     use_results_dir(results_dir_opt)
-    chosen = workloads.choose(prompt_ids, prompts_file, per_category, registry=registry)
-    k_list = options.draft_lengths(ks)
-    if engine not in ("python", "server"):
-        raise BenchError(f"tune --engine takes python or server, got '{engine}'")
-    if engine == "server" or parallel is not None:
-        ngl, ngld = _server_options(engine, ngls, nglds, parallel, depth, k_schedules, plot)
-        types = [SERVER_NAMES.get(t, t) for t in parse_spec_types(spec_types)]
-        for t in types:
-            check_predictable(t, twin)
-        alphas = options.acceptances(acceptance) if twin else None
-        name = options.results_name(name or default_name("tune"))
-        with twin_folder("tune-twins-") as folder:  # twins live while tune runs
-            files = _server_files(pair, target, draft, registry, types, twin, Path(folder))
-            job = ServerTuneJob(files, chosen, k_list, types, n_predict, ctx_size, threads, name,
-                                ensure_results_dir() / f"{name}.jsonl", reps if reps != DEFAULT_REPS else SERVER_REPS,
-                                ngl, ngld, parallel, server_bin)
-            with QuietStatus(f"calibrating {files.name} through llama-server ...") as status:
-                tuned = tune_server(job, check, status.update, twin)
-        return _show_server(tuned, alphas, json_out)
-    predicted = tune_strategies(spec_types, k_schedules, ngram_min, ngram_max, k_cap, k_list)
-    ngl_list, ngld_list = options.layer_list(ngls, "-ngl"), options.layer_list(nglds, "-ngld")
-    if n_predict < 2 or reps < 1:
-        raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 (got {n_predict} and {reps})")
-    if plot:
+    kind = engine_registry.kind(engine)
+    if parallel is not None and not kind.capabilities.concurrent:
+        raise BenchError(f"--parallel calibrates slots: add --engine {' or '.join(_tunable('concurrent'))}")
+    flow = kind.tune_flow()
+    args = TuneArgs(pair, target, draft, options.draft_lengths(ks), ngls, nglds,
+                    workloads.choose(prompt_ids, prompts_file, per_category, registry=registry), n_predict, threads,
+                    ctx_size, reps, check, json_out, name, plot, spec_types, k_schedules, ngram_min, ngram_max, k_cap, depth,
+                    twin, acceptance, (n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft,
+                                       device_draft, Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)),
+                    parallel, server_bin, registry)
+    flow(args)
+
+
+@dataclass(frozen=True)
+class TuneArgs:
+    """The tune command's options, as given (each engine's flow reads what it takes)."""
+
+    pair: str | None
+    target: Path | None
+    draft: Path | None
+    k_list: list[int]
+    ngls: str
+    nglds: str
+    chosen: list
+    n_predict: int
+    threads: int | None
+    ctx_size: int
+    reps: int
+    check: bool
+    json_out: bool
+    name: str | None
+    plot: Path | None
+    spec_types: str
+    k_schedules: str
+    ngram_min: int
+    ngram_max: int
+    k_cap: int | None
+    depth: int
+    twin: bool
+    acceptance: str
+    placement: tuple  # -ncmoe, -ot, -dev, -ncmoed, -otd, -devd and the Split (placing.placing_axes' arguments)
+    parallel: int | None
+    server_bin: Path | None
+    registry: Path | None
+
+
+def _tunable(capability: str) -> list[str]:
+    """The engines tune calibrates that have a capability."""
+    return [n for n in engine_registry.names_with(capability) if engine_registry.kind(n).tune]
+
+
+def tune_server(a: TuneArgs) -> None:
+    """tune --engine server: a short calibration through llama-server itself (measure/server_tune.py)."""
+    ngl, ngld = _server_options(a.ngls, a.nglds, a.parallel, a.depth, a.k_schedules, a.plot)
+    types = [SERVER_NAMES.get(t, t) for t in parse_spec_types(a.spec_types)]
+    for t in types:
+        check_predictable(t, a.twin)
+    alphas = options.acceptances(a.acceptance) if a.twin else None
+    name = options.results_name(a.name or default_name("tune"))
+    with twin_folder("tune-twins-") as folder:  # twins live while tune runs
+        files = _server_files(a.pair, a.target, a.draft, a.registry, types, a.twin, Path(folder))
+        job = ServerTuneJob(files, a.chosen, a.k_list, types, a.n_predict, a.ctx_size, a.threads, name,
+                            ensure_results_dir() / f"{name}.jsonl", a.reps if a.reps != DEFAULT_REPS else SERVER_REPS,
+                            ngl, ngld, a.parallel, a.server_bin)
+        with QuietStatus(f"calibrating {files.name} through llama-server ...") as status:
+            tuned = tune_server_job(job, a.check, status.update, a.twin)
+    _show_server(tuned, alphas, a.json_out)
+
+
+def tune_python(a: TuneArgs) -> None:
+    """tune --engine python: the loop's decode timings, every K predicted from one text (measure/tune.py)."""
+    predicted = tune_strategies(a.spec_types, a.k_schedules, a.ngram_min, a.ngram_max, a.k_cap, a.k_list)
+    ngl_list, ngld_list = options.layer_list(a.ngls, "-ngl"), options.layer_list(a.nglds, "-ngld")
+    if a.n_predict < 2 or a.reps < 1:
+        raise BenchError(f"--n-predict must be >= 2 and --reps >= 1 (got {a.n_predict} and {a.reps})")
+    if a.plot:
         check_plot()
-    alphas = options.acceptances(acceptance)
-    axes = placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft, device_draft,
-                        split=Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay))
+    alphas = options.acceptances(a.acceptance)
+    axes = placing_axes(*a.placement[:-1], split=a.placement[-1])
     placed = {"placings": tuple(axes["placings"]), "placings_draft": tuple(axes["placings_draft"])}
-    name = options.results_name(name or default_name("tune"))
+    name = options.results_name(a.name or default_name("tune"))
     out = ensure_results_dir() / f"{name}.jsonl"
     with twin_folder("tune-twins-") as folder:  # twins live while tune runs
-        if twin:
-            *sources, pair_name = header_sources(pair, target, draft, registry)
-            job = TuneJob(PairFiles(Path(sources[0]), Path(sources[1]), pair_name), chosen, k_list, n_predict, ctx_size,
-                          threads, name, out, reps, depth, **placed)
-            job = twin_job(job, tuple(sources), Path(folder), registry)
+        if a.twin:
+            *sources, pair_name = header_sources(a.pair, a.target, a.draft, a.registry)
+            job = TuneJob(PairFiles(Path(sources[0]), Path(sources[1]), pair_name), a.chosen, a.k_list, a.n_predict,
+                          a.ctx_size, a.threads, name, out, a.reps, a.depth, **placed)
+            job = twin_job(job, tuple(sources), Path(folder), a.registry)
         else:
-            job = TuneJob(pair_files(pair, target, draft, registry), chosen, k_list, n_predict, ctx_size, threads, name,
-                          out, reps, depth, **placed)
+            job = TuneJob(pair_files(a.pair, a.target, a.draft, a.registry), a.chosen, a.k_list, a.n_predict, a.ctx_size,
+                          a.threads, name, out, a.reps, a.depth, **placed)
         with QuietStatus(f"calibrating {job.files.name} ...") as status:
             events = TuneEvents(step=status.update, warn=lambda line: err.print(f"Warning: {line}", markup=False),
                                 note=lambda line: err.print(f"Note: {line}", markup=False))
-            tuned = run_tune(job, ngl_list, ngld_list, predicted, check, events)
+            tuned = run_tune(job, ngl_list, ngld_list, predicted, a.check, events)
     if tuned.top is None:  # twins, and no acceptance measured for the real pair
-        return _twin_only(tuned, alphas, json_out)
+        return _twin_only(tuned, alphas, a.json_out)
+    _show_python(tuned, predicted, alphas, a)
+
+
+def _show_python(tuned, predicted: list[Strategy], alphas: list[float], a: TuneArgs) -> None:
+    """tune --engine python's tables (or JSON), recommendation, deploy line and plot."""
     files, out = tuned.job.files, tuned.job.out
     calibrations, top_cal, top, rec = tuned.calibrations, tuned.top_cal, tuned.top, tuned.rec
     outlooks, cost_top, checked = tuned.outlooks, tuned.cost_top, tuned.checked
-    deploy_line, deploy_note = _deploy(tuned, predicted, threads)
-    if json_out:
+    deploy_line, deploy_note = _deploy(tuned, predicted, a.threads)
+    if a.json_out:
         doc = as_json(files.name, out, calibrations, predicted, checked, outlooks, tuned.verdict) | {
             "deploy": deploy_line, "deploy_note": deploy_note}
         if tuned.job.real_pair:
@@ -190,15 +247,15 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
         if checked is not None:  # what was measured comes before the recommendation it decides
             console.print(fit_title(check_table(checked, _checked_k(tuned.verdict), console.width), console.width))
         console.print(measured_line(tuned.verdict, rec, cost_top) if tuned.verdict else
-                      recommendation_line(rec, top_cal, top, cost_top, len(predicted) > 1, (ngram_min, ngram_max)),
+                      recommendation_line(rec, top_cal, top, cost_top, len(predicted) > 1, (a.ngram_min, a.ngram_max)),
                       markup=False)
         console.print(f"deploy ({deploy_note}):" if deploy_line else f"deploy: {deploy_note}", markup=False)
         if deploy_line:
             console.print(deploy_line, markup=False, soft_wrap=True)
         console.print(f"calibration stored in {out}", markup=False, soft_wrap=True)  # a path is never folded
-    if plot:
-        written = plot_tune(calibrations, predicted, checked, plot, outlooks)
-        (err if json_out else console).print(f"wrote {written}", markup=False)
+    if a.plot:
+        written = plot_tune(calibrations, predicted, checked, a.plot, outlooks)
+        (err if a.json_out else console).print(f"wrote {written}", markup=False)
 
 
 def _deploy(tuned, predicted: list[Strategy], threads: int | None) -> tuple[str | None, str]:
@@ -242,11 +299,9 @@ def _twin_lines(tuned, alphas: list[float]) -> None:
                   + (f"; acceptance {source}" if source else ""), markup=False)
 
 
-def _server_options(engine: str, ngls: str, nglds: str, parallel: int | None, depth: int, k_schedules: str,
+def _server_options(ngls: str, nglds: str, parallel: int | None, depth: int, k_schedules: str,
                     plot) -> tuple[int | str, int | str]:
     """The one offload setting tune --engine server calibrates; one line for what it cannot do."""
-    if engine != "server":
-        raise BenchError("--parallel calibrates llama-server's slots: add --engine server")
     if depth or k_schedules != "fixed" or plot:
         raise BenchError("tune --engine server calibrates at depth 0 with a fixed K: --depth, --k-schedule and --plot "
                          "are for --engine python")

@@ -35,11 +35,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from gguf_bench import engine_registry
 from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES, server_parts
 from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.results.costmodel import Prediction, ScatterGuard, expected_tokens, relative_scatter
-from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
+from gguf_bench.results.records import Mode, RunRecord
 
 REPETITIONS = "repetitions of each prompt"  # what the server engine's scatter guard reads (ScatterGuard)
 NGRAM_TYPES = tuple(t for t in SERVER_SPEC_TYPES if t.startswith("ngram"))  # draft only where the text repeats
@@ -202,7 +203,7 @@ def _between(points: Sequence[tuple[int, float]], k: int) -> float:
 def calibrations(records: Sequence[RunRecord]) -> list[ServerCalibration]:
     """One calibration per (speculative type, slot count) of a server calibration's records (each with its target
     alone at the same slot count)."""
-    ok = [r for r in records if r.error is None and r.metrics and r.config.engine == SERVER_ENGINE]
+    ok = [r for r in records if r.error is None and r.metrics and engine_registry.of(r.config.engine).server_process]
     out = []
     for parallel in dict.fromkeys(r.config.parallel for r in ok):
         here = [r for r in ok if r.config.parallel == parallel]
