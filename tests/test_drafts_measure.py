@@ -198,3 +198,22 @@ def test_hub_drafts_downloaded_by_huggingface_hub_a_cut_download_resumed(family,
     other = [rng for path, rng in gets if path.endswith("tiny-0.5b-Q8_0.gguf")]
     assert other and all(rng and rng.split("-")[1] for rng in other)  # its header only, by bounded ranges
     assert not (isolated / "hf" / "hub" / "models--other--Tiny-0.5B-GGUF" / "snapshots").exists()
+
+
+def test_the_measured_winner_is_recommended_only_above_the_target_alones_scatter():
+    """drafts --measure gets tune's noise guard: a draft predicted 3% faster while the target alone's own timings
+    scatter by 5% is not recommended (the line says so); 12% faster is; with no repeated timing the guard is off."""
+    from types import SimpleNamespace
+
+    from gguf_bench.measure.drafts import MeasuredDrafts
+
+    def measured(tps, scatter):
+        rec = SimpleNamespace(fastest=SimpleNamespace(tokens_per_s=tps), baseline_tokens_per_s=100.0, scatter=scatter)
+        return SimpleNamespace(rec=rec)
+
+    small, big = measured(103.0, 0.05), measured(112.0, 0.05)
+    result = MeasuredDrafts(target=None, measured=[small, big])
+    assert result.beats_target_alone(small) and not result.recommends(small) and result.recommends(big)
+    assert result.guard.line().startswith("scatter guard: no predicted gain under +5.0% is recommended")
+    off = MeasuredDrafts(target=None, measured=[measured(103.0, None)])
+    assert off.recommends(off.measured[0]) and off.guard.line().startswith("scatter guard off")

@@ -315,12 +315,17 @@ def _ks_label(ks) -> str:
 
 def _winner_lines(result: measuring.MeasuredDrafts, job: measuring.MeasureJob) -> None:
     w = result.winner
-    if result.beats_target_alone(w):
+    if result.recommends(w):
         console.print(f"winner: {w.row.candidate.name}, -K {w.rec.fastest.k}: predicted {w.rec.fastest.tokens_per_s:.2f}"
                       f" tokens/s ({result.gain_pct(w):+.1f}% over the target alone)", markup=False, soft_wrap=True)
+    elif result.beats_target_alone(w):
+        console.print(f"no draft is predicted to beat the target alone by more than its own timings scatter (the best, "
+                      f"{w.row.candidate.name}, {result.gain_pct(w):+.1f}%): run the target alone, or measure it with "
+                      "`gguf-bench sweep`", markup=False, soft_wrap=True)
     else:
         console.print(f"no draft is predicted to beat the target alone (the best, {w.row.candidate.name}, "
                       f"{result.gain_pct(w):+.1f}%): run the target alone", markup=False, soft_wrap=True)
+    console.print(result.guard.line(), style="dim", markup=False, soft_wrap=True)
     console.print("deploy (a prediction: check it with `gguf-bench sweep --engine server`):", markup=False)
     console.print(result.deploy, markup=False, soft_wrap=True)
     console.print(f"calibrations stored in {job.out} (`gguf-bench report` shows them)", markup=False, soft_wrap=True)

@@ -26,7 +26,14 @@ from gguf_bench.measure.tune import TuneEvents, TuneJob, tune
 from gguf_bench.models.download import fetch_model, no_progress
 from gguf_bench.models.registry import Named
 from gguf_bench.options import layers_label
-from gguf_bench.results.costmodel import DEFAULT_REPS, Calibration, Recommendation, recommend
+from gguf_bench.results.costmodel import (
+    DECODE_TIMINGS,
+    DEFAULT_REPS,
+    Calibration,
+    Recommendation,
+    ScatterGuard,
+    recommend,
+)
 from gguf_bench.results.drafts import Ranked
 from gguf_bench.results.drafts import to_json as ranking_json
 from gguf_bench.results.records import CalibrationRecord
@@ -103,6 +110,17 @@ class MeasuredDrafts:
     def beats_target_alone(self, m: Measured) -> bool:
         return m.rec.fastest.tokens_per_s > self.baseline_tokens_per_s
 
+    @property
+    def guard(self) -> ScatterGuard:
+        """tune's noise guard over this run's calibrations: the largest scatter of the target alone's own one-token
+        timings (off where none was timed more than once, or every calibration was read back from the file)."""
+        scatters = [m.rec.scatter for m in self.measured if m.rec.scatter is not None]
+        return ScatterGuard(max(scatters) if scatters else None, DECODE_TIMINGS)
+
+    def recommends(self, m: Measured) -> bool:
+        """Whether m is recommended over the target alone: predicted faster by more than the guard's scatter."""
+        return self.beats_target_alone(m) and self.guard.passes(self.gain_pct(m))
+
 
 @dataclass
 class MeasureEvents:
@@ -158,7 +176,7 @@ def measure_drafts(named: Named, job: MeasureJob, rows: Sequence[Ranked], events
     if not result.measured:
         raise ModelError(f"no draft could be calibrated ({result.failed[0][0].candidate.name}: {result.failed[0][1]})")
     result.measured = best_first(result.measured)
-    result.deploy = deploy_line(result.measured[0], result.beats_target_alone(result.measured[0]), job.threads)
+    result.deploy = deploy_line(result.measured[0], result.recommends(result.measured[0]), job.threads)
     return result
 
 
@@ -233,7 +251,9 @@ def to_json(result: MeasuredDrafts) -> dict:
                                   "a": list(m.rec.fastest_cal.a), "predicted_tokens_per_s": top.tokens_per_s,
                                   "predicted_gain_pct": result.gain_pct(m),
                                   "calibration_baseline_tokens_per_s": m.rec.baseline_tokens_per_s,
-                                  "beats_target_alone": result.beats_target_alone(m)}})
+                                  "beats_target_alone": result.beats_target_alone(m),
+                                  "recommended": result.recommends(m)}})
     return {"target_file": str(result.target), "measured": rows, "deploy": result.deploy,
+            "scatter_guard": result.guard.as_json() if result.measured else None,
             "predicted_baseline_tokens_per_s": result.baseline_tokens_per_s,
             "not_measured": [{"name": r.candidate.name, "reason": why} for r, why in result.failed + result.skipped]}
