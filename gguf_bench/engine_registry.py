@@ -28,6 +28,7 @@ class Capabilities:
     ray: bool = False  # runs as a Ray unit on another node (--ray)
     server_process: bool = False  # runs a server whose command line is what to deploy
     replays: bool = False  # a greedy text that parts from the target alone's is replayed to say why (else only where)
+    remote: bool = False  # measures servers someone else started (--url against --baseline-url): no files, no deploy line
 
     def check_strategy(self, s) -> None:
         """One line for a drafting strategy (decoding.strategy.Strategy) this engine cannot run."""
@@ -71,6 +72,8 @@ KINDS: tuple[EngineKind, ...] = (
     EngineKind(SERVER_ENGINE, Capabilities("llama-server", concurrent=True, server_types=True, server_process=True),
                "llama-server", "srv", "gguf_bench.measure.server_engine:ServerEngine", "gguf_bench.cli.tune:tune_server",
                in_both=True),
+    EngineKind("endpoint", Capabilities("a server at --url", concurrent=True, remote=True), "endpoint", "ep",
+               "gguf_bench.measure.endpoint_engine:EndpointEngine"),
 )
 ENGINES: dict[str, EngineKind] = {k.name: k for k in KINDS}
 

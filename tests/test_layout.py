@@ -127,6 +127,7 @@ def test_record_fields_are_read_by_name_only_in_the_records_module():
                "gguf_bench.results.summary",  # pandas columns of the records' rows
                "gguf_bench.models.registry",  # the registry reads models.yaml (its "models" section), not records
                "gguf_bench.engines.llama_server", "gguf_bench.engines.server_clients",  # llama-server's JSON ("timings")
+               "gguf_bench.measure.endpoint_engine",  # an OpenAI-compatible server's JSON ("timings", "error")
                "gguf_bench.results.specbench", "gguf_bench.measure.deploy",  # pandas columns of report's summary
                "gguf_bench.results.crossover", "gguf_bench.results.checks",
                "gguf_bench.results.server_costs"}  # a round's stored requests (server_clients.Request.stored)

@@ -68,7 +68,8 @@ RpcOpt = Annotated[list[str] | None, typer.Option("--rpc", help="HOST:PORT,... o
 RpcDelayOpt = Annotated[str | None, typer.Option("--rpc-delay", help="one-way delay in ms added each way in front of "
                         "each --rpc server by a loopback proxy (0-1000), to measure a network hop here; sweep: 0,1,3")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="who generates: python (gguf-bench's loop), server (llama.cpp's "
-                      "llama-server, a process per setting), or both, side by side on the same files")]
+                      "llama-server, a process per setting), or both, side by side on the same files; endpoint: a "
+                      "server someone else started (--url against --baseline-url)")]
 DepthOpt = Annotated[str | None, typer.Option("--depth", "-d", help="tokens of context before the prompt, as llama-bench's "
                      "-d: 0,4096,16384 (English prose prefilled in both models and not timed; the context grows to "
                      "hold it)")]
@@ -81,6 +82,10 @@ RequestTimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="ser
 WarmPoolOpt = Annotated[bool, typer.Option("--warm-pool", help="server engine: keep one process for all prompts of an "
                         "n-gram type whose state outlives a request (ngram-mod, ngram-map-k(4v), ngram-cache), so later "
                         "prompts start warm; default: a new process per run, cold")]
+UrlOpt = Annotated[str | None, typer.Option("--url", help="--engine endpoint: the OpenAI-compatible server to measure, "
+                  "with speculation (http://HOST:PORT)")]
+BaselineUrlOpt = Annotated[str | None, typer.Option("--baseline-url", help="--engine endpoint: the same model served "
+                          "without speculation, the gain's baseline")]
 ServerBinOpt = Annotated[Path | None, typer.Option("--server-bin", help="the llama-server to run (default: llama-server "
                          "on PATH, else the one `gguf-bench build-server` made)")]
 

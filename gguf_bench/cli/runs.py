@@ -12,6 +12,7 @@ import typer
 from gguf_bench import engine_registry, options
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import (
+    BaselineUrlOpt,
     BatchOpt,
     CacheTypeKOpt,
     CacheTypeVOpt,
@@ -72,6 +73,7 @@ from gguf_bench.cli.options import (
     TopKOpt,
     TopPOpt,
     UbatchOpt,
+    UrlOpt,
     VerifyOpt,
     WarmPoolOpt,
 )
@@ -264,7 +266,7 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
           n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
           device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
           main_gpu: MainGpuOpt = None, rpc: RpcOpt = None, rpc_delay: RpcDelayOpt = None,
-          parallels: ParallelOpt = None,
+          parallels: ParallelOpt = None, url: UrlOpt = None, baseline_url: BaselineUrlOpt = None,
           clients: ClientsOpt = None, request_timeout: RequestTimeoutOpt = 600.0, warm_pool: WarmPoolOpt = False,
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
@@ -300,6 +302,8 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
             raise BenchError("-r auto decides between passes on this machine; with --ray give a count (-r 4)")
         if ray_address and (local := [e for e in grid.engines if not engine_registry.of(e).ray]):
             raise BenchError(f"--engine {local[0]} runs on this machine only, not through --ray")
+        if remote := _remote(grid, choice, url, baseline_url):
+            return _sweep_remote(name, grid, out, resume, remote, (url, baseline_url))
         if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
             return _sweep_on_ray(name, grid, out, resume, choice, ray_options(ray_address, ray_gpus_per_task, ray_resources))
         _sweep(name, grid, out, resume, choice)
@@ -327,6 +331,38 @@ def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -
     _show_runs(records, title=f"sweep {name} ({out})")
     for line in stops:
         console.print(line, markup=False, soft_wrap=True)
+    _fail_on_failed_cells(records, name, out)
+
+
+def _remote(grid: Grid, choice: PairChoice, url: str | None, baseline_url: str | None) -> str | None:
+    """The engine that measures servers someone else started, where the sweep asks for one (engine_registry: remote);
+    one line for a sweep that mixes it with a pair, or misses one of its two URLs."""
+    remote = [e for e in grid.engines if engine_registry.of(e).remote]
+    engines = " or ".join(engine_registry.names_with("remote"))
+    if (url or baseline_url) and not remote:
+        raise BenchError(f"--url and --baseline-url are the servers of --engine {engines}: add it")
+    if not remote:
+        return None
+    if not (url and baseline_url):
+        raise BenchError(f"--engine {remote[0]} measures two servers someone else started: give --url (with "
+                         "speculation) and --baseline-url (the same model without)")
+    if choice.names or choice.target or choice.draft:
+        raise BenchError(f"--engine {remote[0]} measures the servers at --url and --baseline-url: give no pair, "
+                         "--target or --draft")
+    return remote[0]
+
+
+def _sweep_remote(name: str, grid: Grid, out: Path, resume: bool, engine: str, urls: tuple[str, str]) -> None:
+    """A sweep of servers someone else started: the engine's own sweep (its class's `sweep`), then the report."""
+    try:
+        with SweepProgress(urls[0]) as events:
+            engine_registry.kind(engine).engine_class().sweep(name, grid, out, resume, urls, events)
+    except KeyboardInterrupt:
+        err.print(f"Interrupted: every finished run is saved in {out}; continue with "
+                  f"`gguf-bench sweep ... --name {name} --resume`", markup=False)
+        raise typer.Exit(130) from None
+    records = [r for r in read_records(out) if isinstance(r, RunRecord)]
+    _show_runs(records, title=f"sweep {name} ({out})")
     _fail_on_failed_cells(records, name, out)
 
 

@@ -45,7 +45,7 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
         for index in candidates(rows):
             record = _record_of(summary.loc[index], df, runs)
             try:
-                out.at[index, "deploy"] = command_line(record) if record is not None else None
+                out.at[index, "deploy"] = command_line(record) if record and not capabilities.of(record.config.engine).remote else None
             except ConfigError:  # the loop's adaptive schedules and its chain have no llama-server command
                 continue
             if out.at[index, "deploy"]:

@@ -58,6 +58,8 @@ def run_label(mode: Mode | str, strategy_name: str, k: int) -> str:
         return "target alone"
     if mode == Mode.DRAFT:
         return "draft alone"
+    if not k:  # a server someone else started (the endpoint engine): its draft length is its own, not told to a client
+        return "speculative" if strategy_name in ("", "draft") else strategy_name
     return f"K={int(k)}" if strategy_name in ("", "draft") else f"{strategy_name} K={int(k)}"
 
 
@@ -137,6 +139,23 @@ class Server:
     speculative: bool | None = None  # /slots: whether it held a draft context
     pool: str | None = None  # a type whose n-gram state outlives a request (ngram-mod, ...): 'cold' (a new process for
     # this run) or 'warm' (the process served the group's earlier requests first); None for the other types
+
+
+@dataclass
+class Endpoint:
+    """The server an endpoint-engine run went through (measure/endpoint_engine.py), as it described itself: None (or
+    not listed) wherever it did not say; `not_available` names the figures it does not give, which the run left None."""
+
+    url: str = ""
+    model: str | None = None  # /v1/models' id
+    llama_cpp: bool = False  # it answers llama.cpp's /props (llama-server, ik_llama.cpp): timings, /slots, /metrics
+    build_info: str | None = None  # /props build_info
+    slots: int | None = None  # /props total_slots
+    speculative: bool | None = None  # /slots: whether it holds a draft context
+    spec_types: str | None = None  # /slots: the speculative types a request ran with ('draft-simple')
+    timed_by: str = ""  # 'server timings' (llama.cpp's predicted_ms) or 'client' (its stream's first and last chunks)
+    tokens_from: str = ""  # 'timings', 'usage', or 'length' (it stopped at -n: as many tokens as asked)
+    not_available: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -381,6 +400,7 @@ class RunRecord:
     node: Node | None = None  # where a distributed sweep ran it
     load: Load | None = None  # the machine's load over the run (None in files written before runs recorded it)
     server: Server | None = None  # the llama-server process of a server-engine run
+    endpoint: Endpoint | None = None  # the server an endpoint-engine run measured
     energy: Energy | None = None  # None: no energy counter was readable (never a zero)
     memory: list[DeviceMemory] | None = None  # None: no device told its memory (NVML)
     order: Order | None = None  # None: a file written before runs were interleaved (their order is not known)

@@ -373,7 +373,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
     first = summary.iloc[0]
     if summary["target_file"].nunique() == 1 and summary["draft_file"].nunique() <= 1:
         target, draft = _stem(first["target_file"]), _stem(first["draft_file"])
-        if not show_offload:
+        if not show_offload and pd.notna(first["target_offload"]):  # not known of a server someone else started
             target += f" ({first['target_offload']} on GPU)"
             draft += f" ({first['draft_offload']})"
         lines += [f"target {target}"] + ([f"draft  {draft}"] if isinstance(first["draft_file"], str) else [])

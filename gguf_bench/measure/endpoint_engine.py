@@ -1,0 +1,543 @@
+"""The endpoint engine: a server someone else started (llama-server with the flags its owner chose, ik_llama.cpp,
+llama-cpp-python's server, vLLM, ...), measured over HTTP the way an OpenAI-compatible client sees it.
+
+Two servers of the same model: --url, with speculation, and --baseline-url, without. In each repetition block the
+requests go to the two in a seeded random order (plan.shuffled: 'alternate'), so each speculative run has the
+baseline's run of the same prompt next to it in time; the baseline's records are the target alone (mode target) and
+--url's the speculative runs, so the paired verdicts read them as they read any engine's. Prompts go as text
+(/v1/completions) or as chat messages (/v1/chat/completions): the server tokenizes with its own vocabulary and
+template. Every request streams; --clients sends that many at the same moment.
+
+What a record holds is what the server gives, and the record says what it did not give (records.Endpoint):
+- llama.cpp's servers (they answer /props): the last chunk's `timings` (predicted_n over predicted_ms, the server
+  engine's tokens/s; draft_n and draft_n_accepted), /slots' draft context and types, and /metrics' verification steps
+  and acceptance per draft position, where /metrics is on and its counters over the cell equal the requests' own
+  timings (another client's requests would be in them otherwise); the per-position series is read apart, never added
+  to the totals;
+- any other server: its `usage`, or -n where it stopped at the length asked, timed by the client from the stream's
+  first chunk to its last; acceptance, drafted tokens and rounds None, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.engine_registry import of
+from gguf_bench.engines.llama_server import spec_counters
+from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure.engine import run_unit
+from gguf_bench.measure.plan import Cell, Grid, Setting, Unit, cells_done, shuffled
+from gguf_bench.measure.prepared import PreparedPrompts
+from gguf_bench.measure.prompts import Prompt
+from gguf_bench.measure.sweep import SweepEvents
+from gguf_bench.models.pairs import PairFiles
+from gguf_bench.results.records import Endpoint, Mode, ModelFile, Models, RunMetrics, RunRecord
+from gguf_bench.results.store import append_record, environment, exclusive, read_records
+
+NAME = "endpoint"  # its name in engine_registry.KINDS
+PROBE_TOKENS = 8  # the greedy request each server answers first: a warm-up, and the same-model check where ids differ
+_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([-+\d.eE]+)$')  # as engines/llama_server reads it
+
+
+class EndpointError(BenchError):
+    """A server that cannot be reached, does not speak the API, or is not what the sweep needs."""
+
+
+# --- what a server says it is -------------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    """One server as it described itself: llama.cpp's servers answer /props (and /slots, /metrics where on)."""
+
+    url: str  # its root, without /v1
+    model: str  # /v1/models' first id
+    props: dict | None = None  # /props, llama.cpp's servers only
+    speculative: bool | None = None  # /slots: a draft context (None: not told)
+    metrics: bool = False  # its /metrics answers with llama.cpp's counters
+    spec_types: str | None = None  # /slots after a request: the types it drafted with ('draft-simple')
+
+    @property
+    def llama_cpp(self) -> bool:
+        return self.props is not None
+
+    @property
+    def slots(self) -> int | None:
+        return self.props.get("total_slots") if self.props else None
+
+    def not_available(self, speculative: bool) -> list[str]:
+        """The figures this server does not give (the records leave them None)."""
+        if not self.llama_cpp:
+            return ["acceptance, drafted and accepted tokens, rounds (no llama.cpp timings or /metrics)",
+                    "prompt time (no server timings: the client times the stream)"]
+        return [] if self.metrics or not speculative else ["rounds and acceptance per position (no /metrics: start it "
+                                                           "with --metrics)"]
+
+    def record(self, timed_by: str, tokens_from: str, speculative: bool) -> Endpoint:
+        props = self.props or {}
+        return Endpoint(self.url, self.model, self.llama_cpp, props.get("build_info"), self.slots, self.speculative,
+                        self.spec_types, timed_by, tokens_from, self.not_available(speculative))
+
+
+def base_url(url: str) -> str:
+    """The server's root: 'http://host:8080/v1/' and 'http://host:8080' are the same server."""
+    url = url.strip().rstrip("/")
+    if not re.match(r"^https?://[^/]+", url):
+        raise ConfigError(f"'{url}' is not an http:// or https:// URL (give the server's address, http://HOST:PORT)")
+    return url.removesuffix("/v1")
+
+
+def _get(url: str, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
+    """(status, body) of GET url+path; one line where the server cannot be reached."""
+    try:
+        with urllib.request.urlopen(url + path, timeout=timeout_s) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EndpointError(f"cannot reach {url}: {reason}") from None
+
+
+def _json(url: str, path: str):
+    """GET url+path as JSON, None where it answers otherwise (not found, not JSON)."""
+    status, body = _get(url, path)
+    try:
+        return json.loads(body) if status == 200 else None
+    except ValueError:
+        return None
+
+
+def describe(url: str, option: str) -> Served:
+    """The server at `url` (given as `option`): its model, and what llama.cpp's servers say about themselves."""
+    url = base_url(url)
+    status, body = _get(url, "/v1/models")
+    try:
+        model = str(json.loads(body)["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise EndpointError(f"{option} {url} is not an OpenAI-compatible server: GET /v1/models answered {status} "
+                            f"without a model list") from None
+    props = _json(url, "/props")
+    props = props if isinstance(props, dict) and "build_info" in props else None
+    served = Served(url, model, props)
+    if served.llama_cpp:
+        slots = _json(url, "/slots")
+        served.speculative = any(s.get("speculative") for s in slots) if isinstance(slots, list) and slots else None
+        status, body = _get(url, "/metrics")
+        served.metrics = status == 200 and b"llamacpp:" in body
+    return served
+
+
+def spec_types(served: Served) -> str | None:
+    """The types a llama.cpp server drafted its last request with (/slots; /props always says none)."""
+    slots = _json(served.url, "/slots") if served.llama_cpp else None
+    found = [t for s in slots or [] for t in str((s.get("params") or {}).get("speculative.types", "")).split(",")]
+    return "+".join(t for t in dict.fromkeys(found) if t not in ("", "none")) or None
+
+
+def check_pair(spec: Served, base: Served, prompt: Prompt, timeout_s: float) -> None:
+    """One line where the two cannot be compared: one server twice, a baseline that drafts, a --url that does not, or
+    a baseline serving another model (ids differ, and so do the first tokens at temperature 0). Each server answers
+    the greedy probe first: its warm-up."""
+    if spec.url == base.url:
+        raise ConfigError(f"--url and --baseline-url are the same server ({spec.url}): the baseline is the same model "
+                          "served without speculation, by another server")
+    if base.speculative:
+        raise ConfigError(f"the baseline {base.url} drafts (its /slots hold a draft context): start it without -md and "
+                          "--spec-type, the same model without speculation")
+    if spec.speculative is False:
+        raise ConfigError(f"{spec.url} does not speculate (its /slots hold no draft context): start it with "
+                          "--spec-type (and -md DRAFT), or measure another --url")
+    texts = [probe(s, prompt, timeout_s) for s in (spec, base)]
+    if spec.model != base.model and texts[0] != texts[1]:
+        raise ConfigError(f"the baseline serves another model: {base.model!r} at {base.url}, {spec.model!r} at "
+                          f"{spec.url}, and their first {PROBE_TOKENS} tokens at temperature 0 differ "
+                          f"({texts[1][:30]!r} vs {texts[0][:30]!r})")
+
+
+def probe(served: Served, prompt: Prompt, timeout_s: float) -> str:
+    """The server's text for `prompt` (as plain text) at temperature 0, PROBE_TOKENS tokens; one line where it fails."""
+    answer = run_round(served, [Prompt(prompt.id, prompt.text)], PROBE_TOKENS, SamplingConfig(), timeout_s)[0][0]
+    if answer.error:
+        raise EndpointError(f"{served.url} failed its first request: {answer.error}")
+    return answer.text
+
+
+# --- one streamed request --------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    """One client's streamed request, timed by the client (seconds from its round's start); what the server said of it
+    (usage, timings) where it said anything."""
+
+    client: int
+    prompt_id: str
+    sent_s: float = 0.0
+    first_s: float | None = None  # the first chunk carrying text
+    end_s: float | None = None  # the chunk that finished it
+    text: str = ""
+    finish: str | None = None
+    usage: dict | None = None
+    timings: dict | None = None  # llama.cpp's
+    error: str | None = None
+
+    def n_tokens(self, n_predict: int) -> tuple[int | None, str]:
+        """Its generated tokens and where the count comes from: llama.cpp's timings, `usage`, or -n where it stopped at
+        the length asked; (None, '') where the server did not say."""
+        if self.timings and "predicted_n" in self.timings:
+            return int(self.timings["predicted_n"]), "timings"
+        if self.usage and self.usage.get("completion_tokens") is not None:
+            return int(self.usage["completion_tokens"]), "usage"
+        return (n_predict, "length") if self.finish == "length" else (None, "")
+
+    @property
+    def decode_s(self) -> float | None:
+        """llama.cpp's predicted_ms (first generated token to last), else the client's first chunk to its last."""
+        if self.timings and "predicted_ms" in self.timings:
+            return float(self.timings["predicted_ms"]) / 1000.0
+        return self.end_s - self.first_s if self.first_s is not None and self.end_s is not None else None
+
+    def draft(self, key: str) -> int | None:
+        """llama.cpp's draft_n / draft_n_accepted (absent when nothing was drafted); None without timings."""
+        return int(self.timings.get(key, 0)) if self.timings is not None else None
+
+    def stored(self, n_predict: int) -> dict:
+        """What a record keeps of it (the keys of server_clients.Request.stored; None where not given)."""
+        t = self.timings or {}
+        return {"client": self.client, "prompt_id": self.prompt_id, "sent_s": self.sent_s, "first_token_s": self.first_s,
+                "end_s": self.end_s, "prompt_n": t.get("prompt_n", (self.usage or {}).get("prompt_tokens")),
+                "prompt_ms": t.get("prompt_ms"), "predicted_n": self.n_tokens(n_predict)[0],
+                "predicted_ms": 1000.0 * self.decode_s if self.decode_s is not None else None,
+                "draft_n": self.draft("draft_n"), "draft_n_accepted": self.draft("draft_n_accepted"), "text": self.text,
+                "error": self.error}
+
+
+def request(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig) -> tuple[str, dict]:
+    """(path, body): chat messages for a chat prompt, else its text; every sampler field the API has; llama.cpp's
+    servers cold (no cached prefix, which would also reuse a greedy draft)."""
+    body = {"model": served.model, "max_tokens": n_predict, "temperature": cfg.temperature, "top_p": cfg.top_p,
+            "seed": cfg.seed, "stream": True, "stream_options": {"include_usage": True}}
+    body |= {"top_k": cfg.top_k} if cfg.top_k else {}
+    body |= {"cache_prompt": False} if served.llama_cpp else {}
+    if prompt.chat:
+        return "/v1/chat/completions", body | {"messages": [{"role": "user", "content": prompt.text}]}
+    return "/v1/completions", body | {"prompt": prompt.text}
+
+
+def stream(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig, timeout_s: float, answer: Answer,
+           start: float) -> None:
+    """One streaming request into `answer`; a failure is its error (never raised)."""
+    path, body = request(served, prompt, n_predict, cfg)
+    req = urllib.request.Request(served.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    deadline = time.perf_counter() + timeout_s
+    answer.sent_s = time.perf_counter() - start
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            for line in resp:
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"no full answer within {timeout_s:g} s")
+                if _chunk(line, answer, start):
+                    break
+    except urllib.error.HTTPError as exc:
+        answer.error = f"{served.url} answered {exc.code}: {exc.read()[:200].decode('utf-8', 'replace')}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        answer.error = f"the request to {served.url} failed after {len(answer.text)} characters: {getattr(exc, 'reason', exc)}"
+    if answer.error is None and answer.end_s is None:
+        answer.error = f"{served.url} ended its stream without finishing the answer"
+
+
+def _chunk(line: bytes, answer: Answer, start: float) -> bool:
+    """One server-sent event into `answer`; True at the end of the stream."""
+    if not line.startswith(b"data:"):
+        return False
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return True
+    chunk = json.loads(data)
+    if chunk.get("error"):
+        raise ValueError(f"the server's stream says: {chunk['error']}")
+    now = time.perf_counter() - start
+    for choice in chunk.get("choices") or []:
+        piece = choice["text"] if "text" in choice else (choice.get("delta") or {}).get("content")
+        if piece is not None and answer.first_s is None and not choice.get("finish_reason"):
+            answer.first_s = now
+        answer.text += piece or ""
+        if choice.get("finish_reason"):
+            answer.finish, answer.end_s = choice["finish_reason"], now
+    answer.usage = chunk.get("usage") or answer.usage
+    answer.timings = chunk.get("timings") or answer.timings
+    return False
+
+
+def run_round(served: Served, prompts: list[Prompt], n_predict: int, cfg: SamplingConfig,
+              timeout_s: float) -> tuple[list[Answer], float]:
+    """Every prompt at the same moment, one client each, released together; (the answers, the round's wall time)."""
+    answers = [Answer(i, p.id) for i, p in enumerate(prompts)]
+    barrier, start = threading.Barrier(len(prompts) + 1), [0.0]
+
+    def client(answer: Answer, prompt: Prompt) -> None:
+        barrier.wait()
+        stream(served, prompt, n_predict, cfg, timeout_s, answer, start[0])
+
+    threads = [threading.Thread(target=client, args=(a, p), daemon=True) for a, p in zip(answers, prompts)]
+    for t in threads:
+        t.start()
+    start[0] = time.perf_counter()
+    barrier.wait()
+    for t in threads:
+        t.join(timeout_s + 30)  # each client gives up by itself at its deadline
+    return answers, time.perf_counter() - start[0]
+
+
+# --- the server's counters -------------------------------------------------------------------
+
+
+def counters(served: Served) -> dict | None:
+    """/metrics' llamacpp counters (a per-position one as 'name[i]', apart from the totals); None where it has none."""
+    if not served.metrics:
+        return None
+    try:
+        status, body = _get(served.url, "/metrics")
+    except EndpointError:  # gone: the cell's request says so
+        return None
+    out = {}
+    for line in body.decode("utf-8", "replace").splitlines() if status == 200 else []:
+        if m := _METRIC.match(line.strip()):
+            out[m[1] + (f"[{m[2]}]" if m[2] is not None else "")] = float(m[3])
+    return out or None
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What /metrics adds for a cell, where its counters over the cell are the cell's own requests'."""
+
+    rounds: int | None = None
+    accepted_at: list[int] = field(default_factory=list)  # rounds that accepted draft position i
+
+
+def counted(before: dict | None, after: dict | None, answers: list[Answer]) -> Counted:
+    """The cell's verification steps and per-position acceptance, where /metrics' draft and accepted tokens over the
+    cell equal its requests' timings (else another client's requests are in them: not the cell's, not read)."""
+    if before is None or after is None:
+        return Counted()
+    rounds, drafted, accepted = spec_counters(before, after)
+    mine = [a.draft("draft_n") for a in answers], [a.draft("draft_n_accepted") for a in answers]
+    if rounds is None or None in mine[0] + mine[1] or (drafted, accepted) != (sum(mine[0]), sum(mine[1])):
+        return Counted()
+    name = "spec_decode_num_accepted_tokens_per_pos_total"
+    n_pos = max((int(k[len(name) + 1:-1]) + 1 for k in after if k.startswith(name + "[")), default=0)
+    return Counted(rounds, [int(after.get(f"{name}[{i}]", 0) - before.get(f"{name}[{i}]", 0)) for i in range(n_pos)])
+
+
+# --- a cell's figures -------------------------------------------------------------------------
+
+
+def _sum(values: list[int | None]) -> int | None:
+    return None if None in values else sum(values)
+
+
+def _drafts(answers: list[Answer], got: Counted) -> dict:
+    """The speculative figures every record shares: None where the server did not give them."""
+    drafted, accepted = _sum([a.draft("draft_n") for a in answers]), _sum([a.draft("draft_n_accepted") for a in answers])
+    return {"rounds": got.rounds, "drafted": drafted, "accepted": accepted, "accepted_at": got.accepted_at,
+            "acceptance": accepted / drafted if drafted else None,
+            "tokens_per_round": (accepted + got.rounds) / got.rounds if got.rounds and accepted is not None else None}
+
+
+def single_metrics(a: Answer, n_predict: int, got: Counted, label: str | None) -> RunMetrics:
+    """One request alone: the server's decode speed (or the client's, where it gives no timings)."""
+    n, _ = a.n_tokens(n_predict)
+    t = a.timings or {}
+    prompt_n = t.get("prompt_n", (a.usage or {}).get("prompt_tokens"))
+    return RunMetrics(
+        prompt_tokens=int(prompt_n or 0), prompt_s=float(t.get("prompt_ms", 0.0)) / 1000.0, n_tokens=n,
+        decode_s=a.decode_s, tokens_per_s=n / a.decode_s, ms_per_token=1000.0 * a.decode_s / n,
+        end_to_end_s=a.end_s - a.sent_s, stopped_by_eog=a.finish == "stop", text=a.text, strategy=label,
+        ttft_s=a.first_s - a.sent_s if a.first_s is not None else None, **_drafts([a], got))
+
+
+def round_metrics(answers: list[Answer], wall_s: float, n_predict: int, got: Counted, label: str | None) -> RunMetrics:
+    """A round of clients: every finished request's tokens over the round's wall time (prompt processing and queueing
+    included), each request's own figures, and the latencies the clients saw."""
+    done = [a for a in answers if not a.error]
+    n_tokens = sum(a.n_tokens(n_predict)[0] for a in done)
+    speeds = [a.n_tokens(n_predict)[0] / a.decode_s for a in done if a.decode_s]
+    latencies = sorted(a.end_s - a.sent_s for a in done)
+    ttfts = [a.first_s - a.sent_s for a in done if a.first_s is not None]
+    per_request = statistics.fmean(speeds) if speeds else None
+    return RunMetrics(
+        prompt_tokens=sum(int(a.stored(n_predict)["prompt_n"] or 0) for a in done), n_tokens=n_tokens, decode_s=wall_s,
+        tokens_per_s=n_tokens / wall_s if done else None, ms_per_token=1000.0 / per_request if per_request else None,
+        end_to_end_s=wall_s, text=done[0].text if done else None, strategy=label,
+        requests=[a.stored(n_predict) for a in answers], per_request_tokens_per_s=per_request,
+        ttft_s=statistics.fmean(ttfts) if ttfts else None,
+        latency_p50_s=statistics.median(latencies) if latencies else None,
+        latency_p95_s=statistics.quantiles(latencies, n=20, method="inclusive")[-1] if len(latencies) > 1 else
+        (latencies[0] if latencies else None), **_drafts(done, got))
+
+
+def why_unmeasured(answers: list[Answer], n_predict: int) -> str | None:
+    """Why a cell has no figures: a failed request, or a server that told neither its token count nor its time."""
+    failed = [a for a in answers if a.error]
+    if failed:
+        return (failed[0].error if len(answers) == 1 else
+                f"{len(failed)} of {len(answers)} requests failed: {failed[0].error}")
+    for a in answers:
+        if a.n_tokens(n_predict)[0] is None:
+            return (f"the server gave no token count (no usage in its stream, and it stopped before -n: finish "
+                    f"'{a.finish}'): its tokens/s is not known")
+        if not a.decode_s:
+            return "the answer came in one chunk: no time between its first token and its last to divide by"
+    return None
+
+
+# --- the engine -------------------------------------------------------------------------------
+
+
+class EndpointEngine:
+    """Two servers someone else started: --url (speculative) and --baseline-url (the target alone)."""
+
+    name = NAME
+    capabilities = of(NAME)
+
+    def __init__(self, spec: Served, base: Served):
+        self.spec, self.base = spec, base
+
+    @classmethod
+    def for_grid(cls, grid: Grid, files: PairFiles) -> EndpointEngine:
+        raise ConfigError(f"--engine {NAME} measures servers someone else started: give --url and --baseline-url, and "
+                          "no pair")
+
+    def open(self, setting: Setting, prompts: PreparedPrompts) -> EndpointSession:
+        return EndpointSession(self, setting)
+
+    @staticmethod
+    def sweep(name: str, grid: Grid, out: Path, resume: bool, urls: tuple[str, str],
+              events: SweepEvents = SweepEvents()) -> Path:
+        """The sweep command's way in (engine_registry: a remote engine): every cell not already in `out`, each record
+        appended as it is measured."""
+        return run_sweep(name, grid, out, resume, urls, events)
+
+
+class EndpointSession:
+    """The cells of one sweep: the speculative ones to --url, the target alone's to --baseline-url, block by block."""
+
+    design = "alternate"  # both servers up at once: the requests go to them in turn
+
+    def __init__(self, engine: EndpointEngine, setting: Setting):
+        self.engine, self.setting, self.grid = engine, setting, setting.grid
+        self.prompts = list(setting.grid.prompts)
+
+    def order(self, cells: list[Cell]) -> list[Cell]:
+        return shuffled(cells, self.grid.seed)
+
+    def measure(self, cell: Cell) -> RunRecord:
+        speculative = cell.mode == Mode.SPECULATIVE
+        served = self.engine.spec if speculative else self.engine.base
+        before = counters(served) if speculative else None
+        answers, wall = run_round(served, self._round(cell), self.grid.n_predict, cell.sampling(self.grid),
+                                  self.grid.request_timeout_s)
+        got = counted(before, counters(served) if speculative else None, answers)
+        error = why_unmeasured(answers, self.grid.n_predict)
+        label = cell.strategy.name if speculative and served.spec_types else None
+        metrics = None if error else (single_metrics(answers[0], self.grid.n_predict, got, label) if cell.clients is None
+                                      else round_metrics(answers, wall, self.grid.n_predict, got, label))
+        record = self.setting.record(cell, metrics, error=error)
+        counts = [a.n_tokens(self.grid.n_predict)[1] for a in answers if not a.error]
+        record.endpoint = served.record("server timings" if served.llama_cpp else "client",
+                                        counts[0] if counts else "", speculative)
+        return record
+
+    def _round(self, cell: Cell) -> list[Prompt]:
+        """The cell's prompt, and with --clients the ones after it in turn (a client each)."""
+        start = next(i for i, p in enumerate(self.prompts) if p.id == cell.prompt.id)
+        return [self.prompts[(start + i) % len(self.prompts)] for i in range(cell.clients or 1)]
+
+    def close(self) -> None:
+        """Nothing to stop: the servers are someone else's."""
+
+
+# --- the sweep --------------------------------------------------------------------------------
+
+
+def check_grid(grid: Grid) -> None:
+    """One line for an axis a client of someone else's server cannot set."""
+    if grid.max_reps is not None:
+        raise ConfigError(f"-r auto is not run against an --engine {NAME}: give a count of repetitions (-r 4)")
+    if grid.depths != [0]:
+        raise ConfigError(f"-d/--depth counts the target's tokens, which a client of an --engine {NAME} does not have")
+    if grid.parallels not in (None, [1]) or (grid.parallels and not grid.clients):
+        raise ConfigError("the server's slots are its owner's (-np when it was started): give --clients, the requests "
+                          "sent at the same moment")
+
+
+def pair_of(spec: Served) -> str:
+    """The results' pair name: the served model ('/models/x.gguf' as 'x.gguf')."""
+    return Path(spec.model).name if spec.model.endswith(".gguf") else spec.model
+
+
+def strategy_of(spec: Served) -> Strategy:
+    """What the records name the speculative runs by: the types a llama.cpp server reports, else the default (their
+    label is 'speculative': records.run_label with no K)."""
+    try:
+        return Strategy(spec.spec_types) if spec.spec_types else Strategy()
+    except ConfigError:  # a type this gguf-bench does not know
+        return Strategy()
+
+
+def endpoint_cells(grid: Grid, spec: Served, base: Served) -> list[Cell]:
+    """Per client count, temperature, prompt and repetition: the baseline's run (target alone) and --url's (K 0: the
+    server's draft length is its own)."""
+    slots = spec.slots if spec.slots == base.slots else None
+    strategy, cells = strategy_of(spec), []
+    for clients in grid.clients or [None]:
+        where = {"engine": NAME, "parallel": slots if clients else None, "clients": clients}
+        for temp in grid.temperatures:
+            for prompt in grid.prompts:
+                for rep in range(grid.repetitions):
+                    cells += [Cell(Mode.TARGET, 0, temp, prompt, rep, **where),
+                              Cell(Mode.SPECULATIVE, 0, temp, prompt, rep, strategy, **where)]
+    return cells
+
+
+def served_pair(urls: tuple[str, str], grid: Grid) -> tuple[Served, Served]:
+    """Both servers described, warmed up and checked to be comparable."""
+    spec, base = describe(urls[0], "--url"), describe(urls[1], "--baseline-url")
+    check_pair(spec, base, grid.prompts[0], grid.request_timeout_s)
+    spec.spec_types = spec_types(spec)
+    return spec, base
+
+
+def run_sweep(name: str, grid: Grid, out: Path, resume: bool, urls: tuple[str, str],
+              events: SweepEvents = SweepEvents()) -> Path:
+    """Every cell not already in `out`, measured in the session's order and appended as it is measured."""
+    check_grid(grid)
+    with exclusive(out):
+        if out.exists() and not resume:
+            raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
+        spec, base = served_pair(urls, grid)
+        for line in spec.not_available(speculative=True):
+            events.note(f"{spec.url} gives no {line}: those figures stay empty")
+        pair = pair_of(spec)
+        static = {"sweep": name, "pair": pair, "env": environment(), "models": Models(ModelFile(file=spec.model))}
+        # the served model stands where a pair's files would: it names the cells (plan.cell_key)
+        setting = Setting(PairFiles(Path(spec.model), None, pair), grid, grid.settings()[0], NAME, static)
+        cells = endpoint_cells(grid, spec, base)
+        done = cells_done(read_records(out), pair) if out.is_file() else set()
+        todo = [c for c in cells if setting.key(c) not in done]
+        events.start(len(todo), len(cells) - len(todo), len(done))
+        for record in run_unit(EndpointEngine(spec, base), Unit(setting, todo), PreparedPrompts({}, [])):
+            append_record(out, record)
+            events.cell(record)
+    return out
