@@ -428,7 +428,8 @@ def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
     assert all((r["config"]["strategy"] is not None) != r["metrics"]["strategy"].startswith("draft K=") for r in spec)
     for row in ("K=2", "draft p-min 0.6 K=4", "draft heuristic K=2", "ngram(1-4) K=4"):
         assert row in first.output, row
-    assert "★" in first.output or "! unreliable" in first.output  # a busy machine stars no best K (test_trust.py)
+    # one run per prompt: no interval, so no K is starred and the caption says why (a busy machine stars none either)
+    assert "★" not in first.output and ("fewer than 2 runs" in first.output or "! unreliable" in first.output)
     again = cli(*args, "--resume")
     assert again.exit_code == 0 and "13 cells already done, 0 to go" in again.output
 

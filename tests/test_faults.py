@@ -48,7 +48,7 @@ def error_line(proc, *needles: str) -> str:
     """Exit 1, no traceback, and exactly one `Error:` line holding every needle."""
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("Note: ")]  # a note is no error
     assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]

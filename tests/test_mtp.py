@@ -71,7 +71,7 @@ def test_draft_mtp_end_to_end_through_llama_server(mtp_models, server_bin, isola
     assert result.exit_code == 0, result.output
     records = stored(isolated / "results" / "mtp.jsonl")
     spec = [r for r in records if r["mode"] == "speculative"]
-    assert [r["config"]["k"] for r in spec] == [1, 2, 4]
+    assert sorted(r["config"]["k"] for r in spec) == [1, 2, 4]
     for r in spec:
         assert r["error"] is None and r["server"]["speculative"] is True, r
         cmd = r["server"]["command"]
@@ -79,7 +79,7 @@ def test_draft_mtp_end_to_end_through_llama_server(mtp_models, server_bin, isola
         m = r["metrics"]
         assert m["drafted"] > 0 and m["rounds"] > 0 and sum(m["accepted_at"]) == m["accepted"]
         assert len(m["accepted_at"]) == r["config"]["k"]
-    record = spec[1]
+    record = next(r for r in spec if r["config"]["k"] == 2)
     line = command_line(parse(record))
     assert "--spec-type draft-mtp" in line and "--spec-draft-n-max 2" in line
     with Vocabulary(target) as vocab:
@@ -140,7 +140,7 @@ def test_eagle3_and_dflash_sidecars_draft_through_llama_server(tiny_pairs, serve
                         "--name", spec_type)
         assert result.exit_code == 0, result.output
         spec = [r for r in stored(isolated / "results" / f"{spec_type}.jsonl") if r["mode"] == "speculative"]
-        assert [r["config"]["k"] for r in spec] == [1, 2]
+        assert sorted(r["config"]["k"] for r in spec) == [1, 2]
         for r in spec:
             assert r["error"] is None and r["server"]["speculative"] is True, r
             assert r["metrics"]["drafted"] > 0 and len(r["metrics"]["accepted_at"]) == r["config"]["k"]

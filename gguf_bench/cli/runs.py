@@ -95,7 +95,7 @@ from gguf_bench.results import report as rep
 from gguf_bench.results import summary as summ
 from gguf_bench.results.naming import results_path, run_path
 from gguf_bench.results.plots import check_plot, plot
-from gguf_bench.results.records import RunRecord, to_dict
+from gguf_bench.results.records import Mode, RunRecord, to_dict
 from gguf_bench.results.store import (
     exclusive,
     read_records,
@@ -154,6 +154,8 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
             note = SweepEvents(note=lambda line: err.print(f"Note: {line}", markup=False))
             records = measured(list(iter_records("run", files, grid, events=note)))
         unsaved = try_append_records(out, records)  # a failed write still prints the result, then exits 1
+    records = sorted(records, key=lambda r: list(Mode).index(r.mode))  # shown target, draft, speculative (the file
+    # keeps the order they ran in: plan.shuffled)
     if json_out:
         console.print_json(json.dumps([to_dict(r) for r in records], default=str))
     else:

@@ -226,7 +226,8 @@ class ServerSession:
         """'alternate' (plan.shuffled: block by block, each block in a seeded random order) where every process one
         slot count needs fits at once (processes_fit), else 'blocks' (plan.counterbalanced)."""
         need = max(len({_group(c) for c in level}) for level in _levels(cells).values())
-        if need > 1 and processes_fit(self.setting, need):
+        if need > 1 and not self.setting.load.placing.rpc and processes_fit(self.setting, need):  # an RPC server
+            # serves one client at a time: the processes of an RPC setting take turns (blocks)
             self.design, self.capacity = "alternate", need
             return shuffled(cells, self.grid.seed)
         self.design, self.capacity = ("alternate", 1) if need == 1 else ("blocks", 1)
