@@ -259,14 +259,13 @@ def unit_records(name: str, unit: Unit, grid: Grid, ledger: Any = None) -> Itera
     plan = [key for key in plan if key not in unit.skip]
     written = _written(ledger, unit.index) & set(plan)
     measured = iter_records(name, files, one, skip=set(unit.skip) | written)  # loads the models on first use
-    for key in plan:
-        if key in written:
-            yield Written(key)
-            continue
+    yield from (Written(key) for key in plan if key in written)
+    todo = [key for key in plan if key not in written]  # measured in the engine's order (plan.shuffled), not this one
+    for _ in todo:
         with _naming(node):
             record = next(measured)
-        if record.cell != key:
-            raise BenchError(f"internal error: unit {unit.label()} measured cell {record.cell} where {key} was planned")
+        if record.cell not in todo:
+            raise BenchError(f"internal error: unit {unit.label()} measured cell {record.cell}, which was not planned")
         record.node = node
         yield record
 
