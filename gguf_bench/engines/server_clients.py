@@ -12,11 +12,12 @@ task); a connection the server drops, or a server that dies, ends that request w
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from gguf_bench.engines.llama_server import Sampling, Server, ServerError, completion_body, spec_counters
@@ -72,30 +73,39 @@ class RequestFailed(Exception):
     pass
 
 
-def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predict: int, sampling: Sampling,
-              timeout_s: float, cache_prompt: bool = False) -> Round:
-    """Send every prompt at the same moment, one client each, and wait for all of them (each bounded by timeout_s)."""
-    before = server.metrics()
-    requests = [Request(i, pid) for i, (pid, _) in enumerate(prompts)]
-    barrier = threading.Barrier(len(prompts) + 1)
-    start = [0.0]
+def together(calls: Sequence[Callable[[float], None]], timeout_s: float) -> float:
+    """Each call in its own client thread, all released at the same moment (each is given that moment); the wall time
+    until the last returns (each bounded by timeout_s: a client gives up by itself at its deadline)."""
+    barrier, start = threading.Barrier(len(calls) + 1), [0.0]
 
-    def client(req: Request, tokens: list[int]) -> None:
-        body = completion_body(tokens, n_predict, sampling, stream=True, cache_prompt=cache_prompt)
+    def run(call: Callable[[float], None]) -> None:
         barrier.wait()
-        try:
-            _stream(server, body, req, start[0], timeout_s)
-        except RequestFailed as exc:
-            req.error = str(exc)
+        call(start[0])
 
-    threads = [threading.Thread(target=client, args=(r, t), daemon=True) for r, (_, t) in zip(requests, prompts)]
+    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in calls]
     for t in threads:
         t.start()
     start[0] = time.perf_counter()
     barrier.wait()
     for t in threads:
-        t.join(timeout_s + 30)  # each client gives up by itself at its deadline
-    wall = time.perf_counter() - start[0]
+        t.join(timeout_s + 30)
+    return time.perf_counter() - start[0]
+
+
+def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predict: int, sampling: Sampling,
+              timeout_s: float, cache_prompt: bool = False) -> Round:
+    """Send every prompt at the same moment, one client each, and wait for all of them (each bounded by timeout_s)."""
+    before = server.metrics()
+    requests = [Request(i, pid) for i, (pid, _) in enumerate(prompts)]
+
+    def client(req: Request, tokens: list[int], start: float) -> None:
+        body = completion_body(tokens, n_predict, sampling, stream=True, cache_prompt=cache_prompt)
+        try:
+            _stream(server, body, req, start, timeout_s)
+        except RequestFailed as exc:
+            req.error = str(exc)
+
+    wall = together([functools.partial(client, r, t) for r, (_, t) in zip(requests, prompts)], timeout_s)
     try:
         rounds = spec_counters(before, server.metrics())[0]  # None where /metrics lacks the counters
     except ServerError:  # it died during the round: every request says so already, and its rounds were not read

@@ -20,10 +20,10 @@ What a record holds is what the server gives, and the record says what it did no
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import statistics
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +34,7 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engine_registry import of
 from gguf_bench.engines.llama_server import spec_counters
+from gguf_bench.engines.server_clients import together
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.engine import run_unit
 from gguf_bench.measure.plan import Cell, Grid, Setting, Unit, cells_done, shuffled
@@ -284,20 +285,8 @@ def run_round(served: Served, prompts: list[Prompt], n_predict: int, cfg: Sampli
               timeout_s: float) -> tuple[list[Answer], float]:
     """Every prompt at the same moment, one client each, released together; (the answers, the round's wall time)."""
     answers = [Answer(i, p.id) for i, p in enumerate(prompts)]
-    barrier, start = threading.Barrier(len(prompts) + 1), [0.0]
-
-    def client(answer: Answer, prompt: Prompt) -> None:
-        barrier.wait()
-        stream(served, prompt, n_predict, cfg, timeout_s, answer, start[0])
-
-    threads = [threading.Thread(target=client, args=(a, p), daemon=True) for a, p in zip(answers, prompts)]
-    for t in threads:
-        t.start()
-    start[0] = time.perf_counter()
-    barrier.wait()
-    for t in threads:
-        t.join(timeout_s + 30)  # each client gives up by itself at its deadline
-    return answers, time.perf_counter() - start[0]
+    calls = [functools.partial(stream, served, p, n_predict, cfg, timeout_s, a) for a, p in zip(answers, prompts)]
+    return answers, together(calls, timeout_s)
 
 
 # --- the server's counters -------------------------------------------------------------------
