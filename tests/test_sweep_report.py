@@ -214,7 +214,11 @@ def test_report_formats_and_plot(tiny_pairs, isolated, tmp_path):
     assert runner.invoke(app, ["report", results, "--format", "csv", "-o", str(csv_path)]).exit_code == 0
     frame = pd.read_csv(csv_path)
     flagged = frame["unreliable"].astype("object").fillna("").ne("").any()  # a busy machine stars no best K (test_trust.py)
-    assert set(frame["mode"]) == {"target", "draft", "speculative"} and frame["best_k"].sum() == (0 if flagged else 1)
+    decided = frame["decided"].astype("object").eq(True) & frame["mode"].eq("speculative") & frame["gain_pct"].gt(0)
+    assert set(frame["mode"]) == {"target", "draft", "speculative"}
+    assert frame["best_k"].sum() == (1 if decided.any() and not flagged else 0)  # a star only on a decided gain
+    if frame["best_k"].any():
+        assert frame.loc[frame["best_k"], "tokens_per_s"].iloc[0] == frame.loc[decided, "tokens_per_s"].max()
     as_json = json.loads(runner.invoke(app, ["report", results, "--format", "json"]).stdout)
     assert len(as_json) == len(frame)
     lines = runner.invoke(app, ["report", results, "--format", "jsonl"]).stdout.splitlines()

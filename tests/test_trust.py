@@ -158,6 +158,10 @@ def test_report_flags_spread_and_load_and_stars_no_best_beside_them():
     assert isinstance(rec, RunRecord) and isinstance(rec.load, Load) and rec.load.main_share == 1.0
     s = summarize(to_frame(quiet))
     assert (s["unreliable"] == "").all() and s["best_k"].sum() == 1
+    slower = quiet[:2] + [hand_record("speculative", t, k=k, rep=i) for k, ts in ((2, (6, 6.1)), (4, (5, 5.1)))
+                          for i, t in enumerate(ts)]
+    s = summarize(to_frame(slower))  # both K decidedly slower than the target alone: no best K to star
+    assert s["decided"].eq(True).sum() == 2 and not s["best_k"].any()
 
     spread = quiet[:5] + [hand_record("speculative", 30, k=4, rep=1)]  # K=4: 12 and 30 tokens/s
     s = summarize(to_frame(spread)).set_index(["mode", "k"])

@@ -132,10 +132,10 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         agg[f"{name}_decided"] = agg.apply(lambda r, n=name: _decided(r, f"{n}_"), axis=1)
     agg["best_k"] = False
     spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna() & ~flagged]  # no best among unreliable rows
-    spec = spec[spec["decided"] == True]  # noqa: E712 (None: no test possible); a star only on a decided gain
+    spec = spec[spec.groupby(setting, dropna=False)["k"].transform("size") > 1]  # a choice of K to make
+    spec = spec[(spec["decided"] == True) & (spec["gain_pct"] > 0)]  # noqa: E712 (None: no test); a star only on a decided gain
     if "twin" in agg:  # nor among twins': their K is fast or slow by the acceptance of synthetic weights
         spec = spec[spec["twin"] != True]  # noqa: E712
-    spec = spec[spec.groupby(setting, dropna=False)["k"].transform("size") > 1]  # a choice of K to make
     spec = spec[spec["no_drafts"].isna()]  # never a row that drafted nothing
     if agg["no_drafts"].isna().all():  # a column only where some row drafted nothing: other files report as before
         agg = agg.drop(columns="no_drafts")
