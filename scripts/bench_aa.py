@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gguf_bench.results.records import Mode, RunRecord
-from gguf_bench.results.store import read_records
-from gguf_bench.results.summary import gain_decided, summarize, to_frame
+from gguf_bench.results.presentation.summary import gain_decided, summarize, to_frame
+from gguf_bench.results.schema.records import Mode, RunRecord
+from gguf_bench.results.schema.store import read_records
 
 
 def neighbour_pairs(paths: list[Path]) -> list[tuple[float, float]]:

@@ -37,10 +37,10 @@ from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import choose
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import resolve
-from gguf_bench.results import report as rep
-from gguf_bench.results import summary as summ
-from gguf_bench.results.records import RunRecord
-from gguf_bench.results.store import append_record, read_records
+from gguf_bench.results.presentation import report as rep
+from gguf_bench.results.presentation import summary as summ
+from gguf_bench.results.schema.records import RunRecord
+from gguf_bench.results.schema.store import append_record, read_records
 
 TYPES = ["draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 

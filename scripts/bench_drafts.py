@@ -37,9 +37,9 @@ from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models import candidates as cands
 from gguf_bench.models.download import fetch_named
-from gguf_bench.results.drafts import rank
-from gguf_bench.results.records import Mode
-from gguf_bench.results.store import append_record
+from gguf_bench.results.predictions.drafts import rank
+from gguf_bench.results.schema.records import Mode
+from gguf_bench.results.schema.store import append_record
 
 TARGET = "qwen2.5-coder-1.5b-instruct-f16"
 DRAFTS = ["qwen2.5-coder-1.5b-instruct-q8_0", "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-1.5b-instruct-q2_k",

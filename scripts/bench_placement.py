@@ -46,7 +46,7 @@ from gguf_bench.models.registry import load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.placing import parse_label
-from gguf_bench.results.summary import summarize, to_frame
+from gguf_bench.results.presentation.summary import summarize, to_frame
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_twins import TEXT, decode_s, verify_s  # noqa: E402  (the same timers as the twins' table)

@@ -31,7 +31,7 @@ from gguf_bench.models.download import fetch
 from gguf_bench.models.registry import load_registry
 from gguf_bench.options import ALL_LAYERS, draft_lengths
 from gguf_bench.placing import Split, placing_axes
-from gguf_bench.results.records import Mode, RunRecord
+from gguf_bench.results.schema.records import Mode, RunRecord
 
 
 def pair_files(args) -> PairFiles:

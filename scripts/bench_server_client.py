@@ -30,8 +30,8 @@ from gguf_bench.engines.llama_server import completion_body, free_port
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.prompts import builtin
-from gguf_bench.results.records import RunRecord
-from gguf_bench.results.store import read_records
+from gguf_bench.results.schema.records import RunRecord
+from gguf_bench.results.schema.store import read_records
 
 PROMPT = "code-short"
 

@@ -35,7 +35,7 @@ from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.models.registry import load_registry
-from gguf_bench.results.report import rounds_by_length
+from gguf_bench.results.presentation.report import rounds_by_length
 
 GREEDY = SamplingConfig()
 

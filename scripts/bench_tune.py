@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gguf_bench.results.store import read_records
-from gguf_bench.results.summary import summarize, to_frame
+from gguf_bench.results.presentation.summary import summarize, to_frame
+from gguf_bench.results.schema.store import read_records
 
 
 def load_avg() -> str:

@@ -27,8 +27,8 @@ from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.tune import TuneJob, tune, twin_job
 from gguf_bench.models.files import drop_page_cache
 from gguf_bench.models.pairs import header_sources, resolve
-from gguf_bench.results.store import use_results_dir
-from gguf_bench.results.tuning import tune_strategies
+from gguf_bench.results.presentation.tuning import tune_strategies
+from gguf_bench.results.schema.store import use_results_dir
 
 DEFAULT_PAIRS = ["gemma-270m-f32+q4km", "qwen-coder-1.5b-f16+q2k"]
 

@@ -31,10 +31,10 @@ from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.files import no_progress
 from gguf_bench.models.pairs import resolve
-from gguf_bench.results import specbench
-from gguf_bench.results import summary as summ
-from gguf_bench.results.records import RunRecord
-from gguf_bench.results.store import append_record
+from gguf_bench.results.presentation import specbench
+from gguf_bench.results.presentation import summary as summ
+from gguf_bench.results.schema.records import RunRecord
+from gguf_bench.results.schema.store import append_record
 
 STAND_INS = "qa,translation,summarization,math,rag,chat"  # built-in prompts of Spec-Bench's categories
 

@@ -107,8 +107,8 @@ def test_titles_and_captions_fold_at_a_separator_or_not_at_all(width):
     from rich.console import Console
     from test_trust import hand_record
 
-    from gguf_bench.results.report import rich_table
-    from gguf_bench.results.summary import summarize, to_frame
+    from gguf_bench.results.presentation.report import rich_table
+    from gguf_bench.results.presentation.summary import summarize, to_frame
 
     records = [hand_record("target", 10), hand_record("speculative", 14, k=2, others=1.3),
                hand_record("speculative", 12, k=4)]

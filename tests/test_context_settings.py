@@ -17,7 +17,7 @@ from gguf_bench.measure.prompts import Prompt
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.options import context_axes
-from gguf_bench.results.records import RunConfig
+from gguf_bench.results.schema.records import RunConfig
 
 
 @pytest.fixture(scope="module")

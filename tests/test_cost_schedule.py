@@ -305,8 +305,8 @@ def test_sampled_generation_matches_the_target_with_the_cost_schedule(middle):
 def test_costs_come_from_a_stored_calibration_of_the_same_setting(tiny_pairs, isolated):
     from gguf_bench.measure.costs import stored_costs
     from gguf_bench.models.pairs import PairFiles
-    from gguf_bench.results.records import CalibrationConfig, CalibrationRecord, CalibrationTimings
-    from gguf_bench.results.store import append_record, environment, models_record
+    from gguf_bench.results.schema.records import CalibrationConfig, CalibrationRecord, CalibrationTimings
+    from gguf_bench.results.schema.store import append_record, environment, models_record
 
     target, draft = tiny_pairs["middle"]
     files = PairFiles(target, draft, "tiny")
@@ -330,8 +330,8 @@ def test_costs_come_from_a_stored_calibration_of_the_same_setting(tiny_pairs, is
 
 def _calibration(files, placement: str | None, t_draft: float):
     """A calibration record of `files` (a MoE pair) at -ngl 0 -ngld 0, 1 thread, at `placement` (its label)."""
-    from gguf_bench.results.records import CalibrationConfig, CalibrationRecord, CalibrationTimings
-    from gguf_bench.results.store import environment, models_record
+    from gguf_bench.results.schema.records import CalibrationConfig, CalibrationRecord, CalibrationTimings
+    from gguf_bench.results.schema.store import environment, models_record
 
     return CalibrationRecord(pair="moe", config=CalibrationConfig(ngl=0, ngld=0, threads=1, ks=[8], k_max=8,
                                                                   placement=placement),
@@ -347,7 +347,7 @@ def test_stored_costs_serve_only_the_placement_they_were_measured_at(moe_pair, i
     from gguf_bench.models.pairs import PairFiles
     from gguf_bench.options import ALL_LAYERS
     from gguf_bench.placing import Placing
-    from gguf_bench.results.store import append_record
+    from gguf_bench.results.schema.store import append_record
 
     files = PairFiles(*moe_pair, "moe")
     (isolated / "results").mkdir(exist_ok=True)
@@ -373,7 +373,7 @@ def test_stored_costs_serve_only_the_placement_they_were_measured_at(moe_pair, i
 def test_sweep_stores_the_prediction_and_report_shows_it(tiny_pairs, isolated):
     from test_drafters import cli
 
-    from gguf_bench.results.records import parse
+    from gguf_bench.results.schema.records import parse
 
     files = tiny_pairs["middle"]
     result = cli("sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", "cs", "-n", "24", "-K", "4",

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from gguf_bench.measure import deploy
-from gguf_bench.results import crossover
-from gguf_bench.results.records import parse
-from gguf_bench.results.summary import summarize, to_frame
+from gguf_bench.results.presentation import crossover
+from gguf_bench.results.presentation.summary import summarize, to_frame
+from gguf_bench.results.schema.records import parse
 
 
 def rec(mode, tps, slots, k=0, rep=0, drafted=None, clients=None):

@@ -24,7 +24,7 @@ from gguf_bench.measure.plan import Grid, cells_done
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import PairFiles
-from gguf_bench.results.records import parse
+from gguf_bench.results.schema.records import parse
 
 PLAIN_TYPES = ["draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 REPEATING = "one two three four five six seven eight nine ten " * 6  # gives the n-gram types something to find

@@ -16,7 +16,7 @@ from cli_helpers import assert_user_error, invoke
 from gguf_bench.models.candidates import HeaderReader, quant_of, size_of
 from gguf_bench.models.gguf import first_failure
 from gguf_bench.models.tiny import TinySpec, random_weights, vocabulary, write_gguf
-from gguf_bench.results.drafts import outlook
+from gguf_bench.results.predictions.drafts import outlook
 
 from hubserver import HubServer
 

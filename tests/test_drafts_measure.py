@@ -111,8 +111,8 @@ def test_measured_drafts_rank_by_predicted_tokens_per_s_not_by_gain(tmp_path):
     from gguf_bench.measure.drafts import Measured, MeasuredDrafts, best_first
     from gguf_bench.measure.pair import PairFiles
     from gguf_bench.models.candidates import Candidate
-    from gguf_bench.results import costmodel as tn
-    from gguf_bench.results.drafts import Ranked
+    from gguf_bench.results.predictions import costmodel as tn
+    from gguf_bench.results.predictions.drafts import Ranked
 
     text = tn.Text("p", (True,) * 24, 24, False)  # every draft token accepted
 

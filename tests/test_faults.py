@@ -24,8 +24,8 @@ from typer.testing import CliRunner
 
 from gguf_bench.cli.app import app
 from gguf_bench.errors import ModelError, ResultsError
-from gguf_bench.results.records import RunRecord
-from gguf_bench.results.store import append_record, ensure_results_dir, read_records
+from gguf_bench.results.schema.records import RunRecord
+from gguf_bench.results.schema.store import append_record, ensure_results_dir, read_records
 
 from hubserver import COMMIT, HubServer, _Handler
 

@@ -1,4 +1,4 @@
-"""Fields declared once (results/fields.py, records.RUN_FIELDS): what run_row, summarize and the run table walk."""
+"""Fields declared once (results/schema/fields.py, records.RUN_FIELDS): what run_row, summarize and the run table walk."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gguf_bench.results.fields import Field, folds
-from gguf_bench.results.records import RUN_FIELDS, RunRecord, run_row
+from gguf_bench.results.schema.fields import Field, folds
+from gguf_bench.results.schema.records import RUN_FIELDS, RunRecord, run_row
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gguf_bench"
 
@@ -35,7 +35,7 @@ def test_a_measured_quantity_is_spelled_where_it_is_declared_and_measured_only()
     """The issue's targets: a server figure in the record, its declaration and the engine that measures it; the energy
     fields in their declarations only (their tracker fills records.Energy, which they read)."""
     where = spelled("latency_p95_s")  # declared in the record and its field; each engine that measures it, once
-    assert where.pop("results/records.py") <= 3
+    assert where.pop("results/schema/records.py") <= 3
     assert where == {"measure/server_engine.py": 1, "measure/endpoint_engine.py": 1}
     for name in ("joules_per_token", "joules_per_accepted", "tokens_per_joule", "energy_j"):
-        assert set(spelled(name)) == {"results/records.py"}, name
+        assert set(spelled(name)) == {"results/schema/records.py"}, name

@@ -55,6 +55,25 @@ def test_layers_import_only_downwards():
     assert not wrong, "imports from a higher layer: " + ", ".join(sorted(wrong))
 
 
+RESULTS_LAYERS = {"schema": 0, "predictions": 1, "presentation": 2}  # results by job: what is stored, what is
+# predicted from it, what the user reads; each imports only its own and lower jobs
+
+
+def test_results_jobs_import_only_downwards():
+    assert {p.name for p in (PACKAGE / "results").iterdir() if p.is_dir() and p.name != "__pycache__"} == set(RESULTS_LAYERS)
+    assert [p.name for p in (PACKAGE / "results").glob("*.py")] == ["__init__.py"]  # every module in its job
+    wrong = []
+    for mod, path in modules().items():
+        parts = mod.split(".")
+        if parts[1:2] != ["results"] or len(parts) < 4:
+            continue
+        for dep in imports(path):
+            there = dep.split(".")
+            if there[1:2] == ["results"] and len(there) >= 4 and RESULTS_LAYERS[there[2]] > RESULTS_LAYERS[parts[2]]:
+                wrong.append(f"{mod} -> {dep}")
+    assert not wrong, "results: a job imports a later one: " + ", ".join(sorted(wrong))
+
+
 def test_no_import_cycles():
     graph = {mod: imports(path) for mod, path in modules().items()}
     cycles, state = [], {}
@@ -115,21 +134,22 @@ def string_keys(path: Path) -> list[str]:
 
 
 def test_record_fields_are_read_by_name_only_in_the_records_module():
-    """Records are typed (results/records.py): no other module reads a record's fields out of a dict by string.
+    """Records are typed (results/schema/records.py): no other module reads a record's fields out of a dict by string.
     report.py and plots.py read pandas columns, which records.run_row names from the fields."""
     from dataclasses import fields
 
-    from gguf_bench.results import records
+    from gguf_bench.results.schema import records
 
     containers = {f.name for cls in (records.RunRecord, records.EvalRecord, records.CalibrationRecord) for f in fields(cls)}
     containers |= {"identity", "divergence", "in_loop", "prompts"}
-    allowed = {"gguf_bench.results.records", "gguf_bench.results.legacy", "gguf_bench.results.report", "gguf_bench.results.plots",
-               "gguf_bench.results.summary",  # pandas columns of the records' rows
+    allowed = {"gguf_bench.results.schema.records", "gguf_bench.results.schema.legacy",
+               "gguf_bench.results.presentation.report", "gguf_bench.results.presentation.plots",
+               "gguf_bench.results.presentation.summary",  # pandas columns of the records' rows
                "gguf_bench.models.registry",  # the registry reads models.yaml (its "models" section), not records
                "gguf_bench.engines.llama_server", "gguf_bench.engines.server_clients",  # llama-server's JSON ("timings")
                "gguf_bench.measure.endpoint_engine",  # an OpenAI-compatible server's JSON ("timings", "error")
-               "gguf_bench.results.specbench", "gguf_bench.measure.deploy",  # pandas columns of report's summary
-               "gguf_bench.results.crossover", "gguf_bench.results.checks",
-               "gguf_bench.results.server_costs"}  # a round's stored requests (server_clients.Request.stored)
+               "gguf_bench.results.presentation.specbench", "gguf_bench.measure.deploy",  # pandas columns of report's summary
+               "gguf_bench.results.presentation.crossover", "gguf_bench.results.presentation.checks",
+               "gguf_bench.results.predictions.server_costs"}  # a round's stored requests (server_clients.Request.stored)
     found = {mod: sorted(set(string_keys(path)) & containers) for mod, path in modules().items() if mod not in allowed}
     assert not any(found.values()), {m: keys for m, keys in found.items() if keys}

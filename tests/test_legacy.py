@@ -9,8 +9,8 @@ from cli_helpers import invoke
 
 from gguf_bench.measure.plan import cell_key
 from gguf_bench.models.pairs import PairFiles
-from gguf_bench.results.costmodel import Calibration
-from gguf_bench.results.records import CalibrationRecord, EvalRecord, Mode, RunRecord, read_file
+from gguf_bench.results.predictions.costmodel import Calibration
+from gguf_bench.results.schema.records import CalibrationRecord, EvalRecord, Mode, RunRecord, read_file
 
 LEGACY = Path(__file__).parent / "data" / "legacy"
 

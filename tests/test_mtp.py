@@ -17,7 +17,7 @@ from gguf_bench.models.candidates import _has_mtp
 from gguf_bench.models.heads import chained_k_limit, mtp_heads
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.tiny_heads import write_dflash_sidecar, write_eagle3_sidecar, write_mtp_target
-from gguf_bench.results.records import parse
+from gguf_bench.results.schema.records import parse
 
 PROMPT = "def fibonacci(n):"
 

@@ -11,7 +11,7 @@ from gguf_bench.measure.plan import Grid, expand
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.server_engine import ServerSession
-from gguf_bench.results.records import Mode
+from gguf_bench.results.schema.records import Mode
 
 FILES = PairFiles(Path("t.gguf"), Path("d.gguf"), "P")
 PROMPTS = [Prompt("a", "x"), Prompt("b", "y")]

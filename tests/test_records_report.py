@@ -12,10 +12,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gguf_bench.cli.app import app
-from gguf_bench.results.plots import figure
-from gguf_bench.results.records import EvalRecord, Kind, Mode, OtherRecord, RunRecord, parse, to_dict
-from gguf_bench.results.report import rich_table
-from gguf_bench.results.summary import load, summarize, to_frame
+from gguf_bench.results.presentation.plots import figure
+from gguf_bench.results.presentation.report import rich_table
+from gguf_bench.results.presentation.summary import load, summarize, to_frame
+from gguf_bench.results.schema.records import EvalRecord, Kind, Mode, OtherRecord, RunRecord, parse, to_dict
 
 runner = CliRunner()
 
@@ -121,7 +121,7 @@ def test_plot_has_error_bars_a_baseline_band_and_acceptance_by_position():
 
 
 def test_gain_is_computed_in_one_place():
-    from gguf_bench.results import records
+    from gguf_bench.results.schema import records
 
     summary = summarize(to_frame(QUICKSTART)).set_index(["mode", "k"])
     base = summary.loc[("target", 0), "tokens_per_s"]

@@ -149,7 +149,7 @@ def test_sweep_resume_keys_are_stable(path, grid):
     `sweep --resume` of these files finds every cell done."""
     from gguf_bench.measure.plan import cell_key, cells_for
     from gguf_bench.models.pairs import PairFiles
-    from gguf_bench.results.records import RunRecord, read_file
+    from gguf_bench.results.schema.records import RunRecord, read_file
 
     records, bad = read_file(DATA / path)
     assert not bad and records and all(isinstance(r, RunRecord) for r in records)

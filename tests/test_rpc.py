@@ -20,8 +20,8 @@ from gguf_bench.models.memory import MIB, Budget, Shape, device_bytes
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.placing import Placing, Split, placing_axes
-from gguf_bench.results.records import RunRecord
-from gguf_bench.results.store import read_records
+from gguf_bench.results.schema.records import RunRecord
+from gguf_bench.results.schema.store import read_records
 
 PROMPT = "def fibonacci(n):"
 

@@ -20,8 +20,8 @@ from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import PairFiles
-from gguf_bench.results.records import RunRecord
-from gguf_bench.results.store import read_records
+from gguf_bench.results.schema.records import RunRecord
+from gguf_bench.results.schema.store import read_records
 
 GGUF_BENCH = [sys.executable, "-m", "gguf_bench.cli"]
 PROMPT = "def fibonacci(n):"

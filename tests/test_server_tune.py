@@ -12,9 +12,9 @@ from cli_helpers import invoke, stored
 from rich.console import Console
 
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.results import server_tuning
-from gguf_bench.results.records import parse
-from gguf_bench.results.server_costs import calibrations, check_predictable
+from gguf_bench.results.predictions.server_costs import calibrations, check_predictable
+from gguf_bench.results.presentation import server_tuning
+from gguf_bench.results.schema.records import parse
 
 
 def rec(mode, k, n, decode_s, rounds=0, accepted=0, accepted_at=(), spec="draft-simple", requests=None, parallel=None):
@@ -141,7 +141,7 @@ def test_rounds_the_servers_metrics_did_not_count_are_not_measured_not_no_drafts
     None, the run is not marked 'no drafts', and tune stops in one line saying they were not measured."""
     from gguf_bench.engines.llama_server import spec_counters
     from gguf_bench.measure.proof import marked
-    from gguf_bench.results.records import Mode
+    from gguf_bench.results.schema.records import Mode
 
     assert spec_counters({}, {"n_decode_total": 40.0}) == (None, None, None)
     counters = {"spec_decode_num_drafts_total": 12.0, "spec_decode_num_draft_tokens_total": 48.0,

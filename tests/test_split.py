@@ -22,7 +22,7 @@ from gguf_bench.measure.prompts import Prompt
 from gguf_bench.models.memory import Budget, Shape, device_bytes, kv_bytes_per_layer
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.placing import Placing, Split, placing_axes, split_label
-from gguf_bench.results.records import Mode
+from gguf_bench.results.schema.records import Mode
 
 RPC = ("127.0.0.1:50052", "127.0.0.1:50053")
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from gguf_bench.cli.app import app
 from gguf_bench.errors import ConfigError
 from gguf_bench.options import ALL_LAYERS, int_list, layer_list, layers, temperatures
-from gguf_bench.results.report import render
-from gguf_bench.results.summary import summarize, to_frame
+from gguf_bench.results.presentation.report import render
+from gguf_bench.results.presentation.summary import summarize, to_frame
 
 runner = CliRunner()
 
@@ -276,7 +276,7 @@ def proof_rec(mode, tps, k=0, rep=0, drafted=None, prompt="p1"):
 
 def deploy_headline(records) -> str:
     from gguf_bench.measure import deploy
-    from gguf_bench.results.records import parse
+    from gguf_bench.results.schema.records import parse
 
     df = to_frame(records)
     runs = [parse(r) for r in records]
@@ -292,7 +292,7 @@ def test_a_gain_the_repetitions_cannot_tell_from_zero_is_marked_and_not_deployed
     real = [proof_rec("speculative", v, k=4, rep=i) for i, v in enumerate((40.0, 39.5, 40.5))]
     s = summarize(to_frame(alone + noise + real)).set_index(["mode", "k"])
     assert s.loc[("speculative", 2), "gain_p"] > 0.05 and s.loc[("speculative", 4), "gain_p"] < 0.05
-    from gguf_bench.results.report import _gain_text, proof_lines
+    from gguf_bench.results.presentation.report import _gain_text, proof_lines
     rows = s.reset_index()
     assert [_gain_text(r) for _, r in rows[rows["mode"] == "speculative"].iterrows()] == ["~+3.3% [-23,+29]",
                                                                                          "+33.3% [+24,+42]"]
@@ -309,7 +309,7 @@ def test_one_run_each_gets_no_test_and_no_recommendation():
     records = [proof_rec("target", 28.0), proof_rec("speculative", 33.0, k=4)]
     s = summarize(to_frame(records))
     assert s["gain_p"].isna().all()
-    from gguf_bench.results.report import proof_lines
+    from gguf_bench.results.presentation.report import proof_lines
     assert any("fewer than 2 runs of each side" in line for line in proof_lines(s))
     headline = deploy_headline(records)
     assert "no speculation" in headline and "+17.9%, comes from fewer than 2 pairs" in headline and "-r 2" in headline
@@ -327,7 +327,7 @@ def test_a_row_that_drafted_nothing_is_no_gain_no_best_k_and_no_deploy_line():
     assert s.loc[("speculative", 4), "no_drafts"] == "the prompt is short"
     assert pd.isna(s.loc[("speculative", 4), "gain_pct"]) and not s.loc[("speculative", 4), "best_k"]
     assert s.loc[("speculative", 2), "best_k"]
-    from gguf_bench.results.report import proof_lines
+    from gguf_bench.results.presentation.report import proof_lines
     assert "no drafts: K=4 drafted no token, so it measured the target alone: the prompt is short" in proof_lines(
         s.reset_index())
     assert deploy_headline(alone + k2 + k4).startswith("deploy P: K=2 (36.00 tokens/s, gain +20.0% [+11,+29])")
@@ -336,7 +336,7 @@ def test_a_row_that_drafted_nothing_is_no_gain_no_best_k_and_no_deploy_line():
 def test_server_greedy_text_says_where_it_parts_from_its_target_alone():
     """A greedy llama-server speculative run whose text parted from its own target alone's: the line names the run,
     the prompt and the token (the record's identity); where all agree, one line says so."""
-    from gguf_bench.results.report import server_greedy_lines
+    from gguf_bench.results.presentation.report import server_greedy_lines
 
     records = [proof_rec("target", 30.0), proof_rec("speculative", 33.0, k=2), proof_rec("speculative", 34.0, k=4)]
     for r in records:

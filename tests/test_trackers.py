@@ -19,7 +19,9 @@ from gguf_bench.engines.placement import Placement
 from gguf_bench.measure import trackers
 from gguf_bench.measure.trackers import devices, energy, memory
 from gguf_bench.measure.trackers.nvml import open_nvml
-from gguf_bench.results.records import (
+from gguf_bench.results.presentation.report import render, rich_table
+from gguf_bench.results.presentation.summary import summarize, to_frame
+from gguf_bench.results.schema.records import (
     DeviceMemory,
     Energy,
     Mode,
@@ -31,8 +33,6 @@ from gguf_bench.results.records import (
     run_row,
     to_dict,
 )
-from gguf_bench.results.report import render, rich_table
-from gguf_bench.results.summary import summarize, to_frame
 
 
 def zone(root: Path, name: str, label: str, energy_uj: int, max_uj: int) -> Path:

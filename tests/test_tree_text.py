@@ -56,13 +56,14 @@ def test_no_tracked_file_holds_a_conflict_marker():
 
 
 def layout_sections(text: str) -> dict[str, str]:
-    """The package listing of docs/layout.md by package: "models" -> its lines; "" -> the top-level modules' lines."""
+    """The package listing of docs/layout.md by package: "models" -> its lines, "results/schema" -> a subpackage's;
+    "" -> the top-level modules' lines."""
     block = text.split("```")[1]
     sections: dict[str | None, str] = {}
     current = None
     for line in block.splitlines():
-        if m := re.match(r"gguf_bench/(\w+/)?", line):
-            current = (m[1] or "").rstrip("/")
+        if m := re.match(r"gguf_bench/((?:\w+/)*)", line):
+            current = m[1].rstrip("/")
         elif line and not line[0].isspace():  # scripts/, tests/, ...
             current = None
         sections[current] = sections.get(current, "") + line + "\n"
@@ -78,7 +79,8 @@ def test_layout_page_names_every_module_under_its_package():
         parts = name.split("/")
         if parts[0] != "gguf_bench" or not name.endswith(".py") or parts[-1] == "__init__.py":
             continue
-        where = parts[1] if len(parts) > 2 else ""
+        folders = parts[1:-1]  # a module under its own folder's lines, else its nearest listed parent's (trackers/)
+        where = next(("/".join(folders[:n]) for n in range(len(folders), -1, -1) if "/".join(folders[:n]) in sections), "")
         if not re.search(rf"\b{re.escape(parts[-1].removesuffix('.py'))}\b", sections.get(where, "")):
             missing.append(name)
     assert not missing, f"docs/layout.md's listing does not name these modules under their package: {missing}"

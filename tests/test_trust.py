@@ -147,9 +147,9 @@ def hand_record(mode, tps, k=0, rep=0, load1=0.2, main=1.0, wall=2.0, others=0.0
 
 
 def test_report_flags_spread_and_load_and_stars_no_best_beside_them():
-    from gguf_bench.results.records import Load, RunRecord, parse
-    from gguf_bench.results.report import rich_table
-    from gguf_bench.results.summary import summarize, to_frame
+    from gguf_bench.results.presentation.report import rich_table
+    from gguf_bench.results.presentation.summary import summarize, to_frame
+    from gguf_bench.results.schema.records import Load, RunRecord, parse
 
     quiet = [hand_record("target", 10), hand_record("target", 10.4, rep=1), hand_record("speculative", 14, k=2),
              hand_record("speculative", 14.2, k=2, rep=1), hand_record("speculative", 12, k=4),
@@ -225,7 +225,7 @@ def test_a_sweep_beside_a_cpu_hog_records_the_load_and_flags_its_rows(tiny_pairs
 def rich_text(summary, width=100) -> str:
     from rich.console import Console
 
-    from gguf_bench.results.report import rich_table
+    from gguf_bench.results.presentation.report import rich_table
 
     console = Console(width=width, record=True)
     console.print(rich_table(summary, width=width))
@@ -245,7 +245,7 @@ def test_a_sweep_right_after_a_cpu_heavy_job_is_not_flagged(tiny_pairs, isolated
     assert result.exit_code == 0, result.output
     records = stored(isolated / "results" / "after.jsonl")
     assert max(r["load"]["load1_before"] for r in records) > os.cpu_count(), [r["load"] for r in records]  # the old rule fired
-    from gguf_bench.results.summary import summarize, to_frame
+    from gguf_bench.results.presentation.summary import summarize, to_frame
 
     assert not summarize(to_frame(records))["unreliable"].str.contains("busy").any(), result.output
 
@@ -256,8 +256,8 @@ def test_a_sweep_right_after_a_cpu_heavy_job_is_not_flagged(tiny_pairs, isolated
 def test_report_at_80_columns_keeps_t_n_and_host_and_truncates_no_cell():
     from rich.console import Console
 
-    from gguf_bench.results.report import rich_table
-    from gguf_bench.results.summary import summarize, to_frame
+    from gguf_bench.results.presentation.report import rich_table
+    from gguf_bench.results.presentation.summary import summarize, to_frame
 
     rows = []
     for pair in ("gemma-270m-f32+q4km", "qwen-coder-1.5b-f16+q2k"):
@@ -282,8 +282,8 @@ def test_offload_groups_the_build_ignored_are_labelled_and_explained():
     for beside what llama.cpp placed, and says in one caption line that the build ignored -ngl/-ngld."""
     from rich.console import Console
 
-    from gguf_bench.results.report import render, rich_table
-    from gguf_bench.results.summary import summarize, to_frame
+    from gguf_bench.results.presentation.report import render, rich_table
+    from gguf_bench.results.presentation.summary import summarize, to_frame
 
     rows = []
     for ngl in (0, "all"):

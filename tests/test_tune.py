@@ -17,9 +17,9 @@ from gguf_bench.measure.calibrate import calibrate, match_flags
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.options import ALL_LAYERS
-from gguf_bench.results import costmodel as tn
-from gguf_bench.results import tuning
-from gguf_bench.results.records import parse, to_dict
+from gguf_bench.results.predictions import costmodel as tn
+from gguf_bench.results.presentation import tuning
+from gguf_bench.results.schema.records import parse, to_dict
 
 TM = tn.Timings(t_draft=0.01, t_draft2=0.015, t_verify=(0.1, 0.12, 0.14, 0.16, 0.2), round_overhead=0.002)
 
@@ -664,8 +664,8 @@ def test_a_check_whose_gain_is_not_decided_recommends_the_target_alone_and_says_
 def test_a_check_on_a_busy_machine_decides_nothing():
     """The steady +30% of K=2, measured while other processes kept the cores busy: not decided, so the verdict is the
     target alone, and it says why."""
-    from gguf_bench.results.checks import check_summary, measured_verdict
-    from gguf_bench.results.records import to_dict
+    from gguf_bench.results.presentation.checks import check_summary, measured_verdict
+    from gguf_bench.results.schema.records import to_dict
 
     quiet = check_runs([20.0, 17.0, 14.0, 19.0], {2: [0.30, 0.31, 0.29, 0.30]})
     assert measured_verdict(check_summary(quiet))["k"] == 2
@@ -675,8 +675,8 @@ def test_a_check_on_a_busy_machine_decides_nothing():
 
 
 def test_a_checked_row_that_drafted_nothing_has_no_gain_and_says_so():
-    from gguf_bench.results.checks import check_summary, gain_fields
-    from gguf_bench.results.records import to_dict
+    from gguf_bench.results.presentation.checks import check_summary, gain_fields
+    from gguf_bench.results.schema.records import to_dict
 
     runs = check_runs([20.0, 19.0], {2: [0.3, 0.3]})
     runs = [parse(to_dict(r) | {"metrics": {**to_dict(r)["metrics"], "drafted": 0}}) if r.k else r for r in runs]

@@ -179,7 +179,7 @@ def test_gemma_twin_allocates_the_real_buffers(gemma_q4_q2, tmp_path):
 def test_records_made_with_twins_say_so(tiny_pairs, isolated):
     from cli_helpers import pair_args, stored
 
-    from gguf_bench.results.records import parse, run_row
+    from gguf_bench.results.schema.records import parse, run_row
 
     target, draft = tiny_pairs["middle"]
     twins = (_twin(target, isolated / "t-twin.gguf"), draft)  # a twin target, a real draft
@@ -243,7 +243,7 @@ def test_tune_on_twins_predicts_at_named_acceptance_then_uses_the_real_pairs(tin
 
 
 def test_break_even_is_where_a_draft_starts_to_pay():
-    from gguf_bench.results.costmodel import Timings, at_acceptance, break_even
+    from gguf_bench.results.predictions.costmodel import Timings, at_acceptance, break_even
 
     tm = Timings(t_draft=0.01, t_draft2=0.012, t_verify=(0.1, 0.11, 0.12), round_overhead=0.001)
     for k in (1, 2):

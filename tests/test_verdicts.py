@@ -12,9 +12,9 @@ from gguf_bench.measure import deploy
 from gguf_bench.measure.plan import Cell, auto_looks, counterbalanced, shuffled
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.repeat import undecided
-from gguf_bench.results.records import Mode, parse
-from gguf_bench.results.report import drift_lines, proof_lines
-from gguf_bench.results.summary import gain_decided, summarize, to_frame
+from gguf_bench.results.presentation.report import drift_lines, proof_lines
+from gguf_bench.results.presentation.summary import gain_decided, summarize, to_frame
+from gguf_bench.results.schema.records import Mode, parse
 
 T0 = 1_800_000_000.0
 

@@ -221,8 +221,8 @@ def test_tune_at_depth_calibrates_and_checks_after_the_filler(tiny_pairs, isolat
 
 def test_the_spec_bench_table_names_the_depth_when_rows_differ_by_it():
     """One sweep at depths 0 and 4096 gives two K=4 methods: each label says its depth, as llama-bench writes it."""
-    from gguf_bench.results import specbench
-    from gguf_bench.results.summary import to_frame
+    from gguf_bench.results.presentation import specbench
+    from gguf_bench.results.presentation.summary import to_frame
 
     def record(mode, tps, depth, k=0):
         return {"pair": "P", "mode": mode, "metrics": {"tokens_per_s": tps, "ms_per_token": 1000 / tps,
@@ -243,8 +243,8 @@ def test_the_spec_bench_table_fits_the_terminal_without_cutting_a_cell(width):
     cell cut short ('…') or wrapped."""
     from rich.console import Console
 
-    from gguf_bench.results import specbench
-    from gguf_bench.results.summary import to_frame
+    from gguf_bench.results.presentation import specbench
+    from gguf_bench.results.presentation.summary import to_frame
 
     cats = ["humaneval", "mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"]
 

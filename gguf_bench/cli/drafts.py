@@ -32,11 +32,11 @@ from gguf_bench.measure import workloads
 from gguf_bench.measure.draft_twins import TwinCosts, TwinSetting, twin_costs
 from gguf_bench.models import candidates as cands
 from gguf_bench.models.registry import Named
-from gguf_bench.results import drafts as ranking
-from gguf_bench.results.costmodel import DEFAULT_REPS
-from gguf_bench.results.naming import results_path
-from gguf_bench.results.store import exclusive, use_results_dir
-from gguf_bench.results.text import size_text
+from gguf_bench.results.predictions import drafts as ranking
+from gguf_bench.results.predictions.costmodel import DEFAULT_REPS
+from gguf_bench.results.schema.naming import results_path
+from gguf_bench.results.schema.store import exclusive, use_results_dir
+from gguf_bench.results.schema.text import size_text
 
 
 @command

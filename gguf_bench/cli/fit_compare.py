@@ -14,7 +14,7 @@ from gguf_bench.engines.placement import layer_spans
 from gguf_bench.models import memory
 from gguf_bench.models.memory import MIB, Budget, DeviceBytes, PlanRow, Shape
 from gguf_bench.placing import Placing
-from gguf_bench.results.text import fit_title
+from gguf_bench.results.schema.text import fit_title
 
 CPU_ONLY = ("llama-fit-params: llama.cpp's fitting needs a GPU device and this build has none (it sees only the "
             "host: {host}); nothing to compare")

@@ -40,8 +40,8 @@ from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.models.tiny_heads import write_dflash_sidecar, write_eagle3_sidecar, write_mtp_target
 from gguf_bench.models.twin import twin_paths, write_twin
 from gguf_bench.placing import Placing
-from gguf_bench.results.store import use_results_dir
-from gguf_bench.results.text import fit_title, size_text
+from gguf_bench.results.schema.store import use_results_dir
+from gguf_bench.results.schema.text import fit_title, size_text
 
 
 @command

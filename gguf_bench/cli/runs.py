@@ -89,21 +89,21 @@ from gguf_bench.measure.plan import AUTO_FIRST, Grid, cells_failed, measured, si
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import Split, placing_axes
-from gguf_bench.results import crossover, specbench, tuning
-from gguf_bench.results import evals as evals_view
-from gguf_bench.results import report as rep
-from gguf_bench.results import summary as summ
-from gguf_bench.results.naming import results_path, run_path
-from gguf_bench.results.plots import check_plot, plot
-from gguf_bench.results.records import Mode, RunRecord, to_dict
-from gguf_bench.results.store import (
+from gguf_bench.results.presentation import crossover, specbench, tuning
+from gguf_bench.results.presentation import evals as evals_view
+from gguf_bench.results.presentation import report as rep
+from gguf_bench.results.presentation import summary as summ
+from gguf_bench.results.presentation.plots import check_plot, plot
+from gguf_bench.results.schema.naming import results_path, run_path
+from gguf_bench.results.schema.records import Mode, RunRecord, to_dict
+from gguf_bench.results.schema.store import (
     exclusive,
     read_records,
     results_dir,
     try_append_records,
     use_results_dir,
 )
-from gguf_bench.results.text import fit_title, fold
+from gguf_bench.results.schema.text import fit_title, fold
 
 FAILED_CELLS = 3  # sweep's exit status when it ends with failed cells (1: an error, 2: `check` found a difference)
 

@@ -1,5 +1,5 @@
 """`gguf-bench tune`: its options, tables and JSON. The calibration is measure/calibrate.py's, the prediction
-results/costmodel.py's, the plot results/plots.py's."""
+results/predictions/costmodel.py's, the plot results/presentation/plots.py's."""
 
 from __future__ import annotations
 
@@ -51,13 +51,11 @@ from gguf_bench.measure.tune import tune as run_tune
 from gguf_bench.models.pairs import PairFiles, header_sources
 from gguf_bench.models.twin import twin_folder
 from gguf_bench.placing import Split, placing_axes
-from gguf_bench.results import server_tuning
-from gguf_bench.results.costmodel import DEFAULT_REPS
-from gguf_bench.results.plots import check_plot, plot_tune
-from gguf_bench.results.server_costs import check_predictable
-from gguf_bench.results.store import default_name, ensure_results_dir, use_results_dir
-from gguf_bench.results.text import fit_title
-from gguf_bench.results.tuning import (
+from gguf_bench.results.predictions.costmodel import DEFAULT_REPS
+from gguf_bench.results.predictions.server_costs import check_predictable
+from gguf_bench.results.presentation import server_tuning
+from gguf_bench.results.presentation.plots import check_plot, plot_tune
+from gguf_bench.results.presentation.tuning import (
     acceptance_table,
     as_json,
     check_table,
@@ -69,6 +67,8 @@ from gguf_bench.results.tuning import (
     tune_strategies,
     twin_json,
 )
+from gguf_bench.results.schema.store import default_name, ensure_results_dir, use_results_dir
+from gguf_bench.results.schema.text import fit_title
 
 
 @command

@@ -4,7 +4,7 @@ Calibration measures, per offload setting: t_draft, t_draft2 and t_verify(b) for
 (median of a few repetitions, at the context position a generation passes through halfway), the
 time the loop spends outside those decodes, and one greedy speculative run at K_max per prompt.
 
-What the record predicts is results/costmodel.py's.
+What the record predicts is results/predictions/costmodel.py's.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.options import layers_label
-from gguf_bench.results.costmodel import (
+from gguf_bench.results.predictions.costmodel import (
     DEFAULT_REPS,
     Text,
     Timings,
     simulate_rounds,
 )
-from gguf_bench.results.records import (
+from gguf_bench.results.schema.records import (
     CalibrationAcceptance,
     CalibrationConfig,
     CalibrationRecord,
@@ -39,7 +39,7 @@ from gguf_bench.results.records import (
     Mode,
     PromptText,
 )
-from gguf_bench.results.store import environment, models_record, now_iso
+from gguf_bench.results.schema.store import environment, models_record, now_iso
 
 # --- calibration (measures; loads models) -----------------------------------------------------------
 

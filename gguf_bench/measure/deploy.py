@@ -24,11 +24,11 @@ from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server_engine import speculation
 from gguf_bench.placing import parse_label, split_label
-from gguf_bench.results.costmodel import Calibration
-from gguf_bench.results.crossover import candidates, gain_text, slots_label
-from gguf_bench.results.records import Mode, RunRecord
-from gguf_bench.results.report import row_label
-from gguf_bench.results.summary import CONCURRENCY, SETTING, gain_decided, matching
+from gguf_bench.results.predictions.costmodel import Calibration
+from gguf_bench.results.presentation.crossover import candidates, gain_text, slots_label
+from gguf_bench.results.presentation.report import row_label
+from gguf_bench.results.presentation.summary import CONCURRENCY, SETTING, gain_decided, matching
+from gguf_bench.results.schema.records import Mode, RunRecord
 
 KEYS = SETTING + ["mode", "strategy", "k"]
 GROUP = ["pair", *CONCURRENCY]  # a deploy line per pair and slot count

@@ -36,8 +36,8 @@ from gguf_bench.measure.plan import Grid, cell_key, cells_done, cells_for
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.models.registry import ModelRef, Registry
-from gguf_bench.results.records import Node, Record, RunRecord
-from gguf_bench.results.store import append_record, environment, read_records
+from gguf_bench.results.schema.records import Node, Record, RunRecord
+from gguf_bench.results.schema.store import append_record, environment, read_records
 
 INSTALL_HINT = "--ray needs Ray, which is not installed; install it with: pip install -e '.[ray]'"
 ACCELERATOR_PREFIX = "accelerator_type:"  # Ray's node resource naming the GPU model, e.g. accelerator_type:A100

@@ -1,5 +1,5 @@
 """`gguf-bench drafts TARGET --measure N`: the N best compatible drafts that fit (ranked from headers by
-results/drafts.py) are downloaded, each calibrated beside the target on the user's prompts by tune's own flow
+results/predictions/drafts.py) are downloaded, each calibrated beside the target on the user's prompts by tune's own flow
 (measure/tune.py: the same records, stored in one results file), and ranked again by the tokens/s the cost model
 predicts from what was measured: the acceptance on these prompts and the real speed of each model. Every candidate
 serves the same target, so this is the order of their gains. The gains share one denominator: the target alone, timed
@@ -26,7 +26,7 @@ from gguf_bench.measure.tune import TuneEvents, TuneJob, tune
 from gguf_bench.models.download import fetch_model, no_progress
 from gguf_bench.models.registry import Named
 from gguf_bench.options import layers_label
-from gguf_bench.results.costmodel import (
+from gguf_bench.results.predictions.costmodel import (
     DECODE_TIMINGS,
     DEFAULT_REPS,
     Calibration,
@@ -34,10 +34,10 @@ from gguf_bench.results.costmodel import (
     ScatterGuard,
     recommend,
 )
-from gguf_bench.results.drafts import Ranked
-from gguf_bench.results.drafts import to_json as ranking_json
-from gguf_bench.results.records import CalibrationRecord
-from gguf_bench.results.store import read_records
+from gguf_bench.results.predictions.drafts import Ranked
+from gguf_bench.results.predictions.drafts import to_json as ranking_json
+from gguf_bench.results.schema.records import CalibrationRecord
+from gguf_bench.results.schema.store import read_records
 
 # A context manager giving a download.Progress callback while a file is fetched (the CLI's progress bar).
 ProgressFactory = Callable[[], AbstractContextManager]
@@ -155,7 +155,7 @@ def pair_name(target: Path, draft: Path) -> str:
 def measure_drafts(named: Named, job: MeasureJob, rows: Sequence[Ranked], events: MeasureEvents = MeasureEvents(),
                    progress: ProgressFactory | None = None) -> MeasuredDrafts:
     """Fetch the target (`named`: resolved once by the command) and the job.n best candidates among `rows`
-    (results.drafts.rank's order), calibrate each pair (or, with job.resume, read back a calibration of the same pair,
+    (results.predictions.drafts.rank's order), calibrate each pair (or, with job.resume, read back a calibration of the same pair,
     prompts and settings from job.out), and rank them by their predicted tokens/s (best_first)."""
     check_count(job.n)
     chosen, skipped = choose(rows, job.n)

@@ -42,8 +42,8 @@ from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import SweepEvents
 from gguf_bench.models.pairs import PairFiles
-from gguf_bench.results.records import Endpoint, Mode, ModelFile, Models, RunMetrics, RunRecord
-from gguf_bench.results.store import append_record, environment, exclusive, read_records
+from gguf_bench.results.schema.records import Endpoint, Mode, ModelFile, Models, RunMetrics, RunRecord
+from gguf_bench.results.schema.store import append_record, environment, exclusive, read_records
 
 NAME = "endpoint"  # its name in engine_registry.KINDS
 PROBE_TOKENS = 8  # the greedy request each server answers first: a warm-up, and the same-model check where ids differ

@@ -18,7 +18,7 @@ from gguf_bench.engine_registry import Capabilities
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Cell, Grid, Setting, Unit
 from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.results.records import Order, RunRecord
+from gguf_bench.results.schema.records import Order, RunRecord
 
 
 class Session(Protocol):

@@ -14,7 +14,7 @@ from gguf_bench.measure.plan import Grid
 from gguf_bench.models.memory import Budget, Shape, fits
 from gguf_bench.models.parts import model_size, tensor_table
 from gguf_bench.placing import CPU, Placing
-from gguf_bench.results.text import size_text
+from gguf_bench.results.schema.text import size_text
 
 
 def vram_budget(text: str) -> Budget:

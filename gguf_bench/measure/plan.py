@@ -31,7 +31,7 @@ from gguf_bench.measure.trackers import TRACKERS
 from gguf_bench.models.memory import Budget
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
-from gguf_bench.results.records import (
+from gguf_bench.results.schema.records import (
     PYTHON_ENGINE,
     Load,
     Mode,
@@ -40,8 +40,8 @@ from gguf_bench.results.records import (
     RunMetrics,
     RunRecord,
 )
-from gguf_bench.results.records import Server as ServerRecord
-from gguf_bench.results.store import now_iso
+from gguf_bench.results.schema.records import Server as ServerRecord
+from gguf_bench.results.schema.store import now_iso
 
 SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
 

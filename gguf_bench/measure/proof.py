@@ -2,7 +2,7 @@
 
 Such a run measured the target alone under another name (and, in llama-server, a process that holds a draft context):
 its speed says nothing about speculation. The record keeps the reason (RunMetrics.no_drafts); `report` shows the row
-as "no drafts" and never makes it a best K, a gain or a deploy line (results/report.py, measure/deploy.py).
+as "no drafts" and never makes it a best K, a gain or a deploy line (results/presentation/report.py, measure/deploy.py).
 
 The reasons come from llama.cpp's drafters (vendored common/speculative.cpp, 0c1e570):
 - ngram-mod looks up the last --spec-ngram-mod-n-match tokens (NGRAM_MOD_MATCH) in a pool that starts empty in a cold
@@ -24,7 +24,7 @@ from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engines.llama_cpp import Vocabulary
 from gguf_bench.engines.llama_server import NGRAM_MOD_MATCH, Speculation
 from gguf_bench.errors import BenchError
-from gguf_bench.results.records import Mode, RunMetrics
+from gguf_bench.results.schema.records import Mode, RunMetrics
 
 NO_REASON = "its drafter proposed no token in this run"
 

@@ -14,7 +14,7 @@ from gguf_bench.measure.pair import LoadedPair
 from gguf_bench.measure.plan import Cell, Setting, shuffled
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.trackers import track
-from gguf_bench.results.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecord
+from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecord
 
 
 class PythonEngine:

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gguf_bench.measure.plan import Cell, Setting
-from gguf_bench.results.crossover import is_one_of, open_verdicts
-from gguf_bench.results.records import RunRecord, run_row
-from gguf_bench.results.summary import summarize, to_frame
+from gguf_bench.results.presentation.crossover import is_one_of, open_verdicts
+from gguf_bench.results.presentation.summary import summarize, to_frame
+from gguf_bench.results.schema.records import RunRecord, run_row
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,8 @@ from gguf_bench.models.memory import Budget
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
-from gguf_bench.results.records import SERVER_ENGINE, Mode, Offload, RunMetrics, RunRecord
-from gguf_bench.results.records import Server as ServerRecord
+from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, Offload, RunMetrics, RunRecord
+from gguf_bench.results.schema.records import Server as ServerRecord
 
 SAMPLE_AND_COMPARE = "sample-and-compare"  # how llama-server verifies a draft
 

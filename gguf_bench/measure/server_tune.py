@@ -1,6 +1,6 @@
 """`gguf-bench tune --engine server`'s flow: a short calibration through llama-server (the target alone and each
 speculative type at two or three draft lengths, on the same server build and slot count), the cost model of
-results/server_costs.py, and with --check the recommended K and its neighbours measured as `sweep` measures them.
+results/predictions/server_costs.py, and with --check the recommended K and its neighbours measured as `sweep` measures them.
 Prints nothing: the CLI shows the `ServerTuned` result.
 """
 
@@ -18,11 +18,11 @@ from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.twin import twin_of, twin_pair
-from gguf_bench.results.checks import check_summary, gain_fields, measured_verdict
-from gguf_bench.results.costmodel import Prediction
-from gguf_bench.results.records import SERVER_ENGINE, Mode, RunRecord
-from gguf_bench.results.server_costs import ServerCalibration, calibrations, check_predictable
-from gguf_bench.results.store import append_record
+from gguf_bench.results.predictions.costmodel import Prediction
+from gguf_bench.results.predictions.server_costs import ServerCalibration, calibrations, check_predictable
+from gguf_bench.results.presentation.checks import check_summary, gain_fields, measured_verdict
+from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, RunRecord
+from gguf_bench.results.schema.store import append_record
 
 
 @dataclass(frozen=True)

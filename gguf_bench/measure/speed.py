@@ -21,9 +21,9 @@ from gguf_bench.measure.plan import Cell, Grid, Setting, cells_for, measured
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.twin import twin_folder, twin_pair
-from gguf_bench.results.naming import fresh_name
-from gguf_bench.results.records import PYTHON_ENGINE, Mode, RunRecord
-from gguf_bench.results.store import append_record, ensure_results_dir, exclusive
+from gguf_bench.results.schema.naming import fresh_name
+from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunRecord
+from gguf_bench.results.schema.store import append_record, ensure_results_dir, exclusive
 
 DEFAULT_N = 32  # tokens each run generates (--measure-n)
 PROMPT_ID = "code-short"  # the built-in prompt every run starts from

@@ -18,8 +18,8 @@ from gguf_bench.measure.plan import SKIPPED, Grid, Plan, auto_looks, cells_done,
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.repeat import selects, undecided
 from gguf_bench.measure.trackers import notes
-from gguf_bench.results.records import RunRecord
-from gguf_bench.results.store import append_record, environment, exclusive, models_record, read_records
+from gguf_bench.results.schema.records import RunRecord
+from gguf_bench.results.schema.store import append_record, environment, exclusive, models_record, read_records
 
 
 @dataclass

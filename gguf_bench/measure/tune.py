@@ -1,5 +1,5 @@
 """`gguf-bench tune`'s flow: size the context, calibrate every offload setting (measure/calibrate.py), predict
-(results/costmodel.py), and with --check measure the recommendation as `sweep` does. Prints nothing: the CLI shows the
+(results/predictions/costmodel.py), and with --check measure the recommendation as `sweep` does. Prints nothing: the CLI shows the
 `Tuned` result.
 """
 
@@ -23,8 +23,7 @@ from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.twin import twin_pair
 from gguf_bench.placing import Placing, split_label
-from gguf_bench.results.checks import check_summary, gain_fields, measured_verdict
-from gguf_bench.results.costmodel import (
+from gguf_bench.results.predictions.costmodel import (
     DEFAULT_REPS,
     Calibration,
     CostOutlook,
@@ -34,9 +33,10 @@ from gguf_bench.results.costmodel import (
     cost_outlook,
     recommend,
 )
-from gguf_bench.results.records import CalibrationRecord, RunRecord
-from gguf_bench.results.store import append_record, read_records, results_dir
-from gguf_bench.results.tuning import check_ks, check_rows, effective_settings
+from gguf_bench.results.presentation.checks import check_summary, gain_fields, measured_verdict
+from gguf_bench.results.presentation.tuning import check_ks, check_rows, effective_settings
+from gguf_bench.results.schema.records import CalibrationRecord, RunRecord
+from gguf_bench.results.schema.store import append_record, read_records, results_dir
 
 DEFAULT_NAME = DEFAULT_STRATEGY.name  # the summary's strategy of the draft model with a fixed K ('draft')
 

@@ -9,7 +9,7 @@ measures, and fills its part of the run's record; records.RUN_FIELDS declares th
             the sweep's one line
 
 Every engine measures each cell inside `track(grid.trackers, ...)`; adding a measurement is one tracker module here, a
-line in `_make`, and its record and field declarations in results/records.py.
+line in `_make`, and its record and field declarations in results/schema/records.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Protocol
 
 from gguf_bench.measure.trackers import energy, memory
 from gguf_bench.measure.trackers.load import LoadTracker, ServerLoadTracker
-from gguf_bench.results.records import RunRecord
+from gguf_bench.results.schema.records import RunRecord
 
 TRACKERS = ("load", "memory", "energy")  # what a grid measures each cell with, unless it names others
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 
 from gguf_bench.measure.trackers.nvml import Nvml
-from gguf_bench.results.records import RunRecord, run_placements
+from gguf_bench.results.schema.records import RunRecord, run_placements
 
 CPU = "CPU"
 _CUDA = re.compile(r"^CUDA(\d+)$")

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from gguf_bench.measure.trackers import devices
 from gguf_bench.measure.trackers.nvml import Nvml, nvml
-from gguf_bench.results.records import SHARE_WINDOW, Energy, RunRecord
+from gguf_bench.results.schema.records import SHARE_WINDOW, Energy, RunRecord
 
 POWERCAP = Path("/sys/class/powercap")
 _PACKAGE = re.compile(r"^intel-rapl:\d+$")  # a package zone; its subzones (intel-rapl:0:0, core, uncore) are inside it

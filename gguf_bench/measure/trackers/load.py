@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gguf_bench.results.records import Load, RunRecord
+from gguf_bench.results.schema.records import Load, RunRecord
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 RESOLUTION_TICKS = 4  # per core: two at each end of a block

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from gguf_bench.measure.trackers import devices
 from gguf_bench.measure.trackers.nvml import Nvml, nvml
-from gguf_bench.results.records import DeviceMemory, RunRecord
+from gguf_bench.results.schema.records import DeviceMemory, RunRecord
 
 MIB = 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""`tune --engine server`'s tables, lines and JSON (the model is results/server_costs.py, the flow
+"""`tune --engine server`'s tables, lines and JSON (the model is results/predictions/server_costs.py, the flow
 measure/server_tune.py)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from rich.console import Group
 from rich.text import Text
 
-from gguf_bench.results.server_costs import ServerCalibration
-from gguf_bench.results.text import right_table, speed_text
-from gguf_bench.results.tuning import gain_cell
+from gguf_bench.results.predictions.server_costs import ServerCalibration
+from gguf_bench.results.presentation.tuning import gain_cell
+from gguf_bench.results.schema.text import right_table, speed_text
 
 
 def _slots(cal: ServerCalibration) -> str:

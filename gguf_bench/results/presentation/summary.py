@@ -17,8 +17,9 @@ from scipy import stats
 
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
-from gguf_bench.results.fields import folds
-from gguf_bench.results.records import (
+from gguf_bench.results.presentation.tuning import predicted_frame
+from gguf_bench.results.schema.fields import folds
+from gguf_bench.results.schema.records import (
     RUN_FIELDS,
     CalibrationRecord,
     EvalRecord,
@@ -29,7 +30,6 @@ from gguf_bench.results.records import (
     read_file,
     run_row,
 )
-from gguf_bench.results.tuning import predicted_frame
 
 CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
 CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)

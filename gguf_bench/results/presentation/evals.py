@@ -9,8 +9,8 @@ import pandas as pd
 from rich import box
 from rich.table import Table
 
-from gguf_bench.results.records import EvalRecord
-from gguf_bench.results.text import number_text
+from gguf_bench.results.schema.records import EvalRecord
+from gguf_bench.results.schema.text import number_text
 
 
 @dataclass(frozen=True)

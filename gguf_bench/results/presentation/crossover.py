@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats
 
-from gguf_bench.results.report import _VARYING as FLAGS
-from gguf_bench.results.report import row_label
-from gguf_bench.results.summary import CONCURRENCY, FAMILY, GAIN_LEVEL, SETTING, gain_decided, matching
+from gguf_bench.results.presentation.report import _VARYING as FLAGS
+from gguf_bench.results.presentation.report import row_label
+from gguf_bench.results.presentation.summary import CONCURRENCY, FAMILY, GAIN_LEVEL, SETTING, gain_decided, matching
 
 REST = [c for c in SETTING if c not in CONCURRENCY]  # what a crossover map keeps the same
 ROW = SETTING + ["mode", "strategy", "k"]  # what tells a summary row apart

@@ -1,4 +1,4 @@
-"""What `tune` shows and stores beside the cost model (results/costmodel.py): its options as strategies, the offload
+"""What `tune` shows and stores beside the cost model (results/predictions/costmodel.py): its options as strategies, the offload
 settings a build can tell apart, rows for --json, the lines on the cost schedule, the predictions as a frame that
 `report` joins to measured rows, and --check's predicted-against-measured rows. Pure: loads no model, prints nothing.
 """
@@ -16,7 +16,7 @@ from rich.text import Text
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import ConfigError
 from gguf_bench.options import ALL_LAYERS, layers_label
-from gguf_bench.results.costmodel import (
+from gguf_bench.results.predictions.costmodel import (
     Calibration,
     CostOutlook,
     Recommendation,
@@ -26,8 +26,8 @@ from gguf_bench.results.costmodel import (
     modeled,
     recommend,
 )
-from gguf_bench.results.records import CalibrationRecord, Mode, RunRecord
-from gguf_bench.results.text import columns_width, number_text, right_table, spaced_layout, speed_text
+from gguf_bench.results.schema.records import CalibrationRecord, Mode, RunRecord
+from gguf_bench.results.schema.text import columns_width, number_text, right_table, spaced_layout, speed_text
 
 
 def tune_strategies(spec_types: str, k_schedules: str, ngram_min: int, ngram_max: int, k_cap: int | None,

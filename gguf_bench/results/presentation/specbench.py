@@ -13,9 +13,9 @@ import pandas as pd
 from rich.table import Table
 
 from gguf_bench import engine_registry
-from gguf_bench.results.report import row_label
-from gguf_bench.results.summary import SETTING, matching, summarize
-from gguf_bench.results.text import columns_width, number_text, spaced_layout
+from gguf_bench.results.presentation.report import row_label
+from gguf_bench.results.presentation.summary import SETTING, matching, summarize
+from gguf_bench.results.schema.text import columns_width, number_text, spaced_layout
 
 KEYS = [*SETTING, "strategy", "k"]
 CATEGORY_NAMES = {"mt_bench": "MT-Bench", "translation": "Translation", "summarization": "Summarization", "qa": "QA",

@@ -1,4 +1,4 @@
-"""tune --check's verdict: the rule `report` decides by (results/summary.py) on the check's own runs, and what they say
+"""tune --check's verdict: the rule `report` decides by (results/presentation/summary.py) on the check's own runs, and what they say
 to run by the deploy rule (crossover.candidates)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import pandas as pd
 
 from gguf_bench.errors import BenchError
-from gguf_bench.results.crossover import candidates, gain_text
-from gguf_bench.results.records import RunRecord
-from gguf_bench.results.report import row_label
-from gguf_bench.results.summary import gain_decided, summarize, to_frame
+from gguf_bench.results.presentation.crossover import candidates, gain_text
+from gguf_bench.results.presentation.report import row_label
+from gguf_bench.results.presentation.summary import gain_decided, summarize, to_frame
+from gguf_bench.results.schema.records import RunRecord
 
 
 def check_summary(records: Sequence[RunRecord], per_request: bool = False) -> pd.DataFrame:

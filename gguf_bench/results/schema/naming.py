@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gguf_bench import options
 from gguf_bench.errors import ConfigError
-from gguf_bench.results.store import default_name, ensure_results_dir
+from gguf_bench.results.schema.store import default_name, ensure_results_dir
 
 
 def results_path(name: str | None, resume: bool, prefix: str = "sweep") -> tuple[str, Path]:

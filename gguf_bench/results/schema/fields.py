@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gguf_bench.results.text import number_text, speed_text
+from gguf_bench.results.schema.text import number_text, speed_text
 
 FOLDS = ("mean", "max", "min", "first", "sum")  # pandas' names for how a setting's runs fold
 SPEED = "speed"  # Field.fmt: speed_text's precision (2 decimals below 100, 1 below 1000, none above)

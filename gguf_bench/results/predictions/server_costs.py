@@ -39,8 +39,8 @@ from gguf_bench import engine_registry
 from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES, server_parts
 from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.results.costmodel import Prediction, ScatterGuard, expected_tokens, relative_scatter
-from gguf_bench.results.records import Mode, RunRecord
+from gguf_bench.results.predictions.costmodel import Prediction, ScatterGuard, expected_tokens, relative_scatter
+from gguf_bench.results.schema.records import Mode, RunRecord
 
 REPETITIONS = "repetitions of each prompt"  # what the server engine's scatter guard reads (ScatterGuard)
 NGRAM_TYPES = tuple(t for t in SERVER_SPEC_TYPES if t.startswith("ngram"))  # draft only where the text repeats

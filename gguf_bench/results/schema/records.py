@@ -30,8 +30,8 @@ from gguf_bench.engine_registry import PYTHON_ENGINE, SERVER_ENGINE  # noqa: F40
 from gguf_bench.engines.placement import Placement
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
-from gguf_bench.results import legacy
-from gguf_bench.results.fields import SPEED, Field, flat
+from gguf_bench.results.schema import legacy
+from gguf_bench.results.schema.fields import SPEED, Field, flat
 
 
 class Kind(StrEnum):

@@ -1,4 +1,4 @@
-"""Summaries (results/summary.py) -> rich tables, markdown/csv/json/jsonl: the report's rendering and its labels.
+"""Summaries (results/presentation/summary.py) -> rich tables, markdown/csv/json/jsonl: the report's rendering and its labels.
 
 Reads and writes no model; computes no figure: summary.py loads, aggregates and tests the gains.
 """
@@ -16,14 +16,8 @@ from rich.table import Table
 from gguf_bench import engine_registry
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
-from gguf_bench.results import evals as evals_view
-from gguf_bench.results.fields import Field
-from gguf_bench.results.records import (
-    RUN_FIELDS,
-    EvalRecord,
-    run_label,
-)
-from gguf_bench.results.summary import (
+from gguf_bench.results.presentation import evals as evals_view
+from gguf_bench.results.presentation.summary import (
     CONCURRENCY,
     DRIFT,
     GAIN_LEVEL,
@@ -37,7 +31,13 @@ from gguf_bench.results.summary import (
     matching,
     offload_label,
 )
-from gguf_bench.results.text import fit_title, number_text, speed_text
+from gguf_bench.results.schema.fields import Field
+from gguf_bench.results.schema.records import (
+    RUN_FIELDS,
+    EvalRecord,
+    run_label,
+)
+from gguf_bench.results.schema.text import fit_title, number_text, speed_text
 
 FORMATS = ("md", "csv", "json", "jsonl")
 

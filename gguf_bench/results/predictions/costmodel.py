@@ -41,7 +41,7 @@ from gguf_bench.decoding.drafters import NgramDrafter
 from gguf_bench.decoding.schedules import CostK, Costs, FixedK, HeuristicK
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.results.records import CalibrationRecord
+from gguf_bench.results.schema.records import CalibrationRecord
 
 DEFAULT_REPS = 6
 

@@ -1,4 +1,4 @@
-"""Drafts ranked before any download (`gguf-bench drafts`): the cost model of results/costmodel.py fed with a draft's
+"""Drafts ranked before any download (`gguf-bench drafts`): the cost model of results/predictions/costmodel.py fed with a draft's
 cost ratio (from the bytes each model reads per token, or measured), its break-even acceptance, and its predicted gain
 at a few acceptance rates; whether it fits beside the target (the offload planner). Pure: reads no file.
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from gguf_bench import options
 from gguf_bench.models.candidates import Candidate, Header
 from gguf_bench.models.memory import fits
-from gguf_bench.results.costmodel import Timings, at_acceptance, break_even
+from gguf_bench.results.predictions.costmodel import Timings, at_acceptance, break_even
 
 ALPHAS = (0.5, 0.7, 0.9)
 K_MAX = 8
