@@ -206,3 +206,42 @@ def test_metrics_count_for_a_cell_only_where_they_are_its_own():
     assert got.rounds == 3 and got.accepted_at == [3, 2]
     crowded = [Answer(0, "p", timings={"draft_n": 8, "draft_n_accepted": 5})]  # another client drafted 4 meanwhile
     assert counted(before, after, crowded).rounds is None and counted(None, after, mine).rounds is None
+
+
+# --- what a client cannot set, and a file of other servers (no server needed: refused before any request) ----------
+
+
+def test_options_the_servers_owner_sets_are_refused_not_ignored(isolated):
+    """-K, -ngl, --spec-type are the server's own (set when it was started): given with --engine endpoint, one line
+    names them, before any server is asked."""
+    nothing = f"http://127.0.0.1:{free_port()}"
+    result = invoke("sweep", "--engine", "endpoint", "--url", nothing, "--baseline-url", nothing, "-K", "4",
+                    "-ngl", "99", "--spec-type", "ngram-simple")
+    assert_user_error(result, "set by the server's owner", "leave them out")
+    named = result.stderr.removeprefix("Error: ").split(":")[0]
+    assert {"-K", "-ngl", "--spec-type"} == set(named.replace(",", " ").split()), result.stderr
+    assert not (isolated / "results").exists() or not any((isolated / "results").iterdir())
+
+
+def test_resume_against_other_servers_is_refused_not_mixed(isolated):
+    """--resume keys name the served model, not the server: a file measured against other URLs (or by another engine)
+    is refused in one line, and left as it was."""
+    from gguf_bench.results.schema.records import Endpoint, Mode, RunRecord
+    from gguf_bench.results.schema.store import append_record
+
+    out = isolated / "results" / "ep.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec, base, other = (f"http://127.0.0.1:{free_port()}" for _ in range(3))
+    append_record(out, RunRecord(pair="m.gguf", mode=Mode.TARGET, cell="a", endpoint=Endpoint(url=base)))
+    append_record(out, RunRecord(pair="m.gguf", mode=Mode.SPECULATIVE, cell="b", endpoint=Endpoint(url=spec)))
+    before = out.read_bytes()
+
+    def resume(url, baseline_url):
+        return invoke("sweep", "--engine", "endpoint", "--url", url, "--baseline-url", baseline_url, "--name", "ep",
+                      "--resume")
+    assert_user_error(resume(other, base), f"measured --url {spec} against --baseline-url {base}", "would mix")
+    assert_user_error(resume(base, spec), "would mix two servers' runs")  # the same two, swapped
+    assert "cannot reach" in resume(spec, base).stderr  # its own servers: past the check, to the (absent) servers
+    append_record(out, RunRecord(pair="m.gguf", mode=Mode.TARGET, cell="c"))  # a python-engine run in the file
+    assert_user_error(resume(spec, base), "holds runs of another engine")
+    assert out.read_bytes().startswith(before)

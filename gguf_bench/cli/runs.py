@@ -243,7 +243,7 @@ def _greedy_footer(records: list[RunRecord]) -> None:
 
 
 @command
-def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = None, ks: KsOpt = "1,2,4,8",
+def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = None, ks: KsOpt = "1,2,4,8",
           ngls: NglsOpt = "0", nglds: NgldsOpt = "0", temps: TempsOpt = "0", prompt_ids: PromptIdsOpt = None,
           prompts_file: PromptsFileOpt = None, per_category: PerCategoryOpt = None,
           top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0,
@@ -279,6 +279,7 @@ def sweep(pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = No
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
     x prompt; store every run and print the report."""
     use_results_dir(results_dir_opt)
+    _refuse_owners_options(ctx, options.engines(engine))
     reps = options.repetitions_text(repetitions)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
                 nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
@@ -352,6 +353,27 @@ def _remote(grid: Grid, choice: PairChoice, url: str | None, baseline_url: str |
         raise BenchError(f"--engine {remote[0]} measures the servers at --url and --baseline-url: give no pair, "
                          "--target or --draft")
     return remote[0]
+
+
+def _refuse_owners_options(ctx: typer.Context, engines: tuple[str, ...]) -> None:
+    """One line for the options a remote engine's client cannot set, given with it (before they are read: -K,
+    --spec-type, ... belong to the server's owner)."""
+    for name in (e for e in engines if engine_registry.of(e).remote):
+        if owners := _given(ctx, engine_registry.kind(name).engine_class().sweep_options | SWEEP_OWN):
+            them = "them" if len(owners) > 1 else "it"
+            raise BenchError(f"{', '.join(owners)}: set by the server's owner when it was started, not by a client; "
+                             f"--engine {name} measures the servers as they run: leave {them} out")
+
+
+SWEEP_OWN = frozenset({"name", "resume", "results_dir_opt", "engine", "url", "baseline_url", "pairs", "target", "draft"})
+
+
+def _given(ctx: typer.Context, reads: frozenset[str]) -> list[str]:
+    """The options given on this command line (or from the environment) that are not in `reads`, as the user wrote
+    them (-K, --spec-type)."""
+    return [min(p.opts, key=len) for p in ctx.command.params
+            if p.name not in reads and p.opts and getattr(ctx.get_parameter_source(p.name), "name", None)
+            in ("COMMANDLINE", "ENVIRONMENT")]
 
 
 def _sweep_remote(name: str, grid: Grid, out: Path, resume: bool, engine: str, urls: tuple[str, str]) -> None:

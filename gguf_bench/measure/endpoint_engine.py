@@ -399,6 +399,10 @@ class EndpointEngine:
 
     name = NAME
     capabilities = of(NAME)
+    # the sweep's options a client can set (the CLI's parameter names); every other one (-K, -ngl, --spec-type, -fa,
+    # ...) is the server owner's, set when it was started: given here, it is refused in one line, never ignored
+    sweep_options = frozenset({"temps", "prompt_ids", "prompts_file", "per_category", "registry", "top_k", "top_p",
+                               "seed", "n_predict", "repetitions", "clients", "request_timeout", "parallels", "depths"})
 
     def __init__(self, spec: Served, base: Served):
         self.spec, self.base = spec, base
@@ -471,6 +475,21 @@ def check_grid(grid: Grid) -> None:
                           "sent at the same moment")
 
 
+def check_same_servers(stored: list, out: Path, url: str, baseline_url: str) -> None:
+    """One line where --resume would add these servers' runs to a file that holds other servers' (or another engine's):
+    the resume keys name the served model, not the server, so the two would be silently mixed."""
+    runs = [r for r in stored if isinstance(r, RunRecord)]
+    if any(r.endpoint is None for r in runs):
+        raise ConfigError(f"{out} holds runs of another engine: --engine {NAME} continues only its own sweeps; choose "
+                          "another --name")
+    theirs = {(r.mode == Mode.SPECULATIVE, r.endpoint.url) for r in runs}
+    if theirs - {(True, url), (False, baseline_url)}:
+        spec = sorted({u for speculative, u in theirs if speculative}) or ["-"]
+        base = sorted({u for speculative, u in theirs if not speculative}) or ["-"]
+        raise ConfigError(f"{out} measured --url {', '.join(spec)} against --baseline-url {', '.join(base)}: resuming it "
+                          f"with {url} and {baseline_url} would mix two servers' runs; give those URLs, or another --name")
+
+
 def pair_of(spec: Served) -> str:
     """The results' pair name: the served model ('/models/x.gguf' as 'x.gguf')."""
     return Path(spec.model).name if spec.model.endswith(".gguf") else spec.model
@@ -515,6 +534,8 @@ def run_sweep(name: str, grid: Grid, out: Path, resume: bool, urls: tuple[str, s
     with exclusive(out):
         if out.exists() and not resume:
             raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
+        stored = read_records(out) if out.is_file() else []
+        check_same_servers(stored, out, base_url(urls[0]), base_url(urls[1]))
         spec, base = served_pair(urls, grid)
         for line in spec.not_available(speculative=True):
             events.note(f"{spec.url} gives no {line}: those figures stay empty")
@@ -523,7 +544,7 @@ def run_sweep(name: str, grid: Grid, out: Path, resume: bool, urls: tuple[str, s
         # the served model stands where a pair's files would: it names the cells (plan.cell_key)
         setting = Setting(PairFiles(Path(spec.model), None, pair), grid, grid.settings()[0], NAME, static)
         cells = endpoint_cells(grid, spec, base)
-        done = cells_done(read_records(out), pair) if out.is_file() else set()
+        done = cells_done(stored, pair)
         todo = [c for c in cells if setting.key(c) not in done]
         events.start(len(todo), len(cells) - len(todo), len(done))
         for record in run_unit(EndpointEngine(spec, base), Unit(setting, todo), PreparedPrompts({}, [])):
