@@ -146,3 +146,12 @@ def test_bench_aa_counts_false_decisions_on_stored_runs(tmp_path):
     results.write_text("".join(json.dumps(r) + "\n" for r in runs))
     out = script("bench_aa.py", str(results), "--sweeps", "3", "--rows", "2", "--pairs", "3")
     assert "6 neighbour pairs of real target-alone runs" in out and "3 A/A sweeps of 2 rows x 3 pairs:" in out
+
+
+def test_bench_endpoint_compares_both_engines_on_a_tiny_pair(tiny_pairs, server_bin):
+    target, draft = tiny_pairs["high"]
+    out = script("bench_endpoint.py", "--target", str(target), "--draft", str(draft), "-K", "2", "-r", "2", "-n", "8",
+                 "--slots", "1", "--threads", "1", "--prompt-ids", "code-short", "--server-bin", str(server_bin))
+    assert "acceptance over the endpoint sweep: records" in out and "own /metrics" in out, out
+    rows = [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert rows == ["1"], out
