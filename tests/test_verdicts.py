@@ -82,6 +82,17 @@ def test_a_drift_the_pairs_cancel_would_decide_a_false_gain_unpaired():
     assert line.endswith("the paired gains cancel a slow drift")
 
 
+def test_a_drift_that_spreads_paired_runs_still_stars_the_decided_best_k():
+    """The machine slows by half across the blocks: every row's runs spread (flagged 'spread'), but each block's K=4 is
+    30% over its own target alone. The paired interval decides it, so the star goes where the deploy line goes; the
+    same spread in unpaired runs (an older file) withholds it (test_trust)."""
+    alone = [30.0, 26.0, 22.0, 18.0, 15.0]
+    summary = summarize(to_frame(interleaved(alone, {2: [0.10, 0.12, 0.11], 4: [0.30, 0.32, 0.29]})))
+    row = spec_row(summary, 4)
+    assert "spread" in row["unreliable"] and row["gain_test"] == "paired" and gain_decided(row) is True
+    assert row["best_k"] and summary["best_k"].sum() == 1
+
+
 def test_the_interval_widens_with_the_rows_that_compete():
     """The same K=4 runs beside 1 and beside 7 other K's: the family correction widens its interval."""
     alone = [20.0, 21.0, 19.0]

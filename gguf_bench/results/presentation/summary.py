@@ -123,7 +123,11 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
             agg[f"{name}_gain_test"] == "paired", gain_pct(agg[name], agg.pop(f"_baseline_{name}"))).where(
             agg["no_drafts"].isna())
     agg["unreliable"] = agg.apply(_unreliable, axis=1)
-    flagged = agg.groupby(setting, dropna=False)["unreliable"].transform(lambda s: bool((s != "").any()))
+    # a flag that withholds the star: busy always; spread only where the gains are unpaired (an older file): a paired
+    # gain's interval is of its block-by-block ratios, which a drift that spreads the runs leaves alone
+    paired = agg.groupby(setting, dropna=False)["gain_test"].transform(lambda s: bool((s == "paired").any()))
+    blocking = agg["unreliable"].str.contains("busy") | (agg["unreliable"].str.contains("spread") & ~paired)
+    flagged = blocking.groupby([agg[c] for c in setting], dropna=False).transform("any")
     agg["baseline_busy"] = agg.groupby(setting, dropna=False)["unreliable"].transform(
         lambda s: bool(s[agg.loc[s.index, "mode"] == "target"].str.contains("busy").any()))
     agg["decided"] = agg.apply(_decided, axis=1)
