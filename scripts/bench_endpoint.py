@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from gguf_bench.cli.progress import pair_files
+from gguf_bench.engines.llama_cpp import use_extra_buffers
 from gguf_bench.engines.llama_server import Launch, Server, Speculation, spec_counters
 from gguf_bench.engines.server_build import find_server
 
@@ -72,7 +73,9 @@ def main() -> None:
     n_ctx = 1024 * args.slots
 
     def launch(draft: Path | None, spec: Speculation) -> Launch:
-        return Launch(binary, files.target, draft, spec, "0", "0", n_ctx, args.threads, parallel=args.slots)
+        # --no-repack where the build's AMX matmul would crash on K-quants, as the server engine does (llama_cpp.py)
+        return Launch(binary, files.target, draft, spec, "0", "0", n_ctx, args.threads, repack=use_extra_buffers(),
+                      parallel=args.slots)
 
     start = time.monotonic()
     with (Server(launch(files.draft, Speculation("draft-simple", args.k)), env) as spec,
