@@ -28,6 +28,9 @@ from gguf_bench.cli.progress import pair_files
 from gguf_bench.engines.llama_cpp import use_extra_buffers
 from gguf_bench.engines.llama_server import Launch, Server, Speculation, spec_counters
 from gguf_bench.engines.server_build import find_server
+from gguf_bench.results.presentation.crossover import gain_text
+from gguf_bench.results.schema.records import Mode
+from gguf_bench.results.schema.store import read_records
 
 
 def gb(results: Path, *args: str) -> str:
@@ -41,16 +44,6 @@ def gb(results: Path, *args: str) -> str:
 
 def rows(results: Path, name: str) -> list[dict]:
     return json.loads(gb(results, "report", str(results / f"{name}.jsonl"), "--format", "json"))
-
-
-def stored(results: Path, name: str) -> list[dict]:
-    return [json.loads(ln) for ln in (results / f"{name}.jsonl").read_text().splitlines() if ln.strip()]
-
-
-def gain(row: dict) -> str:
-    lo, hi = row.get("gain_lo"), row.get("gain_hi")
-    span = f" [{lo:+.1f}, {hi:+.1f}]" if lo is not None and hi is not None else ""
-    return f"{row['gain_pct']:+.1f}%{span}"
 
 
 def main() -> None:
@@ -92,11 +85,11 @@ def main() -> None:
        *(["--server-bin", str(args.server_bin)] if args.server_bin else []))
     srv_s = time.monotonic() - start
 
-    ran = [r for r in stored(results, "ep") if r["mode"] == "speculative" and r["metrics"]]
-    drafted = sum(r["metrics"]["drafted"] for r in ran)
-    accepted = sum(r["metrics"]["accepted"] for r in ran)
+    ran = [r for r in read_records(results / "ep.jsonl") if r.mode == Mode.SPECULATIVE and r.metrics]
+    drafted = sum(r.metrics.drafted for r in ran)
+    accepted = sum(r.metrics.accepted for r in ran)
     _, own_d, own_a = spec_counters(before, after)
-    own_cells = sum(r["metrics"]["rounds"] is not None for r in ran)  # /metrics over the cell == its own timings
+    own_cells = sum(r.metrics.rounds is not None for r in ran)  # /metrics over the cell == its own timings
     print(f"pair {files.name}: draft-simple K={args.k}, -np {args.slots}, -t {args.threads}, -n {args.n}, "
           f"-r {args.reps}, prompts {args.prompt_ids}")
     print(f"endpoint sweep {ep_s:.0f} s, server sweep {srv_s:.0f} s")
@@ -109,7 +102,7 @@ def main() -> None:
     for c in sorted(ep):
         e, s = ep[c], srv.get(c, {})
         print(f"{c:>7}  {e.get('acceptance') or float('nan'):>13.3f}  {s.get('acceptance') or float('nan'):>11.3f}  "
-              f"{gain(e):>22}  {gain(s) if s else '-':>22}")
+              f"{gain_text(e):>22}  {gain_text(s) if s else '-':>22}")
     print(f"(results in {results})")
 
 
