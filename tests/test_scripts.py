@@ -136,6 +136,12 @@ def test_bench_drift_runs_quiet_then_busy_halves_on_a_tiny_pair(tiny_pairs):
     assert rows == ["quiet", "busy-first", "busy-last"], out
 
 
+def test_bench_load_times_each_open_of_a_tiny_pair(tiny_pairs):
+    target, draft = tiny_pairs["middle"]
+    out = script("bench_load.py", "--target", str(target), "--draft", str(draft), "-K", "2", "-n", "8", "--rounds", "2")
+    assert out.splitlines()[1].startswith("open (load + fit check + warm-up): median ") and "rounds " in out, out
+
+
 def test_bench_aa_counts_false_decisions_on_stored_runs(tmp_path):
     """Neighbouring target-alone runs of a stored interleaved sweep, relabelled A and A: the script says how many of
     its simulated sweeps called a difference."""

@@ -198,6 +198,40 @@ def test_sweep_records_a_failed_setting_and_goes_on(tmp_path, tiny_pairs, isolat
     assert summary["failed"].sum() == 3
 
 
+def test_passes_keep_the_last_setting_loaded_and_start_with_it(tiny_pairs):
+    """-r auto's passes (sweep.Measuring): a second pass does not load again the setting the first one ended with; it
+    starts with it, then loads the other (one setting loaded at a time), and measures only the new repetition."""
+    from gguf_bench.measure.pair import PairFiles
+    from gguf_bench.measure.plan import Grid
+    from gguf_bench.measure.prompts import builtin
+    from gguf_bench.measure.sweep import Measuring, SweepEvents
+
+    loads = []
+    events = SweepEvents(loading=lambda load: loads.append(load.ngl))
+    grid = Grid(ks=[2], ngls=[0, 1], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), n_predict=8)
+    measuring = Measuring("passes", PairFiles(*tiny_pairs["high"], "p"), grid, events)
+    try:
+        first = list(measuring.records(events))
+        assert loads == [0, 1] and measuring.loaded is not None
+        second = list(measuring.records(events, {r.cell for r in first}, repetitions=2))
+    finally:
+        measuring.close()
+    assert loads == [0, 1, 0] and measuring.loaded is None
+    assert [r.config.ngl for r in second] == [1, 1, 1, 0, 0, 0]
+    assert all(r.error is None and r.config.repetition == 1 for r in second) and len(first) == 6
+
+
+def test_sweep_r_auto_loads_its_one_setting_once(tiny_pairs, isolated):
+    """However many passes -r auto takes, a one-setting sweep loads the pair once, stops with its reason, and repeats
+    only up to --max-reps."""
+    result = runner.invoke(app, sweep_args(tiny_pairs["middle"], "auto", "-K", "1,2", "-n", "8", "-r", "auto",
+                                           "--max-reps", "3"))
+    assert result.exit_code == 0, result.output
+    assert result.output.count("loading models with") == 1 and "-r auto: " in result.output
+    reps = Counter(r["config"]["repetition"] for r in stored(isolated / "results" / "auto.jsonl"))
+    assert reps[0] == reps[1] == 2 * 4 and set(reps) <= {0, 1, 2}  # 2 prompts x (target, draft, K=1, K=2)
+
+
 def test_sweep_refuses_a_model_that_does_not_load_before_starting(tmp_path, tiny_pairs):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(tiny_pairs["high"][0].read_bytes()[:5000])

@@ -2,9 +2,9 @@
 
 An engine opens a setting (loads the pair, or prepares to start llama-server), measures cells into records, and
 closes, as llama.cpp's drafting types share begin/draft/accept and optimum-benchmark's backends share
-load/prefill/generate. The sweep, tune's --check and the Ray units reach engines only through `open_engine` and
-`run_unit`. Adding an engine: a module with a class of this shape, and its line in gguf_bench/engine_registry.KINDS
-(its name, capabilities, titles, this class and its tune calibration).
+load/prefill/generate. The sweep, tune's --check and the Ray units reach engines only through `open_engine`,
+`run_unit` and `measure_unit`. Adding an engine: a module with a class of this shape, and its line in
+gguf_bench/engine_registry.KINDS (its name, capabilities, titles, this class and its tune calibration).
 """
 
 from __future__ import annotations
@@ -49,15 +49,21 @@ def open_engine(name: str, grid: Grid, files: PairFiles) -> Engine:
 
 
 def run_unit(engine: Engine, unit: Unit, prompts: PreparedPrompts) -> Iterator[RunRecord]:
-    """Each cell of one setting, measured in the engine's order, each record stamped with where it stood (records.Order);
-    the setting is closed on every way out."""
+    """Each cell of one setting, measured in the engine's order (measure_unit); the setting is closed on every way
+    out."""
     session = engine.open(unit.setting, prompts)
     try:
-        for position, cell in enumerate(session.order(unit.cells)):
-            started = time.time()
-            record = session.measure(cell)
-            record.order = Order(session.design, position, unit.setting.grid.seed, round(started, 3),
-                                 unit.setting.grid.looks)
-            yield record
+        yield from measure_unit(session, unit)
     finally:
         session.close()
+
+
+def measure_unit(session: Session, unit: Unit) -> Iterator[RunRecord]:
+    """The unit's cells through a session open on its setting, in the engine's order, each record stamped with where it
+    stood (records.Order)."""
+    for position, cell in enumerate(session.order(unit.cells)):
+        started = time.time()
+        record = session.measure(cell)
+        record.order = Order(session.design, position, unit.setting.grid.seed, round(started, 3),
+                             unit.setting.grid.looks)
+        yield record

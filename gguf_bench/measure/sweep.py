@@ -1,20 +1,22 @@
-"""A sweep: plan (measure/plan.py) -> engine (measure/engine.py) -> store. Each setting is loaded once; each record is
-appended as soon as its cell is measured, so an interrupted sweep continues with --resume.
+"""A sweep: plan (measure/plan.py) -> engine (measure/engine.py) -> store. Each setting is loaded once (-r auto's
+passes too: Measuring); each record is appended as soon as its cell is measured, so an interrupted sweep continues with
+--resume.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gguf_bench import engine_registry as capabilities
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import machine
-from gguf_bench.measure.engine import open_engine, run_unit
+from gguf_bench.measure.engine import Engine, Session, measure_unit, open_engine
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
-from gguf_bench.measure.plan import SKIPPED, Grid, Plan, auto_looks, cells_done, expand
+from gguf_bench.measure.plan import SKIPPED, Grid, Setting, auto_looks, cells_done, expand
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.repeat import selects, undecided
 from gguf_bench.measure.trackers import notes
@@ -44,12 +46,13 @@ def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
             raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
         done = cells_done(read_records(out), files.name) if out.is_file() else set()
         ran = 0
-        for record in iter_records(name, files, grid, done, events):
-            append_record(out, record)
-            events.cell(record)
-            ran += 1
-        if grid.max_reps is not None:
-            events.stopped(_until_decided(name, files, grid, out, events, ran))
+        with closing(Measuring(name, files, grid, events)) as measuring:
+            for record in measuring.records(events, done):
+                append_record(out, record)
+                events.cell(record)
+                ran += 1
+            if grid.max_reps is not None:
+                events.stopped(_until_decided(measuring, out, events, ran))
     return out
 
 
@@ -64,12 +67,13 @@ def _once(events: SweepEvents) -> SweepEvents:
     return replace(events, note=note)
 
 
-def _until_decided(name: str, files: PairFiles, grid: Grid, out: Path, events: SweepEvents, ran: int) -> str:
+def _until_decided(measuring: Measuring, out: Path, events: SweepEvents, ran: int) -> str:
     """-r auto after its first pass: one look per plan.auto_looks count, each repeating only the cells of verdicts still
     open (measure/repeat.py); why it stopped. ran: the cells measured so far (the progress bar counts on)."""
+    grid, pair = measuring.grid, measuring.files.name
     start, counts = time.monotonic(), auto_looks(grid.max_reps)
     for done_reps, next_reps in zip(counts, counts[1:]):
-        open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == files.name])
+        open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair])
         if not open_.rows:
             return f"-r auto: every verdict decided after {done_reps} repetitions"
         if grid.budget_s is not None and time.monotonic() - start > grid.budget_s:
@@ -77,55 +81,90 @@ def _until_decided(name: str, files: PairFiles, grid: Grid, out: Path, events: S
                     f"open: {'; '.join(open_.why)}")
         events.note(f"-r auto: {done_reps} repetitions leave open {'; '.join(open_.why)}: repeating those cells to "
                     f"{next_reps}")
-        more = replace(grid, repetitions=next_reps)
-        done = cells_done(read_records(out), files.name)
+        done = cells_done(read_records(out), pair)
         def only(setting, cell, rows=open_.rows, before=done_reps):
             return cell.repetition >= before and selects(rows, setting, cell)
         quiet = replace(events, start=lambda todo, skipped, stored, before=ran: events.start(before + todo, 0, 0))
-        for record in iter_records(name, files, more, done, quiet, only):
+        for record in measuring.records(quiet, done, only, repetitions=next_reps):
             append_record(out, record)
             events.cell(record)
             ran += 1
-    open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == files.name])
+    open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair])
     if not open_.rows:
         return f"-r auto: every verdict decided after {counts[-1]} repetitions"
     return f"-r auto: --max-reps {grid.max_reps} reached; still open: {'; '.join(open_.why)}"
 
 
 def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = frozenset(),
-                 events: SweepEvents = SweepEvents(), only=None) -> Iterator[RunRecord]:
-    """Measure each cell whose key is not in `skip` (and that `only` selects, where given), loading each setting
-    once."""
-    if files.draft is not None:
-        check_compatible(files)
-    for s in grid.strategies:  # a target alone (no --draft) drafts by n-gram only
-        s.check(max(grid.ks), has_draft_model=files.draft is not None)
-    prompts = PreparedPrompts.for_target(files.target, grid.prompts, max(grid.depths))
-    grid, note = sized_context(files, grid, prompts)
-    if note:
-        events.note(note)
-    machine.check_memory(files, grid)
-    for line in machine.check_placements(files, grid.placings, grid.placings_draft,
-                                         any(capabilities.of(e).rpc_checked_here for e in grid.engines)):
-        events.note(line)
-    static = {"sweep": name, "pair": files.name, "env": environment(), "models": models_record(files.target, files.draft)}
-    plan = expand(files, grid, static, skip, only)
-    events.start(plan.todo, plan.total - plan.todo, len(skip))
-    yield from _run(plan, grid, files, prompts, events)
+                 events: SweepEvents = SweepEvents()) -> Iterator[RunRecord]:
+    """Measure each cell whose key is not in `skip`, loading each setting once."""
+    with closing(Measuring(name, files, grid, events)) as measuring:
+        yield from measuring.records(events, skip)
 
 
-def _run(plan: Plan, grid: Grid, files: PairFiles, prompts: PreparedPrompts, events: SweepEvents) -> Iterator[RunRecord]:
-    engines = {name: open_engine(name, grid, files) for name in dict.fromkeys(u.setting.engine for u in plan.units)}
-    budget = machine.device_budget(grid)
-    said: set[str] = set()  # a tracker's line (energy not measured, and why): once, not once per cell
-    for unit in plan.units:
-        setting = unit.setting
-        if budget is not None and (why := machine.does_not_fit(files, setting.load, grid.n_ctx, budget)):
-            for cell in unit.cells:  # kept in the results, with the reason, instead of a crash mid-sweep
-                yield setting.record(cell, error=f"{SKIPPED}{why}")
-            continue
+class Measuring:
+    """One sweep's checks, prompts and context, made once before anything loads, and its passes over the grid (-r auto
+    makes one per look). Each setting is loaded once per pass, one at a time; the last one stays open from a pass to the
+    next, and the next pass starts with it, so -r auto repeating one setting's cells loads it once in all."""
+
+    def __init__(self, name: str, files: PairFiles, grid: Grid, events: SweepEvents):
+        if files.draft is not None:
+            check_compatible(files)
+        for s in grid.strategies:  # a target alone (no --draft) drafts by n-gram only
+            s.check(max(grid.ks), has_draft_model=files.draft is not None)
+        self.files = files
+        self.prompts = PreparedPrompts.for_target(files.target, grid.prompts, max(grid.depths))
+        self.grid, note = sized_context(files, grid, self.prompts)
+        if note:
+            events.note(note)
+        machine.check_memory(files, self.grid)
+        for line in machine.check_placements(files, self.grid.placings, self.grid.placings_draft,
+                                             any(capabilities.of(e).rpc_checked_here for e in self.grid.engines)):
+            events.note(line)
+        self.static = {"sweep": name, "pair": files.name, "env": environment(),
+                       "models": models_record(files.target, files.draft)}
+        self.budget = machine.device_budget(self.grid)
+        self.engines: dict[str, Engine] = {}
+        self.loaded: tuple[Setting, Session] | None = None  # the setting loaded now, and its session
+        self.said: set[str] = set()  # a tracker's line (energy not measured, and why): once, not once per cell
+
+    def records(self, events: SweepEvents, skip: set[str] = frozenset(), only=None,
+                repetitions: int | None = None) -> Iterator[RunRecord]:
+        """One pass: each cell whose key is not in `skip` (and that `only` selects, where given), up to `repetitions`
+        (the grid's, where None)."""
+        grid = self.grid if repetitions is None else replace(self.grid, repetitions=repetitions)
+        plan = expand(self.files, grid, self.static, skip, only)
+        for engine in dict.fromkeys(u.setting.engine for u in plan.units):  # each checked before anything loads
+            if engine not in self.engines:
+                self.engines[engine] = open_engine(engine, self.grid, self.files)
+        events.start(plan.todo, plan.total - plan.todo, len(skip))
+        for unit in sorted(plan.units, key=lambda u: not self._is_open(u.setting)):  # the one loaded now first
+            setting = unit.setting
+            if self.budget is not None and (why := machine.does_not_fit(self.files, setting.load, grid.n_ctx,
+                                                                          self.budget)):
+                for cell in unit.cells:  # kept in the results, with the reason, instead of a crash mid-sweep
+                    yield setting.record(cell, error=f"{SKIPPED}{why}")
+                continue
+            for record in measure_unit(self._session(setting, events), unit):
+                for line in notes(record, self.said):
+                    events.note(line)
+                yield record
+
+    def _is_open(self, setting: Setting) -> bool:
+        loaded = self.loaded[0] if self.loaded else None
+        return loaded is not None and (loaded.engine, loaded.load) == (setting.engine, setting.load)
+
+    def _session(self, setting: Setting, events: SweepEvents) -> Session:
+        """The setting's session: the one open, if it is this setting's; else the open one closes first (one loaded at a
+        time) and this one loads."""
+        if self._is_open(setting):
+            return self.loaded[1]
+        self.close()
         events.loading(setting.load)
-        for record in run_unit(engines[setting.engine], unit, prompts):
-            for line in notes(record, said):
-                events.note(line)
-            yield record
+        self.loaded = (setting, self.engines[setting.engine].open(setting, self.prompts))
+        return self.loaded[1]
+
+    def close(self) -> None:
+        if self.loaded is not None:
+            session, self.loaded = self.loaded[1], None
+            session.close()
