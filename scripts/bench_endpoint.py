@@ -9,7 +9,7 @@ whole endpoint sweep (drafted and accepted tokens, read before and after it), an
 engines. Issue 57's target: the same acceptance as the server's counters, and a gain within the interval of
 --engine server's. Nothing else may run meanwhile (the gains are timings).
 
-    python scripts/bench_endpoint.py [-K 4] [-r 3] [-n 64] [--slots 2] [--target t.gguf --draft d.gguf]
+    python scripts/bench_endpoint.py [-K 4] [-r 3|auto] [-n 64] [--slots 2] [--target t.gguf --draft d.gguf]
                                      [--server-bin PATH] [--prompt-ids code-short,chat-short]
 """
 
@@ -49,7 +49,7 @@ def rows(results: Path, name: str) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-K", dest="k", type=int, default=4)
-    ap.add_argument("-r", dest="reps", type=int, default=3)
+    ap.add_argument("-r", dest="reps", default="3", help="a count, or auto (both sweeps: -r auto --max-reps 10)")
     ap.add_argument("-n", dest="n", type=int, default=64)
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
@@ -74,12 +74,12 @@ def main() -> None:
     with (Server(launch(files.draft, Speculation("draft-simple", args.k)), env) as spec,
           Server(launch(None, Speculation()), env) as base):
         before = spec.metrics()
-        gb(results, "sweep", "--engine", "endpoint", "--url", spec.base, "--baseline-url", base.base, *common,
+        ep_out = gb(results, "sweep", "--engine", "endpoint", "--url", spec.base, "--baseline-url", base.base, *common,
            "--name", "ep")
         after = spec.metrics()
     ep_s = time.monotonic() - start
     start = time.monotonic()
-    gb(results, "sweep", "--engine", "server", "--target", str(files.target), "--draft", str(files.draft),
+    srv_out = gb(results, "sweep", "--engine", "server", "--target", str(files.target), "--draft", str(files.draft),
        "--spec-type", "draft-simple", "-K", str(args.k), "--parallel", str(args.slots), "--no-draft-alone",
        "-t", str(args.threads), *common, "--name", "srv",
        *(["--server-bin", str(args.server_bin)] if args.server_bin else []))
@@ -93,6 +93,9 @@ def main() -> None:
     print(f"pair {files.name}: draft-simple K={args.k}, -np {args.slots}, -t {args.threads}, -n {args.n}, "
           f"-r {args.reps}, prompts {args.prompt_ids}")
     print(f"endpoint sweep {ep_s:.0f} s, server sweep {srv_s:.0f} s")
+    for engine, out in (("endpoint", ep_out), ("server", srv_out)):  # -r auto: why each stopped
+        for line in (ln for ln in out.splitlines() if ln.startswith("-r auto:")):
+            print(f"{engine}: {line}")
     print(f"acceptance over the endpoint sweep: records {accepted}/{drafted} = {accepted / drafted:.3f}; the server's "
           f"own /metrics {own_a}/{own_d} = {own_a / own_d:.3f} (its warm-up and check requests included); cells "
           f"whose /metrics counters equal their own timings: {own_cells} of {len(ran)}")

@@ -113,6 +113,22 @@ def test_llama_cpp_python_server_gives_tokens_per_s_and_says_acceptance_is_not_a
     assert "speculative" in result.stdout  # the row's label: the server's draft length is its own
 
 
+def test_r_auto_against_two_servers_repeats_only_open_verdicts_up_to_the_maximum(tiny_pairs, server_bin, isolated):
+    """-r auto through --engine endpoint: two repetitions of every cell, then only the cells of verdicts still open,
+    looking at most at --max-reps; every record carries the looks its intervals are corrected for; the last line says
+    why it stopped."""
+    target, draft = tiny_pairs["high"]
+    with llama_server(server_bin, target, draft) as spec, llama_server(server_bin, target) as base:
+        result = invoke("sweep", "--engine", "endpoint", "--url", spec, "--baseline-url", base, "--prompt-ids",
+                        "code-short,chat-short", "-n", "8", "-r", "auto", "--max-reps", "3", "--name", "auto")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^-r auto: (every verdict decided|--max-reps 3 reached)", result.stdout, re.M), result.stdout
+    records = stored(isolated / "results" / "auto.jsonl")
+    reps = [(r["mode"], r["config"]["repetition"]) for r in records]
+    assert all(reps.count((m, rep)) == 2 for m in ("target", "speculative") for rep in (0, 1))  # 2 prompts each
+    assert {rep for _, rep in reps} <= {0, 1, 2} and all(r["order"]["looks"] == 2 for r in records)
+
+
 class NotOpenAI(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's name)
         self.send_response(404)
@@ -146,7 +162,6 @@ def test_bad_input_is_one_line(tiny_pairs, server_bin):
         assert_user_error(invoke("sweep", "--url", spec, "--baseline-url", foreign), "add it", "--engine endpoint")
         assert_user_error(sweep("--url", spec, "--baseline-url", foreign, "--target", str(target), "--draft", str(draft)),
                           "give no pair")
-        assert_user_error(sweep("--url", spec, "--baseline-url", foreign, "-r", "auto"), "-r auto")
         assert_user_error(invoke("tune", "--engine", "endpoint"), "tune cannot calibrate a server at --url")
     web.shutdown()
 

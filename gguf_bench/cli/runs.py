@@ -378,8 +378,10 @@ def _given(ctx: typer.Context, reads: frozenset[str]) -> list[str]:
 
 def _sweep_remote(name: str, grid: Grid, out: Path, resume: bool, engine: str, urls: tuple[str, str]) -> None:
     """A sweep of servers someone else started: the engine's own sweep (its class's `sweep`), then the report."""
+    stops: list[str] = []
     try:
         with SweepProgress(urls[0]) as events:
+            events.stopped = stops.append
             engine_registry.kind(engine).engine_class().sweep(name, grid, out, resume, urls, events)
     except KeyboardInterrupt:
         err.print(f"Interrupted: every finished run is saved in {out}; continue with "
@@ -387,6 +389,8 @@ def _sweep_remote(name: str, grid: Grid, out: Path, resume: bool, engine: str, u
         raise typer.Exit(130) from None
     records = [r for r in read_records(out) if isinstance(r, RunRecord)]
     _show_runs(records, title=f"sweep {name} ({out})")
+    for line in stops:
+        console.print(line, markup=False, soft_wrap=True)
     _fail_on_failed_cells(records, name, out)
 
 

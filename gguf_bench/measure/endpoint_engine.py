@@ -27,7 +27,7 @@ import statistics
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gguf_bench.decoding.sampling import SamplingConfig
@@ -40,7 +40,7 @@ from gguf_bench.measure.engine import run_unit
 from gguf_bench.measure.plan import Cell, Grid, Setting, Unit, cells_done, shuffled
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.prompts import Prompt
-from gguf_bench.measure.sweep import SweepEvents
+from gguf_bench.measure.sweep import SweepEvents, until_decided
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.results.schema.records import Endpoint, Mode, ModelFile, Models, RunMetrics, RunRecord
 from gguf_bench.results.schema.store import append_record, environment, exclusive, read_records
@@ -402,7 +402,8 @@ class EndpointEngine:
     # the sweep's options a client can set (the CLI's parameter names); every other one (-K, -ngl, --spec-type, -fa,
     # ...) is the server owner's, set when it was started: given here, it is refused in one line, never ignored
     sweep_options = frozenset({"temps", "prompt_ids", "prompts_file", "per_category", "registry", "top_k", "top_p",
-                               "seed", "n_predict", "repetitions", "clients", "request_timeout", "parallels", "depths"})
+                               "seed", "n_predict", "repetitions", "max_reps", "reps_budget", "clients", "request_timeout",
+                               "parallels", "depths"})
 
     def __init__(self, spec: Served, base: Served):
         self.spec, self.base = spec, base
@@ -466,8 +467,6 @@ class EndpointSession:
 
 def check_grid(grid: Grid) -> None:
     """One line for an axis a client of someone else's server cannot set."""
-    if grid.max_reps is not None:
-        raise ConfigError(f"-r auto is not run against an --engine {NAME}: give a count of repetitions (-r 4)")
     if grid.depths != [0]:
         raise ConfigError(f"-d/--depth counts the target's tokens, which a client of an --engine {NAME} does not have")
     if grid.parallels not in (None, [1]) or (grid.parallels and not grid.clients):
@@ -529,7 +528,8 @@ def served_pair(urls: tuple[str, str], grid: Grid) -> tuple[Served, Served]:
 
 def run_sweep(name: str, grid: Grid, out: Path, resume: bool, urls: tuple[str, str],
               events: SweepEvents = SweepEvents()) -> Path:
-    """Every cell not already in `out`, measured in the session's order and appended as it is measured."""
+    """Every cell not already in `out`, measured in the session's order and appended as it is measured; with -r auto,
+    then the cells of verdicts still open, look by look (sweep.until_decided), the servers described once."""
     check_grid(grid)
     with exclusive(out):
         if out.exists() and not resume:
@@ -541,13 +541,23 @@ def run_sweep(name: str, grid: Grid, out: Path, resume: bool, urls: tuple[str, s
             events.note(f"{spec.url} gives no {line}: those figures stay empty")
         pair = pair_of(spec)
         static = {"sweep": name, "pair": pair, "env": environment(), "models": Models(ModelFile(file=spec.model))}
-        # the served model stands where a pair's files would: it names the cells (plan.cell_key)
-        setting = Setting(PairFiles(Path(spec.model), None, pair), grid, grid.settings()[0], NAME, static)
-        cells = endpoint_cells(grid, spec, base)
-        done = cells_done(stored, pair)
-        todo = [c for c in cells if setting.key(c) not in done]
-        events.start(len(todo), len(cells) - len(todo), len(done))
-        for record in run_unit(EndpointEngine(spec, base), Unit(setting, todo), PreparedPrompts({}, [])):
+        engine = EndpointEngine(spec, base)
+
+        def measure(events: SweepEvents, done: set[str], only=None, repetitions: int | None = None):
+            """One pass: the cells not in `done` (and that `only` selects), up to `repetitions` (the grid's, where None)."""
+            passed = grid if repetitions is None else replace(grid, repetitions=repetitions)
+            # the served model stands where a pair's files would: it names the cells (plan.cell_key)
+            setting = Setting(PairFiles(Path(spec.model), None, pair), passed, passed.settings()[0], NAME, static)
+            cells = endpoint_cells(passed, spec, base)
+            todo = [c for c in cells if setting.key(c) not in done and (only is None or only(setting, c))]
+            events.start(len(todo), len(cells) - len(todo), len(done))
+            yield from run_unit(engine, Unit(setting, todo), PreparedPrompts({}, []))
+
+        ran = 0
+        for record in measure(events, cells_done(stored, pair)):
             append_record(out, record)
             events.cell(record)
+            ran += 1
+        if grid.max_reps is not None:
+            events.stopped(until_decided(grid, pair, out, events, ran, measure))
     return out

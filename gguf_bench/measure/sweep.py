@@ -52,7 +52,7 @@ def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
                 events.cell(record)
                 ran += 1
             if grid.max_reps is not None:
-                events.stopped(_until_decided(measuring, out, events, ran))
+                events.stopped(until_decided(measuring.grid, files.name, out, events, ran, measuring.records))
     return out
 
 
@@ -67,10 +67,13 @@ def _once(events: SweepEvents) -> SweepEvents:
     return replace(events, note=note)
 
 
-def _until_decided(measuring: Measuring, out: Path, events: SweepEvents, ran: int) -> str:
-    """-r auto after its first pass: one look per plan.auto_looks count, each repeating only the cells of verdicts still
-    open (measure/repeat.py); why it stopped. ran: the cells measured so far (the progress bar counts on)."""
-    grid, pair = measuring.grid, measuring.files.name
+Pass = Callable[[SweepEvents, set[str], Callable, int], Iterator[RunRecord]]  # (events, done, only, repetitions)
+
+
+def until_decided(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: int, measure: Pass) -> str:
+    """-r auto after its first pass: one look per plan.auto_looks count, each repeating through `measure` only the cells
+    of verdicts still open (measure/repeat.py); why it stopped. ran: the cells measured so far (the progress bar counts
+    on)."""
     start, counts = time.monotonic(), auto_looks(grid.max_reps)
     for done_reps, next_reps in zip(counts, counts[1:]):
         open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair])
@@ -85,7 +88,7 @@ def _until_decided(measuring: Measuring, out: Path, events: SweepEvents, ran: in
         def only(setting, cell, rows=open_.rows, before=done_reps):
             return cell.repetition >= before and selects(rows, setting, cell)
         quiet = replace(events, start=lambda todo, skipped, stored, before=ran: events.start(before + todo, 0, 0))
-        for record in measuring.records(quiet, done, only, repetitions=next_reps):
+        for record in measure(quiet, done, only, next_reps):
             append_record(out, record)
             events.cell(record)
             ran += 1
