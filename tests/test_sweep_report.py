@@ -284,6 +284,8 @@ def test_sweep_bad_specs(tiny_pairs):
     assert result.exit_code == 1 and "draft length -K/--draft-max must be >= 1, got 0" in result.stderr
     result = runner.invoke(app, sweep_args(tiny_pairs["high"], "x", "-ngl", "many"))
     assert result.exit_code == 1 and "bad -ngl value 'many'" in result.stderr
+    result = runner.invoke(app, sweep_args(tiny_pairs["high"], "x", "-r", "3", "--max-reps", "5"))
+    assert result.exit_code == 1 and "--max-reps: how far -r auto repeats; -r 3 is a fixed count" in result.stderr
 
 
 def test_minus_one_means_all_layers_in_run_and_sweep(tiny_pairs, isolated):

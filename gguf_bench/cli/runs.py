@@ -281,6 +281,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
     use_results_dir(results_dir_opt)
     _refuse_owners_options(ctx, options.engines(engine))
     reps = options.repetitions_text(repetitions)
+    _refuse_auto_options(ctx, reps)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
                 nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
                 prompts=workloads.choose(prompt_ids, prompts_file, per_category, seed, registry),
@@ -365,6 +366,14 @@ def _refuse_owners_options(ctx: typer.Context, engines: tuple[str, ...]) -> None
                              f"--engine {name} measures the servers as they run: leave {them} out")
 
 
+def _refuse_auto_options(ctx: typer.Context, reps: int | None) -> None:
+    """One line for --max-reps or --reps-budget beside a fixed -r N: they say how far -r auto goes, and would be ignored."""
+    if reps is not None and (given := _given(ctx, frozenset(p.name for p in ctx.command.params) - AUTO_ONLY)):
+        raise BenchError(f"{' and '.join(given)}: how far -r auto repeats; -r {reps} is a fixed count: give -r auto, or "
+                         f"leave {'them' if len(given) > 1 else 'it'} out")
+
+
+AUTO_ONLY = frozenset({"max_reps", "reps_budget"})
 SWEEP_OWN = frozenset({"name", "resume", "results_dir_opt", "engine", "url", "baseline_url", "pairs", "target", "draft"})
 
 
