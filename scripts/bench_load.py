@@ -17,6 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
+from gguf_bench.engine_registry import PYTHON_ENGINE
 from gguf_bench.measure.engine import open_engine
 from gguf_bench.measure.plan import Grid, expand
 from gguf_bench.measure.prompts import builtin
@@ -40,7 +41,7 @@ def main() -> None:
                 prompts=builtin(["code-short", "chat-short"]), n_predict=args.n)
     prepared = Measuring("bench-load", files, grid, SweepEvents())
     setting = expand(files, prepared.grid, prepared.static).units[0].setting
-    engine = open_engine("python", prepared.grid, files)
+    engine = open_engine(PYTHON_ENGINE, prepared.grid, files)
     times = []
     for _ in range(args.rounds):
         start = time.perf_counter()

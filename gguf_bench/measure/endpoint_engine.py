@@ -543,14 +543,15 @@ def run_sweep(name: str, grid: Grid, out: Path, resume: bool, urls: tuple[str, s
         static = {"sweep": name, "pair": pair, "env": environment(), "models": Models(ModelFile(file=spec.model))}
         engine = EndpointEngine(spec, base)
 
-        def measure(events: SweepEvents, done: set[str], only=None, repetitions: int | None = None):
-            """One pass: the cells not in `done` (and that `only` selects), up to `repetitions` (the grid's, where None)."""
+        def measure(shown: SweepEvents, done: set[str], only=None, repetitions: int | None = None):
+            """One pass: the cells not in `done` (and that `only` selects), up to `repetitions` (the grid's, where None);
+            `shown`: the pass's progress events (sweep.until_decided's count on from the first pass)."""
             passed = grid if repetitions is None else replace(grid, repetitions=repetitions)
             # the served model stands where a pair's files would: it names the cells (plan.cell_key)
             setting = Setting(PairFiles(Path(spec.model), None, pair), passed, passed.settings()[0], NAME, static)
             cells = endpoint_cells(passed, spec, base)
             todo = [c for c in cells if setting.key(c) not in done and (only is None or only(setting, c))]
-            events.start(len(todo), len(cells) - len(todo), len(done))
+            shown.start(len(todo), len(cells) - len(todo), len(done))
             yield from run_unit(engine, Unit(setting, todo), PreparedPrompts({}, []))
 
         ran = 0
