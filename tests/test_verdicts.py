@@ -196,9 +196,9 @@ def test_auto_looks_are_few_and_end_at_the_maximum():
 
 
 def test_auto_repeats_only_the_cells_of_an_open_verdict():
-    """K=8 is clearly the best and decided; K=4 beside it close. A first pass leaves K=8 against K=4 open: the rows to
-    repeat are K=8, K=4 and the target alone, not K=1."""
-    records = interleaved([20.0, 20.4], {1: [0.05, 0.3], 4: [0.50, 0.53], 8: [0.52, 0.55]})
+    """K=8 is clearly the best and decided; K=4 beside it close, ahead in one block and behind in the other. A first
+    pass leaves K=8 against K=4 open: the rows to repeat are K=8, K=4 and the target alone, not K=1."""
+    records = interleaved([20.0, 20.4], {1: [0.05, 0.3], 4: [0.50, 0.56], 8: [0.55, 0.53]})
     open_ = undecided([parse(r) for r in records])
     assert {(r["mode"], r["k"]) for r in open_.rows} == {("speculative", 8), ("speculative", 4), ("target", 0)}
     assert open_.why and "K=8" in open_.why[0]

@@ -103,6 +103,10 @@ SweepRepsOpt = Annotated[str, typer.Option("--repetitions", "-r", help="measured
                                            "'auto': 2, then only the cells of undecided verdicts again, up to "
                                            "--max-reps")]
 MaxRepsOpt = Annotated[int, typer.Option("--max-reps", help="-r auto: the most repetitions of any cell")]
+VerdictMarginOpt = Annotated[float, typer.Option("--margin", metavar="PCT", help="% within which two settings are the "
+                             "same: a gain whose whole corrected interval lies inside ±PCT is 'the same' (≈), a "
+                             "verdict as 'faster' is; -r auto stops on it, and between settings that are the same the "
+                             "deploy line takes the simpler (no draft, fewer GPU layers, the smaller K)")]
 RepsBudgetOpt = Annotated[str | None, typer.Option("--reps-budget", help="-r auto: start no more passes after this "
                                                    "long (90s, 30m, 2h)")]
 VerifyOpt = Annotated[Verify, typer.Option("--verify", help="batched: the target verifies K+1 tokens in one decode "

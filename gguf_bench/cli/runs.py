@@ -74,6 +74,7 @@ from gguf_bench.cli.options import (
     TopPOpt,
     UbatchOpt,
     UrlOpt,
+    VerdictMarginOpt,
     VerifyOpt,
     WarmPoolOpt,
 )
@@ -129,7 +130,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
         device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
         main_gpu: MainGpuOpt = None, rpc: RpcOpt = None, rpc_delay: RpcDelayOpt = None,
-        results_dir_opt: ResultsDirOpt = None) -> None:
+        margin: VerdictMarginOpt = summ.MARGIN, results_dir_opt: ResultsDirOpt = None) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process (and in llama-server with
     --engine server|both)."""
     use_results_dir(results_dir_opt)
@@ -159,7 +160,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
     if json_out:
         console.print_json(json.dumps([to_dict(r) for r in records], default=str))
     else:
-        _show_runs(records, deploy_lines=False)
+        _show_runs(records, deploy_lines=False, margin=_margin(margin))
         _placement_lines(records[0])
         _greedy_footer(records)
     if show_text and not json_out:
@@ -172,10 +173,17 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
     (err if json_out else console).print(f"stored {len(records)} runs in {out}", markup=False, soft_wrap=True)
 
 
-def _show_runs(runs: list[RunRecord], title: str = "", deploy_lines: bool = True) -> None:
-    """The report of these runs, as every command prints it."""
+def _show_runs(runs: list[RunRecord], title: str = "", deploy_lines: bool = True, margin: float | None = None) -> None:
+    """The report of these runs, as every command prints it (verdicts read with `margin` %: summary.MARGIN)."""
     df = summ.to_frame(runs)
-    _show_summary(summ.summarize(df), df, runs, title, deploy_lines=deploy_lines)
+    _show_summary(summ.summarize(df, margin=margin), df, runs, title, deploy_lines=deploy_lines)
+
+
+def _margin(pct: float) -> float:
+    """--margin's value, checked: a percentage in [0, 100)."""
+    if not 0 <= pct < 100:
+        raise BenchError(f"--margin is a percentage in [0, 100), got {pct:g}")
+    return pct
 
 
 def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host: bool = False,
@@ -185,7 +193,7 @@ def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host
     for line in rep.server_greedy_lines(df):
         console.print(fold(line, console.width), markup=False, soft_wrap=True)
     _engines_side_by_side(summary, df)
-    for line in crossover.lines(summary):
+    for line in crossover.lines(summary, df):
         console.print(fold(line, console.width), markup=False, soft_wrap=True)
     if deploy_lines:
         _deploy_lines(summary, df, runs)
@@ -273,7 +281,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
-          results_dir_opt: ResultsDirOpt = None) -> None:
+          margin: VerdictMarginOpt = summ.MARGIN, results_dir_opt: ResultsDirOpt = None) -> None:
     """Sweep drafting strategy x draft length x -ngl x -ngld x placement (-ncmoe, -ot, -dev, -ts, -sm, -mg, --rpc-delay
     and the draft's) x context
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
@@ -287,7 +295,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
                 prompts=workloads.choose(prompt_ids, prompts_file, per_category, seed, registry),
                 repetitions=reps or AUTO_FIRST, max_reps=max_reps if reps is None else None,
                 budget_s=options.duration_s(reps_budget, "--reps-budget") if reps_budget and reps is None else None,
-                n_predict=n_predict,
+                margin=_margin(margin), n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
                 vram=vram_budget(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin,
@@ -332,10 +340,21 @@ def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -
     except ResultsError as exc:
         raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
     records = [r for r in read_records(out) if isinstance(r, RunRecord)]
-    _show_runs(records, title=f"sweep {name} ({out})")
+    _show_runs(records, title=f"sweep {name} ({out})", margin=grid.margin)
     for line in stops:
         console.print(line, markup=False, soft_wrap=True)
+    _one_repetition_line(grid, name)
     _fail_on_failed_cells(records, name, out)
+
+
+def _one_repetition_line(grid: Grid, name: str, ray: str | None = None) -> None:
+    """After a sweep of one repetition (the default, without -r): one line saying that it decides nothing and what would
+    (every engine's sweep prints it: a gain needs at least 2 pairs for an interval; -r auto does not run through Ray)."""
+    if grid.max_reps is not None or grid.repetitions != 1:
+        return
+    more = f"-r 2 --ray {ray}`" if ray else "-r auto` (or -r 2)"
+    console.print(fold(f"1 repetition decides nothing (an interval needs 2 pairs of runs): continue it with "
+                       f"`gguf-bench sweep ... --name {name} --resume {more}", console.width), markup=False, soft_wrap=True)
 
 
 def _remote(grid: Grid, choice: PairChoice, url: str | None, baseline_url: str | None) -> str | None:
@@ -374,7 +393,8 @@ def _refuse_auto_options(ctx: typer.Context, reps: int | None) -> None:
 
 
 AUTO_ONLY = frozenset({"max_reps", "reps_budget"})
-SWEEP_OWN = frozenset({"name", "resume", "results_dir_opt", "engine", "url", "baseline_url", "pairs", "target", "draft"})
+SWEEP_OWN = frozenset({"name", "resume", "results_dir_opt", "engine", "url", "baseline_url", "pairs", "target", "draft",
+                       "margin"})
 
 
 def _given(ctx: typer.Context, reads: frozenset[str]) -> list[str]:
@@ -397,9 +417,10 @@ def _sweep_remote(name: str, grid: Grid, out: Path, resume: bool, engine: str, u
                   f"`gguf-bench sweep ... --name {name} --resume`", markup=False)
         raise typer.Exit(130) from None
     records = [r for r in read_records(out) if isinstance(r, RunRecord)]
-    _show_runs(records, title=f"sweep {name} ({out})")
+    _show_runs(records, title=f"sweep {name} ({out})", margin=grid.margin)
     for line in stops:
         console.print(line, markup=False, soft_wrap=True)
+    _one_repetition_line(grid, name)
     _fail_on_failed_cells(records, name, out)
 
 
@@ -431,7 +452,8 @@ def _sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairCh
         records = [r for r in read_records(out) if isinstance(r, RunRecord)]
         hosts = sorted({r.host for r in records})
         title = f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}"
-        _show_runs(records, title=title, deploy_lines=False)
+        _show_runs(records, title=title, deploy_lines=False, margin=grid.margin)
+        _one_repetition_line(grid, name, ray=address)
     if summary.failures:
         raise BenchError(failure_message(summary, name))
     if out.is_file():
@@ -451,7 +473,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
            spec_bench: Annotated[bool, typer.Option("--spec-bench", help="Spec-Bench's layout: per prompt category the "
                                  "speed-up over the target alone, then τ (mean tokens per round) and the overall "
                                  "speed-up (with --format md, csv, json: that table)")] = False,
-           results_dir_opt: ResultsDirOpt = None) -> None:
+           margin: VerdictMarginOpt = summ.MARGIN, results_dir_opt: ResultsDirOpt = None) -> None:
     """Summarize stored runs: mean ± std, gain % over the target alone, best draft length; evaluations apart."""
     use_results_dir(results_dir_opt)
     if fmt is not None and fmt not in rep.FORMATS:
@@ -460,6 +482,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         raise BenchError("--output needs --format (md, csv, json or jsonl)")
     if plot_path:
         check_plot(plot_metric)
+    margin = _margin(margin)
     keep = set((by or "").split(",")) - {""}
     if keep - set(summ.BY):
         raise BenchError(f"--by takes {' or '.join(summ.BY)}, got '{by}'")
@@ -471,7 +494,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         raise BenchError("no runs, evaluations or calibrations in these results"
                          + (" (every line was unreadable)" if loaded.unreadable else ""))
     df = summ.to_frame(loaded.runs)
-    summary = summ.summarize(df, by_prompt=by_prompt or "prompt" in keep) if loaded.runs else None
+    summary = summ.summarize(df, by_prompt=by_prompt or "prompt" in keep, margin=margin) if loaded.runs else None
     if summary is not None:
         summary = summ.with_predictions(summary, df, loaded.calibrations)
     if spec_bench:
@@ -483,7 +506,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         if summary is not None and fmt != "md":  # each pair's best cell carries its llama-server command line
             summary = deploy.with_deploy(summary, df, loaded.runs)
         text = rep.render_results(summary, loaded.evals, fmt)  # evaluations alone, or beside the runs in md
-        _write(text + (crossover.markdown(summary) if fmt == "md" and summary is not None else ""), output)
+        _write(text + (crossover.markdown(summary, df) if fmt == "md" and summary is not None else ""), output)
     else:
         if summary is not None:
             _show_summary(summary, df, loaded.runs, show_host="host" in keep)

@@ -25,53 +25,100 @@ from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.server_engine import speculation
 from gguf_bench.placing import parse_label, split_label
 from gguf_bench.results.predictions.costmodel import Calibration
-from gguf_bench.results.presentation.crossover import candidates, gain_text, slots_label
+from gguf_bench.results.presentation.crossover import OTHER as BESIDE
+from gguf_bench.results.presentation.crossover import (
+    candidates,
+    gain_text,
+    setting_label,
+    slots_label,
+    workload_part,
+)
 from gguf_bench.results.presentation.report import row_label
-from gguf_bench.results.presentation.summary import CONCURRENCY, SETTING, gain_decided, matching
+from gguf_bench.results.presentation.summary import (
+    CONCURRENCY,
+    FAMILY,
+    SETTING,
+    gain_decided,
+    margin_of,
+    matching,
+    simplest_same,
+    simplicity,
+    verdict_of,
+)
 from gguf_bench.results.schema.records import Mode, RunRecord
 
 KEYS = SETTING + ["mode", "strategy", "k"]
-GROUP = ["pair", *CONCURRENCY]  # a deploy line per pair and slot count
+GROUP = FAMILY  # a deploy line per workload: pair, slots and clients, depth, temperature, length (and prompt, where the
+# summary keeps prompts apart); the rows -r auto decides between (crossover.open_verdicts) are one line's
 
 
 def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) -> pd.DataFrame:
-    """The summary with a `deploy` column: on the best row of each pair at each slot count (one request at a time
-    being one count) the command line that reproduces it, empty elsewhere. The best row is the fastest measured one
-    (every -ngl, placement, context setting, engine, type and K), speculation only where it is decidedly faster than
-    the fastest target alone there (crossover.candidates), among rows not flagged busy that llama-server can run (a
-    fixed K, no n-gram-then-model chain); else the fastest target alone; rows of a busy machine, nothing."""
-    out = summary.assign(deploy=None)
-    for _, rows in summary.groupby(GROUP, sort=False, dropna=False):
-        for index in candidates(rows):
+    """The summary with a `deploy` column: on the best row of each workload (GROUP) the command line that reproduces
+    it, empty elsewhere, and a `deploy_note` where a simpler row took the best one's place. The best row is the fastest
+    measured one (every -ngl, placement, context setting, engine, type and K), speculation only where it is decidedly
+    faster than the fastest target alone there (crossover.candidates), among rows not flagged busy that llama-server
+    can run (a fixed K, no n-gram-then-model chain); else the fastest target alone; rows of a busy machine, nothing.
+    Where a simpler deployable row is the same as it within the summary's margin (summary.simplest_same: no draft
+    over a draft, fewer GPU layers, the smaller K), that one."""
+    out = summary.assign(deploy=None, deploy_note=None)
+    margin = margin_of(summary)
+    known: dict = {}  # row index -> its command line, None where llama-server cannot run it
+
+    def line(index) -> str | None:
+        if index not in known:
             record = _record_of(summary.loc[index], df, runs)
             try:
-                out.at[index, "deploy"] = command_line(record) if record and not capabilities.of(record.config.engine).remote else None
+                known[index] = (command_line(record) if record and not capabilities.of(record.config.engine).remote
+                                else None)
             except ConfigError:  # the loop's adaptive schedules and its chain have no llama-server command
-                continue
-            if out.at[index, "deploy"]:
-                break
+                known[index] = None
+        return known[index]
+    for _, rows in summary.groupby([c for c in GROUP if c in summary], sort=False, dropna=False):
+        order = candidates(rows)
+        top = next((i for i in order if line(i)), None)
+        if top is None:
+            continue
+        simpler = [i for i in order if simplicity(summary.loc[i]) < simplicity(summary.loc[top]) and line(i)]
+        chosen, replaced, why = simplest_same(summary.loc[[top, *simpler]], top, df, margin)
+        out.at[chosen, "deploy"] = line(chosen)
+        if replaced is not None:
+            varying = [c for c in BESIDE if c in rows and rows[c].nunique(dropna=False) > 1]
+            out.at[chosen, "deploy_note"] = (f"{setting_label(summary.loc[chosen], varying)} and "
+                                             f"{setting_label(summary.loc[replaced], varying)} are the same within "
+                                             f"{margin:g}%: {why}")
     return out
 
 
 def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
-    """(what the line reproduces, the command line) for each best row (with_deploy's `deploy` column), by pair and slot
-    count."""
+    """(what the line reproduces, the command line) for each best row (with_deploy's `deploy` column), one per workload,
+    named by what differs between the workloads of the summary (temperature, depth, length, prompt, host; the slots
+    and clients after the row)."""
     out = []
+    group = [c for c in GROUP if c in summary]
+    varying = [c for c in group if c not in ("pair", *CONCURRENCY) and summary[c].nunique(dropna=False) > 1]
     for _, r in summary[summary["deploy"].notna()].iterrows():
-        group = summary[matching(summary, r, GROUP)]
+        rows = summary[matching(summary, r, group)]
+        named = " ".join(workload_part(c, r[c]) for c in varying)
         where = f" at {slots_label(r['parallel'], r['clients'])}" if pd.notna(r.get("parallel")) else ""
         speed = f"{r['tokens_per_s']:.2f} tokens/s"
-        what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)})" if r["mode"] == "speculative"
-                else f"no speculation{where} ({speed}; {_why_alone(group, r)})")
+        simpler = f"; {r['deploy_note']}" if isinstance(r.get("deploy_note"), str) else ""
+        what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)}{simpler})" if r["mode"] == "speculative"
+                else f"no speculation{where} ({speed}; {_why_alone(rows, r)}{simpler})")
         note = ("" if capabilities.of(r["engine"]).server_process else
                 f" (measured in {capabilities.of(r['engine']).what}: check it with --engine server)")
-        out.append((f"deploy {r['pair']}: {what}{note}", r["deploy"]))
+        out.append((f"deploy {r['pair']}{f' ({named})' if named else ''}: {what}{note}", r["deploy"]))
     return out
 
 
 def _why_alone(rows: pd.DataFrame, alone: pd.Series) -> str:
-    """Why a pair's line is the (fastest) target alone's: nothing gained, the best gain could not be told from zero,
-    or it was not faster than this target alone."""
+    """Why a workload's line is the (fastest) target alone's: the fastest speculative row is the same as its target
+    alone within the margin, nothing gained, the best gain could not be told from zero, or it was not faster than this
+    target alone."""
+    spec = rows[(rows["mode"] == "speculative") & rows["gain_pct"].notna()]
+    fastest = spec.loc[spec["tokens_per_s"].idxmax()] if not spec.empty else None
+    if fastest is not None and verdict_of(fastest) == "same":
+        return (f"{row_label(fastest)} is the same as the target alone within {margin_of(rows):g}%: "
+                f"{gain_text(fastest)}")
     gained = rows[(rows["mode"] == "speculative") & (rows["gain_pct"] > 0)]
     if gained.empty:
         return "no speculative setting gained"
@@ -82,6 +129,8 @@ def _why_alone(rows: pd.DataFrame, alone: pd.Series) -> str:
     if best.get("undecided_why"):
         why = {"busy": "the machine was busy", "drift": "its unpaired runs drifted"}[best["undecided_why"]]
         return f"{what}: {why}, so it is not decided"
+    if verdict_of(best) == "same":
+        return f"{what}: the same as its target alone within {margin_of(rows):g}%"
     if gain_decided(best) is not True:
         return f"{what}: its 95% interval (corrected for {int(best['gain_family'])} rows) holds zero"
     return f"{what}: not told above this target alone's {alone['tokens_per_s']:.2f} tokens/s (another setting)"

@@ -1,8 +1,10 @@
 """`-r auto`: repetitions until the verdicts are decided.
 
 After a first pass of two repetitions, the stored runs are summarized and, per family of rows that compete for one
-verdict (summary.FAMILY: a pair at one slot count), the comparisons the deploy line rests on are checked: the fastest
-speculative row against the fastest target alone, and against the runner-up. Only the cells those rows need (the two
+verdict (summary.FAMILY: one workload, the rows of one deploy line: a pair at one slot count, depth, temperature and
+length), the comparisons the deploy line rests on are checked: the fastest speculative row against its target alone,
+against the fastest target alone, and against the runner-up; each closes when it is decided either way (faster,
+slower, or the same within --margin). Only the cells those rows need (the two
 fastest speculative rows and their targets alone, the fastest target alone) run again, one repetition more per pass,
 at plan.auto_looks' counts, until every verdict is decided, `--max-reps` is reached or the time budget is spent.
 
@@ -29,13 +31,15 @@ class Undecided:
     why: list[str]
 
 
-def undecided(records: list[RunRecord]) -> Undecided:
-    """The rows whose verdicts are still open in these records (one pair's), and why, per family
-    (crossover.open_verdicts)."""
+def undecided(records: list[RunRecord], margin: float | None = None) -> Undecided:
+    """The rows whose verdicts are still open in these records (one pair's), and why, per workload
+    (crossover.open_verdicts): a verdict is closed when it is faster, slower or the same within `margin` % (default
+    summary.MARGIN)."""
     if all(r.error for r in records):  # nothing measured: nothing to decide
         return Undecided([], [])
     rows, why = [], []
-    for need, reason in open_verdicts(summarize(to_frame(records))):
+    frame = to_frame(records)
+    for need, reason in open_verdicts(summarize(frame, margin=margin), frame):
         rows += need
         why.append(reason)
     return Undecided(rows, why)

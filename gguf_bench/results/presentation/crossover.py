@@ -17,11 +17,23 @@ from scipy import stats
 
 from gguf_bench.results.presentation.report import _VARYING as FLAGS
 from gguf_bench.results.presentation.report import row_label
-from gguf_bench.results.presentation.summary import CONCURRENCY, FAMILY, GAIN_LEVEL, SETTING, gain_decided, matching
+from gguf_bench.results.presentation.summary import (
+    CONCURRENCY,
+    FAMILY,
+    GAIN_LEVEL,
+    SETTING,
+    compare,
+    gain_decided,
+    margin_of,
+    matching,
+    simplest_same,
+    verdict_of,
+)
 
-REST = [c for c in SETTING if c not in CONCURRENCY]  # what a crossover map keeps the same
+WORKLOAD = [c for c in FAMILY if c not in CONCURRENCY]  # what a crossover map keeps the same: a workload but its slots
+OTHER = [c for c in SETTING if c not in FAMILY]  # what a workload's rows differ in beside the drafting (-ngl, engine)
 ROW = SETTING + ["mode", "strategy", "k"]  # what tells a summary row apart
-SPEC = ["strategy", "k"]  # one speculative setting
+SPEC = [*OTHER, "strategy", "k"]  # one speculative setting of a workload
 
 
 def candidates(rows: pd.DataFrame) -> list:
@@ -69,12 +81,15 @@ def gain_text(row: pd.Series) -> str:
     return gain if lo is None or pd.isna(lo) else f"{gain} [{lo:+.0f},{hi:+.0f}]"
 
 
-def open_verdicts(summary: pd.DataFrame) -> list[tuple[list[dict], str]]:
-    """Per family of rows that compete for one verdict (summary.FAMILY) whose verdict is still open: the rows to measure
-    again (their ROW keys: the two fastest speculative rows, their targets alone and the fastest target alone) and
-    why: the fastest speculative row not decided against its target alone (a decided loss closes the family: the
-    target alone is the answer), or, where it gains, not told above the fastest target alone or above a runner-up that
-    may gain too."""
+def open_verdicts(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> list[tuple[list[dict], str]]:
+    """Per workload (summary.FAMILY: the rows that compete for one deploy line) whose verdict is still open: the rows
+    to measure again (their ROW keys: the two fastest speculative rows, their targets alone and the fastest target
+    alone) and why. A verdict is closed either way (summary.VERDICTS): the fastest speculative row faster, slower or
+    the same as its target alone within the summary's margin (the same and slower: the target alone is the answer);
+    where it is faster, told above the fastest target alone and above a runner-up that may gain too, or the same as
+    them (the simpler one is the answer; `runs`, to_frame's, makes that comparison: without them only "told above"
+    closes it)."""
+    margin = margin_of(summary)
     out = []
     for _, family in summary.groupby([c for c in FAMILY if c in summary], dropna=False, sort=False):
         alone = family[(family["mode"] == "target") & family["tokens_per_s"].notna()]
@@ -85,14 +100,19 @@ def open_verdicts(summary: pd.DataFrame) -> list[tuple[list[dict], str]]:
         fastest, best = alone.loc[alone["tokens_per_s"].idxmax()], spec.iloc[0]
         runner_up = spec.iloc[1] if len(spec) > 1 else None
         level = GAIN_LEVEL / max(1, int(best.get("gain_family") or 1))
+
+        def told(a: pd.Series, b: pd.Series) -> bool:  # a above b, or the same within the margin: closed
+            return runs is not None and compare(a, b, runs, margin).verdict in ("faster", "same")
+
         why = []
-        loses = gain_decided(best) is False and best["gain_hi"] < 0 and not best.get("undecided_why")
-        if gain_decided(best) is not True and not loses:
+        if verdict_of(best) in (None, "undecided"):
             why.append(f"{row_label(best)} against its target alone")
-        elif gain_decided(best) and best["gain_pct"] > 0:
-            if best["tokens_per_s"] > fastest["tokens_per_s"] and not beats_fastest_alone(best, fastest):
+        elif verdict_of(best) == "faster":
+            if (best["tokens_per_s"] > fastest["tokens_per_s"] and not beats_fastest_alone(best, fastest)
+                    and not told(best, fastest)):
                 why.append(f"{row_label(best)} against the fastest target alone")
-            if runner_up is not None and runner_up["gain_hi"] > 0 and faster_p(best, runner_up) >= level:
+            if (runner_up is not None and runner_up["gain_hi"] > 0 and faster_p(best, runner_up) >= level
+                    and not told(best, runner_up)):
                 why.append(f"{row_label(best)} against {row_label(runner_up)}")
         if why:
             rows = [best, fastest, *([runner_up] if runner_up is not None else [])]
@@ -139,44 +159,69 @@ def slots_label(parallel, clients) -> str:
     return slots if c == n else f"{c} client{'s' if c > 1 else ''} on {slots}"
 
 
-def maps(summary: pd.DataFrame) -> list[tuple[pd.Series, list[SlotCount], list[str]]]:
-    """Per setting measured at more than one slot count: (its first row, each slot count in order, what is missing)."""
+def maps(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> list[tuple[pd.Series, list[SlotCount], list[str]]]:
+    """Per workload (summary.FAMILY but its slots and clients) measured at more than one slot count: (its first row,
+    each slot count in order, what is missing). Each slot count's best is chosen among all the workload's rows there
+    (every -ngl, engine, context setting, type and K), as its deploy line is; `runs` (to_frame's) let a simpler
+    setting that is the same within the margin take its place."""
     if "parallel" not in summary or summary["parallel"].isna().all():
         return []
     rows = summary[summary["parallel"].notna() & (summary["mode"] != "draft")]
     out = []
-    for _, group in rows.groupby(REST, dropna=False, sort=False):
+    for _, group in rows.groupby([c for c in WORKLOAD if c in rows], dropna=False, sort=False):
         counts = group.sort_values(CONCURRENCY).groupby(CONCURRENCY, dropna=False, sort=False)
         if counts.ngroups < 2:
             continue
-        out.append((group.iloc[0], [slot_count(c) for _, c in counts], missing(group)))
+        varying = _varying(group)
+        out.append((group.iloc[0], [slot_count(c, runs, varying) for _, c in counts], missing(group)))
     return out
 
 
-def slot_count(rows: pd.DataFrame) -> SlotCount:
+def _varying(rows: pd.DataFrame) -> list[str]:
+    """The settings beside the drafting (OTHER: -ngl, engine, ...) that differ between these rows."""
+    return [c for c in OTHER if c in rows and rows[c].nunique(dropna=False) > 1]
+
+
+def setting_label(row: pd.Series, varying: list[str]) -> str:
+    """'-ngl 99 K=4': a row named by the settings that differ between the rows it is chosen from, then its drafting."""
+    return " ".join([f"{FLAGS.get(c, c)} {row[c]}" for c in varying] + [row_label(row)])
+
+
+def slot_count(rows: pd.DataFrame, runs: pd.DataFrame | None = None, varying: list[str] | None = None) -> SlotCount:
     """The best deployable speculative row of one slot count, and why none is where none is."""
     first = rows.iloc[0]
     label = slots_label(first["parallel"], first["clients"])
+    varying = _varying(rows) if varying is None else varying
+    margin = margin_of(rows)
     spec = rows[rows["mode"] == "speculative"]
     if not (rows["mode"] == "target").any():
         return SlotCount(label, None, "no target alone at this slot count: no gain to compute", known=False)
     if spec.empty:
         return SlotCount(label, None, "no speculative row", known=False)
-    best = next((rows.loc[i] for i in candidates(rows) if rows.loc[i, "mode"] == "speculative"), None)
-    if best is not None:
-        return SlotCount(label, best, f"{row_label(best)} {gain_text(best)}")
+    order = candidates(rows)
+    top = next((i for i in order if rows.loc[i, "mode"] == "speculative"), None)
+    if top is not None:
+        chosen, replaced, why = simplest_same(rows.loc[order], top, runs, margin) if runs is not None else (top, None, "")
+        best = rows.loc[chosen]
+        if best["mode"] == "speculative":
+            same = (f" (the same as {setting_label(rows.loc[replaced], varying)} within {margin:g}%: {why})"
+                    if replaced is not None else "")
+            return SlotCount(label, best, f"{setting_label(best, varying)} {gain_text(best)}{same}")
     gained = spec[spec["gain_pct"].notna()]
     if gained.empty:
         return SlotCount(label, None, "no speculative row drafted")
     top = gained.loc[gained["gain_pct"].idxmax()]
+    name = setting_label(top, varying)
+    if verdict_of(top) == "same":
+        return SlotCount(label, None, f"≈{name} {gain_text(top)}: the same as the target alone within {margin:g}%")
     if top["gain_pct"] <= 0:
-        return SlotCount(label, None, f"none gains (best {row_label(top)} {top['gain_pct']:+.1f}%)")
+        return SlotCount(label, None, f"none gains (best {name} {top['gain_pct']:+.1f}%)")
     if "busy" in str(top.get("unreliable") or "") or top.get("baseline_busy") is True:
-        return SlotCount(label, None, f"{row_label(top)} {top['gain_pct']:+.1f}% on a busy machine: not counted")
+        return SlotCount(label, None, f"{name} {top['gain_pct']:+.1f}% on a busy machine: not counted")
     why = "fewer than 2 pairs: no interval" if pd.isna(top.get("gain_lo")) else "its interval holds zero" if (
         gain_decided(top) is False and top["gain_lo"] <= 0) else (top.get("undecided_why") or "not faster than the "
                                                                  "fastest target alone")
-    return SlotCount(label, None, f"~{row_label(top)} {gain_text(top)}, not told from zero ({why})", undecided=True)
+    return SlotCount(label, None, f"~{name} {gain_text(top)}, not told from zero ({why})", undecided=True)
 
 
 def missing(group: pd.DataFrame) -> list[str]:
@@ -186,12 +231,13 @@ def missing(group: pd.DataFrame) -> list[str]:
     counts = group.groupby(CONCURRENCY, dropna=False, sort=True)
     labels = {key: slots_label(*key) for key, _ in counts}
     spec = group[group["mode"] == "speculative"]
-    settings = spec.drop_duplicates(SPEC)
-    for _, setting in settings.iterrows():
-        have = spec[(spec["strategy"] == setting["strategy"]) & (spec["k"] == setting["k"])]
+    keys = [c for c in SPEC if c in spec]
+    varying = _varying(group)
+    for _, setting in spec.drop_duplicates(keys).iterrows():
+        have = spec[matching(spec, setting, keys)]
         lack = [labels[key] for key, _ in counts if not _has(have, key)]
         if lack:
-            out.append(f"{row_label(setting)} at {', '.join(lack)}")
+            out.append(f"{setting_label(setting, varying)} at {', '.join(lack)}")
     alone = group[group["mode"] == "target"]
     lack = [labels[key] for key, _ in counts if not _has(alone, key)]
     return out + ([f"target alone at {', '.join(lack)}"] if lack else [])
@@ -225,12 +271,12 @@ def crossover(counts: list[SlotCount]) -> str:
             + ", ".join(c.label for c in known if not c.pays) + tail)
 
 
-def lines(summary: pd.DataFrame) -> list[str]:
-    """The map as text, per setting measured at more than one slot count (named by what differs between settings)."""
+def lines(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> list[str]:
+    """The map as text, per workload measured at more than one slot count (named by what differs between workloads)."""
     out = []
-    varying = [c for c in REST if c != "pair" and c in summary and summary[c].nunique(dropna=False) > 1]
-    for first, counts, lacking in maps(summary):
-        where = " · ".join(f"{FLAGS.get(c, c)} {first[c]}" for c in varying)
+    varying = [c for c in WORKLOAD if c != "pair" and c in summary and summary[c].nunique(dropna=False) > 1]
+    for first, counts, lacking in maps(summary, runs):
+        where = " ".join(workload_part(c, first[c]) for c in varying)
         out.append(f"{first['pair']}{f' ({where})' if where else ''} per slot count: the best speculative setting, "
                    "its gain over the target alone there")
         out += [f"  {c.label}: {c.verdict}" for c in counts]
@@ -240,9 +286,20 @@ def lines(summary: pd.DataFrame) -> list[str]:
     return out
 
 
-def markdown(summary: pd.DataFrame) -> str:
-    """The map for `report --format md`: a list under a heading, empty where no setting ran at several slot counts."""
-    text = lines(summary)
+def workload_part(column: str, value) -> str:
+    """'T=0.7', '-d 4096', '-n 128', 'prompt code-short': one setting of a workload, as a deploy line names it."""
+    if column == "temperature":
+        return f"T={float(value):g}"
+    if column == "depth":
+        return f"-d {int(value)}" if pd.notna(value) else "-d 0"
+    if column == "n_predict":
+        return f"-n {value}"
+    return f"{FLAGS.get(column, column)} {value}"
+
+
+def markdown(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> str:
+    """The map for `report --format md`: a list under a heading, empty where no workload ran at several slot counts."""
+    text = lines(summary, runs)
     if not text:
         return ""
     return "\n### Per slot count\n\n" + "".join(f"- {ln}\n" if not ln.startswith("  ") else f"  - {ln.strip()}\n"

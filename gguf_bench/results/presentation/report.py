@@ -28,6 +28,7 @@ from gguf_bench.results.presentation.summary import (
     SIDE,
     SPREAD,
     gain_decided,
+    margin_of,
     matching,
     offload_label,
 )
@@ -114,12 +115,23 @@ def _gain_text(row: pd.Series) -> str:
         return "no drafts"
     lo, hi = row.get("gain_lo"), row.get("gain_hi")
     interval = "" if lo is None or pd.isna(lo) or pd.isna(row["gain_pct"]) else f" [{lo:+.0f},{hi:+.0f}]"
-    return ("~" if _undecided_gain(row) else "") + number_text(row["gain_pct"], "{:+.1f}%") + interval
+    return _mark(row) + number_text(row["gain_pct"], "{:+.1f}%") + interval
+
+
+def _mark(row: pd.Series, prefix: str = "") -> str:
+    """'≈' before a gain that is the same as the target alone within the margin, '~' before one that is undecided
+    (summary.VERDICTS), '' before a decided one or one without a test."""
+    if row.get(f"{prefix}verdict") == "same":
+        return "≈"
+    if prefix:
+        return "~" if row.get(f"{prefix}decided") is False else ""
+    return "~" if _undecided_gain(row) else ""
 
 
 def _undecided_gain(row: pd.Series) -> bool:
-    """A gain whose test could be made and does not decide it (its interval holds zero, or its baseline was busy)."""
-    return gain_decided(row) is False
+    """A gain whose test could be made and decides nothing (its interval holds zero and reaches past the margin, or its
+    baseline was busy); a gain that is the same within the margin is decided the other way (≈)."""
+    return gain_decided(row) is False and row.get("verdict") != "same"
 
 
 def _run_text(row: pd.Series) -> str:
@@ -249,13 +261,14 @@ def engines_table(both: pd.DataFrame, agreement: list[str]) -> Table:
     title = f"{engine_registry.title(first)} vs {engine_registry.title(second)} (tokens/s)"
     table = Table(title=" · ".join([title, *fixed]),
                   caption="\n".join([f"{a}/{b}: {first} over {second} · gain: over the same engine's target alone "
-                                     "(~: not decided) · ★ that engine's best K", *agreement]),
+                                     "(~: not decided, ≈: the same) · ★ the workload's best K", *agreement]),
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left", caption_justify="left")
     for name in [_VARYING.get(c, c) for c in varying] + ["run", first, second, f"{a}/{b}", f"acc {a}", f"acc {b}",
                                                          f"gain {a}", f"gain {b}"]:
         table.add_column(name, justify="left" if name in ("run", "pair", "host") else "right", no_wrap=True)
     for _, r in both.iterrows():
-        gain = [("" if r["mode"] == "target" else ("~" if r[f"decided_{e}"] is False else "")
+        gain = [("" if r["mode"] == "target" else ("≈" if r.get(f"verdict_{e}") == "same" else "~" if
+                                                    r[f"decided_{e}"] is False else "")
                  + number_text(r[f"gain_pct_{e}"], "{:+.1f}%")) + (" ★" if r[f"best_k_{e}"] is True else "")
                 for e in (first, second)]
         table.add_row(*[str(r[c]) for c in varying], row_label(r), speed_text(r[f"tokens_per_s_{first}"]),
@@ -423,8 +436,12 @@ def proof_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]
     tested = spec[decided.notna()] if not spec.empty else spec
     if not tested.empty:
         lines.append(_interval_legend(tested))
+    if "verdict" in spec and (spec["verdict"] == "same").any():
+        lines.append(f"≈ the same as the target alone: the whole interval within ±{margin_of(summary):g}% (--margin); "
+                     "the simpler setting is deployed")
     if not spec.empty and spec.apply(_undecided_gain, axis=1).any():
-        lines.append("~ not decided (the interval holds zero, or the machine was busy or drifted): never recommended")
+        lines.append("~ not decided (the interval holds zero and reaches past the margin, or the machine was busy or "
+                     "drifted): never recommended")
     if (decided.isna() & spec["gain_pct"].notna()).any():
         lines.append("a gain from fewer than 2 runs of each side: no interval can tell it from zero, so none is "
                      "recommended (-r 2 or more)")

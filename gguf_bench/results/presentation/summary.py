@@ -42,8 +42,11 @@ MAIN_SHARE = 0.75  # a CPU-only run whose generating thread got less of the wall
 OTHERS_CORES = 0.25  # a run beside other processes that kept more than this many cores busy (on average) was disturbed
 NO_REASON = "its drafter proposed no token"  # a row that drafted nothing, of records without a reason
 GAIN_LEVEL = 0.05  # a gain is decided where its 95% interval, corrected for the rows that compete, excludes zero
-FAMILY = ["pair", "host", *CONCURRENCY, "depth", "temperature", "n_predict"]  # the speculative rows that compete for one
-# verdict (the deploy line at one slot count, across offloads, context settings and engines): a Bonferroni family
+FAMILY = ["pair", "host", *CONCURRENCY, "depth", "temperature", "n_predict", "prompt_id"]  # one workload: the rows that
+# compete for one verdict (its deploy line, its ★, its -r auto verdicts; across offloads, context settings, engines,
+# types and K's): a Bonferroni family. prompt_id only where the summary keeps prompts apart (--by prompt)
+MARGIN = 3.0  # % : two settings whose whole corrected interval lies within ±MARGIN are "the same" (docs/verdicts.md)
+VERDICTS = ("faster", "slower", "same", "undecided")  # every comparison ends in one of these
 DRIFT_RUNS = 8  # the fewest target-alone runs whose quarters say how the machine moved
 DRIFT = 0.05  # the target alone moving more than this from the first quarter of its runs to the last is named
 
@@ -85,9 +88,11 @@ def to_frame(records: list) -> pd.DataFrame:
     return pd.DataFrame([run_row(r) for r in runs if isinstance(r, RunRecord)])
 
 
-def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
-    """Fold repetitions (and prompts, unless by_prompt) into mean and std; add gain % and best K (the best
-    speculative row across drafting strategies). `df` is to_frame's: every record upgraded to today's fields."""
+def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = None) -> pd.DataFrame:
+    """Fold repetitions (and prompts, unless by_prompt) into mean and std; add gain % and its `verdict` (faster,
+    slower, the same within `margin` %, default MARGIN, or undecided) and best K (the best speculative row of each
+    workload, FAMILY). `df` is to_frame's: every record upgraded to today's fields."""
+    margin = MARGIN if margin is None else float(margin)
     if df.empty:
         raise BenchError("no runs in these results")
     setting = SETTING + (["prompt_id"] if by_prompt else [])
@@ -132,11 +137,14 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
         lambda s: bool(s[agg.loc[s.index, "mode"] == "target"].str.contains("busy").any()))
     agg["decided"] = agg.apply(_decided, axis=1)
     agg["undecided_why"] = agg.apply(_undecided_why, axis=1)
+    agg["verdict"] = agg.apply(lambda r: _verdict(r, margin), axis=1)
+    agg["margin_pct"] = margin  # the margin the verdicts were read with (csv, json; the captions name it)
     for name in gained:  # the speed gain's rule for the other gains (energy)
         agg[f"{name}_decided"] = agg.apply(lambda r, n=name: _decided(r, f"{n}_"), axis=1)
     agg["best_k"] = False
     spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna() & ~flagged]  # no best among unreliable rows
-    spec = spec[spec.groupby(setting, dropna=False)["k"].transform("size") > 1]  # a choice of K to make
+    workload = [c for c in FAMILY if c in agg]  # one star per workload, as one deploy line
+    spec = spec[spec.groupby(workload, dropna=False)["k"].transform("size") > 1]  # a choice to make
     spec = spec[(spec["decided"] == True) & (spec["gain_pct"] > 0)]  # noqa: E712 (None: no test); a star only on a decided gain
     if "twin" in agg:  # nor among twins': their K is fast or slow by the acceptance of synthetic weights
         spec = spec[spec["twin"] != True]  # noqa: E712
@@ -144,7 +152,8 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False) -> pd.DataFrame:
     if agg["no_drafts"].isna().all():  # a column only where some row drafted nothing: other files report as before
         agg = agg.drop(columns="no_drafts")
     if not spec.empty:
-        agg.loc[spec.groupby(setting, dropna=False)["tokens_per_s"].idxmax(), "best_k"] = True
+        for _, rows in spec.groupby(workload, dropna=False):  # the fastest, or a simpler row the same as it
+            agg.loc[simplest_same(rows, rows["tokens_per_s"].idxmax(), ok, margin)[0], "best_k"] = True
     agg["_order"] = agg["mode"].map({"target": 0, "draft": 1, "speculative": 2})
     agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
     agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
@@ -285,11 +294,125 @@ def _decided(row: pd.Series, prefix: str = "") -> bool | None:
     lo, hi = row.get(f"{prefix}gain_lo"), row.get(f"{prefix}gain_hi")
     if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
         return None
-    if row.get("baseline_busy") is True or "busy" in str(row.get("unreliable") or ""):
-        return False
-    if row.get(f"{prefix}gain_test") == "unpaired" and abs(row.get("drift_pct") or 0) > 100 * DRIFT:
+    if _blocked(row, prefix):
         return False
     return bool(lo > 0 or hi < 0)
+
+
+def _blocked(row: pd.Series, prefix: str = "") -> bool:
+    """Whether the row's runs can decide nothing whatever their interval: a busy machine, or an unpaired gain on a
+    target alone that drifted."""
+    if row.get("baseline_busy") is True or "busy" in str(row.get("unreliable") or ""):
+        return True
+    return row.get(f"{prefix}gain_test") == "unpaired" and abs(row.get("drift_pct") or 0) > 100 * DRIFT
+
+
+def _verdict(row: pd.Series, margin: float, prefix: str = "") -> str | None:
+    """One of VERDICTS for a speculative row's gain over its target alone (None for the other rows): 'faster' or
+    'slower' where it is decided (_decided), 'the same' where its whole corrected interval lies within ±margin %, else
+    'undecided' (no interval, an interval too wide, a busy or drifting machine)."""
+    if row.get("mode") != "speculative":
+        return None
+    lo, hi = row.get(f"{prefix}gain_lo"), row.get(f"{prefix}gain_hi")
+    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi) or _blocked(row, prefix):
+        return "undecided"
+    return interval_verdict(lo, hi, margin)
+
+
+def interval_verdict(lo: float, hi: float, margin: float) -> str:
+    """A corrected interval of a difference in % -> 'faster' (above zero), 'slower' (below), 'same' (within ±margin:
+    two one-sided tests at the interval's level), else 'undecided'."""
+    if lo > 0:
+        return "faster"
+    if hi < 0:
+        return "slower"
+    return "same" if -margin <= lo and hi <= margin else "undecided"
+
+
+def verdict_of(row: pd.Series) -> str | None:
+    """A summary row's verdict (VERDICTS; None for a row that is not speculative or has no test)."""
+    v = row.get("verdict")
+    if isinstance(v, str):
+        return v
+    d = gain_decided(row)  # a frame without the column (tune's): faster or slower, else nothing to say
+    return None if d is None else ("faster" if row.get("gain_pct", 0) > 0 else "slower") if d else "undecided"
+
+
+def margin_of(frame: pd.DataFrame | pd.Series) -> float:
+    """The equivalence margin (%) a summary's verdicts were read with (MARGIN where it does not say)."""
+    m = frame.get("margin_pct")
+    if isinstance(m, pd.Series):
+        m = m.dropna().iloc[0] if m.notna().any() else None
+    return MARGIN if m is None or pd.isna(m) else float(m)
+
+
+RUN_KEYS = [*SETTING, "prompt_id", "mode", "strategy", "k"]  # what finds a summary row's runs (prompt_id where kept)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Row a against row b in tokens/s: a's advantage in % with its corrected interval, and the verdict it reads."""
+
+    verdict: str
+    pct: float
+    lo: float
+    hi: float
+
+
+def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARGIN) -> Comparison:
+    """Two summary rows' runs (runs: to_frame's, without errors) against each other: paired where both were
+    interleaved (each run of a over b's of the same prompt and repetition), else Welch's test over b's prompt means
+    (_estimate), the interval corrected as a's gain is (its family of rows and looks)."""
+    mine, theirs = (runs[matching(runs, r, RUN_KEYS) & runs["error"].isna()] if "error" in runs else
+                    runs[matching(runs, r, RUN_KEYS)] for r in (a, b))
+    nan = float("nan")
+    if mine.empty or theirs.empty:
+        return Comparison("undecided", nan, nan, nan)
+    e = _estimate(mine, theirs, "tokens_per_s")
+    if pd.isna(e["_se"]):
+        return Comparison("undecided", nan, nan, nan)
+    family = max(1, int(a.get("gain_family") or 1)) if pd.notna(a.get("gain_family")) else 1
+    half = stats.t.ppf(1 - GAIN_LEVEL / 2 / family, e["_dof"]) * e["_se"]
+    lo, hi, est = e["_est"] - half, e["_est"] + half, e["_est"]
+    if e["gain_test"] == "paired":
+        lo, hi, est = 100 * np.expm1(lo), 100 * np.expm1(hi), 100 * np.expm1(est)
+    else:
+        lo, hi, est = 100 * lo, 100 * hi, 100 * est
+    blocked = any(_blocked(r) for r in (a, b) if r.get("mode") == "speculative")
+    return Comparison("undecided" if blocked else interval_verdict(lo, hi, margin), float(est), float(lo), float(hi))
+
+
+def simplicity(row: pd.Series) -> tuple:
+    """What a deployment costs, smaller first: no draft over a draft (the target alone, then drafting without a
+    model, then with one), fewer GPU layers (target, then draft), then the smaller K."""
+    def layers(v) -> float:
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return float("inf")  # 'all'
+    spec = row.get("mode") == "speculative"
+    model = spec and "draft" in str(row.get("strategy") or "draft")
+    return (spec, model, layers(row.get("ngl")), layers(row.get("ngld")) if spec else 0.0, float(row.get("k") or 0))
+
+
+SIMPLER_WHY = ("no speculation", "no draft model", "fewer GPU layers", "fewer draft GPU layers", "the smaller K")
+
+
+def simplest_same(rows: pd.DataFrame, top, runs: pd.DataFrame, margin: float = MARGIN) -> tuple:
+    """Among `rows` (each one that may be chosen), the simplest (simplicity) of those that are the same as row `top`
+    within `margin` (compare), and why: (its index, the index it replaced or None, what makes it simpler)."""
+    best = rows.loc[top]
+    chosen, why = top, ""
+    for i, r in rows.iterrows():
+        if i == top or simplicity(r) >= simplicity(rows.loc[chosen]):
+            continue
+        if compare(best, r, runs, margin).verdict == "same":
+            chosen = i
+    if chosen == top:
+        return top, None, ""
+    mine, theirs = simplicity(rows.loc[chosen]), simplicity(best)
+    why = next(w for w, x, y in zip(SIMPLER_WHY, mine, theirs) if x != y)
+    return chosen, top, why
 
 
 def _undecided_why(row: pd.Series) -> str:
@@ -389,7 +512,7 @@ def without_twin_quality(summary: pd.DataFrame) -> pd.DataFrame:
         return summary
     spec = (summary["twin"] == True) & (summary["mode"] == "speculative")  # noqa: E712 (NaN where no twin ran)
     return summary.assign(**{c: summary[c].where(~spec) for c in ("acceptance", "tokens_per_round", "gain_pct", "gain_lo",
-                                                                  "gain_hi", "decided") if c in summary})
+                                                                  "gain_hi", "decided", "verdict") if c in summary})
 
 
 def offload_label(row: pd.Series) -> str:
@@ -415,7 +538,7 @@ def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
     first, second = names[:2]
     rows = summary[summary["mode"] != "draft"]
     keys = SIDE + ["mode", "strategy", "k"]
-    cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k", "decided"]
+    cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k", "decided", *(["verdict"] if "verdict" in summary else [])]
     a = rows[rows["engine"] == first][keys + cols]
     b = rows[rows["engine"] == second][keys + cols]
     both = a.merge(b, on=keys, how="outer", suffixes=(f"_{first}", f"_{second}"))
