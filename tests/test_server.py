@@ -39,7 +39,8 @@ def test_run_both_engines_tiny_pair(tiny_pairs, server_bin, isolated):
     engines = [(r["config"].get("engine") or "python", r["mode"]) for r in records]
     assert sorted(engines) == [("python", "draft"), ("python", "speculative"), ("python", "target"),
                                ("server", "speculative"), ("server", "target")]
-    assert engines[0] == ("python", "target")  # each engine's first block starts with the target alone (plan.shuffled)
+    assert [e for e, _ in engines] == ["python"] * 3 + ["server"] * 2  # the engines take turns by repetition (one here)
+    assert {r["order"]["settings"] for r in records} == {"settings-chunks"}  # a server's processes: one engine at a time
     by = dict(zip(engines, records))
     server_spec = by["server", "speculative"]
     assert server_spec["error"] is None and server_spec["server"]["speculative"] is True

@@ -198,9 +198,10 @@ def test_sweep_records_a_failed_setting_and_goes_on(tmp_path, tiny_pairs, isolat
     assert summary["failed"].sum() == 3
 
 
-def test_passes_keep_the_last_setting_loaded_and_start_with_it(tiny_pairs):
-    """-r auto's passes (sweep.Measuring): a second pass does not load again the setting the first one ended with; it
-    starts with it, then loads the other (one setting loaded at a time), and measures only the new repetition."""
+def passes(tiny_pairs, reps=(1, 2)):
+    """Two settings (-ngl 0, 1; a CPU build runs both on the CPU) through sweep.Measuring, one pass per entry of
+    `reps` (-r auto's way: each pass the repetitions up to it, the earlier ones done): the records of each pass and
+    the -ngl of each load."""
     from gguf_bench.measure.pair import PairFiles
     from gguf_bench.measure.plan import Grid
     from gguf_bench.measure.prompts import builtin
@@ -210,15 +211,45 @@ def test_passes_keep_the_last_setting_loaded_and_start_with_it(tiny_pairs):
     events = SweepEvents(loading=lambda load: loads.append(load.ngl))
     grid = Grid(ks=[2], ngls=[0, 1], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), n_predict=8)
     measuring = Measuring("passes", PairFiles(*tiny_pairs["high"], "p"), grid, events)
+    out, done = [], set()
     try:
-        first = list(measuring.records(events))
-        assert loads == [0, 1] and measuring.loaded is not None
-        second = list(measuring.records(events, {r.cell for r in first}, repetitions=2))
+        for n in reps:
+            out.append(list(measuring.records(events, done, repetitions=n)))
+            done |= {r.cell for r in out[-1]}
+            assert measuring.loaded is not None
     finally:
         measuring.close()
-    assert loads == [0, 1, 0] and measuring.loaded is None
-    assert [r.config.ngl for r in second] == [1, 1, 1, 0, 0, 0]
-    assert all(r.error is None and r.config.repetition == 1 for r in second) and len(first) == 6
+    assert measuring.loaded is None
+    return out, loads
+
+
+def test_two_settings_loaded_side_by_side_take_turns_repetition_by_repetition(tiny_pairs):
+    """Where the planner's figures hold both loads (tiny files): each loaded once, in all passes; repetition 0 is
+    measured -ngl 0 then 1, repetition 1 (the next pass) -ngl 1 then 0 (A B | B A), every record saying so
+    (Order.settings 'settings-alternate') with its own start and end, and each setting's positions counting on."""
+    (first, second), loads = passes(tiny_pairs)
+    assert loads == [0, 1]
+    assert [r.config.ngl for r in first] == [0, 0, 0, 1, 1, 1] and [r.config.ngl for r in second] == [1, 1, 1, 0, 0, 0]
+    records = first + second
+    assert all(r.error is None and r.order.settings == "settings-alternate" for r in records)
+    assert [r.config.repetition for r in records] == [0] * 6 + [1] * 6
+    starts = [r.order.started for r in records]
+    assert starts == sorted(starts) and all(r.order.started <= r.order.ended for r in records)
+    assert [r.order.position for r in records if r.config.ngl == 0] == [0, 1, 2, 0, 1, 2]  # positions of each pass
+
+
+def test_two_settings_that_cannot_be_held_at_once_alternate_in_chunks(tiny_pairs, monkeypatch):
+    """Where the planner's figures do not hold both loads: one loaded at a time, repetition by repetition in the
+    balanced order A B | B A | A B; the setting a repetition (or a pass) ends with starts the next, so three
+    repetitions over two passes load 0, 1, 0, 1: four loads, not one per chunk (six)."""
+    from gguf_bench.measure import machine
+
+    monkeypatch.setattr(machine, "side_by_side", lambda files, loads, n_ctx, budget: False)
+    (first, second), loads = passes(tiny_pairs, reps=(1, 3))
+    assert loads == [0, 1, 0, 1]
+    assert [(r.config.ngl, r.config.repetition) for r in first + second][::3] == [
+        (0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (1, 2)]
+    assert all(r.error is None and r.order.settings == "settings-chunks" for r in first + second)
 
 
 def test_sweep_r_auto_loads_its_one_setting_once(tiny_pairs, isolated):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from gguf_bench.measure import deploy
-from gguf_bench.measure.plan import Cell, auto_looks, counterbalanced, shuffled
+from gguf_bench.measure.plan import Cell, Unit, auto_looks, counterbalanced, shuffled
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.repeat import undecided
 from gguf_bench.results.presentation.report import drift_lines, proof_lines
@@ -176,9 +176,17 @@ def test_shuffled_blocks_are_seeded_and_no_cell_is_always_first():
     assert order == shuffled(cells(reps=8), seed=3) and order != shuffled(cells(reps=8), seed=4)
     firsts = [order[i] for i in range(0, len(order), 3)]
     assert {(c.mode, c.k) for c in firsts} == {(Mode.TARGET, 0), (Mode.SPECULATIVE, 2), (Mode.SPECULATIVE, 4)}
-    assert firsts[0].mode == Mode.TARGET and firsts[8].mode == Mode.TARGET  # each prompt's first block: its baseline
     blocks = [order[i:i + 3] for i in range(0, len(order), 3)]
     assert all(len({(c.prompt.id, c.repetition) for c in b}) == 1 for b in blocks)  # a block stays together
+    # no cell forced first (the greedy reference is made untimed where missing): the first block's leader varies by seed
+    assert {shuffled(cells(reps=1), seed)[0].mode for seed in range(12)} == {Mode.TARGET, Mode.SPECULATIVE}
+    # a block's order is its own (seed and block key): the same whether measured in one pass or repetition by repetition
+    # (-r auto's passes, interleaved settings), so a later pass does not repeat the first pass's orders
+    by_rep = [c for rep in range(8) for c in shuffled([c for c in cells(reps=8) if c.repetition == rep], seed=3)]
+    assert sorted(by_rep, key=lambda c: (c.prompt.id, c.repetition)) == sorted(order, key=lambda c: (c.prompt.id,
+                                                                                                    c.repetition))
+    assert [(c.prompt.id, c.repetition, c.k) for c in by_rep if c.prompt.id == "a"] == [
+        (c.prompt.id, c.repetition, c.k) for c in order if c.prompt.id == "a"]
 
 
 def test_counterbalanced_blocks_switch_at_least_four_times_in_a_b_b_a_order():
@@ -189,6 +197,54 @@ def test_counterbalanced_blocks_switch_at_least_four_times_in_a_b_b_a_order():
     assert switches >= 3 and order[0].mode == Mode.TARGET
     assert sorted((c.mode, c.repetition) for c in order) == sorted((c.mode, c.repetition)
                                                                  for c in cells(reps=4, ks=(4,), prompts=("a",)))
+
+
+def test_counterbalanced_alternates_one_repetition_chunks_for_any_r_and_across_auto_passes():
+    """-r 6: six one-repetition chunks A B | B A | A B | B A | A B | B A (not 2,1,2,1); -r auto's one-repetition passes
+    go on from the repetition's own index (pass of rep 2: A B, of rep 3: B A), so their sequence is balanced too."""
+    def sides(order):
+        return "".join("A" if c.mode == Mode.TARGET else "B" for c in order)
+
+    group = lambda c: (c.mode, c.k)  # noqa: E731
+    assert sides(counterbalanced(cells(reps=6, ks=(4,), prompts=("a",)), group)) == "ABBAABBAABBA"
+    assert sides(counterbalanced(cells(reps=3, ks=(4,), prompts=("a", "b")), group)) == "AABBBBAAAABB"
+    passes = [counterbalanced([c for c in cells(reps=5, ks=(4,), prompts=("a",)) if c.repetition == rep], group)
+              for rep in range(5)]
+    assert "".join(map(sides, passes)) == "ABBAABBAAB"
+
+
+def test_interleaved_settings_take_turns_one_repetition_at_a_time():
+    """Two settings (-ngl 0 and 1): each repetition's cells of one setting together, A B | B A | A B; a later pass's
+    repetitions (or a resumed sweep's) go on in the same balanced order; one setting is left as it is."""
+    from pathlib import Path
+
+    from gguf_bench.measure.pair import PairFiles
+    from gguf_bench.measure.plan import Grid, expand
+    from gguf_bench.measure.plan import interleaved as in_turn
+
+    grid = Grid(ks=[2], ngls=[0, 1], nglds=[0], temperatures=[0.0], prompts=[Prompt("a", "x")], repetitions=3)
+    units = expand(PairFiles(Path("t.gguf"), Path("d.gguf"), "P"), grid, {}).units
+    turns = in_turn(units)
+    assert [(u.setting.load.ngl, {c.repetition for c in u.cells}) for u in turns] == [
+        (0, {0}), (1, {0}), (1, {1}), (0, {1}), (0, {2}), (1, {2})]
+    assert sorted(map(id, (c for u in turns for c in u.cells))) == sorted(map(id, (c for u in units for c in u.cells)))
+    later = [Unit(u.setting, [c for c in u.cells if c.repetition == 1]) for u in units]
+    assert [u.setting.load.ngl for u in in_turn(later)] == [1, 0]
+    assert in_turn(units[:1]) == units[:1]
+
+
+def test_the_caption_says_paired_in_time_only_where_the_pairs_began_close_together():
+    """Each pair's gap in time (records.Order.started): interleaved runs a second or two apart read 'paired in time'
+    with the median and largest gap; the same blocks measured all of A, then all of B, an hour apart, do not."""
+    close = interleaved([20.0, 18.0, 22.0, 19.0], {4: [0.30, 0.34, 0.32, 0.28]})
+    summary = summarize(to_frame(close))
+    row = spec_row(summary, 4)
+    assert row["pair_gap_median_s"] == 1.0 and row["pair_gap_max_s"] == 1.0
+    assert "runs paired in time (gaps median 1.0 s, largest 1.0 s)" in "\n".join(proof_lines(summary))
+    apart = [r | {"order": {**r["order"], "started": r["order"]["started"] + (3600 if r["mode"] == "speculative" else 0)}}
+             for r in close]
+    caption = "\n".join(proof_lines(summarize(to_frame(apart))))
+    assert "paired in time" not in caption and "far apart in time (gaps median 60.0 min, largest 60.0 min" in caption
 
 
 def test_auto_looks_are_few_and_end_at_the_maximum():

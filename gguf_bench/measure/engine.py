@@ -58,12 +58,13 @@ def run_unit(engine: Engine, unit: Unit, prompts: PreparedPrompts) -> Iterator[R
         session.close()
 
 
-def measure_unit(session: Session, unit: Unit) -> Iterator[RunRecord]:
+def measure_unit(session: Session, unit: Unit, settings: str | None = None, first: int = 0) -> Iterator[RunRecord]:
     """The unit's cells through a session open on its setting, in the engine's order, each record stamped with where it
-    stood (records.Order)."""
-    for position, cell in enumerate(session.order(unit.cells)):
+    stood (records.Order: when it started and ended; `settings`: how the sweep's settings took turns, `first`: the
+    position of the unit's first cell in its setting's order, where a unit is one chunk of it)."""
+    for position, cell in enumerate(session.order(unit.cells), first):
         started = time.time()
         record = session.measure(cell)
         record.order = Order(session.design, position, unit.setting.grid.seed, round(started, 3),
-                             unit.setting.grid.looks)
+                             unit.setting.grid.looks, round(time.time(), 3), settings)
         yield record

@@ -56,6 +56,23 @@ def does_not_fit(files: PairFiles, load: LoadConfig, n_ctx: int, budget: Budget)
     return f"{load.label}: {why}; lower -ngl/-ngld or --ctx-size" if why else None
 
 
+def side_by_side(files: PairFiles, loads: Sequence[LoadConfig], n_ctx: int, budget: Budget | None) -> bool:
+    """Whether the pair can be loaded once per setting, all at once (the planner's figures): every model file once per
+    setting within 80% of the memory available now (weights offloaded elsewhere counted here too: the safe side), and
+    on the devices each offloading setting within an equal share of the budget (does_not_fit)."""
+    if len(loads) < 2:
+        return True
+    avail = available_memory()
+    need = len(loads) * (model_size(files.target) + (model_size(files.draft) if files.draft else 0))
+    if avail is not None and need > 0.8 * avail:
+        return False
+    offloading = [lo for lo in loads if _offloads(lo)]
+    if budget is None or not offloading:
+        return True
+    share = Budget(tuple((name, size // len(offloading)) for name, size in budget.devices))
+    return not any(does_not_fit(files, lo, n_ctx, share) for lo in offloading)
+
+
 def check_memory(files: PairFiles, grid: Grid) -> None:
     """On a CPU-only setting both models must fit in available memory (a split model: every part); say so before
     starting."""

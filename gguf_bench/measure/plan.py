@@ -269,38 +269,43 @@ def _blocks(cells: list[Cell]) -> list[list[Cell]]:
 
 
 def shuffled(cells: list[Cell], seed: int) -> list[Cell]:
-    """The cells block by block, each block in a seeded random order, so that no cell is always measured first (nor
-    always right after another). The first block of each prompt starts with its target alone: its greedy text is what
-    the speculative runs are compared with."""
-    rng, out, first = random.Random(seed), [], set()
+    """The cells block by block, each block in a random order seeded by `seed` and the block's own key, so that no cell
+    is always measured first (nor always right after another), whichever pass of -r auto or chunk of an interleaved
+    sweep measures the block. No cell is forced first: the greedy text a speculative run is compared with is made
+    untimed where it is missing (the engines' reference runs), never by putting the target alone first."""
+    out = []
     for block in _blocks(cells):
-        rng.shuffle(block)
-        if block_key(block[0])[:-1] not in first:
-            first.add(block_key(block[0])[:-1])
-            block.sort(key=lambda c: c.mode != Mode.TARGET)  # stable: the rest stays shuffled
+        random.Random(f"{seed}:{block_key(block[0])}").shuffle(block)
         out += block
     return out
 
 
-def counterbalanced(cells: list[Cell], group: Callable[[Cell], tuple], chunks: int = 4) -> list[Cell]:
-    """Where what the cells need cannot be held at once (llama-server processes): the repetitions split into up to
-    `chunks` chunks, and in each chunk every group's cells together, the groups in the grid's order in even chunks and
-    reversed in odd ones (A B | B A | A B | B A), so that a steady drift cancels; per concurrency level."""
+def counterbalanced(cells: list[Cell], group: Callable[[Cell], tuple]) -> list[Cell]:
+    """Where what the cells need cannot be held at once (llama-server processes): one repetition at a time, and in it
+    every group's cells together, the groups in the grid's order at even repetitions and reversed at odd ones
+    (A B | B A | A B | B A), so that a steady drift cancels; per concurrency level. A repetition's own index decides its
+    direction, so the order stays balanced for any -r and across -r auto's passes (one repetition each)."""
     out = []
+    for level in _levels(cells).values():
+        for rep in sorted({c.repetition for c in level}):
+            groups: dict[tuple, list[Cell]] = {}
+            for cell in sorted((c for c in level if c.repetition == rep), key=lambda c: c.mode != Mode.TARGET):
+                groups.setdefault(group(cell), []).append(cell)
+            out += [c for g in turned(list(groups.values()), rep) for c in sorted(g, key=lambda c: c.depth)]
+    return out
+
+
+def turned(items: list, repetition: int) -> list:
+    """`items` in their order at an even repetition, reversed at an odd one: A B | B A | A B ..., each side's mean
+    position the same over two repetitions, and the side a repetition ends with the one the next starts with."""
+    return items if repetition % 2 == 0 else items[::-1]
+
+
+def _levels(cells: list[Cell]) -> dict[tuple, list[Cell]]:
     levels: dict[tuple, list[Cell]] = {}
     for cell in cells:
         levels.setdefault((cell.parallel, cell.clients), []).append(cell)
-    for level in levels.values():
-        reps = sorted({c.repetition for c in level})
-        n = min(chunks, len(reps))
-        for chunk in range(n):
-            inside = [c for c in level if reps.index(c.repetition) * n // len(reps) == chunk]
-            groups: dict[tuple, list[Cell]] = {}
-            for cell in sorted(inside, key=lambda c: c.mode != Mode.TARGET):
-                groups.setdefault(group(cell), []).append(cell)
-            for g in (list(groups.values()) if chunk % 2 == 0 else list(groups.values())[::-1]):
-                out += sorted(g, key=lambda c: c.depth)
-    return out
+    return levels
 
 
 def _ks(grid: Grid, strategy: Strategy) -> list[int]:
@@ -361,6 +366,22 @@ class Unit:
 
     setting: Setting
     cells: list[Cell]
+
+
+def interleaved(units: list[Unit]) -> list[Unit]:
+    """Several settings measured in turn, one repetition at a time: each setting's cells of a repetition as one unit,
+    the settings in the plan's order at even repetitions and reversed at odd ones (A B | B A | A B, `turned`), so that
+    the runs a verdict compares across settings (offload, placement, context, threads, engine) are measured next to
+    each other and a steady drift cancels. The repetition's index decides the direction, so -r auto's passes and a
+    --resume go on balanced; the setting a repetition ends with starts the next (no reload at the turn). One setting:
+    `units` unchanged."""
+    if len(units) < 2:
+        return units
+    out = []
+    for rep in sorted({c.repetition for u in units for c in u.cells}):
+        here = [Unit(u.setting, [c for c in u.cells if c.repetition == rep]) for u in units]
+        out += turned([u for u in here if u.cells], rep)
+    return out
 
 
 @dataclass(frozen=True)

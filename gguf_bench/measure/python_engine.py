@@ -1,7 +1,8 @@
 """The Python engine: gguf-bench's own loop over llama-cpp-python (measure/pair.py loads the pair once per setting).
 
 Cells run depth by depth (the filler is prefilled once per depth, untimed); a greedy speculative run is compared with
-the target alone's text and, where they part, replayed to say why (decoding/divergence.py).
+the target alone's text (made untimed where the target alone has not run yet) and, where they part, replayed to say why
+(decoding/divergence.py).
 """
 
 from __future__ import annotations
@@ -82,9 +83,11 @@ class PythonSession:
             return self.setting.record(cell, None, self.offload, str(exc))
 
     def _identity(self, cell: Cell, prompt: list[int], spec) -> Identity:
-        """Whether a greedy speculative run gave the target alone's text; if not, where and why (after timing)."""
+        """Whether a greedy speculative run gave the target alone's text; if not, where and why (after timing). The
+        target alone's text, where no run of it came yet (plan.shuffled forces no cell first, and a resumed sweep's
+        target ran in an earlier process), is made here once, untimed and not recorded."""
         greedy, key = self.prompts.greedy, (self.setting.load, cell.baseline)
-        if key not in greedy:  # resumed sweep: the target cell ran in an earlier process
+        if key not in greedy:
             greedy[key] = self.pair.generate(Mode.TARGET, prompt, self.grid.n_predict, 0, SamplingConfig()).tokens
         return compare_greedy(self.pair.target, prompt, greedy[key], spec)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from gguf_bench.decoding.divergence import Identity, first_difference
-from gguf_bench.decoding.strategy import SERVER_CHAIN, Strategy
+from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, SERVER_CHAIN, Strategy
 from gguf_bench.engine_registry import of
 from gguf_bench.engines import rpc
 from gguf_bench.engines.llama_cpp import read_info, use_extra_buffers
@@ -219,13 +219,16 @@ class ServerSession:
         self.processes: dict[tuple, _Process] = {}  # the processes running, least recently used first
         self.capacity = 1  # how many may run at once (order() decides)
         self.design = "blocks"
+        self.targets: set[int | None] = set()  # the slot counts whose target alone this order measures (order())
         self._links = ExitStack()  # the delaying proxies of --rpc-delay, for the whole setting
         self.endpoints: tuple[str, ...] | None = None  # what llama-server connects to (None: not yet opened)
 
     def order(self, cells: list[Cell]) -> list[Cell]:
         """'alternate' (plan.shuffled: block by block, each block in a seeded random order) where every process one
-        slot count needs fits at once (processes_fit), else 'blocks' (plan.counterbalanced)."""
+        slot count needs fits at once (processes_fit), else 'blocks' (plan.counterbalanced: one repetition at a time,
+        A B | B A ...)."""
         need = max(len({_group(c) for c in level}) for level in _levels(cells).values())
+        self.targets = {c.parallel for c in cells if c.mode == Mode.TARGET}  # slot counts with a target-alone process
         if need > 1 and not self.setting.load.placing.rpc and processes_fit(self.setting, need):  # an RPC server
             # serves one client at a time: the processes of an RPC setting take turns (blocks)
             self.design, self.capacity = "alternate", need
@@ -349,7 +352,25 @@ class ServerSession:
         if cell.mode == Mode.TARGET:
             greedy[key] = tokens
             return None
+        if key not in greedy and self.capacity > 1 and cell.parallel in self.targets:  # its process is one of those held
+            self._reference(cell)
         return _identity(greedy[key], tokens) if key in greedy else None
+
+    def _reference(self, cell: Cell) -> None:
+        """The target alone's greedy text for a speculative cell measured before its target alone (plan.shuffled forces
+        no cell first): the same request (or round) to the target's process, untimed and not recorded. Only where the
+        processes run side by side ('alternate'): in 'blocks' starting it would stop the process being measured, and
+        the target's group leads each even repetition there, so only a resumed sweep can lack it (no identity then)."""
+        target = replace(cell, mode=Mode.TARGET, k=0, strategy=DEFAULT_STRATEGY)
+        key = _process_key(target, self.grid.warm_pool)
+        proc = self.processes.pop(key, None) or self._start(target, key)
+        self.processes[key] = proc
+        if proc.failure or proc.died:
+            return
+        if target.parallel is None:  # _identity keeps the target's tokens
+            self._one(proc, target)
+        else:
+            self._round(proc, target)
 
 
 def _stop(proc: _Process) -> None:

@@ -1,6 +1,7 @@
-"""A sweep: plan (measure/plan.py) -> engine (measure/engine.py) -> store. Each setting is loaded once (-r auto's
-passes too: Measuring); each record is appended as soon as its cell is measured, so an interrupted sweep continues with
---resume.
+"""A sweep: plan (measure/plan.py) -> engine (measure/engine.py) -> store. Several settings take turns one repetition
+at a time (plan.interleaved), loaded side by side where they fit, else loaded again at each switch; one setting is
+loaded once (-r auto's passes too: Measuring); each record is appended as soon as its cell is measured, so an
+interrupted sweep continues with --resume.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from gguf_bench.errors import BenchError
 from gguf_bench.measure import machine
 from gguf_bench.measure.engine import Engine, Session, measure_unit, open_engine
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
-from gguf_bench.measure.plan import SKIPPED, Grid, Setting, auto_looks, cells_done, expand
+from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, cells_done, expand, interleaved
 from gguf_bench.measure.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.repeat import selects, undecided
 from gguf_bench.measure.trackers import notes
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, environment, exclusive, models_record, read_records
+
+SIDE_BY_SIDE = "settings-alternate"  # records.Order.settings: every setting loaded at once, taking turns
+IN_CHUNKS = "settings-chunks"  # one setting loaded at a time, in a balanced order (A B | B A ...), loaded at each switch
 
 
 @dataclass
@@ -107,8 +111,9 @@ def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = froze
 
 class Measuring:
     """One sweep's checks, prompts and context, made once before anything loads, and its passes over the grid (-r auto
-    makes one per look). Each setting is loaded once per pass, one at a time; the last one stays open from a pass to the
-    next, and the next pass starts with it, so -r auto repeating one setting's cells loads it once in all."""
+    makes one per look). Several settings take turns one repetition at a time: side by side, each loaded once, where the
+    planner's figures hold them all; else one at a time, the last one open staying open from a repetition (and a pass)
+    to the next, which starts with it (A B | B A), so -r auto repeating one setting's cells loads it once in all."""
 
     def __init__(self, name: str, files: PairFiles, grid: Grid, events: SweepEvents):
         if files.draft is not None:
@@ -128,46 +133,75 @@ class Measuring:
                        "models": models_record(files.target, files.draft)}
         self.budget = machine.device_budget(self.grid)
         self.engines: dict[str, Engine] = {}
-        self.loaded: tuple[Setting, Session] | None = None  # the setting loaded now, and its session
+        self.open: dict[tuple, tuple[Setting, Session]] = {}  # (engine, load) -> the setting and its session, loaded
         self.said: set[str] = set()  # a tracker's line (energy not measured, and why): once, not once per cell
+
+    @property
+    def loaded(self) -> tuple[Setting, Session] | None:
+        """The setting loaded last, and its session (None: nothing loaded)."""
+        return next(reversed(self.open.values()), None)
 
     def records(self, events: SweepEvents, skip: set[str] = frozenset(), only=None,
                 repetitions: int | None = None) -> Iterator[RunRecord]:
         """One pass: each cell whose key is not in `skip` (and that `only` selects, where given), up to `repetitions`
-        (the grid's, where None)."""
+        (the grid's, where None). Several settings take turns one repetition at a time (plan.interleaved): loaded side
+        by side where the planner's figures hold them all ('settings-alternate'), else one at a time, loaded again at
+        each switch ('settings-chunks')."""
         grid = self.grid if repetitions is None else replace(self.grid, repetitions=repetitions)
         plan = expand(self.files, grid, self.static, skip, only)
         for engine in dict.fromkeys(u.setting.engine for u in plan.units):  # each checked before anything loads
             if engine not in self.engines:
                 self.engines[engine] = open_engine(engine, self.grid, self.files)
         events.start(plan.todo, plan.total - plan.todo, len(skip))
-        for unit in sorted(plan.units, key=lambda u: not self._is_open(u.setting)):  # the one loaded now first
+        units = []
+        for unit in plan.units:  # in the plan's order: interleaved turns it so that the setting open now goes first
             setting = unit.setting
             if self.budget is not None and (why := machine.does_not_fit(self.files, setting.load, grid.n_ctx,
                                                                           self.budget)):
                 for cell in unit.cells:  # kept in the results, with the reason, instead of a crash mid-sweep
                     yield setting.record(cell, error=f"{SKIPPED}{why}")
                 continue
-            for record in measure_unit(self._session(setting, events), unit):
+            units.append(unit)
+        design = self._design(units)
+        if design == SIDE_BY_SIDE:  # the loads of an earlier pass that this one does not measure close first
+            for key in [k for k in self.open if k not in {_key(u.setting) for u in units}]:
+                self.open.pop(key)[1].close()
+        positions: dict[tuple, int] = {}  # each setting's next position in its own order
+        for chunk in interleaved(units):
+            key = _key(chunk.setting)
+            session = self._session(chunk.setting, events, hold=design == SIDE_BY_SIDE)
+            for record in measure_unit(session, chunk, design, positions.get(key, 0)):
+                positions[key] = positions.get(key, 0) + 1
                 for line in notes(record, self.said):
                     events.note(line)
                 yield record
 
-    def _is_open(self, setting: Setting) -> bool:
-        loaded = self.loaded[0] if self.loaded else None
-        return loaded is not None and (loaded.engine, loaded.load) == (setting.engine, setting.load)
+    def _design(self, units: list[Unit]) -> str | None:
+        """How this pass's settings take turns (records.Order.settings): None for one setting; side by side where each
+        is gguf-bench's own loop (no server processes) and the planner's figures hold every load at once."""
+        if len(units) < 2:
+            return None
+        in_process = all(not capabilities.of(u.setting.engine).server_process for u in units)
+        loads = [u.setting.load for u in units]
+        if in_process and machine.side_by_side(self.files, loads, self.grid.n_ctx, self.budget):
+            return SIDE_BY_SIDE
+        return IN_CHUNKS
 
-    def _session(self, setting: Setting, events: SweepEvents) -> Session:
-        """The setting's session: the one open, if it is this setting's; else the open one closes first (one loaded at a
-        time) and this one loads."""
-        if self._is_open(setting):
-            return self.loaded[1]
-        self.close()
+    def _session(self, setting: Setting, events: SweepEvents, hold: bool = False) -> Session:
+        """The setting's session: the open one, if it is open; else it loads, the others closing first unless `hold`
+        (side by side)."""
+        if (key := _key(setting)) in self.open:
+            return self.open[key][1]
+        if not hold:
+            self.close()
         events.loading(setting.load)
-        self.loaded = (setting, self.engines[setting.engine].open(setting, self.prompts))
-        return self.loaded[1]
+        self.open[key] = (setting, self.engines[setting.engine].open(setting, self.prompts))
+        return self.open[key][1]
 
     def close(self) -> None:
-        if self.loaded is not None:
-            session, self.loaded = self.loaded[1], None
-            session.close()
+        while self.open:
+            self.open.pop(next(iter(self.open)))[1].close()
+
+
+def _key(setting: Setting) -> tuple:
+    return setting.engine, setting.load

@@ -452,13 +452,33 @@ def _interval_legend(tested: pd.DataFrame) -> str:
     """What the [lo,hi] beside a gain is: paired or not, corrected for how many rows."""
     family = int(tested["gain_family"].max()) if "gain_family" in tested and tested["gain_family"].notna().any() else 1
     paired = (tested.get("gain_test") == "paired").all()
-    how = ("runs paired in time" if paired else "Welch's test (runs not interleaved: an older file)"
+    how = (_paired_how(tested) if paired else "Welch's test (runs not interleaved: an older file)"
            if (tested.get("gain_test") == "unpaired").all() else "paired where runs were interleaved, else Welch's")
     looks = int(tested["gain_looks"].max()) if "gain_looks" in tested and tested["gain_looks"].notna().any() else 1
     rows = family // looks
     corrected = (f", corrected for {rows} row{'s' if rows > 1 else ''} x {looks} looks (-r auto)" if looks > 1 else
                  f", corrected for {family} rows" if family > 1 else "")
     return f"[-a,+b]: the gain's {1 - GAIN_LEVEL:.0%} interval, {how}{corrected}"
+
+
+PAIR_GAP_S = 300.0  # paired runs that began at most this far apart are "paired in time": a drift slower than this cancels
+
+
+def _paired_how(tested: pd.DataFrame) -> str:
+    """How the paired runs stood in time: 'paired in time' only where every pair began within PAIR_GAP_S of each
+    other, with the median and the largest gap (the rows' medians' median: a summary row keeps no single pair)."""
+    medians = pd.to_numeric(tested.get("pair_gap_median_s", pd.Series(dtype=float)), errors="coerce").dropna()
+    largest = pd.to_numeric(tested.get("pair_gap_max_s", pd.Series(dtype=float)), errors="coerce").dropna()
+    if medians.empty or largest.empty:  # runs without their start time: paired by block
+        return "runs paired by block"
+    gaps = f"gaps median {_span(medians.median())}, largest {_span(largest.max())}"
+    if largest.max() <= PAIR_GAP_S:
+        return f"runs paired in time ({gaps})"
+    return f"runs paired by block, far apart in time ({gaps}: a drift between them is not cancelled)"
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def drift_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]:

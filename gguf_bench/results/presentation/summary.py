@@ -116,6 +116,8 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
                  **{name: f"_baseline_{name}" for name in gained}})
     tests = gain_tests(ok, setting, keys)
     agg = agg.merge(base, on=setting, how="left").merge(tests.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
+    gaps = pair_gaps(ok, setting, keys)  # the pairs gain_tests makes
+    agg = agg.merge(gaps.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
     moved = drift(ok, setting)
     agg = agg.merge(moved.astype({k: agg[k].dtype for k in setting}), on=setting, how="left")
     unpaired = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"])
@@ -263,6 +265,23 @@ def _welch(spec: pd.DataFrame, alone: pd.DataFrame, value: str = "tokens_per_s")
     dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
     p = stats.ttest_ind(a, b, equal_var=False).pvalue
     return (1.0 if pd.isna(p) else float(p)), float(a.mean() - b.mean()), se, float(dof)
+
+
+def pair_gaps(ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataFrame:
+    """Per speculative row (keys), how far apart in time its runs and their target alone's (same setting, prompt and
+    repetition: gain_tests' pairs) began (records.Order.started), in seconds: `pair_gap_median_s`, `pair_gap_max_s`
+    (NaN where the runs were not timed: older files)."""
+    columns = [*keys, "pair_gap_median_s", "pair_gap_max_s"]
+    if "started" not in ok:
+        return pd.DataFrame(columns=columns)
+    on = list(dict.fromkeys([*setting, "prompt_id", "repetition"]))
+    spec = ok[ok["mode"] == "speculative"][list(dict.fromkeys([*keys, *on, "started"]))]
+    alone = ok[ok["mode"] == "target"][[*on, "started"]]
+    both = spec.merge(alone, on=on, suffixes=("", "_alone"))
+    both["_gap"] = (pd.to_numeric(both["started"], errors="coerce") -
+                    pd.to_numeric(both["started_alone"], errors="coerce")).abs()
+    gaps = both.groupby(keys, dropna=False)["_gap"].agg(pair_gap_median_s="median", pair_gap_max_s="max")
+    return gaps.reset_index()[columns]
 
 
 def drift(ok: pd.DataFrame, setting: list[str]) -> pd.DataFrame:

@@ -382,6 +382,10 @@ class Order:
     started: float | None = None  # Unix time the run began
     looks: int | None = None  # -r auto: how many times the sweep may look at its verdicts (its intervals are corrected
     # for them); None: a fixed -r, one look
+    ended: float | None = None  # Unix time the run ended (with `started`: how far apart two paired runs were)
+    settings: str | None = None  # how the sweep's settings (offload, placement, context, threads, engine) took turns:
+    # 'settings-alternate': loaded side by side, one repetition of each in turn (A B | B A ...); 'settings-chunks': one
+    # repetition at a time in that balanced order, the model loaded again at each switch; None: one setting
 
 
 @dataclass
@@ -583,6 +587,8 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("position", lambda r: r.order.position if r.order else None),
     Field("started", lambda r: r.order.started if r.order else None),
     Field("looks", lambda r: r.order.looks if r.order else None),
+    Field("ended", lambda r: r.order.ended if r.order else None),
+    Field("settings_design", lambda r: r.order.settings if r.order else None),  # Order.settings
     Field("command", lambda r: " ".join(r.server.command) if r.server and r.server.command else None),
 )
 
