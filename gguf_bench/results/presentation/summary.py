@@ -387,6 +387,8 @@ def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARG
     nan = float("nan")
     if mine.empty or theirs.empty:
         return Comparison("undecided", nan, nan, nan)
+    if "_sweep" not in runs:  # a pair never crosses sweeps: one sweep is one name in one file (summarize's _sweep)
+        mine, theirs = (side.assign(_sweep=_sweep_key(side)) for side in (mine, theirs))
     e = _estimate(mine, theirs, "tokens_per_s")
     if pd.isna(e["_se"]):
         return Comparison("undecided", nan, nan, nan)
@@ -399,6 +401,13 @@ def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARG
         lo, hi, est = 100 * lo, 100 * hi, 100 * est
     blocked = any(_blocked(r) for r in (a, b) if r.get("mode") == "speculative")
     return Comparison("undecided" if blocked else interval_verdict(lo, hi, margin), float(est), float(lo), float(hi))
+
+
+def _sweep_key(runs: pd.DataFrame) -> pd.Series:
+    """Per run, its sweep's name and the file it came from (where the frame says), as one text."""
+    parts = [runs[c].astype(object).where(runs[c].notna(), "").map(str) if c in runs else pd.Series("", index=runs.index)
+             for c in ("sweep", "source")]
+    return parts[0] + "\x1f" + parts[1]
 
 
 def simplicity(row: pd.Series) -> tuple:
