@@ -252,6 +252,23 @@ def test_two_settings_that_cannot_be_held_at_once_alternate_in_chunks(tiny_pairs
     assert all(r.error is None and r.order.settings == "settings-chunks" for r in first + second)
 
 
+def test_sweep_r_auto_over_two_settings_keeps_them_taking_turns(tiny_pairs, isolated):
+    """-r auto over -ngl 0,1: both loaded once (side by side) however many passes; each repetition, the first pass's
+    and those the later passes select, measures one setting's cells then the other's, in the order its index says
+    (even: -ngl 0 first, odd: -ngl 1 first), every record saying 'settings-alternate'."""
+    result = runner.invoke(app, sweep_args(tiny_pairs["middle"], "auto2", "-K", "2", "-n", "8", "-ngl", "0,1", "-r",
+                                           "auto", "--max-reps", "3", "--prompt-ids", "code-short"))
+    assert result.exit_code == 0, result.output
+    assert result.output.count("loading models with") == 2 and "-r auto: " in result.output
+    records = stored(isolated / "results" / "auto2.jsonl")
+    assert {r["order"]["settings"] for r in records} == {"settings-alternate"}
+    for rep in sorted({r["config"]["repetition"] for r in records}):
+        ngls = [r["config"]["ngl"] for r in records if r["config"]["repetition"] == rep]
+        turns = list(dict.fromkeys(ngls))
+        assert turns == ([0, 1] if rep % 2 == 0 else [1, 0])[:len(turns)], (rep, ngls)
+        assert ngls == sorted(ngls, key=turns.index)  # one setting's cells of a repetition together
+
+
 def test_sweep_r_auto_loads_its_one_setting_once(tiny_pairs, isolated):
     """However many passes -r auto takes, a one-setting sweep loads the pair once, stops with its reason, and repeats
     only up to --max-reps."""
