@@ -20,6 +20,10 @@ EXAMPLES: dict[str, list[str]] = {
         "gguf-bench info gemma-270m-f32+q4km",
         "gguf-bench info target.gguf draft.gguf     # draft compatibility verdicts",
     ],
+    "machine": [
+        "gguf-bench machine     # the read bandwidth with every core, stored",
+        "gguf-bench machine -t 4 --size-mib 2048 --no-sysbench",
+    ],
     "make-test-pair": [
         "gguf-bench make-test-pair /tmp/tiny --noise 0.05",
         "gguf-bench make-test-pair /tmp/tiny --mtp    # a target with an MTP head",

@@ -16,6 +16,7 @@ from rich.table import Table
 from gguf_bench import engine_registry
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
+from gguf_bench.results.predictions import ceiling
 from gguf_bench.results.presentation import evals as evals_view
 from gguf_bench.results.presentation.summary import (
     CONCURRENCY,
@@ -397,6 +398,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
     if show_pp:
         lines.append("pp t/s: prompt tokens per second of prompt processing (speculative rows: both models')")
     lines += [f.caption(summary) for f in RUN_FIELDS if f.legend and f.name in summary]  # what a measured column means
+    lines += ceiling.footer_lines(summary, row_label)  # each row's share of the memory-bandwidth ceiling, where known
     reasons = set(",".join(summary["unreliable"]).split(",")) - {""} if "unreliable" in summary else set()
     if reasons:
         why = [f"runs of one prompt spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
@@ -577,6 +579,7 @@ def render(summary: pd.DataFrame, fmt: str) -> str:
         summary = summary.drop(columns="placement")  # a column only where a placement was asked for
     if fmt == "md":
         return to_markdown(summary)
+    summary = ceiling.with_ceiling(summary)  # bandwidth_gbs, ceiling_pct: where this host's bandwidth is stored
     if fmt == "csv":
         return summary.to_csv(index=False)
     if fmt == "json":

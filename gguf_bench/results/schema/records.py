@@ -29,6 +29,7 @@ from gguf_bench.engine_registry import DEFAULT as DEFAULT_ENGINE
 from gguf_bench.engine_registry import PYTHON_ENGINE, SERVER_ENGINE  # noqa: F401 (re-exported)
 from gguf_bench.engines.placement import Placement
 from gguf_bench.errors import BenchError
+from gguf_bench.models import reads
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results.schema import legacy
 from gguf_bench.results.schema.fields import SPEED, Field, flat
@@ -476,6 +477,64 @@ def _per(joules: float | None, count: int | None) -> float | None:
     return joules / count if joules is not None and count else None
 
 
+def decode_steps(run: RunRecord) -> int | None:
+    """The target's decode steps over the run's decode (each a verify batch, or one token alone): the Python loop's
+    speculative rounds, which it counts; elsewhere the tokens less the accepted drafts less each request's first token
+    (it comes from the prompt's evaluation), as llama-server's draft_n_accepted gives them (its /metrics drafts counter
+    counts only the steps that drafted). A plain run: one token a step. None where not known."""
+    m = run.metrics
+    if m is None or not m.n_tokens:
+        return None
+    if run.mode == Mode.SPECULATIVE and run.config.engine_name == PYTHON_ENGINE:
+        return m.rounds or None
+    if run.mode == Mode.SPECULATIVE and m.accepted is None:
+        return None
+    requests = sum(1 for q in m.requests if not q.get("error")) if m.requests else 1
+    steps = m.n_tokens - (m.accepted or 0) - requests
+    return steps if steps > 0 else None
+
+
+def _steps_per_s(run: RunRecord) -> float | None:
+    """Decode steps per second over tokens/s's window: tokens/s = steps/s x tokens per step."""
+    steps, m = decode_steps(run), run.metrics
+    return steps / m.decode_s if steps and m.decode_s and m.decode_s > 0 else None
+
+
+def _tokens_per_step(run: RunRecord) -> float | None:
+    """tokens/s over steps/s (so that their product is the run's tokens/s): the tokens of the decode window over its
+    steps, the prompt's first token included (tok/rnd leaves it out)."""
+    per_s = _steps_per_s(run)
+    return run.metrics.tokens_per_s / per_s if per_s and run.metrics.tokens_per_s else None
+
+
+def bytes_per_token(run: RunRecord, steps: int | None) -> float | None:
+    """Bytes the run's decode read per generated token (models/reads.py on the headers; steps: decode_steps). The
+    context is the depth, the prompt and half the generated tokens (the mean position a step attends over). A
+    speculative step verifies its drafted tokens + 1 and yields tau = (accepted + steps) / steps tokens; a draft model
+    drafts them where the strategy names one, in the share of rounds draft_sources gives (a chain with an n-gram
+    drafter). None where its model files are not on this machine, it measured nothing, or several requests shared its
+    steps (slots batch their steps: one weight read serves them all, which this per-request arithmetic does not count)."""
+    m = run.metrics
+    if m is None or not m.n_tokens or (m.requests and len(m.requests) > 1):
+        return None
+    ctk, ctv, models = run.config.cache_type_k, run.config.cache_type_v, run.models
+    context = (run.config.depth or 0) + (m.prompt_tokens or 0) + m.n_tokens / 2
+    alone = models.draft if run.mode == Mode.DRAFT else models.target
+    first = reads.file_bytes(alone.path if alone else None, ctk, ctv)
+    if first is None or run.mode != Mode.SPECULATIVE:
+        return first.step(context) if first else None
+    if not steps or m.accepted is None or m.drafted is None:
+        return None
+    modelled = models.draft is not None and "draft" in run.strategy_name  # not an n-gram type's row
+    draft = reads.file_bytes(models.draft.path, ctk, ctv) if modelled else None
+    if modelled and draft is None:
+        return None
+    rounds = sum((m.draft_sources or {}).values())
+    share = (m.draft_sources or {}).get("model", 0) / rounds if rounds else 1.0
+    return reads.per_token(reads.speculative_round(target=first, draft=draft, context=context, drafted=m.drafted / steps,
+                                                   draft_share=share), (m.accepted + steps) / steps)
+
+
 def _per_joule(run: RunRecord) -> float | None:
     """Tokens per joule: None wherever joules per token is (no energy, no tokens), and for a zero reading."""
     joules, count = _joules(run), _m(run).n_tokens if run.metrics else None
@@ -551,6 +610,11 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("ttft_s", _metric("ttft_s"), "s", "mean"),
     Field("latency_p95_s", _metric("latency_p95_s"), "s", "mean", header="p95 s", shown_with="parallel", place=70),
     Field("schedule_predicted_tokens_per_s", _metric("predicted_tokens_per_s"), "tokens/s", "mean", numeric=True),
+    # speed as two factors (tokens/s = steps/s x tokens per step), and the bytes a token's decode reads (--format json)
+    Field("steps_per_s", _steps_per_s, "steps/s", "mean", numeric=True, optional=True),
+    Field("tokens_per_step", _tokens_per_step, "tokens", "mean", numeric=True, optional=True),
+    Field("bytes_per_token", lambda r: bytes_per_token(r, decode_steps(r)), "bytes", "mean", numeric=True,
+          optional=True),  # from the GGUF headers, where the files are here (results/predictions/ceiling.py's numerator)
     # what the trackers measured beyond load (measure/trackers/): columns only where some run has them
     Field("energy_j", _joules, "J", "mean", numeric=True, optional=True),
     Field("joules_per_token", lambda r: _per(_joules(r), r.metrics.n_tokens if r.metrics else None), "J/token", "mean",
