@@ -105,11 +105,18 @@ def test_the_interval_widens_with_the_rows_that_compete():
     assert "corrected for 8 rows" in " ".join(proof_lines(many))
 
 
-def test_a_busy_target_alone_decides_nothing_beside_it():
+def test_a_busy_target_alone_leaves_out_its_pair_and_decides_nothing_without_two_good_pairs():
+    """Issue 62: a busy run is left out with its pair (the row keeps the others); only a row left fewer than 2 good
+    pairs is unreliable."""
     records = interleaved([20.0, 20.5, 19.5, 20.0], {4: [0.4, 0.42, 0.38, 0.41]})
     records[0] = rec("target", 20.0, rep=0, t=0, busy=True)
     row = spec_row(summarize(to_frame(records)), 4)
-    assert row["gain_lo"] > 0 and gain_decided(row) is False and row["undecided_why"] == "busy"
+    assert row["gain_pairs"] == 3 and row["gain_lo"] > 0 and gain_decided(row) is True and row["unreliable"] == ""
+    for i in (2, 4):  # the target alone of repetitions 1 and 2 busy too: one good pair
+        records[i] = rec("target", records[i]["metrics"]["tokens_per_s"], rep=i // 2, t=records[i]["order"]["started"] - T0,
+                         busy=True)
+    row = spec_row(summarize(to_frame(records)), 4)
+    assert row["gain_pairs"] == 1 and "busy" in row["unreliable"] and gain_decided(row) is not True
 
 
 def test_the_deploy_line_is_the_fastest_measured_setting():

@@ -230,7 +230,8 @@ def _deploy_lines(summary, df, runs: list) -> None:
     """Each pair's best cell as the llama-server command that reproduces it (measure/deploy.py)."""
     for headline, command_line in deploy.lines(deploy.with_deploy(summary, df, runs)):
         console.print(fold(headline, console.width), markup=False, soft_wrap=True)  # broken at a separator only
-        console.print(command_line, markup=False, soft_wrap=True)  # one line, to paste
+        if command_line:  # none where a busy machine's row decides nothing
+            console.print(command_line, markup=False, soft_wrap=True)  # one line, to paste
 
 
 def _placement_lines(record: RunRecord) -> None:
@@ -493,7 +494,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     if not loaded.runs and not loaded.evals and not loaded.calibrations:
         raise BenchError("no runs, evaluations or calibrations in these results"
                          + (" (every line was unreadable)" if loaded.unreadable else ""))
-    df = summ.to_frame(loaded.runs)
+    df = summ.to_frame(loaded.runs, loaded.sources)  # each run's file: two files are two sweeps (summary.BLOCK)
     summary = summ.summarize(df, by_prompt=by_prompt or "prompt" in keep, margin=margin) if loaded.runs else None
     if summary is not None:
         summary = summ.with_predictions(summary, df, loaded.calibrations)

@@ -27,8 +27,10 @@ from gguf_bench.placing import parse_label, split_label
 from gguf_bench.results.predictions.costmodel import Calibration
 from gguf_bench.results.presentation.crossover import OTHER as BESIDE
 from gguf_bench.results.presentation.crossover import (
+    busy_above,
     candidates,
     gain_text,
+    over_text,
     setting_label,
     slots_label,
     workload_part,
@@ -77,6 +79,8 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
         order = candidates(rows)
         top = next((i for i in order if line(i)), None)
         if top is None:
+            if (blocker := busy_above(rows)) is not None:  # nothing is decided across a row of a busy machine
+                out.loc[blocker.name, "deploy_busy"] = _busy_note(rows, blocker)
             continue
         simpler = [i for i in order if simplicity(summary.loc[i]) < simplicity(summary.loc[top]) and line(i)]
         chosen, replaced, why = simplest_same(summary.loc[[top, *simpler]], top, df, margin)
@@ -96,18 +100,33 @@ def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
     out = []
     group = [c for c in GROUP if c in summary]
     varying = [c for c in group if c not in ("pair", *CONCURRENCY) and summary[c].nunique(dropna=False) > 1]
-    for _, r in summary[summary["deploy"].notna()].iterrows():
+    blocked = summary.get("deploy_busy", pd.Series(None, index=summary.index, dtype=object)).notna()
+    for _, r in summary[summary["deploy"].notna() | blocked].iterrows():
         rows = summary[matching(summary, r, group)]
         named = " ".join(workload_part(c, r[c]) for c in varying)
         where = f" at {slots_label(r['parallel'], r['clients'])}" if pd.notna(r.get("parallel")) else ""
+        if pd.isna(r["deploy"]):  # a busy machine's row above every deployable one: no line to paste
+            out.append((f"deploy {r['pair']}{f' ({named})' if named else ''}{where}: none yet: {r['deploy_busy']}", ""))
+            continue
         speed = f"{r['tokens_per_s']:.2f} tokens/s"
         simpler = f"; {r['deploy_note']}" if isinstance(r.get("deploy_note"), str) else ""
-        what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)}{simpler})" if r["mode"] == "speculative"
+        over = f"; {over_text(r)}" if over_text(r) else ""  # over another setting's fastest target alone
+        what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)}{over}{simpler})" if r["mode"] == "speculative"
                 else f"no speculation{where} ({speed}; {_why_alone(rows, r)}{simpler})")
         note = ("" if capabilities.of(r["engine"]).server_process else
                 f" (measured in {capabilities.of(r['engine']).what}: check it with --engine server)")
         out.append((f"deploy {r['pair']}{f' ({named})' if named else ''}: {what}{note}", r["deploy"]))
     return out
+
+
+def _busy_note(rows: pd.DataFrame, busy: pd.Series) -> str:
+    """Why a workload has no deploy line: its fastest row (crossover.busy_above) was measured on a busy machine."""
+    varying = [c for c in BESIDE if c in rows and rows[c].nunique(dropna=False) > 1]
+    measured = rows[rows["mode"].isin(["target", "speculative"])]["tokens_per_s"]
+    which = "the fastest measured setting" if busy["tokens_per_s"] >= measured.max() else "a faster setting"
+    good = "pairs of runs" if busy["mode"] == "speculative" else "runs"
+    return (f"{which}, {setting_label(busy, varying)} at {busy['tokens_per_s']:.1f} tokens/s, was measured on a busy "
+            f"machine (fewer than 2 good {good}): measure it again (-r auto)")
 
 
 def _why_alone(rows: pd.DataFrame, alone: pd.Series) -> str:

@@ -20,14 +20,15 @@ RESOLUTION_TICKS = 4  # per core: two at each end of a block
 
 class LoadTracker:
     """The machine's load over a block: the CPU time the process and the calling thread got against the block's wall
-    time, the CPU time every other process on the machine used, and the 1-minute load average before and after. Its
-    fields: records.RUN_FIELDS' load1, main_cpu_share, cpu_share, cpu_count, others_cores."""
+    time, the CPU time every other process on the machine used (a VM's steal time among it, and apart), and the
+    1-minute load average before and after. Its fields: records.RUN_FIELDS' load1, main_cpu_share, cpu_share,
+    cpu_count, others_cores, steal_cores."""
 
     name = "load"
 
     def __enter__(self) -> LoadTracker:
         self.load = Load(load1_before=_load1(), cpu_count=os.cpu_count())
-        self._machine = machine_busy_s()
+        self._machine, self._steal = machine_busy_s(), machine_steal_s()
         self._cpu, self._main, self._wall = time.process_time(), time.thread_time(), time.perf_counter()
         return self
 
@@ -36,6 +37,7 @@ class LoadTracker:
         self.load.cpu_s = time.process_time() - self._cpu
         self.load.main_cpu_s = time.thread_time() - self._main
         self.load.others_cpu_s = _others(self._machine, machine_busy_s(), self.load.cpu_s)
+        self.load.steal_s = _others(self._steal, machine_steal_s(), 0.0)
         self.load.load1_after = _load1()
 
     def fill(self, record: RunRecord) -> RunRecord:
@@ -82,6 +84,16 @@ def machine_busy_s() -> float | None:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
         user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
         return (user + nice + system + irq + softirq + steal) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def machine_steal_s() -> float | None:
+    """CPU seconds the hypervisor has given other guests since boot while this VM's cores wanted to run (Linux
+    /proc/stat's steal: zero on bare metal); None elsewhere. It accrues only on a core that had work, so on a quiet
+    machine it is time taken from the benchmark's own threads."""
+    try:
+        return int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[8]) / _TICK
     except (OSError, IndexError, ValueError):
         return None
 

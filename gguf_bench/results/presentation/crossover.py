@@ -22,6 +22,7 @@ from gguf_bench.results.presentation.summary import (
     FAMILY,
     GAIN_LEVEL,
     SETTING,
+    SPECULATION,
     compare,
     gain_decided,
     margin_of,
@@ -39,8 +40,9 @@ SPEC = [*OTHER, "strategy", "k"]  # one speculative setting of a workload
 def candidates(rows: pd.DataFrame) -> list:
     """Indexes of the rows that may be deployed, best first: the speculative rows that are decidedly faster than the
     fastest target alone (beats_fastest_alone), fastest first, then the target alone rows, fastest first. A row that
-    drafted nothing is never a candidate (its gain is NaN), nor a busy machine's row; a spread does not disqualify
-    (prompts of different kinds differ by design)."""
+    drafted nothing is never a candidate (its gain is NaN), nor a row that busy runs left too few good ones
+    (summary._unreliable); a spread does not disqualify (prompts of different kinds differ by design). Nothing is
+    decided across such a row: only rows faster than the fastest of them are candidates (busy_above names it)."""
     reliable = ~rows.get("unreliable", pd.Series("", index=rows.index)).fillna("").str.contains("busy")
     ok = rows[reliable & rows["tokens_per_s"].notna()]
     alone = ok[ok["mode"] == "target"].sort_values("tokens_per_s", ascending=False, kind="stable")
@@ -48,19 +50,54 @@ def candidates(rows: pd.DataFrame) -> list:
         return []
     spec = ok[(ok["mode"] == "speculative") & ok["gain_pct"].notna()]
     spec = spec[spec.apply(lambda r: beats_fastest_alone(r, alone.iloc[0]), axis=1)] if not spec.empty else spec
-    return list(spec.sort_values("tokens_per_s", ascending=False, kind="stable").index) + list(alone.index)
+    order = list(spec.sort_values("tokens_per_s", ascending=False, kind="stable").index) + list(alone.index)
+    top = busy_above(rows)
+    return order if top is None else [i for i in order if rows.loc[i, "tokens_per_s"] > top["tokens_per_s"]]
+
+
+def busy_above(rows: pd.DataFrame) -> pd.Series | None:
+    """The fastest row (target alone or speculative, any setting) that busy runs left too few good ones to judge
+    (summary._unreliable 'busy'), None where there is none: no row slower than it can be deployed in its place."""
+    flagged = rows.get("unreliable", pd.Series("", index=rows.index)).fillna("").str.contains("busy")
+    busy = rows[flagged & rows["tokens_per_s"].notna() & rows["mode"].isin(["target", "speculative"])]
+    return None if busy.empty else busy.loc[busy["tokens_per_s"].idxmax()]
 
 
 def beats_fastest_alone(row: pd.Series, fastest: pd.Series) -> bool:
     """Whether a speculative row is decidedly faster than the fastest target alone of its slot count: its own gain is
     decided and positive, and where that target alone is another setting's (another -ngl, type of cache, engine), its
-    speed is also told above that one's by Welch's test on the two rows' runs (unpaired: measured apart), at the level
-    its family of rows is corrected to."""
+    speed is also told above that one's: by the summary's comparison of the two (summary.over_fastest_alone: paired
+    where their runs were interleaved in one sweep, else Welch's, its interval corrected with the family's), else
+    (a summary without it) by Welch's test on the two rows' figures, at the level the family is corrected to."""
     if gain_decided(row) is not True or row["gain_pct"] <= 0 or row["tokens_per_s"] <= fastest["tokens_per_s"]:
         return False
     if pd.isna(fastest.get("baseline_tokens_per_s")) or abs(row["baseline_tokens_per_s"] - fastest["tokens_per_s"]) < 1e-9:
         return True  # its own target alone is the fastest one
+    if over_fastest(row, fastest):
+        return row["over_decided"] == True  # noqa: E712 (NaN, a bool or numpy's)
     return faster_p(row, fastest) < GAIN_LEVEL / max(1, int(row.get("gain_family") or 1))
+
+
+def over_fastest(row: pd.Series, alone: pd.Series) -> bool:
+    """Whether the row's comparison with another setting's target alone (summary.over_fastest_alone) is with `alone`."""
+    theirs = row.get("over_alone")
+    return theirs is not None and pd.notna(theirs) and abs(theirs - alone["tokens_per_s"]) < 1e-9 * max(1.0, theirs)
+
+
+def over_text(row: pd.Series) -> str:
+    """'+23% [+12,+35] over -ngl 99 alone': a speculative row's advantage over the other setting's fastest target alone
+    (summary.over_fastest_alone), '(unpaired: measured apart)' after it where the runs were not interleaved; '' where
+    it has none."""
+    pct = row.get("over_pct")
+    if pct is None or pd.isna(pct):
+        return ""
+    parts = (p.partition("=") for p in str(row.get("over_setting") or "").split("; ") if p)
+    where = " ".join(f"{FLAGS.get(c, c)} {v}" for c, _, v in parts) or "another setting"
+    lo, hi = row.get("over_lo"), row.get("over_hi")
+    interval = "" if lo is None or pd.isna(lo) else f" [{lo:+.0f},{hi:+.0f}]"
+    apart = " (unpaired: measured apart)" if row.get("over_test") == "unpaired" else ""
+    decided = row.get("over_decided") == True  # noqa: E712
+    return f"{'' if decided else '~'}{pct:+.0f}%{interval} over {where} alone{apart}"
 
 
 def faster_p(row: pd.Series, other: pd.Series) -> float:
@@ -92,6 +129,8 @@ def open_verdicts(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> li
     margin = margin_of(summary)
     out = []
     for _, family in summary.groupby([c for c in FAMILY if c in summary], dropna=False, sort=False):
+        if again := _busy_rows(family):  # rows that busy runs left too few good pairs: measured again, whatever else
+            out.append(again)
         alone = family[(family["mode"] == "target") & family["tokens_per_s"].notna()]
         spec = family[(family["mode"] == "speculative") & family["gain_pct"].notna()]
         if alone.empty or spec.empty:
@@ -120,6 +159,23 @@ def open_verdicts(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> li
                      if r["mode"] == "speculative" and (alone["tokens_per_s"] == r["baseline_tokens_per_s"]).any()]
             out.append(([{k: r.get(k) for k in ROW} for r in rows], "; ".join(why)))
     return out
+
+
+def _busy_rows(family: pd.DataFrame) -> tuple[list[dict], str] | None:
+    """The rows of a workload that busy runs left too few good runs or pairs (summary._unreliable 'busy') and the
+    targets alone their pairs need (their ROW keys), and why; None where there is none."""
+    flagged = family.get("unreliable", pd.Series("", index=family.index)).fillna("").str.contains("busy")
+    rows = family[flagged & family["mode"].isin(["target", "speculative"])]
+    if rows.empty:
+        return None
+    alone = family[family["mode"] == "target"]
+    baseline = [c for c in SETTING if c not in SPECULATION]
+    need = {i: family.loc[i] for i in rows.index}
+    for _, r in rows[rows["mode"] == "speculative"].iterrows():
+        need |= {i: alone.loc[i] for i in alone[matching(alone, r, baseline)].index}
+    labels = ", ".join(row_label(r) for _, r in rows.iterrows())
+    return ([{k: r.get(k) for k in ROW} for r in need.values()],
+            f"{labels}: too few good runs (the machine was busy during the others)")
 
 
 def is_one_of(row: dict, rows: list[dict]) -> bool:

@@ -27,7 +27,9 @@ from gguf_bench.results.presentation.summary import (
     OTHERS_CORES,
     SETTING,
     SIDE,
+    SPECULATION,
     SPREAD,
+    STEAL_CORES,
     gain_decided,
     margin_of,
     matching,
@@ -404,6 +406,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         why = [f"runs of one prompt spread over {SPREAD:.0%} of their mean"] if "spread" in reasons else []
         why += [_busy_reason(summary[summary["unreliable"].str.contains("busy")])] if "busy" in reasons else []
         lines.append(f"! unreliable: {'; '.join(why)}; no best K is starred beside such rows")
+    lines += left_out_lines(summary)
     lines += proof_lines(summary, varying)
     if _concurrent(summary):
         lines.append("several clients: tokens/s is all clients' tokens over the round's wall time (prompts included); "
@@ -491,7 +494,8 @@ def drift_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]
     out = []
     for _, r in alone.iterrows():
         where = " ".join(f"{_VARYING[c]} {r[c]}" for c in varying if c in _VARYING and c != "prompt_id")
-        spec = summary[(summary["mode"] == "speculative") & matching(summary, r, [c for c in SETTING if c in summary])]
+        spec = summary[(summary["mode"] == "speculative") & matching(summary, r, [c for c in SETTING if c in summary
+                                                                                   and c not in SPECULATION])]
         unpaired = (spec.get("gain_test") == "unpaired").any()
         then = "its unpaired gains are not decided" if unpaired else "the paired gains cancel a slow drift"
         out.append(f"drift: the target alone{f' ({where})' if where else ''} moved {r['drift_pct']:+.1f}% from the first "
@@ -532,11 +536,29 @@ def concurrency_lines(summary: pd.DataFrame) -> list[str]:
     return lines
 
 
+def left_out_lines(summary: pd.DataFrame) -> list[str]:
+    """'2 of 8 runs left out: busy (...)': the runs measured while the machine had other work (summary.busy), each left
+    out with the run paired with it; and how many sweeps the rows pool, where more than one (each with its own pairs)."""
+    lines = []
+    left = int(summary["busy_runs"].sum()) if "busy_runs" in summary else 0
+    if left:
+        reason = _busy_reason(summary[summary["busy_runs"] > 0]).removeprefix("the machine was busy: ")
+        lines.append(f"{left} of {int(summary['runs'].sum())} runs left out: busy ({reason}); gains are read from "
+                     "the others (a pair with a busy run is left out whole)")
+    pooled = int(summary["sweeps"].max()) if "sweeps" in summary and summary["sweeps"].notna().any() else 1
+    if pooled > 1:
+        lines.append(f"rows pool up to {pooled} sweeps: each sweep's runs paired among themselves, their pairs added")
+    return lines
+
+
 def _busy_reason(busy: pd.DataFrame) -> str:
     """'the machine was busy: others used 1.3 of 2 cores during these runs': what the flagged rows measured."""
     others, cores = busy["others_cores"].max(), busy["cpu_count"].max()
     starved = busy["main_cpu_share"].min()
     parts = [f"others used {others:.1f} of {cores:.0f} cores during these runs"] if pd.notna(others) and others > OTHERS_CORES else []
+    stolen = busy["steal_cores"].max() if "steal_cores" in busy else float("nan")
+    if pd.notna(stolen) and stolen > STEAL_CORES:
+        parts.append(f"the hypervisor gave {stolen:.2f} cores to other guests (steal)")
     if pd.notna(starved) and starved < MAIN_SHARE:
         parts.append(f"the generating thread got {starved:.0%} of the wall time")
     if not parts:  # records without the others' CPU time: judged by their load average

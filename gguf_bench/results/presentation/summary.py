@@ -33,13 +33,22 @@ from gguf_bench.results.schema.records import (
 
 CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
 CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
-SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", "placement", *CONTEXT, "depth", "temperature",
-           "n_predict"]  # a baseline
-# shares these (depth: tokens of context before the prompt)
+SPECULATION = ["verify"]  # settings of speculative runs only (a target alone has none): a row's, not its baseline's
+SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", "placement", *CONTEXT, "threads", "n_ctx", "depth",
+           "temperature", "top_k", "top_p", "n_predict", *SPECULATION]  # a baseline shares these but SPECULATION
+# (depth: tokens of context before the prompt); files that differ in any of them never fold into one row
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 SPREAD = 0.25  # std/mean of a row's runs of one prompt above which they disagree too much to rank the row
 MAIN_SHARE = 0.75  # a CPU-only run whose generating thread got less of the wall time than this shared the CPU
 OTHERS_CORES = 0.25  # a run beside other processes that kept more than this many cores busy (on average) was disturbed
+STEAL_CORES = 0.05  # a VM's run whose cores the hypervisor gave to other guests for more than this many cores (on
+# average) was disturbed: steal accrues only on a core that had work, so on a quiet machine it is time taken from the
+# run's own threads (unlike another process on an idle core); 0.05 of a core is 5% of the generating thread's time,
+# the change DRIFT names. It is inside others_cores too, which judges it by OTHERS_CORES where it is larger
+LOAD_FOLDS = {"load1": "max", "main_cpu_share": "min", "cpu_count": "max", "others_cores": "max", "steal_cores": "max"}
+BLOCK = ["_sweep", "prompt_id", "repetition"]  # a pair's runs share these (and the setting): measured in one block of
+# one sweep (_sweep: the sweep's name and the file it came from, sweep_of)
+ACROSS = ["temperature", "depth", *CONCURRENCY]  # two settings' runs paired across (over_fastest_alone) share these too
 NO_REASON = "its drafter proposed no token"  # a row that drafted nothing, of records without a reason
 GAIN_LEVEL = 0.05  # a gain is decided where its 95% interval, corrected for the rows that compete, excludes zero
 FAMILY = ["pair", "host", *CONCURRENCY, "depth", "temperature", "n_predict", "prompt_id"]  # one workload: the rows that
@@ -58,10 +67,12 @@ class Loaded:
     calibrations: list[CalibrationRecord] = field(default_factory=list)
     others: list[OtherRecord] = field(default_factory=list)  # kinds of later versions
     unreadable: list[str] = field(default_factory=list)  # 'FILE line N' of each line that is not a record
+    sources: list[str] = field(default_factory=list)  # the file each of `runs` came from (to_frame's `source`)
 
 
 def load(paths: list[Path], default_dir: Path) -> Loaded:
-    """Every record of the .jsonl files and folders given, split by kind."""
+    """Every record of the .jsonl files and folders given, split by kind. A run found twice (the same sweep, cell and
+    start: a file copied beside itself, a folder given with one of its files) is kept once, from the first file."""
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
@@ -73,19 +84,37 @@ def load(paths: list[Path], default_dir: Path) -> Loaded:
     if not files:
         raise BenchError(f"no .jsonl results in {', '.join(map(str, paths))}; run `gguf-bench sweep` first")
     out = Loaded()
+    seen: set = set()
     for f in files:
         records, bad = read_file(f)
         out.unreadable += bad
         for rec in records:
+            if isinstance(rec, RunRecord):
+                key = _run_key(rec)
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.sources.append(str(f))
             {RunRecord: out.runs, EvalRecord: out.evals, CalibrationRecord: out.calibrations,
              OtherRecord: out.others}[type(rec)].append(rec)
     return out
 
 
-def to_frame(records: list) -> pd.DataFrame:
-    """One row per run (records as RunRecord or stored dicts; other kinds are left out)."""
+def _run_key(rec: RunRecord) -> tuple:
+    """What makes a run the same run wherever it is found: its sweep, cell and start (records without a start time or a
+    cell: every stored field)."""
+    started = rec.order.started if rec.order else None
+    if rec.cell and started is not None:
+        return rec.sweep, rec.cell, str(rec.mode), started
+    return (repr(rec),)
+
+
+def to_frame(records: list, sources: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per run (records as RunRecord or stored dicts; other kinds are left out), with the file each came from
+    (`source`: Loaded.sources; None where not given)."""
     runs = [r if isinstance(r, RunRecord) else parse(r) for r in records]
-    return pd.DataFrame([run_row(r) for r in runs if isinstance(r, RunRecord)])
+    where = list(sources) if sources is not None else [None] * len(runs)
+    return pd.DataFrame([run_row(r) | {"source": w} for r, w in zip(runs, where) if isinstance(r, RunRecord)])
 
 
 def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = None) -> pd.DataFrame:
@@ -100,43 +129,57 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     for f in RUN_FIELDS:  # None where a record has no such figure: NaN, so they aggregate as numbers
         if f.numeric:
             df = df.assign(**{f.name: pd.to_numeric(df[f.name], errors="coerce")})
+    baseline = [c for c in setting if c not in SPECULATION]  # what a row shares with its target alone
     ok = df[df["error"].isna()]
+    ok = ok.assign(_sweep=sweep_of(ok), _busy=busy(ok))
     failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
-    agg = ok.groupby(keys, dropna=False).agg(runs=("tokens_per_s", "size"), **folds(RUN_FIELDS))
+    # a busy run's figures are left out of its row (and its pairs, gain_tests), unless every run of the row was busy
+    counted = ok[~ok["_busy"] | ok.groupby(keys, dropna=False)["_busy"].transform("all").astype(bool)]
+    agg = counted.groupby(keys, dropna=False).agg(runs=("tokens_per_s", "size"), **folds(RUN_FIELDS))
+    every = ok.groupby(keys, dropna=False)  # the same groups, in the same order: every run, busy or not
+    agg = agg.assign(runs=every.size().to_numpy(), busy_runs=every["_busy"].sum().to_numpy().astype(int),
+                     sweeps=every["_sweep"].nunique().to_numpy(),  # how many sweeps (name and file) the row pools
+                     **{n: every[n].agg(f).to_numpy() for n, f in LOAD_FOLDS.items() if n in agg})  # the machine over
+    # every run of the row, the busy ones included (what the caption says of them)
     agg = agg.drop(columns=[f.name for f in RUN_FIELDS if f.optional and f.fold and agg[f.name].isna().all()])
     if df["twin"].any():  # a column only where a twin ran: files without one report as before
         agg = agg.join(df.groupby(keys, dropna=False)["twin"].any())
-    agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(ok, keys))
+    agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(counted, keys))
     agg = agg.join(_no_drafts(ok, keys)).reset_index()
     agg["runs"] = agg["runs"].fillna(0).astype(int)
     agg["failed"] = agg["failed"].fillna(0).astype(int)
+    agg["busy_runs"] = agg["busy_runs"].fillna(0).astype(int)
+    agg["sweeps"] = agg["sweeps"].fillna(0).astype(int)
     gained = [f.name for f in RUN_FIELDS if f.gain and f.name in agg]  # other figures with a gain (tokens per joule)
-    base = agg[agg["mode"] == "target"][setting + ["tokens_per_s", "tokens_per_s_std", *gained]].rename(
+    base = agg[agg["mode"] == "target"][baseline + ["tokens_per_s", "tokens_per_s_std", *gained]].rename(
         columns={"tokens_per_s": "baseline_tokens_per_s", "tokens_per_s_std": "baseline_std",
                  **{name: f"_baseline_{name}" for name in gained}})
     tests = gain_tests(ok, setting, keys)
-    agg = agg.merge(base, on=setting, how="left").merge(tests.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
-    gaps = pair_gaps(ok, setting, keys)  # the pairs gain_tests makes
+    agg = agg.merge(base, on=baseline, how="left").merge(tests.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
+    gaps = pair_gaps(ok, baseline, keys)  # the pairs gain_tests makes
     agg = agg.merge(gaps.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
-    moved = drift(ok, setting)
-    agg = agg.merge(moved.astype({k: agg[k].dtype for k in setting}), on=setting, how="left")
-    unpaired = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"])
-    agg["gain_pct"] = agg["gain_pct"].where(agg["gain_test"] == "paired", unpaired).where(agg["no_drafts"].isna())
+    moved = drift(counted, baseline)
+    agg = agg.merge(moved.astype({k: agg[k].dtype for k in baseline}), on=baseline, how="left")
+    unpaired = gain_pct(agg["tokens_per_s"], agg["baseline_tokens_per_s"])  # also where no pair was left (busy)
+    agg["gain_pct"] = agg["gain_pct"].where((agg["gain_test"] == "paired") & agg["gain_pct"].notna(), unpaired).where(
+        agg["no_drafts"].isna())
     for name in gained:
         theirs = gain_tests(ok, setting, keys, name)
         agg = agg.merge(theirs.rename(columns={c: f"{name}_{c}" for c in theirs.columns if c not in keys})
                         .astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
         agg[f"{name}_gain_pct"] = agg[f"{name}_gain_pct"].where(
-            agg[f"{name}_gain_test"] == "paired", gain_pct(agg[name], agg.pop(f"_baseline_{name}"))).where(
+            (agg[f"{name}_gain_test"] == "paired") & agg[f"{name}_gain_pct"].notna(),
+            gain_pct(agg[name], agg.pop(f"_baseline_{name}"))).where(
             agg["no_drafts"].isna())
     agg["unreliable"] = agg.apply(_unreliable, axis=1)
     # a flag that withholds the star: busy always; spread only where the gains are unpaired (an older file): a paired
     # gain's interval is of its block-by-block ratios, which a drift that spreads the runs leaves alone
-    paired = agg.groupby(setting, dropna=False)["gain_test"].transform(lambda s: bool((s == "paired").any()))
+    paired = agg.groupby(baseline, dropna=False)["gain_test"].transform(lambda s: bool((s == "paired").any()))
     blocking = agg["unreliable"].str.contains("busy") | (agg["unreliable"].str.contains("spread") & ~paired)
-    flagged = blocking.groupby([agg[c] for c in setting], dropna=False).transform("any")
-    agg["baseline_busy"] = agg.groupby(setting, dropna=False)["unreliable"].transform(
+    flagged = blocking.groupby([agg[c] for c in baseline], dropna=False).transform("any")
+    agg["baseline_busy"] = agg.groupby(baseline, dropna=False)["unreliable"].transform(
         lambda s: bool(s[agg.loc[s.index, "mode"] == "target"].str.contains("busy").any()))
+    agg = over_fastest_alone(agg, ok, baseline, keys)  # the deploy line's advantage over another setting
     agg["decided"] = agg.apply(_decided, axis=1)
     agg["undecided_why"] = agg.apply(_undecided_why, axis=1)
     agg["verdict"] = agg.apply(lambda r: _verdict(r, margin), axis=1)
@@ -185,31 +228,39 @@ def _no_drafts(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
 
 def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str], value: str = "tokens_per_s") -> pd.DataFrame:
     """Per speculative row (keys): its gain over the target alone in `value` and a 95% interval, corrected (Bonferroni)
-    for the speculative rows of its FAMILY that compete for the same verdict.
+    for the comparisons of its FAMILY that compete for the same verdict: its speculative rows against their targets
+    alone, and those of another setting than the family's fastest target alone against that one too
+    (over_fastest_alone).
 
     Paired where the runs were interleaved (records.Order: both sides have a `design`): each run against the target
-    alone of its own block (same setting, prompt and repetition, measured next to it), the gain the geometric mean of
-    those ratios, the interval a t-interval on their logarithms (`gain_test` 'paired'). Files written before runs were
-    interleaved: Welch's t-test of the two rows' runs, each over its prompt's target-alone mean ('unpaired'). Columns:
-    gain_pct (paired only; summarize takes the ratio of means for the rest), gain_lo, gain_hi, gain_p (uncorrected),
-    gain_pairs, gain_test, gain_family (the comparisons corrected for: rows x looks), gain_looks (-r auto's looks)."""
+    alone of its own block (same setting, sweep, prompt and repetition, measured next to it: BLOCK), the gain the
+    geometric mean of those ratios, the interval a t-interval on their logarithms (`gain_test` 'paired'). Several
+    sweeps of one grid add their pairs (never a cross product). A pair with a busy run (busy) is left out. Files
+    written before runs were interleaved: Welch's t-test of the two rows' runs (busy ones left out), each over its
+    prompt's target-alone mean ('unpaired'). Columns: gain_pct (paired only; summarize takes the ratio of means for the
+    rest), gain_lo, gain_hi, gain_p (uncorrected), gain_pairs, gain_busy (pairs, or unpaired runs, left out: busy),
+    gain_test, gain_family (the comparisons corrected for: rows x looks), gain_looks (-r auto's looks)."""
+    baseline = [c for c in setting if c not in SPECULATION]
     alone = ok[ok["mode"] == "target"]
     out = []
     for _, rows in ok[ok["mode"] == "speculative"].groupby(keys, dropna=False):
         first = rows.iloc[0]
-        base = alone[matching(alone, first, setting) & alone["prompt_id"].isin(rows["prompt_id"])]
+        base = alone[matching(alone, first, baseline) & alone["prompt_id"].isin(rows["prompt_id"])]
         looks = pd.to_numeric(rows.get("looks", pd.Series(dtype=float)), errors="coerce").max()
         out.append({**{k: first[k] for k in keys}, **_estimate(rows, base, value),
                     "_looks": 1 if pd.isna(looks) else int(looks)})
-    columns = [*keys, "gain_pct", "gain_lo", "gain_hi", "gain_p", "gain_pairs", "gain_test", "gain_family", "gain_looks"]
+    columns = [*keys, "gain_pct", "gain_lo", "gain_hi", "gain_p", "gain_pairs", "gain_busy", "gain_test", "gain_family",
+               "gain_looks"]
     frame = pd.DataFrame(out, columns=[*columns, "_est", "_se", "_dof", "_looks"])
     frame["gain_looks"] = frame["_looks"]
     if frame.empty:
         return frame[columns]
     testable = frame["_se"].notna()
     family = [k for k in FAMILY if k in frame]
-    frame["gain_family"] = (testable.groupby([frame[k] for k in family], dropna=False).transform("sum") if family else int(
-        testable.sum())) * frame["_looks"]  # -r auto: every look is one more chance of a false decision
+    compared = testable.astype(int) + (testable & _crossed(frame, ok, baseline)).astype(int)  # + one against another
+    # setting's fastest target alone
+    frame["gain_family"] = (compared.groupby([frame[k] for k in family], dropna=False).transform("sum") if family else int(
+        compared.sum())) * frame["_looks"]  # -r auto: every look is one more chance of a false decision
     for i, r in frame[testable].iterrows():
         half = stats.t.ppf(1 - GAIN_LEVEL / 2 / max(1, int(r["gain_family"])), r["_dof"]) * r["_se"]
         lo, hi = r["_est"] - half, r["_est"] + half
@@ -218,25 +269,143 @@ def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str], value: str
     return frame[columns]
 
 
+def sweep_of(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the sweep it belongs to: its sweep's name and the file it was read from (to_frame's `source`), so that
+    two files of one name, or one file's runs under two names, are two sweeps."""
+    def column(name: str) -> pd.Series:
+        return runs[name].astype(object).where(runs[name].notna(), "") if name in runs else pd.Series("", index=runs.index)
+    return column("sweep").astype(str) + "\x1f" + column("source").astype(str)
+
+
+def busy(runs: pd.DataFrame) -> pd.Series:
+    """Per run, whether the machine had other work during it: other processes (a VM's neighbours among them) kept more
+    than OTHERS_CORES cores busy, the hypervisor stole more than STEAL_CORES cores, or on a CPU-only run the generating
+    thread got less than MAIN_SHARE of the wall time. Records written before the others' CPU time was measured are
+    judged by their load average against the cores, as they were then."""
+    def number(name: str) -> pd.Series:
+        return pd.to_numeric(runs[name], errors="coerce") if name in runs else pd.Series(np.nan, index=runs.index)
+    others, load1, cores = number("others_cores"), number("load1"), number("cpu_count")
+    on_cpu = {side: runs[f"{side}_offload"].astype(str).str.strip().str.startswith("0/") if f"{side}_offload" in runs
+              else pd.Series(False, index=runs.index) for side in ("target", "draft")}
+    mode = runs["mode"] if "mode" in runs else pd.Series("", index=runs.index)
+    cpu_only = (on_cpu["target"].where(mode != "draft", on_cpu["draft"])
+                & on_cpu["draft"].where(mode == "speculative", True)).astype(bool)
+    out = (others > OTHERS_CORES) | (others.isna() & (load1 > cores)) | (number("steal_cores") > STEAL_CORES)
+    return (out | (cpu_only & (number("main_cpu_share") < MAIN_SHARE))).astype(bool)
+
+
+def fastest_alone(ok: pd.DataFrame, baseline: list[str]) -> pd.DataFrame:
+    """Per family (FAMILY), the fastest target alone that busy runs left reliable (at least 2 good runs, or none busy):
+    its baseline keys and `_speed` (the mean of its good runs, as the summary row's)."""
+    alone = ok[ok["mode"] == "target"]
+    rows = []
+    for key, runs in alone.groupby(baseline, dropna=False):
+        good = runs[~runs["_busy"]] if "_busy" in runs else runs
+        speed = pd.to_numeric((good if len(good) else runs)["tokens_per_s"], errors="coerce").mean()
+        if len(good) == len(runs) or len(good) >= 2:
+            rows.append(dict(zip(baseline, key)) | {"_speed": speed})
+    frame = pd.DataFrame(rows, columns=[*baseline, "_speed"])
+    frame = frame[frame["_speed"].notna()].sort_values("_speed", ascending=False, kind="stable")
+    family = [k for k in FAMILY if k in baseline]
+    return frame.groupby(family, dropna=False, sort=False).head(1) if family else frame.head(1)
+
+
+def _crossed(rows: pd.DataFrame, ok: pd.DataFrame, baseline: list[str]) -> pd.Series:
+    """Per speculative row, whether its family's fastest target alone (fastest_alone) is another setting's: the deploy
+    line then compares the row with that one too (over_fastest_alone), one more comparison of the family."""
+    fastest = fastest_alone(ok, baseline)
+    family = [k for k in FAMILY if k in baseline]
+    out = pd.Series(False, index=rows.index)
+    for i, row in rows.iterrows():
+        theirs = fastest[matching(fastest, row, family)]
+        out[i] = not theirs.empty and not bool(matching(theirs.iloc[:1], row, baseline).iloc[0])
+    return out
+
+
+def over_fastest_alone(summary: pd.DataFrame, ok: pd.DataFrame, baseline: list[str], keys: list[str]) -> pd.DataFrame:
+    """The summary with each speculative row's advantage in tokens/s over its family's fastest target alone where that
+    one is another setting's (another -ngl, engine, context; fastest_alone): `over_pct` and its interval `over_lo`,
+    `over_hi` (corrected as the row's gain is: gain_family counts these comparisons), `over_test` ('paired': both
+    rows' runs were interleaved in one sweep, each run over the other setting's of the same block; 'unpaired':
+    measured apart, Welch's test), `over_pairs`, `over_decided` (its interval above zero, and unpaired only on targets
+    alone that did not drift), `over_alone` (that target alone's tokens/s) and `over_setting` ('ngl=99': where it
+    differs). Columns only where some row has such a comparison."""
+    columns = ["over_pct", "over_lo", "over_hi", "over_test", "over_pairs", "over_decided", "over_alone", "over_setting"]
+    fastest = fastest_alone(ok, baseline)
+    family = [k for k in FAMILY if k in baseline]
+    good = ok[~ok["_busy"]] if "_busy" in ok else ok
+    found = {}
+    for i, row in summary[summary["mode"] == "speculative"].iterrows():
+        theirs = fastest[matching(fastest, row, family)]
+        if theirs.empty or bool(matching(theirs.iloc[:1], row, baseline).iloc[0]):
+            continue
+        alt = theirs.iloc[0]
+        mine = good[matching(good, row, keys)]
+        alone = good[(good["mode"] == "target") & matching(good, alt, baseline)]
+        est = advantage(mine, alone)
+        level = GAIN_LEVEL / 2 / max(1, int(row["gain_family"]) if pd.notna(row.get("gain_family")) else 1)
+        lo = hi = float("nan")
+        if pd.notna(est["_se"]):
+            half = stats.t.ppf(1 - level, est["_dof"]) * est["_se"]
+            lo, hi = est["_est"] - half, est["_est"] + half
+            lo, hi = (100 * np.expm1(lo), 100 * np.expm1(hi)) if est["gain_test"] == "paired" else (100 * lo, 100 * hi)
+        pct = est["gain_pct"] if est["gain_test"] == "paired" else 100 * (row["tokens_per_s"] / alt["_speed"] - 1)
+        drifted = summary[(summary["mode"] == "target") & (matching(summary, row, baseline)
+                                                           | matching(summary, alt, baseline))]["drift_pct"].abs()
+        steady = est["gain_test"] == "paired" or not (drifted > 100 * DRIFT).any()
+        found[i] = {"over_pct": pct, "over_lo": lo, "over_hi": hi, "over_test": est["gain_test"],
+                    "over_pairs": est["gain_pairs"], "over_decided": bool(pd.notna(lo) and lo > 0 and steady),
+                    "over_alone": alt["_speed"],
+                    "over_setting": "; ".join(f"{c}={alt[c]}" for c in baseline if not matching(
+                        pd.DataFrame([alt]), row, [c]).iloc[0])}
+    if not found:
+        return summary
+    return summary.join(pd.DataFrame.from_dict(found, orient="index", columns=columns))
+
+
+def advantage(mine: pd.DataFrame, theirs: pd.DataFrame, value: str = "tokens_per_s") -> dict:
+    """A row's good runs against another setting's target alone (over_fastest_alone): paired run by run where both were
+    interleaved in one sweep (every run has records.Order's `design`, and `settings_design`: the sweep's settings took
+    turns) on BLOCK and ACROSS, else Welch's test (measured apart); _estimate's keys."""
+    def interleaved(side: pd.DataFrame) -> bool:
+        return all(c in side and side[c].notna().all() for c in ("design", "settings_design"))
+    shared = "_sweep" not in mine or bool(set(mine["_sweep"]) & set(theirs["_sweep"]))
+    if not mine.empty and not theirs.empty and interleaved(mine) and interleaved(theirs) and shared:
+        return _paired(mine, theirs, value, BLOCK + ACROSS)
+    p, est, se, dof = _welch(mine, theirs, value)
+    return {"gain_pct": float("nan"), "gain_p": p, "gain_pairs": 0, "gain_busy": 0, "gain_test": "unpaired",
+            "_est": est, "_se": se, "_dof": dof}
+
+
 def _estimate(spec: pd.DataFrame, alone: pd.DataFrame, value: str) -> dict:
-    """The gain's estimate: paired where both rows' runs were interleaved, else unpaired (gain_tests)."""
+    """The gain's estimate: paired where both rows' runs were interleaved, else unpaired (gain_tests); busy runs left
+    out (with their pairs)."""
     if "design" in spec and spec["design"].notna().all() and alone["design"].notna().all():
         return _paired(spec, alone, value)
+    lost = 0
+    if "_busy" in spec:
+        lost = int(spec["_busy"].sum() + alone["_busy"].sum())
+        spec, alone = spec[~spec["_busy"]], alone[~alone["_busy"]]
     p, est, se, dof = _welch(spec, alone, value)
-    return {"gain_pct": float("nan"), "gain_p": p, "gain_pairs": 0, "gain_test": "unpaired", "_est": est, "_se": se,
-            "_dof": dof}
+    return {"gain_pct": float("nan"), "gain_p": p, "gain_pairs": 0, "gain_busy": lost, "gain_test": "unpaired",
+            "_est": est, "_se": se, "_dof": dof}
 
 
-def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str) -> dict:
-    """Each speculative run over the target alone of its block (same prompt and repetition): the geometric mean of the
-    ratios, and the t statistics of their logarithms (none with fewer than 2 pairs)."""
-    both = spec[["prompt_id", "repetition", value]].merge(alone[["prompt_id", "repetition", value]],
-                                                          on=["prompt_id", "repetition"], suffixes=("", "_alone"))
+def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str, on: Sequence[str] = BLOCK) -> dict:
+    """Each speculative run over the target alone of its block (`on`: same sweep, prompt and repetition): the geometric
+    mean of the ratios, and the t statistics of their logarithms (none with fewer than 2 pairs). A pair with a busy run
+    on either side is left out (counted: gain_busy)."""
+    on = [c for c in on if c in spec and c in alone]
+    flag = ["_busy"] if "_busy" in spec and "_busy" in alone else []
+    both = spec[[*on, value, *flag]].merge(alone[[*on, value, *flag]], on=on, suffixes=("", "_alone"))
+    lost = both["_busy"] | both["_busy_alone"] if flag else pd.Series(False, index=both.index)
+    both = both[~lost.astype(bool)]
     ratio = pd.to_numeric(both[value], errors="coerce") / pd.to_numeric(both[f"{value}_alone"], errors="coerce")
     logs = np.log(ratio[(ratio > 0) & np.isfinite(ratio)].to_numpy(dtype=float))
     n = len(logs)
     out = {"gain_pct": 100 * np.expm1(logs.mean()) if n else float("nan"), "gain_pairs": n, "gain_test": "paired",
-           "gain_p": float("nan"), "_est": float("nan"), "_se": float("nan"), "_dof": float("nan")}
+           "gain_busy": int(lost.sum()), "gain_p": float("nan"), "_est": float("nan"), "_se": float("nan"),
+           "_dof": float("nan")}
     if n >= 2:
         se = logs.std(ddof=1) / np.sqrt(n)
         se = se if se > 0 else 1e-12  # every ratio the same: an interval of zero width
@@ -274,7 +443,7 @@ def pair_gaps(ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataF
     columns = [*keys, "pair_gap_median_s", "pair_gap_max_s"]
     if "started" not in ok:
         return pd.DataFrame(columns=columns)
-    on = list(dict.fromkeys([*setting, "prompt_id", "repetition"]))
+    on = list(dict.fromkeys([*setting, *[c for c in BLOCK if c in ok]]))  # within one sweep, as gain_tests pairs
     spec = ok[ok["mode"] == "speculative"][list(dict.fromkeys([*keys, *on, "started"]))]
     alone = ok[ok["mode"] == "target"][[*on, "started"]]
     both = spec.merge(alone, on=on, suffixes=("", "_alone"))
@@ -486,19 +655,26 @@ def _spread(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
 
 
 def _unreliable(row: pd.Series) -> str:
-    """Why a row cannot be trusted: 'spread' (its runs of one prompt disagree: see _spread), 'busy' (the machine had other
-    work: other processes kept more than OTHERS_CORES cores busy during one of its runs, or on a CPU-only run the
-    generating thread got less than MAIN_SHARE of the wall time), both comma-joined, or ''. Records written before
-    the others' CPU time was measured are judged by their load average against the cores, as they were then."""
+    """Why a row cannot be trusted: 'spread' (its runs of one prompt disagree: see _spread), 'busy' (runs measured while
+    the machine had other work, busy, left it too few good ones: a speculative row no interval once the pairs with a
+    busy run are left out, fewer than 2 good pairs; another row fewer than 2 good runs), both comma-joined, or ''. A
+    row whose busy runs leave enough good ones is judged by those (`busy_runs` says how many were left out)."""
     why = []
     if pd.notna(row["spread"]) and row["spread"] > SPREAD:
         why.append("spread")
-    cpu_only = all(part.strip().startswith("0/") for part in offload_label(row).split("+"))
-    others = row["others_cores"] > OTHERS_CORES if pd.notna(row["others_cores"]) else (
-        pd.notna(row["load1"]) and pd.notna(row["cpu_count"]) and row["load1"] > row["cpu_count"])
-    if (others or (cpu_only and pd.notna(row["main_cpu_share"]) and row["main_cpu_share"] < MAIN_SHARE)):
+    if _too_busy(row):
         why.append("busy")
     return ",".join(why)
+
+
+def _too_busy(row: pd.Series) -> bool:
+    """Whether busy runs left the row too few good ones to judge it (_unreliable)."""
+    def count(name: str) -> int:
+        v = row.get(name)
+        return 0 if v is None or pd.isna(v) else int(v)
+    if row.get("mode") == "speculative":
+        return count("busy_runs") + count("gain_busy") > 0 and pd.isna(row.get("gain_lo"))
+    return count("busy_runs") > 0 and count("runs") - count("busy_runs") < 2
 
 
 def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, calibrations: list[CalibrationRecord]) -> pd.DataFrame:

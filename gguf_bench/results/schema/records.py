@@ -172,6 +172,8 @@ class Load:
     main_cpu_s: float | None = None  # the thread that generates (Python, and llama.cpp's worker 0)
     cpu_count: int | None = None
     others_cpu_s: float | None = None  # every other process on the machine (for the server engine: but the server)
+    steal_s: float | None = None  # CPU time the hypervisor gave other guests while this VM's cores wanted to run
+    # (/proc/stat's steal; inside others_cpu_s too); None: not measured (records before it, not Linux)
 
     @property
     def load1(self) -> float | None:
@@ -189,6 +191,11 @@ class Load:
     def others_cores(self) -> float | None:
         """How many cores the rest of the machine kept busy, on average over the run (0.5: half of one core)."""
         return self.others_cpu_s / self.wall_s if self.wall_s and self.others_cpu_s is not None else None
+
+    @property
+    def steal_cores(self) -> float | None:
+        """How many cores the VM's neighbours took from this machine while it wanted them, on average over the run."""
+        return self.steal_s / self.wall_s if self.wall_s and self.steal_s is not None else None
 
 
 DECODE_WINDOW = "decode"  # Energy.window: the counters read at the first token and after the last (tokens/s's window)
@@ -582,7 +589,9 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("ngld", lambda r: str(r.config.ngld)), Field("temperature", lambda r: r.config.temperature),
     Field("greedy", lambda r: r.greedy), Field("n_predict", lambda r: r.config.n_predict),
     Field("prompt_id", lambda r: r.config.prompt_id), Field("repetition", lambda r: r.config.repetition),
-    Field("threads", lambda r: r.config.threads),
+    Field("threads", lambda r: r.config.threads), Field("n_ctx", lambda r: r.config.n_ctx),
+    Field("verify", lambda r: r.config.verify), Field("top_k", lambda r: r.config.top_k),
+    Field("top_p", lambda r: r.config.top_p),
     *(Field(name, functools.partial(lambda name, r: r.config.context()[name], name)) for name in CONTEXT_DEFAULTS),
     Field("threads_draft", lambda r: r.config.threads_draft or r.config.threads or r.env.cpu_count or 0),
     Field("parallel", lambda r: r.config.parallel), Field("clients", lambda r: r.config.clients),
@@ -605,6 +614,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("main_cpu_share", _load(lambda lo: lo.main_share), "", "min", numeric=True),
     Field("cpu_count", lambda r: (r.load.cpu_count if r.load else None) or r.env.cpu_count, "cores", "max", numeric=True),
     Field("others_cores", _load(lambda lo: lo.others_cores), "cores", "max", numeric=True),
+    Field("steal_cores", _load(lambda lo: lo.steal_cores), "cores", "max", numeric=True, optional=True),
     Field("per_request_tokens_per_s", _metric("per_request_tokens_per_s"), "tokens/s", "mean", header="req t/s",
           shown_with="parallel", fmt=SPEED, place=60),
     Field("ttft_s", _metric("ttft_s"), "s", "mean"),
