@@ -107,6 +107,10 @@ VerdictMarginOpt = Annotated[float, typer.Option("--margin", metavar="PCT", help
                              "same: a gain whose whole corrected interval lies inside ±PCT is 'the same' (≈), a "
                              "verdict as 'faster' is; -r auto stops on it, and between settings that are the same the "
                              "deploy line takes the simpler (no draft, fewer GPU layers, the smaller K)")]
+ObjectiveOpt = Annotated[str, typer.Option("--objective", metavar="decode|request|throughput", help="what the gain, "
+                          "★, -r auto, the per-slot map and the deploy line read: decode tokens/s; request latency "
+                          "(TTFT + -n tokens, lower is better: the gain is the latencies' ratio); served throughput "
+                          "(every token over the wall time, prompts included, at the slot count)")]
 RepsBudgetOpt = Annotated[str | None, typer.Option("--reps-budget", help="-r auto: start no more passes after this "
                                                    "long (90s, 30m, 2h)")]
 VerifyOpt = Annotated[Verify, typer.Option("--verify", help="batched: the target verifies K+1 tokens in one decode "

@@ -41,6 +41,7 @@ from gguf_bench.cli.options import (
     NgramMaxOpt,
     NgramMinOpt,
     NPredictOpt,
+    ObjectiveOpt,
     OverrideDraftOpt,
     OverrideOpt,
     PairArg,
@@ -173,10 +174,19 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
     (err if json_out else console).print(f"stored {len(records)} runs in {out}", markup=False, soft_wrap=True)
 
 
-def _show_runs(runs: list[RunRecord], title: str = "", deploy_lines: bool = True, margin: float | None = None) -> None:
-    """The report of these runs, as every command prints it (verdicts read with `margin` %: summary.MARGIN)."""
-    df = summ.to_frame(runs)
+def _show_runs(runs: list[RunRecord], title: str = "", deploy_lines: bool = True, margin: float | None = None,
+               objective: str = "decode") -> None:
+    """The report of these runs, as every command prints it (verdicts read with `margin` %: summary.MARGIN, of the
+    `objective`'s figure: summary.OBJECTIVES)."""
+    df = summ.for_objective(summ.to_frame(runs), objective)
     _show_summary(summ.summarize(df, margin=margin), df, runs, title, deploy_lines=deploy_lines)
+
+
+def _objective(name: str) -> str:
+    """--objective's value, checked (summary.OBJECTIVES)."""
+    if name not in summ.OBJECTIVES:
+        raise BenchError(f"--objective takes {', '.join(summ.OBJECTIVES)}, got '{name}'")
+    return name
 
 
 def _margin(pct: float) -> float:
@@ -282,7 +292,8 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
-          margin: VerdictMarginOpt = summ.MARGIN, results_dir_opt: ResultsDirOpt = None) -> None:
+          margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode",
+          results_dir_opt: ResultsDirOpt = None) -> None:
     """Sweep drafting strategy x draft length x -ngl x -ngld x placement (-ncmoe, -ot, -dev, -ts, -sm, -mg, --rpc-delay
     and the draft's) x context
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
@@ -296,7 +307,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
                 prompts=workloads.choose(prompt_ids, prompts_file, per_category, seed, registry),
                 repetitions=reps or AUTO_FIRST, max_reps=max_reps if reps is None else None,
                 budget_s=options.duration_s(reps_budget, "--reps-budget") if reps_budget and reps is None else None,
-                margin=_margin(margin), n_predict=n_predict,
+                margin=_margin(margin), objective=_objective(objective), n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
                 vram=vram_budget(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin,
@@ -341,7 +352,7 @@ def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -
     except ResultsError as exc:
         raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
     records = [r for r in read_records(out) if isinstance(r, RunRecord)]
-    _show_runs(records, title=f"sweep {name} ({out})", margin=grid.margin)
+    _show_runs(records, title=f"sweep {name} ({out})", margin=grid.margin, objective=grid.objective)
     for line in stops:
         console.print(line, markup=False, soft_wrap=True)
     _one_repetition_line(grid, name)
@@ -395,7 +406,7 @@ def _refuse_auto_options(ctx: typer.Context, reps: int | None) -> None:
 
 AUTO_ONLY = frozenset({"max_reps", "reps_budget"})
 SWEEP_OWN = frozenset({"name", "resume", "results_dir_opt", "engine", "url", "baseline_url", "pairs", "target", "draft",
-                       "margin"})
+                       "margin", "objective"})
 
 
 def _given(ctx: typer.Context, reads: frozenset[str]) -> list[str]:
@@ -418,7 +429,7 @@ def _sweep_remote(name: str, grid: Grid, out: Path, resume: bool, engine: str, u
                   f"`gguf-bench sweep ... --name {name} --resume`", markup=False)
         raise typer.Exit(130) from None
     records = [r for r in read_records(out) if isinstance(r, RunRecord)]
-    _show_runs(records, title=f"sweep {name} ({out})", margin=grid.margin)
+    _show_runs(records, title=f"sweep {name} ({out})", margin=grid.margin, objective=grid.objective)
     for line in stops:
         console.print(line, markup=False, soft_wrap=True)
     _one_repetition_line(grid, name)
@@ -453,7 +464,7 @@ def _sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairCh
         records = [r for r in read_records(out) if isinstance(r, RunRecord)]
         hosts = sorted({r.host for r in records})
         title = f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}"
-        _show_runs(records, title=title, deploy_lines=False, margin=grid.margin)
+        _show_runs(records, title=title, deploy_lines=False, margin=grid.margin, objective=grid.objective)
         _one_repetition_line(grid, name, ray=address)
     if summary.failures:
         raise BenchError(failure_message(summary, name))
@@ -474,7 +485,8 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
            spec_bench: Annotated[bool, typer.Option("--spec-bench", help="Spec-Bench's layout: per prompt category the "
                                  "speed-up over the target alone, then τ (mean tokens per round) and the overall "
                                  "speed-up (with --format md, csv, json: that table)")] = False,
-           margin: VerdictMarginOpt = summ.MARGIN, results_dir_opt: ResultsDirOpt = None) -> None:
+           margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode",
+           results_dir_opt: ResultsDirOpt = None) -> None:
     """Summarize stored runs: mean ± std, gain % over the target alone, best draft length; evaluations apart."""
     use_results_dir(results_dir_opt)
     if fmt is not None and fmt not in rep.FORMATS:
@@ -483,7 +495,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         raise BenchError("--output needs --format (md, csv, json or jsonl)")
     if plot_path:
         check_plot(plot_metric)
-    margin = _margin(margin)
+    margin, objective = _margin(margin), _objective(objective)
     keep = set((by or "").split(",")) - {""}
     if keep - set(summ.BY):
         raise BenchError(f"--by takes {' or '.join(summ.BY)}, got '{by}'")
@@ -495,6 +507,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         raise BenchError("no runs, evaluations or calibrations in these results"
                          + (" (every line was unreadable)" if loaded.unreadable else ""))
     df = summ.to_frame(loaded.runs, loaded.sources)  # each run's file: two files are two sweeps (summary.BLOCK)
+    df = summ.for_objective(df, objective) if loaded.runs else df  # tokens_per_s: the objective's figure
     summary = summ.summarize(df, by_prompt=by_prompt or "prompt" in keep, margin=margin) if loaded.runs else None
     if summary is not None:
         summary = summ.with_predictions(summary, df, loaded.calibrations)

@@ -39,10 +39,12 @@ from gguf_bench.results.presentation.report import row_label
 from gguf_bench.results.presentation.summary import (
     CONCURRENCY,
     FAMILY,
+    OBJECTIVE_NAMES,
     SETTING,
     gain_decided,
     margin_of,
     matching,
+    objective_of,
     simplest_same,
     simplicity,
     verdict_of,
@@ -96,19 +98,22 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
 def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
     """(what the line reproduces, the command line) for each best row (with_deploy's `deploy` column), one per workload,
     named by what differs between the workloads of the summary (temperature, depth, length, prompt, host; the slots
-    and clients after the row)."""
+    and clients after the row), and by the objective where it is not decode tokens/s (summary.OBJECTIVES)."""
     out = []
+    objective = objective_of(summary)
     group = [c for c in GROUP if c in summary]
     varying = [c for c in group if c not in ("pair", *CONCURRENCY) and summary[c].nunique(dropna=False) > 1]
     blocked = summary.get("deploy_busy", pd.Series(None, index=summary.index, dtype=object)).notna()
     for _, r in summary[summary["deploy"].notna() | blocked].iterrows():
         rows = summary[matching(summary, r, group)]
         named = " ".join(workload_part(c, r[c]) for c in varying)
+        if objective != "decode":
+            named = "; ".join(p for p in (named, f"objective: {OBJECTIVE_NAMES[objective]}") if p)
         where = f" at {slots_label(r['parallel'], r['clients'])}" if pd.notna(r.get("parallel")) else ""
         if pd.isna(r["deploy"]):  # a busy machine's row above every deployable one: no line to paste
             out.append((f"deploy {r['pair']}{f' ({named})' if named else ''}{where}: none yet: {r['deploy_busy']}", ""))
             continue
-        speed = f"{r['tokens_per_s']:.2f} tokens/s"
+        speed = _figure(r, objective)
         simpler = f"; {r['deploy_note']}" if isinstance(r.get("deploy_note"), str) else ""
         over = f"; {over_text(r)}" if over_text(r) else ""  # over another setting's fastest target alone
         what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)}{over}{simpler})" if r["mode"] == "speculative"
@@ -117,6 +122,14 @@ def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
                 f" (measured in {capabilities.of(r['engine']).what}: check it with --engine server)")
         out.append((f"deploy {r['pair']}{f' ({named})' if named else ''}: {what}{note}", r["deploy"]))
     return out
+
+
+def _figure(row: pd.Series, objective: str) -> str:
+    """The deployed row's figure under the objective: '41.20 tokens/s', '3.41 s per request of 64 tokens', '52.10 tokens/s
+    served'."""
+    if objective == "request" and pd.notna(row.get("request_latency_s")):
+        return f"{row['request_latency_s']:.2f} s per request of {int(row['n_predict'])} tokens"
+    return f"{row['tokens_per_s']:.2f} tokens/s" + (" served" if objective == "throughput" else "")
 
 
 def _busy_note(rows: pd.DataFrame, busy: pd.Series) -> str:

@@ -57,6 +57,7 @@ class Grid:
     max_reps: int | None = None  # -r auto: repeat the undecided cells up to this many repetitions (measure/repeat.py)
     budget_s: float | None = None  # -r auto: no pass starts after this many seconds of the sweep
     margin: float | None = None  # -r auto: % within which two settings are the same, a closed verdict (summary.MARGIN)
+    objective: str = "decode"  # what -r auto's verdicts read (summary.OBJECTIVES)
     n_predict: int = 64
     top_k: int = 0
     top_p: float = 1.0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from gguf_bench.measure.plan import Cell, Setting
 from gguf_bench.results.presentation.crossover import is_one_of, open_verdicts
-from gguf_bench.results.presentation.summary import summarize, to_frame
+from gguf_bench.results.presentation.summary import for_objective, summarize, to_frame
 from gguf_bench.results.schema.records import RunRecord, run_row
 
 
@@ -31,14 +31,14 @@ class Undecided:
     why: list[str]
 
 
-def undecided(records: list[RunRecord], margin: float | None = None) -> Undecided:
+def undecided(records: list[RunRecord], margin: float | None = None, objective: str = "decode") -> Undecided:
     """The rows whose verdicts are still open in these records (one pair's), and why, per workload
     (crossover.open_verdicts): a verdict is closed when it is faster, slower or the same within `margin` % (default
-    summary.MARGIN)."""
+    summary.MARGIN), each of the `objective`'s figure (summary.OBJECTIVES)."""
     if all(r.error for r in records):  # nothing measured: nothing to decide
         return Undecided([], [])
     rows, why = [], []
-    frame = to_frame(records)
+    frame = for_objective(to_frame(records), objective)
     for need, reason in open_verdicts(summarize(frame, margin=margin), frame):
         rows += need
         why.append(reason)

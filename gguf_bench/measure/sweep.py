@@ -80,7 +80,8 @@ def until_decided(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: in
     on)."""
     start, counts = time.monotonic(), auto_looks(grid.max_reps)
     for done_reps, next_reps in zip(counts, counts[1:]):
-        open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair], grid.margin)
+        open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair], grid.margin,
+                          grid.objective)
         if not open_.rows:
             return f"-r auto: every verdict decided after {done_reps} repetitions"
         if grid.budget_s is not None and time.monotonic() - start > grid.budget_s:
@@ -96,7 +97,8 @@ def until_decided(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: in
             append_record(out, record)
             events.cell(record)
             ran += 1
-    open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair], grid.margin)
+    open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair], grid.margin,
+                      grid.objective)
     if not open_.rows:
         return f"-r auto: every verdict decided after {counts[-1]} repetitions"
     return f"-r auto: --max-reps {grid.max_reps} reached; still open: {'; '.join(open_.why)}"

@@ -30,9 +30,11 @@ from gguf_bench.results.presentation.summary import (
     SPECULATION,
     SPREAD,
     STEAL_CORES,
+    TTFT_PROMPT_TOKENS,
     gain_decided,
     margin_of,
     matching,
+    objective_of,
     offload_label,
 )
 from gguf_bench.results.schema.fields import Field
@@ -131,6 +133,30 @@ def _mark(row: pd.Series, prefix: str = "") -> str:
     return "~" if _undecided_gain(row) else ""
 
 
+def ttft_measured(row: pd.Series) -> bool:
+    """Whether a row's prompts are long enough for its TTFT cost to be shown (summary.TTFT_PROMPT_TOKENS)."""
+    tokens = row.get("prompt_tokens")
+    return tokens is not None and pd.notna(tokens) and tokens >= TTFT_PROMPT_TOKENS
+
+
+def _ttft_text(row: pd.Series) -> str:
+    """'+41% [+35,+48]': a speculative row's time to first token over its target alone's, with its interval (paired and
+    corrected as the gain is); '–' where its prompts are too short to tell (ttft_measured)."""
+    if row["mode"] != "speculative":
+        return ""
+    cost = row.get("ttft_cost_pct")
+    if not ttft_measured(row) or cost is None or pd.isna(cost):
+        return "–"
+    lo, hi = row.get("ttft_cost_lo"), row.get("ttft_cost_hi")
+    return f"{cost:+.0f}%" + ("" if lo is None or pd.isna(lo) else f" [{lo:+.0f},{hi:+.0f}]")
+
+
+def _ttft_present(summary: pd.DataFrame) -> bool:
+    spec = summary[summary["mode"] == "speculative"]
+    return "ttft_cost_pct" in summary and "prompt_tokens" in summary and bool(
+        (spec["prompt_tokens"] >= TTFT_PROMPT_TOKENS).any())
+
+
 def _undecided_gain(row: pd.Series) -> bool:
     """A gain whose test could be made and decides nothing (its interval holds zero and reaches past the margin, or its
     baseline was busy); a gain that is the same within the margin is decided the other way (≈)."""
@@ -179,6 +205,7 @@ RUN_COLUMNS = {
     "predicted": RunColumn("pred.", "predicted tokens/s", lambda r: speed_text(r["_pred"]),
                            lambda r: speed_text(r["predicted_tokens_per_s"]), place=40),
     "gain": RunColumn("gain", "gain %", _gain_text, place=110),
+    "ttft": RunColumn("TTFT", "TTFT cost %", _ttft_text, present=_ttft_present, place=115),
     "runs": RunColumn("runs", None, lambda r: f"{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else ""),
                       place=130),
     "temperature": RunColumn(None, "temperature", lambda r: number_text(r["temperature"], "{:g}")),
@@ -188,9 +215,11 @@ RUN_COLUMNS = {
 TABLE_ORDER = tuple(sorted((n for n, c in RUN_COLUMNS.items() if c.table), key=lambda n: RUN_COLUMNS[n].place))
 # what goes first where a table is too wide: the optional fields' columns (energy, memory), then these
 NARROWING = (*(f.header for f in RUN_FIELDS if f.optional and f.header), "pp t/s", "ovh", "tok/rnd", "runs", "ms/tok",
-             "p95 s", "pred.", "accept", *(f.gain for f in RUN_FIELDS if f.optional and f.gain))  # a gain goes last
-MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", *(f"{f.name}_gain" for f in RUN_FIELDS if f.gain),
-            "acceptance", "temperature")  # llama.cpp's notebook's, and a declared field's gain where a run has it
+             "p95 s", "pred.", "accept", *(f.gain for f in RUN_FIELDS if f.optional and f.gain), "TTFT")  # a gain goes
+# last
+MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", "ttft",
+            *(f"{f.name}_gain" for f in RUN_FIELDS if f.gain), "acceptance", "temperature")  # llama.cpp's notebook's,
+# the TTFT cost where prompts are long enough, and a declared field's gain where a run has it
 MD_SHOWN = ("pair", "ngl", "ngld", "temperature")  # settings the markdown table's own columns show (model, offload, T)
 
 
@@ -397,8 +426,13 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         lines.append(offload)
     legend = (["★ best K"] if summary["best_k"].any() else []) + ["gain vs target alone"]
     lines.append(" · ".join(legend) + (" · ovh: outside llama_decode, % of inside" if show_ovh else ""))
+    if objective_of(summary) != "decode":
+        lines.append(objective_line(objective_of(summary)))
     if show_pp:
         lines.append("pp t/s: prompt tokens per second of prompt processing (speculative rows: both models')")
+    if _ttft_present(summary):
+        lines.append(f"TTFT: time to first token over the target alone's (+ is a cost: the drafter processes the "
+                     f"prompt too), paired as the gain; shown for prompts of {TTFT_PROMPT_TOKENS}+ tokens")
     lines += [f.caption(summary) for f in RUN_FIELDS if f.legend and f.name in summary]  # what a measured column means
     lines += ceiling.footer_lines(summary, row_label)  # each row's share of the memory-bandwidth ceiling, where known
     reasons = set(",".join(summary["unreliable"]).split(",")) - {""} if "unreliable" in summary else set()
@@ -425,6 +459,15 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         lines.append("rounds per draft length (tokens drafted:rounds, all runs) of the 'cost' rows:")
         lines += [f"  {label}: {text}" for label, text in counted if text]
     return "\n".join(lines)
+
+
+def objective_line(objective: str) -> str:
+    """What tokens/s and the gain read under --objective (summary.OBJECTIVES)."""
+    if objective == "request":
+        return ("objective: request latency (--objective request): tokens/s is -n tokens over TTFT + -n tokens at the "
+                "row's speed; gain = latency alone / latency - 1 (+ is a shorter request)")
+    return ("objective: served throughput (--objective throughput): tokens/s is every token over the wall time, prompts "
+            "included, at the row's slots")
 
 
 def proof_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]:

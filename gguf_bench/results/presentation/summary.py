@@ -58,6 +58,14 @@ MARGIN = 3.0  # % : two settings whose whole corrected interval lies within ±MA
 VERDICTS = ("faster", "slower", "same", "undecided")  # every comparison ends in one of these
 DRIFT_RUNS = 8  # the fewest target-alone runs whose quarters say how the machine moved
 DRIFT = 0.05  # the target alone moving more than this from the first quarter of its runs to the last is named
+TTFT_PROMPT_TOKENS = 128  # prompts of at least this many tokens (a row's mean) time their processing well enough for
+# the table to show a speculative row's TTFT cost over its target alone (csv and json carry it for every row)
+# --objective: what the gain, the star, -r auto's verdicts, the per-slot map and the deploy line read, each a tokens/s
+# figure where higher is better (records.RUN_FIELDS), so that one column serves every comparison: decode tokens/s;
+# request: -n tokens over the request's latency (TTFT + -n tokens at the row's speed), whose ratio is the latencies'
+# inverse (+20% = the request takes 1/1.2 of the time); throughput: every token over the wall time, prompts included
+OBJECTIVES = {"decode": "tokens_per_s", "request": "request_tokens_per_s", "throughput": "served_tokens_per_s"}
+OBJECTIVE_NAMES = {"decode": "decode tokens/s", "request": "request latency", "throughput": "served throughput"}
 
 
 @dataclass
@@ -117,13 +125,36 @@ def to_frame(records: list, sources: Sequence[str] | None = None) -> pd.DataFram
     return pd.DataFrame([run_row(r) | {"source": w} for r, w in zip(runs, where) if isinstance(r, RunRecord)])
 
 
-def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = None) -> pd.DataFrame:
+def for_objective(df: pd.DataFrame, objective: str = "decode") -> pd.DataFrame:
+    """to_frame's runs with `tokens_per_s` holding the objective's figure (OBJECTIVES), so that summarize, compare and
+    the verdicts read it; the decode speed kept as `decode_tokens_per_s`, the objective's name as `objective`. The
+    frame unchanged for decode (and for a frame already set to an objective)."""
+    if objective not in OBJECTIVES:
+        raise BenchError(f"unknown objective '{objective}'; choose from {', '.join(OBJECTIVES)}")
+    if objective == "decode" or "objective" in df or df.empty:
+        return df
+    value = pd.to_numeric(df[OBJECTIVES[objective]], errors="coerce") if OBJECTIVES[objective] in df else float("nan")
+    return df.assign(decode_tokens_per_s=df["tokens_per_s"], tokens_per_s=value, objective=objective)
+
+
+def objective_of(frame: pd.DataFrame | pd.Series) -> str:
+    """The objective a frame or a summary row was read under (for_objective; 'decode' where it does not say)."""
+    o = frame.get("objective")
+    if isinstance(o, pd.Series):
+        o = o.dropna().iloc[0] if o.notna().any() else None
+    return o if isinstance(o, str) and o in OBJECTIVES else "decode"
+
+
+def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = None,
+              objective: str = "decode") -> pd.DataFrame:
     """Fold repetitions (and prompts, unless by_prompt) into mean and std; add gain % and its `verdict` (faster,
     slower, the same within `margin` %, default MARGIN, or undecided) and best K (the best speculative row of each
     workload, FAMILY). `df` is to_frame's: every record upgraded to today's fields."""
     margin = MARGIN if margin is None else float(margin)
     if df.empty:
         raise BenchError("no runs in these results")
+    df = for_objective(df, objective)  # callers that compare runs themselves (compare, deploy) pass it such a frame
+    objective = objective_of(df)
     setting = SETTING + (["prompt_id"] if by_prompt else [])
     keys = setting + ["mode", "strategy", "k"]
     for f in RUN_FIELDS:  # None where a record has no such figure: NaN, so they aggregate as numbers
@@ -135,7 +166,9 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
     # a busy run's figures are left out of its row (and its pairs, gain_tests), unless every run of the row was busy
     counted = ok[~ok["_busy"] | ok.groupby(keys, dropna=False)["_busy"].transform("all").astype(bool)]
-    agg = counted.groupby(keys, dropna=False).agg(runs=("tokens_per_s", "size"), **folds(RUN_FIELDS))
+    decode = {"decode_tokens_per_s": ("decode_tokens_per_s", "mean")} if objective != "decode" else {}  # the decode
+    # speed beside the objective's figure (tokens_per_s)
+    agg = counted.groupby(keys, dropna=False).agg(runs=("tokens_per_s", "size"), **folds(RUN_FIELDS), **decode)
     every = ok.groupby(keys, dropna=False)  # the same groups, in the same order: every run, busy or not
     agg = agg.assign(runs=every.size().to_numpy(), busy_runs=every["_busy"].sum().to_numpy().astype(int),
                      sweeps=every["_sweep"].nunique().to_numpy(),  # how many sweeps (name and file) the row pools
@@ -151,9 +184,11 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     agg["busy_runs"] = agg["busy_runs"].fillna(0).astype(int)
     agg["sweeps"] = agg["sweeps"].fillna(0).astype(int)
     gained = [f.name for f in RUN_FIELDS if f.gain and f.name in agg]  # other figures with a gain (tokens per joule)
-    base = agg[agg["mode"] == "target"][baseline + ["tokens_per_s", "tokens_per_s_std", *gained]].rename(
+    if objective != "decode":
+        agg["objective"] = objective
+    base = agg[agg["mode"] == "target"][baseline + ["tokens_per_s", "tokens_per_s_std", "ttft_s", *gained]].rename(
         columns={"tokens_per_s": "baseline_tokens_per_s", "tokens_per_s_std": "baseline_std",
-                 **{name: f"_baseline_{name}" for name in gained}})
+                 "ttft_s": "_baseline_ttft_s", **{name: f"_baseline_{name}" for name in gained}})
     tests = gain_tests(ok, setting, keys)
     agg = agg.merge(base, on=baseline, how="left").merge(tests.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
     gaps = pair_gaps(ok, baseline, keys)  # the pairs gain_tests makes
@@ -171,6 +206,7 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
             (agg[f"{name}_gain_test"] == "paired") & agg[f"{name}_gain_pct"].notna(),
             gain_pct(agg[name], agg.pop(f"_baseline_{name}"))).where(
             agg["no_drafts"].isna())
+    agg = ttft_cost(agg, ok, setting, keys)
     agg["unreliable"] = agg.apply(_unreliable, axis=1)
     # a flag that withholds the star: busy always; spread only where the gains are unpaired (an older file): a paired
     # gain's interval is of its block-by-block ratios, which a drift that spreads the runs leaves alone
@@ -203,6 +239,20 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
     agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
     return without_twin_quality(agg.drop(columns=["_order", "_default"]).reset_index(drop=True))
+
+
+def ttft_cost(agg: pd.DataFrame, ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataFrame:
+    """The summary with each speculative row's time to first token over its target alone's, in % (+41: the first token
+    comes 1.41x as late; the drafter's prompt processing): `ttft_cost_pct` and its interval `ttft_cost_lo`,
+    `ttft_cost_hi`, paired and corrected exactly as the gain is (gain_tests on ttft_s); where no pair is left, the
+    ratio of the means and no interval."""
+    cost = gain_tests(ok, setting, keys, "ttft_s")[[*keys, "gain_pct", "gain_lo", "gain_hi", "gain_test"]].rename(
+        columns={"gain_pct": "ttft_cost_pct", "gain_lo": "ttft_cost_lo", "gain_hi": "ttft_cost_hi",
+                 "gain_test": "_ttft_test"})
+    agg = agg.merge(cost.astype({k: agg[k].dtype for k in keys}), on=keys, how="left")
+    ratio = gain_pct(agg["ttft_s"], agg.pop("_baseline_ttft_s"))
+    paired = (agg.pop("_ttft_test") == "paired") & agg["ttft_cost_pct"].notna()
+    return agg.assign(ttft_cost_pct=agg["ttft_cost_pct"].where(paired, ratio).where(agg["mode"] == "speculative"))
 
 
 def matching(frame: pd.DataFrame, row: pd.Series, keys: Sequence[str]) -> pd.Series:

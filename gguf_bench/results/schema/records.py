@@ -542,6 +542,48 @@ def bytes_per_token(run: RunRecord, steps: int | None) -> float | None:
                                                    draft_share=share), (m.accepted + steps) / steps)
 
 
+def time_to_first_token(run: RunRecord) -> float | None:
+    """Seconds from the request to its first token: the client's stopwatch where the engine kept it (llama-server's
+    rounds of clients, the endpoint), else the prompt's processing as the engine timed it (the Python loop: the target's
+    prompt evaluation and first token plus the drafter's start; llama-server one request at a time: its prompt_ms, the
+    draft's prefill in it). None where neither was measured."""
+    m = run.metrics
+    if m is None:
+        return None
+    if m.ttft_s is not None:
+        return m.ttft_s
+    return m.prompt_s if m.prompt_s and m.prompt_s > 0 else None
+
+
+def request_latency(run: RunRecord) -> float | None:
+    """The time from sending a request to its last token for -n tokens: its time to first token plus -n tokens at its
+    decode speed (each request's own where several clients shared a round)."""
+    ttft, m = time_to_first_token(run), run.metrics
+    speed = (m.per_request_tokens_per_s or m.tokens_per_s) if m else None
+    if ttft is None or not speed or speed != speed or not run.config.n_predict:
+        return None
+    return ttft + run.config.n_predict / speed
+
+
+def _request_tokens_per_s(run: RunRecord) -> float | None:
+    """-n tokens over the request's latency (request_latency): higher is better, and its ratio to the target alone's is
+    the inverse of the latencies' (the --objective request figure)."""
+    latency = request_latency(run)
+    return run.config.n_predict / latency if latency else None
+
+
+def _served_tokens_per_s(run: RunRecord) -> float | None:
+    """Every token the server gave over the wall time, prompts included (the --objective throughput figure): a round of
+    clients' own tokens/s (its tokens over its wall time); one request: its tokens over its first token's wait and its
+    decode."""
+    m, ttft = run.metrics, time_to_first_token(run)
+    if m is None or not m.n_tokens:
+        return None
+    if m.requests:
+        return m.tokens_per_s
+    return m.n_tokens / (ttft + m.decode_s) if ttft is not None and m.decode_s and m.decode_s > 0 else None
+
+
 def _per_joule(run: RunRecord) -> float | None:
     """Tokens per joule: None wherever joules per token is (no energy, no tokens), and for a zero reading."""
     joules, count = _joules(run), _m(run).n_tokens if run.metrics else None
@@ -617,7 +659,13 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("steal_cores", _load(lambda lo: lo.steal_cores), "cores", "max", numeric=True, optional=True),
     Field("per_request_tokens_per_s", _metric("per_request_tokens_per_s"), "tokens/s", "mean", header="req t/s",
           shown_with="parallel", fmt=SPEED, place=60),
-    Field("ttft_s", _metric("ttft_s"), "s", "mean"),
+    Field("ttft_s", time_to_first_token, "s", "mean", numeric=True),  # every run of every engine (time_to_first_token)
+    Field("prompt_tokens", _measured(lambda r: r.metrics.prompt_tokens), "tokens", "mean", numeric=True),
+    # the figures of the other objectives (summary.OBJECTIVES), higher is better: -n tokens over the request's latency,
+    # and every token over the wall time, prompts included
+    Field("request_latency_s", request_latency, "s", "mean", numeric=True),
+    Field("request_tokens_per_s", _request_tokens_per_s, "tokens/s", "mean", numeric=True),
+    Field("served_tokens_per_s", _served_tokens_per_s, "tokens/s", "mean", numeric=True),
     Field("latency_p95_s", _metric("latency_p95_s"), "s", "mean", header="p95 s", shown_with="parallel", place=70),
     Field("schedule_predicted_tokens_per_s", _metric("predicted_tokens_per_s"), "tokens/s", "mean", numeric=True),
     # speed as two factors (tokens/s = steps/s x tokens per step), and the bytes a token's decode reads (--format json)
