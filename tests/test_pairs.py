@@ -236,3 +236,46 @@ def test_measured_apart_the_advantage_is_welchs_and_says_so():
             assert "(unpaired: measured apart)" in heads, heads
         else:
             assert "no speculation" in heads and [r["ngl"] for _, r in summary.iterrows() if r["deploy"]] == ["99"]
+
+
+def alone_settings(ratio_by_rep, settings="settings-alternate"):
+    """Two settings' targets alone and a K=4 that loses at both: -ngl 0 at 20 (times the block's drift), -ngl 99 at
+    20 * ratio_by_rep[rep], taking turns (the answer is a target alone: which one?)."""
+    drift = [1.0, 1.3, 0.8, 1.15, 0.9, 1.2]
+    out = []
+    for rep, d in enumerate(drift):
+        for ngl, speed in ((0, 20 * d), (99, 20 * d * ratio_by_rep[rep % len(ratio_by_rep)])):
+            t = 10.0 * rep + (2 if ngl else 0)
+            out.append(rec("target", speed, rep=rep, ngl=ngl, t=t, settings=settings))
+            out.append(rec("speculative", speed * 0.5, k=4, rep=rep, ngl=ngl, t=t + 1, settings=settings))
+    return out
+
+
+def test_a_target_alone_deployed_over_another_settings_says_its_paired_advantage():
+    summary, [(head, _)] = deployed(alone_settings([1.30, 1.31, 1.29]))
+    assert head.startswith("deploy P: no speculation (") and "+30% [" in head and "over -ngl 0 alone)" in head, head
+    assert [r["ngl"] for _, r in summary.iterrows() if r["deploy"]] == ["99"]
+
+
+def test_two_targets_alone_not_told_apart_say_so_and_auto_measures_them_again():
+    records = alone_settings([1.10, 0.92, 1.06, 0.97])
+    _, [(head, _)] = deployed(records)
+    assert "over -ngl 0 alone, not told apart" in head, head
+    open_ = undecided([parse(r) for r in records])
+    assert open_.why == ["-ngl 99 target alone against -ngl 0 target alone"], open_.why
+    assert sorted((r["mode"], str(r["ngl"])) for r in open_.rows) == [("target", "0"), ("target", "99")]
+
+
+def test_settings_held_side_by_side_take_turns_block_by_block():
+    """plan.interleaved(by_block=True): A B | B A per prompt and repetition, so no two pairs share their order."""
+    from gguf_bench.measure.plan import Cell, Unit, interleaved
+    from gguf_bench.measure.prompts import builtin
+    from gguf_bench.results.schema.records import Mode
+
+    prompts = builtin(["code-short", "chat-short"])
+    cells = [Cell(Mode.TARGET, 0, 0.0, p, rep) for rep in range(2) for p in prompts]
+    units = [Unit(name, cells) for name in ("A", "B")]
+    order = [(u.setting, u.cells[0].prompt.id, u.cells[0].repetition) for u in interleaved(units, by_block=True)]
+    assert order == [("A", "code-short", 0), ("B", "code-short", 0), ("B", "chat-short", 0), ("A", "chat-short", 0),
+                     ("B", "code-short", 1), ("A", "code-short", 1), ("A", "chat-short", 1), ("B", "chat-short", 1)]
+    assert all(len(u.cells) == 1 for u in interleaved(units, by_block=True))

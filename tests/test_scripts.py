@@ -142,16 +142,17 @@ def test_bench_load_times_each_open_of_a_tiny_pair(tiny_pairs):
     assert out.splitlines()[1].startswith("open (load + fit check + warm-up): median ") and "rounds " in out, out
 
 
-def test_bench_aa_counts_false_decisions_on_stored_runs(tmp_path):
-    """Neighbouring target-alone runs of a stored interleaved sweep, relabelled A and A: the script says how many of
-    its simulated sweeps called a difference."""
-    runs = [{"pair": "P", "mode": "target", "config": {"prompt_id": "p", "repetition": i},
-             "metrics": {"tokens_per_s": 20.0 + (i % 3) * 0.4, "n_tokens": 64},
-             "order": {"design": "shuffled", "started": 1.8e9 + i}} for i in range(12)]
-    results = tmp_path / "aa.jsonl"
-    results.write_text("".join(json.dumps(r) + "\n" for r in runs))
-    out = script("bench_aa.py", str(results), "--sweeps", "3", "--rows", "2", "--pairs", "3")
-    assert "6 neighbour pairs of real target-alone runs" in out and "3 A/A sweeps of 2 rows x 3 pairs:" in out
+def test_bench_aa_runs_two_arms_through_the_python_loop_and_slows_one(tiny_pairs):
+    """Two real sweeps of two identical settings (-ngl 0 and -ngl 99 without a GPU device), taking turns, and a slowed
+    arm: the script reports each row's verdicts and the share of sweeps with its interval (figures not checked)."""
+    target, draft = tiny_pairs["middle"]
+    common = ["--target", str(target), "--draft", str(draft), "--sweeps", "2", "-n", "8", "--prompt-ids", "code-short",
+              "--max-reps", "0", "-r", "2", "--threads", "1"]
+    out = script("bench_aa.py", *common)
+    assert "settings took turns as settings-alternate" in out, out
+    assert "A/A: a difference decided (faster or slower, any row) in " in out and " of the sweeps" in out, out
+    slow = script("bench_aa.py", *common, "--slow", "25")
+    assert "ms more per token (+25% time, -20.0% tokens/s)" in slow and "power at +25% time per token" in slow, slow
 
 
 def test_bench_endpoint_compares_both_engines_on_a_tiny_pair(tiny_pairs, server_bin):

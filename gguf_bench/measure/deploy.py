@@ -35,12 +35,14 @@ from gguf_bench.results.presentation.crossover import (
     slots_label,
     workload_part,
 )
+from gguf_bench.results.presentation.report import _VARYING as FLAGS
 from gguf_bench.results.presentation.report import row_label
 from gguf_bench.results.presentation.summary import (
     CONCURRENCY,
     FAMILY,
     OBJECTIVE_NAMES,
     SETTING,
+    compare,
     gain_decided,
     margin_of,
     matching,
@@ -48,6 +50,7 @@ from gguf_bench.results.presentation.summary import (
     simplest_same,
     simplicity,
     verdict_of,
+    workload_family,
 )
 from gguf_bench.results.schema.records import Mode, RunRecord
 
@@ -64,7 +67,7 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
     can run (a fixed K, no n-gram-then-model chain); else the fastest target alone; rows of a busy machine, nothing.
     Where a simpler deployable row is the same as it within the summary's margin (summary.simplest_same: no draft
     over a draft, fewer GPU layers, the smaller K), that one."""
-    out = summary.assign(deploy=None, deploy_note=None)
+    out = summary.assign(deploy=None, deploy_note=None, deploy_over=None)
     margin = margin_of(summary)
     known: dict = {}  # row index -> its command line, None where llama-server cannot run it
 
@@ -87,6 +90,7 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
         simpler = [i for i in order if simplicity(summary.loc[i]) < simplicity(summary.loc[top]) and line(i)]
         chosen, replaced, why = simplest_same(summary.loc[[top, *simpler]], top, df, margin)
         out.at[chosen, "deploy"] = line(chosen)
+        out.at[chosen, "deploy_over"] = _over_other_alone(summary.loc[chosen], rows, df, margin)
         if replaced is not None:
             varying = [c for c in BESIDE if c in rows and rows[c].nunique(dropna=False) > 1]
             out.at[chosen, "deploy_note"] = (f"{setting_label(summary.loc[chosen], varying)} and "
@@ -116,12 +120,35 @@ def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
         speed = _figure(r, objective)
         simpler = f"; {r['deploy_note']}" if isinstance(r.get("deploy_note"), str) else ""
         over = f"; {over_text(r)}" if over_text(r) else ""  # over another setting's fastest target alone
+        if r["mode"] != "speculative" and isinstance(r.get("deploy_over"), str):  # over another setting's alone
+            over = f"; {r['deploy_over']}"
         what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)}{over}{simpler})" if r["mode"] == "speculative"
-                else f"no speculation{where} ({speed}; {_why_alone(rows, r)}{simpler})")
+                else f"no speculation{where} ({speed}; {_why_alone(rows, r)}{over}{simpler})")
         note = ("" if capabilities.of(r["engine"]).server_process else
                 f" (measured in {capabilities.of(r['engine']).what}: check it with --engine server)")
         out.append((f"deploy {r['pair']}{f' ({named})' if named else ''}: {what}{note}", r["deploy"]))
     return out
+
+
+def _over_other_alone(chosen: pd.Series, rows: pd.DataFrame, runs: pd.DataFrame, margin: float) -> str | None:
+    """Where the deployed row is a target alone and another setting's target alone was measured in the workload (another
+    -ngl, context setting, engine): its advantage over the fastest of those, paired run by run where the settings took
+    turns (summary.compare), with its verdict: '+3% [-2,+9] over -ngl 0 alone, not told apart'. None elsewhere."""
+    if chosen["mode"] != "target":
+        return None
+    others = rows[(rows["mode"] == "target") & rows["tokens_per_s"].notna() & (rows.index != chosen.name)]
+    if others.empty:
+        return None
+    other = others.loc[others["tokens_per_s"].idxmax()]
+    varying = [c for c in BESIDE if c in rows and rows[c].nunique(dropna=False) > 1]
+    name = " ".join(f"{FLAGS.get(c, c)} {other[c]}" for c in varying) or "another setting"
+    ok = runs[runs["error"].isna()] if "error" in runs else runs
+    told = compare(chosen, other, ok, margin, workload_family(rows, ok))
+    if pd.isna(told.lo):
+        return f"{told.pct:+.0f}% over {name} alone, no interval" if pd.notna(told.pct) else None
+    verdict = {"faster": "", "slower": ", slower", "same": f", the same within {margin:g}%",
+               "undecided": ", not told apart"}[told.verdict]
+    return f"{told.pct:+.0f}% [{told.lo:+.0f},{told.hi:+.0f}] over {name} alone{verdict}"
 
 
 def _figure(row: pd.Series, objective: str) -> str:

@@ -369,19 +369,38 @@ class Unit:
     cells: list[Cell]
 
 
-def interleaved(units: list[Unit]) -> list[Unit]:
+def interleaved(units: list[Unit], by_block: bool = False) -> list[Unit]:
     """Several settings measured in turn, one repetition at a time: each setting's cells of a repetition as one unit,
     the settings in the plan's order at even repetitions and reversed at odd ones (A B | B A | A B, `turned`), so that
     the runs a verdict compares across settings (offload, placement, context, threads, engine) are measured next to
     each other and a steady drift cancels. The repetition's index decides the direction, so -r auto's passes and a
     --resume go on balanced; the setting a repetition ends with starts the next (no reload at the turn). One setting:
-    `units` unchanged."""
+    `units` unchanged. by_block: the settings are held side by side, so they take turns at every block
+    (_interleaved_blocks)."""
     if len(units) < 2:
         return units
+    if by_block:
+        return _interleaved_blocks(units)
     out = []
     for rep in sorted({c.repetition for u in units for c in u.cells}):
         here = [Unit(u.setting, [c for c in u.cells if c.repetition == rep]) for u in units]
         out += turned([u for u in here if u.cells], rep)
+    return out
+
+
+def _interleaved_blocks(units: list[Unit]) -> list[Unit]:
+    """Settings loaded side by side take turns block by block (one prompt of one repetition), A B | B A | A B ...: the
+    runs a cross-setting pair compares are seconds apart, and no two pairs share their order (a one-repetition turn
+    gives every prompt of a repetition the same order, so its pairs share an order effect and are not independent).
+    Each block's index within its repetition and the repetition's own index decide the direction, so -r auto's passes
+    stay balanced."""
+    keys = sorted(dict.fromkeys(block_key(c) for u in units for c in u.cells), key=lambda k: (k[-1], k[2]))  # stable
+    within: dict[tuple, int] = {}
+    out = []
+    for key in keys:
+        index = within[key[-1]] = within.get(key[-1], -1) + 1
+        here = [Unit(u.setting, [c for c in u.cells if block_key(c) == key]) for u in units]
+        out += turned([u for u in here if u.cells], key[-1] + index)
     return out
 
 

@@ -169,7 +169,7 @@ class Measuring:
             for key in [k for k in self.open if k not in {_key(u.setting) for u in units}]:
                 self.open.pop(key)[1].close()
         positions: dict[tuple, int] = {}  # each setting's next position in its own order
-        for chunk in interleaved(units):
+        for chunk in interleaved(units, by_block=design == SIDE_BY_SIDE):
             key = _key(chunk.setting)
             session = self._session(chunk.setting, events, hold=design == SIDE_BY_SIDE)
             for record in measure_unit(session, chunk, design, positions.get(key, 0)):

@@ -29,6 +29,7 @@ from gguf_bench.results.presentation.summary import (
     matching,
     simplest_same,
     verdict_of,
+    workload_family,
 )
 
 WORKLOAD = [c for c in FAMILY if c not in CONCURRENCY]  # what a crossover map keeps the same: a workload but its slots
@@ -133,7 +134,11 @@ def open_verdicts(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> li
             out.append(again)
         alone = family[(family["mode"] == "target") & family["tokens_per_s"].notna()]
         spec = family[(family["mode"] == "speculative") & family["gain_pct"].notna()]
-        if alone.empty or spec.empty:
+        if alone.empty:
+            continue
+        if spec.empty or verdict_of(spec.loc[spec["tokens_per_s"].idxmax()]) in ("slower", "same"):
+            if again := _open_between_alone(family, alone, runs, margin):  # the answer is a target alone: which one
+                out.append(again)
             continue
         spec = spec.sort_values("tokens_per_s", ascending=False, kind="stable")
         fastest, best = alone.loc[alone["tokens_per_s"].idxmax()], spec.iloc[0]
@@ -159,6 +164,22 @@ def open_verdicts(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> li
                      if r["mode"] == "speculative" and (alone["tokens_per_s"] == r["baseline_tokens_per_s"]).any()]
             out.append(([{k: r.get(k) for k in ROW} for r in rows], "; ".join(why)))
     return out
+
+
+def _open_between_alone(family: pd.DataFrame, alone: pd.DataFrame, runs: pd.DataFrame | None,
+                        margin: float) -> tuple[list[dict], str] | None:
+    """Where a workload's answer is a target alone and several settings measured one (-ngl, context, engine): the
+    fastest against the runner-up, open while their paired comparison (summary.compare) is undecided; the two rows to
+    measure again and why, else None."""
+    if len(alone) < 2 or runs is None:
+        return None
+    ranked = alone.sort_values("tokens_per_s", ascending=False, kind="stable")
+    fastest, second = ranked.iloc[0], ranked.iloc[1]
+    if compare(fastest, second, runs, margin, workload_family(family, runs)).verdict != "undecided":
+        return None
+    varying = _varying(family)
+    return ([{k: r.get(k) for k in ROW} for r in (fastest, second)],
+            f"{setting_label(fastest, varying)} against {setting_label(second, varying)}")
 
 
 def _busy_rows(family: pd.DataFrame) -> tuple[list[dict], str] | None:

@@ -597,22 +597,27 @@ class Comparison:
     hi: float
 
 
-def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARGIN) -> Comparison:
+def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARGIN,
+            family: int | None = None) -> Comparison:
     """Two summary rows' runs (runs: to_frame's, without errors) against each other: paired where both were
     interleaved (each run of a over b's of the same prompt and repetition), else Welch's test over b's prompt means
-    (_estimate), the interval corrected as a's gain is (its family of rows and looks)."""
+    (_estimate), the interval corrected as a's gain is (its family of rows and looks), or for `family` comparisons
+    where given (two targets alone have no gain of their own: workload_family). Busy runs are left out, as from a
+    gain's pairs, where at least 2 good runs remain on each side."""
     mine, theirs = (runs[matching(runs, r, RUN_KEYS) & runs["error"].isna()] if "error" in runs else
                     runs[matching(runs, r, RUN_KEYS)] for r in (a, b))
     nan = float("nan")
     if mine.empty or theirs.empty:
         return Comparison("undecided", nan, nan, nan)
+    mine, theirs = (side[~busy(side)] if (~busy(side)).sum() >= 2 else side for side in (mine, theirs))
     if "_sweep" not in runs:  # a pair never crosses sweeps: one sweep is one name in one file (summarize's _sweep)
         mine, theirs = (side.assign(_sweep=_sweep_key(side)) for side in (mine, theirs))
     e = _estimate(mine, theirs, "tokens_per_s")
     if pd.isna(e["_se"]):
         return Comparison("undecided", nan, nan, nan)
-    family = max(1, int(a.get("gain_family") or 1)) if pd.notna(a.get("gain_family")) else 1
-    half = stats.t.ppf(1 - GAIN_LEVEL / 2 / family, e["_dof"]) * e["_se"]
+    if family is None:
+        family = max(1, int(a.get("gain_family") or 1)) if pd.notna(a.get("gain_family")) else 1
+    half = stats.t.ppf(1 - GAIN_LEVEL / 2 / max(1, family), e["_dof"]) * e["_se"]
     lo, hi, est = e["_est"] - half, e["_est"] + half, e["_est"]
     if e["gain_test"] == "paired":
         lo, hi, est = 100 * np.expm1(lo), 100 * np.expm1(hi), 100 * np.expm1(est)
@@ -620,6 +625,16 @@ def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARG
         lo, hi, est = 100 * lo, 100 * hi, 100 * est
     blocked = any(_blocked(r) for r in (a, b) if r.get("mode") == "speculative")
     return Comparison("undecided" if blocked else interval_verdict(lo, hi, margin), float(est), float(lo), float(hi))
+
+
+def workload_family(rows: pd.DataFrame, runs: pd.DataFrame) -> int:
+    """The comparisons a workload's verdicts are corrected for (gain_family: its rows x -r auto's looks), for a
+    comparison between two of its targets alone; where it has no gain, -r auto's looks alone (1 for a fixed -r)."""
+    counted = pd.to_numeric(rows.get("gain_family", pd.Series(dtype=float)), errors="coerce").max()
+    if pd.notna(counted):
+        return max(1, int(counted))
+    looks = pd.to_numeric(runs.get("looks", pd.Series(dtype=float)), errors="coerce").max()
+    return 1 if pd.isna(looks) else max(1, int(looks))
 
 
 def _sweep_key(runs: pd.DataFrame) -> pd.Series:
