@@ -58,9 +58,11 @@ def candidates(rows: pd.DataFrame) -> list:
 
 def busy_above(rows: pd.DataFrame) -> pd.Series | None:
     """The fastest row (target alone or speculative, any setting) that busy runs left too few good ones to judge
-    (summary._unreliable 'busy'), None where there is none: no row slower than it can be deployed in its place."""
+    (summary._unreliable 'busy'), None where there is none: no row slower than it can be deployed in its place. A row
+    that drafted nothing is none of them: it measured the target alone under another name, and is never deployed."""
     flagged = rows.get("unreliable", pd.Series("", index=rows.index)).fillna("").str.contains("busy")
-    busy = rows[flagged & rows["tokens_per_s"].notna() & rows["mode"].isin(["target", "speculative"])]
+    drafted = rows.get("no_drafts", pd.Series(None, index=rows.index, dtype=object)).isna()  # else the target alone
+    busy = rows[flagged & drafted & rows["tokens_per_s"].notna() & rows["mode"].isin(["target", "speculative"])]
     return None if busy.empty else busy.loc[busy["tokens_per_s"].idxmax()]
 
 
