@@ -29,6 +29,7 @@ class Capabilities:
     server_process: bool = False  # runs a server whose command line is what to deploy
     replays: bool = False  # a greedy text that parts from the target alone's is replayed to say why (else only where)
     remote: bool = False  # measures servers someone else started (--url against --baseline-url): no files, no deploy line
+    counts_rounds: bool = False  # its records' `rounds` are every verify step of a speculative run (the loop's own count)
 
     def check_strategy(self, s) -> None:
         """One line for a drafting strategy (decoding.strategy.Strategy) this engine cannot run."""
@@ -67,7 +68,7 @@ DEFAULT = PYTHON_ENGINE  # what a record without an engine ran (records before e
 
 KINDS: tuple[EngineKind, ...] = (
     EngineKind(PYTHON_ENGINE, Capabilities("the Python loop", draft_alone=True, loop_types=True, rpc_checked_here=True,
-                                           ray=True, replays=True), "python loop", "py",
+                                           ray=True, replays=True, counts_rounds=True), "python loop", "py",
                "gguf_bench.measure.python_engine:PythonEngine", "gguf_bench.cli.tune:tune_python", in_both=True),
     EngineKind(SERVER_ENGINE, Capabilities("llama-server", concurrent=True, server_types=True, server_process=True),
                "llama-server", "srv", "gguf_bench.measure.server_engine:ServerEngine", "gguf_bench.cli.tune:tune_server",

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum, StrEnum
 from pathlib import Path
 
+from gguf_bench import engine_registry
 from gguf_bench.decoding.divergence import Identity
 from gguf_bench.decoding.loop import GenerationResult
 from gguf_bench.decoding.sampling import SamplingConfig
@@ -492,7 +493,7 @@ def decode_steps(run: RunRecord) -> int | None:
     m = run.metrics
     if m is None or not m.n_tokens:
         return None
-    if run.mode == Mode.SPECULATIVE and run.config.engine_name == PYTHON_ENGINE:
+    if run.mode == Mode.SPECULATIVE and engine_registry.of(run.config.engine_name).counts_rounds:
         return m.rounds or None
     if run.mode == Mode.SPECULATIVE and m.accepted is None:
         return None
