@@ -59,7 +59,7 @@ def test_sweep_progress_says_target_alone_not_k0(tiny_pairs):
     assert result.exit_code == 0, result.output
     progress = [ln.strip() for ln in result.output.splitlines() if " rep 0:" in ln]
     labels = [ln.split(" T=")[0].strip() for ln in progress]
-    assert labels[0] == "target alone" and sorted(labels) == ["K=2", "draft alone", "target alone"], result.output
+    assert sorted(labels) == ["K=2", "draft alone", "target alone"], result.output  # in a shuffled order: none first
     assert "K=0" not in result.output
 
 
