@@ -7,6 +7,9 @@
     python scripts/gpu_proof.py headers DIR [--tiny]    # synthesised headers at real shapes (+ cached real models')
     python scripts/gpu_proof.py arch                    # CMAKE_CUDA_ARCHITECTURES of the first GPU (nvidia-smi)
     python scripts/gpu_proof.py backend                 # the libraries the Python engine loaded, their devices
+    python scripts/gpu_proof.py bandwidth               # the card's memory bandwidth (a device-to-device copy)
+    python scripts/gpu_proof.py prompts OUT.jsonl --model M  # a short prompt, a long one (--tokens): -ngl sweep
+    python scripts/gpu_proof.py rows REPORT.json [--bandwidth TABLE]  # each row's TTFT, joules and bandwidth share
     python scripts/gpu_proof.py check DIR --tables A,B  # every table is there with its figures, no error, CUDA used
 """
 
@@ -185,6 +188,87 @@ def backend() -> None:
     print(f"system_info: {llama_versions()['system_info']}")
 
 
+# --- the figures that mean most on a GPU: the card's bandwidth, each row's share of it, TTFT, joules -----------------
+
+
+def bandwidth(gib: float = 4.0, reps: int = 10) -> None:
+    """The card's memory bandwidth: a device-to-device copy of `gib` GiB through PyTorch (the image's), timed with CUDA
+    events, bytes read and written counted (as KINDS.md's 4.3 TB/s); the best of `reps` after two warm-ups. Without
+    torch or CUDA (the dry-run) it says so and measures nothing."""
+    try:
+        import torch
+    except ImportError:
+        print("no GPU bandwidth: torch is not installed (dry-run)")
+        return
+    if not torch.cuda.is_available():
+        print("no GPU bandwidth: torch sees no CUDA device (dry-run)")
+        return
+    n = int(gib * 2**30)
+    src, dst = torch.empty(n, dtype=torch.uint8, device="cuda"), torch.empty(n, dtype=torch.uint8, device="cuda")
+    times = []
+    for i in range(reps + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append(start.elapsed_time(end) / 1e3)
+    best = min(times)
+    print(f"device: {torch.cuda.get_device_name(0)}")
+    print(f"copy of {gib:g} GiB, best of {reps}: {best * 1e3:.2f} ms; bandwidth {2 * n / best / 1e9:.0f} GB/s "
+          f"(read + written); median {2 * n / sorted(times)[len(times) // 2] / 1e9:.0f} GB/s")
+
+
+def prompts(out: Path, tokens: int, model: Path) -> None:
+    """Two prompts: the built-in code-short, and a long one of `tokens` tokens of real text by the model's own tokenizer
+    (the depth filler's article, manual and module, repeated, cut to length) with a task after it, timed in full
+    (unlike -d's untimed filler)."""
+    import json
+
+    import llama_cpp
+
+    from gguf_bench.measure import prompts as p
+    vocab = llama_cpp.Llama(str(model), vocab_only=True, verbose=False)
+    text = "\n\n".join((p._ARTICLE, p._MANUAL, p._MODULE_TO_EDIT)) + "\n\n"
+    per_char = len(vocab.tokenize(text.encode(), add_bos=False)) / len(text)
+    body = text * (2 + int(tokens / per_char) // len(text))
+    ids = vocab.tokenize(body.encode(), add_bos=False)[:tokens]
+    long = vocab.detokenize(ids).decode(errors="ignore")
+    rows = [{"id": "code-short", "prompt": p.BUILTIN[0].text, "category": "code"},
+            {"id": f"long-{tokens}", "prompt": long + "\n\nSummarise the text above in three sentences.\n",
+             "category": "long"}]
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"prompts: code-short and long-{tokens} ({len(ids)} tokens of {model.name}'s tokenizer)")
+
+
+def rows(report: Path, table: Path | None) -> None:
+    """The -ngl sweep's rows (a `report --format json`): tokens/s, time to first token and its paired cost, joules per
+    token (NVML), bytes read per token and the share of the card's bandwidth (`bandwidth`'s table) it reaches."""
+    import json
+
+    from gguf_bench.results.predictions.ceiling import ceiling_pct
+    gbs = None
+    if table and table.is_file() and (m := re.search(r"bandwidth (\d+) GB/s", table.read_text())):
+        gbs = float(m[1])
+    data = json.loads(report.read_text())
+    found = data["rows"] if isinstance(data, dict) else data
+    print(f"card bandwidth: {f'{gbs:.0f} GB/s' if gbs else 'not measured'}")
+    head = ("prompt", "-ngl", "K", "tokens/s", "TTFT s", "TTFT cost %", "J/token", "MB/token", "card %")
+    print("  ".join(f"{h:>11}" for h in head))
+
+    def cell(v, fmt):
+        return f"{v:{fmt}}" if isinstance(v, (int, float)) and v == v else "-"
+    for r in found:
+        k = r.get("k") if r.get("mode") == "speculative" else r.get("mode")
+        share = ceiling_pct(r.get("tokens_per_s"), r.get("bytes_per_token"), gbs)
+        jt = 1 / r["tokens_per_joule"] if r.get("tokens_per_joule") else None
+        print("  ".join(f"{c:>11}" for c in (
+            str(r.get("prompt_id", "all"))[:11], str(r.get("ngl")), str(k), cell(r.get("tokens_per_s"), ".1f"),
+            cell(r.get("ttft_s"), ".3f"), cell(r.get("ttft_cost_pct"), "+.1f"), cell(jt, ".3f"),
+            cell((r.get("bytes_per_token") or float("nan")) / 1e6, ".0f"), cell(share, ".0f"))))
+
+
 # --- check: the tables a complete run writes, each with the figures it must hold -------------------------------------
 
 
@@ -201,6 +285,7 @@ class Figure:
     unless: str | None = None
 
 
+SWEEP_ROW = r"^\s*\S+\s+\S+\s+(?:target|draft|\d+)\s+[\d-]"  # a row of `rows`: prompt, -ngl, K (or mode), figures
 # gpu_proof.sh's tables (its `tables` lists those of a run: machine, build, twins and each measuring step), by name;
 # machine.txt holds what the device check reads, no figure
 FIGURES: dict[str, tuple[Figure, ...]] = {
@@ -216,6 +301,10 @@ FIGURES: dict[str, tuple[Figure, ...]] = {
              Figure("draft step", "ms", pattern=r"^measured: .*, draft (\S+) ms"),
              Figure("verify ×", "", column="verify ×", rows=r"^\s*\d+ "),
              *(Figure(f"a={a}", "tokens/s", column=f"a={a}", rows=r"^\s*\d+ ") for a in ("0.6", "0.8"))),
+    "bandwidth": (Figure("card bandwidth", "GB/s", pattern=r"; bandwidth (\S+) GB/s"),),
+    "sweep": (Figure("tokens/s", "", column="tokens/s", rows=SWEEP_ROW),
+              Figure("TTFT", "s", column="TTFT s", rows=SWEEP_ROW),
+              Figure("deploy line", "tokens/s", pattern=r"^deploy\b.*? (\S+) tokens/s")),
     "engines": (Figure("python", "tokens/s", column="python", rows=r"^\s*(?:alone|\d+) "),
                 Figure("server", "tokens/s", column="server", rows=r"^\s*(?:alone|\d+) ",
                        unless="no server (--no-server)"),
@@ -343,6 +432,14 @@ def main() -> int:
     h.add_argument("--tiny", action="store_true", help="the smallest shapes only (dry-run)")
     sub.add_parser("arch")
     sub.add_parser("backend")
+    sub.add_parser("bandwidth")
+    pr = sub.add_parser("prompts")
+    pr.add_argument("out", type=Path)
+    pr.add_argument("--tokens", type=int, default=1500)
+    pr.add_argument("--model", type=Path, required=True, help="the target: its tokenizer counts the tokens")
+    r = sub.add_parser("rows")
+    r.add_argument("report", type=Path)
+    r.add_argument("--bandwidth", type=Path, help="the bandwidth step's table")
     c = sub.add_parser("check")
     c.add_argument("folder", type=Path)
     c.add_argument("--tables", required=True, help="the tables a complete run writes, comma-separated (gpu_proof.sh)")
@@ -361,6 +458,12 @@ def main() -> int:
         arch()
     elif args.cmd == "backend":
         backend()
+    elif args.cmd == "bandwidth":
+        bandwidth()
+    elif args.cmd == "prompts":
+        prompts(args.out, args.tokens, args.model)
+    elif args.cmd == "rows":
+        rows(args.report, args.bandwidth)
     elif args.cmd == "check":
         return check(args.folder, args.tables.split(","), args.cpu, args.logs)
     return 0

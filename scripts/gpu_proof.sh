@@ -33,7 +33,7 @@ BUDGET=${GPU_PROOF_BUDGET:-540}  # seconds one `run` may take (a device command 
 # measurements: each step's table ends with the seconds it took, and the first run's figures replace these.
 DEVICE_S=${GPU_PROOF_DEVICE_S:-840}  # 14 minutes of the 15 lent
 START_S=150  # the machine's start and the transfers of two calls
-BUILD_S=${GPU_PROOF_BUILD_S:-330}  # the CUDA build (one architecture, every core), setup and twins included
+BUILD_S=${GPU_PROOF_BUILD_S:-270}  # the CUDA build (one architecture, every core: 214 s on an H200), setup, twins
 export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
 
 say() { echo "gpu-proof: $*"; }
@@ -66,7 +66,7 @@ prepare() {
 
 device_call() {
   cat <<'EOF'
-run(kind="nvidia-h100-x1", timeout_s=600, carry=[".gpukit"],
+run(timeout_s=600, carry=[".gpukit"],
     command="bash scripts/gpu_proof.sh run 2>&1")
 # repeat the same call at once (the machine stays warm 30 s) while it exits 75; the tables come back in $OUT:
 # gpu-proof-summary.txt (every table) and gpu-proof.tar.gz (tables and logs)
@@ -85,15 +85,20 @@ setup() {
   if [ -n "${DRY:-}" ]; then
     PYV=$PY
     export HOME=$STATE/home XDG_CACHE_HOME=$STATE/home/.cache  # no ~/.cache/gguf-bench: what the steps need is the kit's
-  else
-    PYV=$STATE/venv/bin/python
+  else  # the image's python3 (/opt/torch/.venv: typer, rich, pandas, torch, nvidia-ml-py) and the kit's wheels beside it:
+    # a venv made from it, even with --system-site-packages, sees the base interpreter's packages, not the image's
+    PYV=python3
+    export PYTHONPATH=$STATE/site${PYTHONPATH:+:$PYTHONPATH}
+    # the image's numpy, imported before llama.cpp's libraries (every gguf_bench command does), made each model load
+    # segfault in llama.cpp's init_tokenizer; with the system's libstdc++ preloaded it loads (H200, 2026-11-28)
+    local cxx=/lib/x86_64-linux-gnu/libstdc++.so.6
+    [ -f "$cxx" ] && export LD_PRELOAD=$cxx${LD_PRELOAD:+:$LD_PRELOAD}
   fi
   [ -f "$STATE/setup.done" ] && return
   tar xzf "$KIT/llama_cpp_python-sdist.tar.gz" -C "$STATE/cache/sdist"
   tar xzf "$KIT/headers.tar.gz" -C "$STATE"
   if [ -z "${DRY:-}" ]; then
-    python3 -m venv --system-site-packages "$STATE/venv"
-    "$PYV" -m pip install -q --no-index --no-deps "$KIT"/wheels/*.whl
+    "$PYV" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$STATE/site" "$KIT"/wheels/*.whl
   fi
   {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -142,7 +147,9 @@ set -e
 cd "$ROOT"
 t0=\$(date +%s)
 echo "\$ $PYV -m gguf_bench.cli build-tree --cuda --cuda-arch $arch -j $(nproc) -o $TREE"
-"$PYV" -m gguf_bench.cli build-tree --cuda --cuda-arch $arch -j $(nproc) -o "$TREE"
+# build-tree's own call, not the command: gguf_bench.cli imports llama_cpp, which cannot load before its libraries exist
+"$PYV" -c 'import sys; from pathlib import Path; from gguf_bench.engines.tree_build import build_tree
+build_tree("cuda", Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3])' "$TREE" $(nproc) $arch
 t1=\$(date +%s)
 echo "build-tree --cuda (one CMake build: libraries, llama-server, llama-fit-params, llama-gguf-split): \$((t1 - t0)) s"
 LLAMA_CPP_LIB_PATH="$TREE/bin" "$PYV" scripts/gpu_proof.py backend
@@ -157,7 +164,8 @@ EOF
   done
   { cat "$STATE/logs/build.log"; echo "cmake commands:"; grep -h '^\$ ' "$TREE/build.log" 2>/dev/null || true
   } > "$STATE/tables/build.txt"
-  [ "$(cat "$STATE/build.rc")" = 0 ] || { tail -40 "$STATE/logs/build.log"; say "the build failed"; publish; exit 1; }
+  [ "$(cat "$STATE/build.rc")" = 0 ] || { tail -40 "$STATE/logs/build.log"; say "the build failed (the next call builds again)"
+    publish; rm -f "$STATE/build.started" "$STATE/build.rc"; exit 1; }
   touch "$STATE/build.done"; use_tree
 }
 
@@ -197,20 +205,37 @@ step() {
   fi
 }
 
+# two -ngl settings of one pair in one sweep (interleaved, so the deploy line's comparison between them is paired), a
+# short prompt and a long one (timed: the drafter's prompt cost shows in TTFT), then each row's TTFT and its paired
+# cost, joules per token (NVML) and share of the card's bandwidth (gpu_proof.py rows); args: python target draft
+# ngl-list threads state prompt-tokens engine
+NGL_SWEEP='py=$0 st=$5 name=gpu-$7; rm -f "$GGUF_BENCH_RESULTS/$name.jsonl"
+"$py" scripts/gpu_proof.py prompts "$st/prompts.jsonl" --tokens "$6" --model "$1" &&
+"$py" -m gguf_bench.cli sweep --engine "$7" --target "$1" --draft "$2" -K 4 -ngl "$3" -ngld all -n 32 -r 3 -c 4096 \
+  --threads "$4" --prompts "$st/prompts.jsonl" --name "$name" &&
+"$py" -m gguf_bench.cli report "$GGUF_BENCH_RESULTS/$name.jsonl" --by prompt --format json -o "$st/logs/$name.json" &&
+"$py" scripts/gpu_proof.py rows "$st/logs/$name.json" --bandwidth "$st/tables/bandwidth.txt"'
+
 measure() {
   local t="$STATE/twins" h files=() p name tgt drf; h=$(headers_dir)
   for p in $(pairs); do IFS=: read -r name tgt drf <<< "$p"; files+=("$t/$tgt.gguf" "$t/$drf.gguf"); done
   if [ -z "${DRY:-}" ]; then  # the lent machine: most valuable first, within the plan (gpu_plan)
-    GGUF_BENCH_REQUIRE_GPU=1 step offload 110 "$PYV" -m pytest -p no:cacheprovider -q -m gpu tests/test_offload.py
+    GGUF_BENCH_REQUIRE_GPU=1 step offload 40 "$PYV" -m pytest -p no:cacheprovider -q -m gpu tests/test_offload.py
     for p in $(pairs); do
       IFS=: read -r name tgt drf <<< "$p"
       step "plan-cli-$name" 5 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 4096
     done
-    step plan 90 "$PYV" scripts/bench_plan.py "${files[@]}" --ctx 512,4096 --max-tensor-mib 1000000
     IFS=: read -r name tgt drf <<< "$(pairs | cut -d' ' -f1)"  # the first pair: Llama-3-8B with Llama-3.2-1B
-    step "tune-$name" 90 "$PYV" -m gguf_bench.cli tune --twin --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" -K 1-16 \
-      -ngl all -ngld all --acceptance 0.6,0.8 -n 32 --reps 2 --prompt-ids code-short --name "gpu-tune-$name"
-    step "engines-$name" 60 "$PYV" scripts/bench_engines.py --target "$t/$tgt.gguf" --draft "$t/$drf.gguf" -K 4 \
+    step bandwidth 15 "$PYV" scripts/gpu_proof.py bandwidth
+    step "sweep-ngl-$name" 60 bash -c "$NGL_SWEEP" "$PYV" "$t/$tgt.gguf" "$t/$drf.gguf" all,30 "$(nproc)" "$STATE" 1500 \
+      python
+    step "sweep-server-$name" 45 bash -c "$NGL_SWEEP" "$PYV" "$t/$tgt.gguf" "$t/$drf.gguf" all "$(nproc)" "$STATE" 1500 \
+      server
+    step plan 60 "$PYV" scripts/bench_plan.py "${files[@]}" --ctx 512,4096 --max-tensor-mib 1000000
+    step "tune-$name" 30 "$PYV" -m gguf_bench.cli tune --twin --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" \
+      -K 1,2,3,4,6,8,12,16 -ngl all -ngld all --acceptance 0.6,0.8 -n 32 --reps 2 --prompt-ids code-short \
+      --name "gpu-tune-$name"
+    step "engines-$name" 40 "$PYV" scripts/bench_engines.py --target "$t/$tgt.gguf" --draft "$t/$drf.gguf" -K 4 \
       --temp 0,0.7 -n 64 --reps 2 --threads "$(nproc)" -ngl all -ngld all
     return
   fi
@@ -223,6 +248,16 @@ measure() {
   local server=()
   [ -n "${PLAN:-}" ] || "$PYV" -c 'from gguf_bench.engines.server_build import find_server; find_server(None)' \
     2>/dev/null || server=(--no-server)
+  step bandwidth 10 "$PYV" scripts/gpu_proof.py bandwidth
+  [ -n "${PLAN:-}" ] || echo "bandwidth: torch with a CUDA device measures the card's copy bandwidth; none here" \
+    >> "$STATE/tables/skipped.txt"
+  IFS=: read -r name tgt drf <<< "$(pairs | cut -d' ' -f1)"
+  step "sweep-ngl-$name" 120 bash -c "$NGL_SWEEP" "$PYV" "$t/$tgt.gguf" "$t/$drf.gguf" all,1 1 "$STATE" 600 python
+  if [ ${#server[@]} = 0 ]; then
+    step "sweep-server-$name" 120 bash -c "$NGL_SWEEP" "$PYV" "$t/$tgt.gguf" "$t/$drf.gguf" all 1 "$STATE" 600 server
+  elif [ -z "${PLAN:-}" ]; then
+    echo "sweep-server-$name: no llama-server built here" >> "$STATE/tables/skipped.txt"
+  fi
   for p in $(pairs); do
     IFS=: read -r name tgt drf <<< "$p"
     step "plan-cli-$name" 60 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 512 \

@@ -81,6 +81,16 @@ TUNE = """\
 measured: target t_verify(1) 9.92 ms, draft 1.50 ms (c = 0.151; 2-token catch-up 2.1 ms), round overhead 0.05 ms
 """
 
+BANDWIDTH = "device: NVIDIA H200\ncopy of 4 GiB, best of 10: 2.02 ms; bandwidth 4263 GB/s (read + written); median 4260 GB/s\n"
+SWEEP = """\
+deploy llama3-8b.gguf+llama3.2-1b.gguf: no speculation (245.67 tokens/s; no speculative setting gained;
+  +129% [+120,+139] over -ngl 30 alone) (measured in the Python loop: check it with --engine server)
+card bandwidth: 4263 GB/s
+     prompt         -ngl            K     tokens/s       TTFT s  TTFT cost %      J/token     MB/token       card %
+ code-short           30       target        108.0        0.079            -            -         4887           12
+  long-1500          all            4         89.8        0.210        +20.6            -        10098           21
+"""
+
 
 def _engines(capsys, server: bool) -> str:
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -102,7 +112,7 @@ def _complete_run(folder: Path, engines: str, cuda: bool = True) -> list[str]:
                        + "device: CPU (CPU) AMD EPYC 9654, 125.8 GiB\n",
               "twins": "twin of h/llama3-8b.gguf: 291 tensors, 8.03 GB logical, 1.20 MB on disk, 0.3 s -> t.gguf\n",
               "offload": "27 passed in 31.2s\n(offload: 40 s)\n", "plan-cli-llama": PLAN_CLI, "plan": PLAN,
-              "tune-llama": TUNE, "engines-llama": engines}
+              "tune-llama": TUNE, "engines-llama": engines, "bandwidth": BANDWIDTH, "sweep-ngl-llama": SWEEP}
     folder.mkdir(parents=True, exist_ok=True)
     (folder.parent / "logs").mkdir(exist_ok=True)
     for name, text in tables.items():
@@ -124,7 +134,9 @@ def test_check_accepts_a_complete_run_and_rejects_each_table_that_holds_no_measu
               "tune-llama.txt": (TUNE.replace("9.92 ms", "– ms"), "target t_verify(1) (ms) is '–'"),
               "offload.txt": ("27 skipped in 0.4s\n", "its tests were all skipped"),
               "plan-cli-llama.txt": (PLAN_CLI.replace("4437", "   –"), "weights (MiB) is '–', not a finite number"),
-              "../logs/tune-llama.err": ("RuntimeError: llama_decode returned -1\n", "tune-llama.err: RuntimeError")}
+              "../logs/tune-llama.err": ("RuntimeError: llama_decode returned -1\n", "tune-llama.err: RuntimeError"),
+              "bandwidth.txt": ("no GPU bandwidth: torch sees no CUDA device (dry-run)\n", "no card bandwidth (GB/s)"),
+              "sweep-ngl-llama.txt": (SWEEP.replace("0.210", "    -"), "TTFT (s) is '-', not a finite number")}
     for name, (text, why) in faults.items():
         good = (tables / name).read_text() if (tables / name).is_file() else None
         (tables / name).write_text(text)
