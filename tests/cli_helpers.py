@@ -31,9 +31,10 @@ def stored(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def processes_running(binary: Path, model: Path | None = None, parent: int | None = None) -> list[int]:
-    """Pids of live processes running `binary` (from /proc), only those given `model` and only children of `parent`
-    when given."""
+def processes_running(binary: Path, model: Path | None = None, parent: int | None = None,
+                      without: Path | None = None) -> list[int]:
+    """Pids of live processes running `binary` (from /proc), only those given `model`, not given `without` (a draft: a
+    speculative llama-server is given the target too) and only children of `parent`, each where given."""
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -43,7 +44,8 @@ def processes_running(binary: Path, model: Path | None = None, parent: int | Non
             except OSError:
                 continue
             if (cmdline and cmdline[0] == str(binary).encode() and state != "Z"
-                    and (model is None or str(model).encode() in cmdline) and (parent is None or int(ppid) == parent)):
+                    and (model is None or str(model).encode() in cmdline) and (parent is None or int(ppid) == parent)
+                    and (without is None or str(without).encode() not in cmdline)):
                 pids.append(int(proc.name))
     return pids
 
