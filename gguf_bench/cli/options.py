@@ -73,6 +73,9 @@ EngineOpt = Annotated[str, typer.Option("--engine", help="who generates: python 
 DepthOpt = Annotated[str | None, typer.Option("--depth", "-d", help="tokens of context before the prompt, as llama-bench's "
                      "-d: 0,4096,16384 (English prose prefilled in both models and not timed; the context grows to "
                      "hold it)")]
+PromptTokensOpt = Annotated[str | None, typer.Option("--prompt-tokens", help="make each prompt this many tokens long, a "
+                           "list (256,2048,8192): English prose before its task, in the same turn and timed (unlike "
+                           "-d); each length is its own workload")]
 ParallelOpt = Annotated[str | None, typer.Option("--parallel", "-np", help="server engine: llama-server's slots, a list "
                         "(1,2,4); each slot holds --ctx-size; default: one request at a time on one slot")]
 ClientsOpt = Annotated[str | None, typer.Option("--clients", help="server engine: clients sending their prompts at the "

@@ -53,6 +53,7 @@ from gguf_bench.cli.options import (
     PromptIdsOpt,
     PromptOpt,
     PromptsFileOpt,
+    PromptTokensOpt,
     RegistryOpt,
     RepsBudgetOpt,
     RepsOpt,
@@ -88,6 +89,7 @@ from gguf_bench.measure import deploy, prompts, workloads
 from gguf_bench.measure.distributed import RayOptions, failure_message, ray_options, sweep_on_ray
 from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.plan import AUTO_FIRST, Grid, cells_failed, measured, single_run_grid
+from gguf_bench.measure.prompts import at_lengths
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import Split, placing_axes
@@ -283,7 +285,8 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
           engine: EngineOpt = "python", server_bin: ServerBinOpt = None, flash_attns: FlashAttnOpt = None,
           cache_types_k: CacheTypeKOpt = None, cache_types_v: CacheTypeVOpt = None, batch_sizes: BatchOpt = None,
           ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None, depths: DepthOpt = None,
-          n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None, device: DeviceOpt = None,
+          prompt_tokens: PromptTokensOpt = None, n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None,
+          device: DeviceOpt = None,
           n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
           device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
           main_gpu: MainGpuOpt = None, rpc: RpcOpt = None, rpc_delay: RpcDelayOpt = None,
@@ -299,12 +302,16 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
     x prompt; store every run and print the report."""
     use_results_dir(results_dir_opt)
+    if prompt_tokens and (remote := [e for e in options.engines(engine) if engine_registry.of(e).remote]):
+        raise BenchError(f"--prompt-tokens counts tokens with the target's tokenizer, and --engine {remote[0]} has no "
+                         "local model: give long prompts as they are (--prompts FILE.jsonl)")
     _refuse_owners_options(ctx, options.engines(engine))
     reps = options.repetitions_text(repetitions)
     _refuse_auto_options(ctx, reps)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
                 nglds=options.layer_list(nglds, "-ngld"), temperatures=options.temperatures(temps),
-                prompts=workloads.choose(prompt_ids, prompts_file, per_category, seed, registry),
+                prompts=at_lengths(workloads.choose(prompt_ids, prompts_file, per_category, seed, registry),
+                                   options.positive_ints(prompt_tokens, "--prompt-tokens") if prompt_tokens else None),
                 repetitions=reps or AUTO_FIRST, max_reps=max_reps if reps is None else None,
                 budget_s=options.duration_s(reps_budget, "--reps-budget") if reps_budget and reps is None else None,
                 margin=_margin(margin), objective=_objective(objective), n_predict=n_predict,

@@ -33,6 +33,31 @@ def filler_tokens(vocab, depth: int) -> list[int]:
     return tokens[:depth]
 
 
+def padded(name: str, prompt_text: str, length: int, tokens_of, detokenize, tokenize) -> list[int]:
+    """A prompt made `length` tokens long (`--prompt-tokens`): the filler's text, then a blank line, then the task, in
+    one turn and all of it timed (unlike the depth's filler). `tokens_of(text)` is the prompt's own tokenization (its
+    chat template included), so the count is the one the model processes; the filler's cut is corrected until it
+    matches (a merge across the join can leave it a token off, then the closest is kept)."""
+    plain = tokens_of(prompt_text)
+    if len(plain) >= length:
+        raise ConfigError(f"prompt {name} is already {len(plain)} tokens long, not shorter than --prompt-tokens "
+                          f"{length}: choose more tokens or a shorter prompt")
+    corpus = filler_text()
+    filler = tokenize(corpus[:8 * length + 4096], False)
+    if len(filler) < length:
+        raise ConfigError(f"--prompt-tokens {length} is more than the {len(filler)} tokens of filler text this model "
+                          "makes of the bundled corpus; choose fewer")
+    cut, best = length - len(plain), None
+    for _ in range(6):
+        tokens = tokens_of(detokenize(filler[:max(cut, 0)]) + "\n\n" + prompt_text)
+        if best is None or abs(len(tokens) - length) < abs(len(best) - length):
+            best = tokens
+        if len(tokens) == length:
+            break
+        cut += length - len(tokens)
+    return best
+
+
 def after_filler(prompt: list[int], filler: list[int]) -> list[int]:
     """The prompt to append after the filler: without its BOS, which the filler already begins with."""
     return prompt[1:] if filler and prompt and prompt[0] == filler[0] else prompt

@@ -228,6 +228,7 @@ class Cell:
                          flash_attn=context["flash_attn"], cache_type_k=context["type_k"], cache_type_v=context["type_v"],
                          batch_size=load.n_batch, ubatch_size=load.n_ubatch, threads_draft=load.draft_threads,
                          parallel=self.parallel, clients=self.clients, depth=self.depth or None,
+                         prompt_length=self.prompt.length,
                          placement=load.placing.label(), placement_draft=load.placing_draft.label(draft=True),
                          rpc_delay_ms=load.placing.rpc_delay_ms if load.placing.rpc else None)
 

@@ -14,16 +14,23 @@ from pathlib import Path
 
 from gguf_bench.engines.llama_cpp import Vocabulary, read_info
 from gguf_bench.errors import ConfigError
-from gguf_bench.measure.depth import after_filler, filler_tokens
+from gguf_bench.measure.depth import after_filler, filler_tokens, padded
 from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.prompts import Prompt
 
 
 def prompt_tokens(vocab, prompt: Prompt) -> list[int]:
     """The prompt's token ids: through the model's chat template when the prompt is a chat turn and the model has a
-    template (a model without one gets the plain text). The one place that decides."""
+    template (a model without one gets the plain text), made `prompt.length` tokens long where it has one
+    (depth.padded). The one place that decides."""
     chat = prompt.chat and vocab.has_chat_template()
-    return vocab.tokenize(vocab.chat_prompt(prompt.text) if chat else prompt.text)
+
+    def tokens_of(text: str) -> list[int]:
+        return vocab.tokenize(vocab.chat_prompt(text) if chat else text)
+    if prompt.length:
+        return padded(prompt.id.rsplit("@", 1)[0], prompt.text, prompt.length, tokens_of, vocab.detokenize,
+                      vocab.tokenize)
+    return tokens_of(prompt.text)
 
 
 @dataclass

@@ -26,6 +26,17 @@ class Prompt:
     text: str
     chat: bool = False  # wrap in the model's chat template
     category: str = ""
+    length: int | None = None  # --prompt-tokens: made this many tokens long by real text before the task (prepared.py)
+
+
+def at_lengths(prompts: list[Prompt], lengths: list[int] | None) -> list[Prompt]:
+    """Each prompt at each of `lengths` tokens (`--prompt-tokens`), its id naming the length ('code-short@2048');
+    the prompts as they are without lengths."""
+    if not lengths:
+        return prompts
+    if bad := [n for n in lengths if n < 1]:
+        raise ConfigError(f"--prompt-tokens takes token counts of 1 or more, got {bad[0]}")
+    return [Prompt(f"{p.id}@{n}", p.text, p.chat, p.category, n) for n in sorted(set(lengths)) for p in prompts]
 
 
 BUILTIN = (

@@ -366,13 +366,16 @@ def lines(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> list[str]:
 
 
 def workload_part(column: str, value) -> str:
-    """'T=0.7', '-d 4096', '-n 128', 'prompt code-short': one setting of a workload, as a deploy line names it."""
+    """'T=0.7', '-d 4096', '2048-token prompts', '-n 128', 'prompt code-short': one setting of a workload, as a
+    deploy line names it."""
     if column == "temperature":
         return f"T={float(value):g}"
     if column == "depth":
         return f"-d {int(value)}" if pd.notna(value) else "-d 0"
     if column == "n_predict":
         return f"-n {value}"
+    if column == "prompt_length":
+        return f"{int(value)}-token prompts" if value else "prompts as written"
     return f"{FLAGS.get(column, column)} {value}"
 
 

@@ -91,6 +91,7 @@ def _tps(row: pd.Series) -> str:
 # --- rich tables ----------------------------------------------------------------------------
 
 _VARYING = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np", "clients": "clients", "depth": "-d",
+            "prompt_length": "prompt tok",
             "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
             "ngl": "-ngl", "ngld": "-ngld", "placement": "placement",
             "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
@@ -405,6 +406,8 @@ def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
         fixed.append(summary["placement"].iloc[0])  # the flags every row was placed with
     if "depth" in summary.columns and "depth" not in varying and summary["depth"].iloc[0]:
         fixed.append(f"@ d{summary['depth'].iloc[0]}")  # llama-bench's spelling of a depth
+    if "prompt_length" in summary.columns and "prompt_length" not in varying and summary["prompt_length"].iloc[0]:
+        fixed.append(f"{summary['prompt_length'].iloc[0]}-token prompts")
     for c, default in CONTEXT_DEFAULTS.items():  # a context setting every row shares, where it is not llama.cpp's default
         if c not in varying and c in summary.columns and summary[c].iloc[0] != default:
             fixed.append(f"{_VARYING[c]} {summary[c].iloc[0]}")

@@ -35,8 +35,9 @@ CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_s
 CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
 SPECULATION = ["verify"]  # settings of speculative runs only (a target alone has none): a row's, not its baseline's
 SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", "placement", *CONTEXT, "threads", "n_ctx", "depth",
-           "temperature", "top_k", "top_p", "n_predict", *SPECULATION]  # a baseline shares these but SPECULATION
-# (depth: tokens of context before the prompt); files that differ in any of them never fold into one row
+           "prompt_length", "temperature", "top_k", "top_p", "n_predict", *SPECULATION]
+# a baseline shares these but SPECULATION (depth: tokens of context before the prompt; prompt_length:
+# --prompt-tokens); files that differ in any of them never fold into one row
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 SPREAD = 0.25  # std/mean of a row's runs of one prompt above which they disagree too much to rank the row
 MAIN_SHARE = 0.75  # a CPU-only run whose generating thread got less of the wall time than this shared the CPU
@@ -48,12 +49,14 @@ STEAL_CORES = 0.05  # a VM's run whose cores the hypervisor gave to other guests
 LOAD_FOLDS = {"load1": "max", "main_cpu_share": "min", "cpu_count": "max", "others_cores": "max", "steal_cores": "max"}
 BLOCK = ["_sweep", "prompt_id", "repetition"]  # a pair's runs share these (and the setting): measured in one block of
 # one sweep (_sweep: the sweep's name and the file it came from, sweep_of)
-ACROSS = ["temperature", "depth", *CONCURRENCY]  # two settings' runs paired across (over_fastest_alone) share these too
+# two settings' runs paired across (over_fastest_alone) share these too
+ACROSS = ["temperature", "depth", "prompt_length", *CONCURRENCY]
 NO_REASON = "its drafter proposed no token"  # a row that drafted nothing, of records without a reason
 GAIN_LEVEL = 0.05  # a gain is decided where its 95% interval, corrected for the rows that compete, excludes zero
-FAMILY = ["pair", "host", *CONCURRENCY, "depth", "temperature", "n_predict", "prompt_id"]  # one workload: the rows that
-# compete for one verdict (its deploy line, its ★, its -r auto verdicts; across offloads, context settings, engines,
-# types and K's): a Bonferroni family. prompt_id only where the summary keeps prompts apart (--by prompt)
+FAMILY = ["pair", "host", *CONCURRENCY, "depth", "prompt_length", "temperature", "n_predict", "prompt_id"]
+# one workload: the rows that compete for one verdict (its deploy line, its ★, its -r auto verdicts; across offloads,
+# context settings, engines, types and K's): a Bonferroni family. prompt_id only where the summary keeps prompts apart
+# (--by prompt)
 MARGIN = 3.0  # % : two settings whose whole corrected interval lies within ±MARGIN are "the same" (docs/verdicts.md)
 VERDICTS = ("faster", "slower", "same", "undecided")  # every comparison ends in one of these
 DRIFT_RUNS = 8  # the fewest target-alone runs whose quarters say how the machine moved
@@ -792,7 +795,8 @@ def offload_label(row: pd.Series) -> str:
     return f"{row['target_offload']} + {row['draft_offload']}"
 
 
-SIDE = ["pair", "host", "ngl", "ngld", "placement", *CONTEXT, "depth", "temperature", "n_predict"]  # both engines' rows
+# both engines' rows
+SIDE = ["pair", "host", "ngl", "ngld", "placement", *CONTEXT, "depth", "prompt_length", "temperature", "n_predict"]
 # must share these
 
 

@@ -273,6 +273,7 @@ class RunConfig:
     parallel: int | None = None
     clients: int | None = None
     depth: int | None = None  # tokens of context before the prompt (llama-bench's -d); None: none (every older record)
+    prompt_length: int | None = None  # --prompt-tokens: the prompt made this many tokens long (timed); None: as written
     # where the weights went beyond -ngl, as the flags asked for it (placing.Placing.label: '-ncmoe 2 -dev none'); what
     # llama.cpp did with it is `offload`'s read-back; None: llama.cpp's default placement (every older record)
     placement: str | None = None
@@ -285,11 +286,11 @@ class RunConfig:
         """What identifies the cell: the stored config without `category`, and without a default strategy, verify
         mode, engine or context setting (so that keys of files written before those existed stay the same)."""
         optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients", "depth",
-                    "placement", "placement_draft")
+                    "prompt_length", "placement", "placement_draft")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category", "rpc_delay_ms")}
         if self.strategy is not None:
             out["strategy"] = self.strategy.params()
-        for name in ("verify", "engine", "parallel", "clients", "depth", "placement", "placement_draft"):
+        for name in ("verify", "engine", "parallel", "clients", "depth", "prompt_length", "placement", "placement_draft"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         for name, default in CONTEXT_DEFAULTS.items():
@@ -638,7 +639,8 @@ RUN_FIELDS: tuple[Field, ...] = (
     *(Field(name, functools.partial(lambda name, r: r.config.context()[name], name)) for name in CONTEXT_DEFAULTS),
     Field("threads_draft", lambda r: r.config.threads_draft or r.config.threads or r.env.cpu_count or 0),
     Field("parallel", lambda r: r.config.parallel), Field("clients", lambda r: r.config.clients),
-    Field("depth", lambda r: r.config.depth or 0), Field("placement", lambda r: r.config.placement_label),
+    Field("depth", lambda r: r.config.depth or 0), Field("prompt_length", lambda r: r.config.prompt_length or 0),
+    Field("placement", lambda r: r.config.placement_label),
     Field("host", lambda r: r.host),
     # what a setting's runs measured, folded into its summary row
     Field("tokens_per_s", _metric("tokens_per_s"), "tokens/s", "mean", spread=True),
