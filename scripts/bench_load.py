@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from gguf_bench.engine_registry import PYTHON_ENGINE
-from gguf_bench.measure.engine import open_engine
 from gguf_bench.measure.plan import Grid, expand
 from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import Measuring, SweepEvents
@@ -41,7 +40,7 @@ def main() -> None:
                 prompts=builtin(["code-short", "chat-short"]), n_predict=args.n)
     prepared = Measuring("bench-load", files, grid, SweepEvents())
     setting = expand(files, prepared.grid, prepared.static).units[0].setting
-    engine = open_engine(PYTHON_ENGINE, prepared.grid, files)
+    engine = prepared.measured.engine(PYTHON_ENGINE, prepared.grid)
     times = []
     for _ in range(args.rounds):
         start = time.perf_counter()

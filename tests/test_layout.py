@@ -37,6 +37,45 @@ def imports(path: Path) -> set[str]:
     return {m for m in found if m in names and m != "gguf_bench"}
 
 
+# the registry's plugin table names classes and functions by 'module:attribute' (engine_registry.py), loaded by the
+# method each field's resolver is: an arrow from every module that calls the method to the named module
+RESOLVERS = {"engine": "engine_class", "tune": "tune_flow"}
+
+
+def registry_arrows() -> set[tuple[str, str]]:
+    """(resolving module, named module) for every 'module:attribute' of the registry: the imports no `import` shows."""
+    from gguf_bench.engine_registry import KINDS
+
+    named = {field: {getattr(k, field).partition(":")[0] for k in KINDS if getattr(k, field)} for field in RESOLVERS}
+    arrows = set()
+    for mod, path in modules().items():
+        calls = {n.func.attr for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+        arrows |= {(mod, target) for field, method in RESOLVERS.items() if method in calls for target in named[field]
+                   if target != mod}  # a module naming itself imports nothing
+    return arrows
+
+
+def graph() -> dict[str, set[str]]:
+    """Each module's imports, the registry's arrows included."""
+    out = {mod: imports(path) for mod, path in modules().items()}
+    for mod, target in registry_arrows():
+        out[mod].add(target)
+    return out
+
+
+def test_the_registry_names_modules_that_exist_and_its_arrows_are_resolved_where_the_layers_allow():
+    from gguf_bench.engine_registry import KINDS
+
+    named = {getattr(k, f).partition(":")[0] for k in KINDS for f in RESOLVERS if getattr(k, f)}
+    assert named <= modules().keys() and "gguf_bench.measure.python_engine" in named
+    arrows = registry_arrows()
+    assert {t for _, t in arrows} >= {"gguf_bench.measure.python_engine", "gguf_bench.measure.server_engine",
+                                      "gguf_bench.measure.endpoint_engine"}, arrows
+    assert not {m for m, _ in arrows if package_of(m) in ("errors", "options", "placing", "engine_registry", "models",
+                                                           "engines", "decoding", "results")}, arrows
+
+
 def package_of(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
@@ -44,11 +83,11 @@ def package_of(module: str) -> str:
 
 def test_layers_import_only_downwards():
     wrong = []
-    for mod, path in modules().items():
+    for mod, deps in graph().items():  # the registry's arrows too
         here = package_of(mod)
         if here not in LAYERS:
             continue
-        for dep in imports(path):
+        for dep in deps:
             there = package_of(dep)
             if there in LAYERS and (LAYERS[there] > LAYERS[here] or (here, there) in PEERS_APART):
                 wrong.append(f"{mod} -> {dep}")
@@ -75,19 +114,19 @@ def test_results_jobs_import_only_downwards():
 
 
 def test_no_import_cycles():
-    graph = {mod: imports(path) for mod, path in modules().items()}
+    graph_ = graph()  # the registry's arrows too
     cycles, state = [], {}
 
     def visit(node: str, stack: list[str]) -> None:
         state[node] = "open"
-        for nxt in sorted(graph.get(node, ())):
+        for nxt in sorted(graph_.get(node, ())):
             if state.get(nxt) == "open":
                 cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = "done"
 
-    for mod in sorted(graph):
+    for mod in sorted(graph_):
         if mod not in state:
             visit(mod, [mod])
     assert not cycles, "import cycles: " + "; ".join(cycles)

@@ -333,29 +333,41 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
             raise BenchError("-r auto decides between passes on this machine; with --ray give a count (-r 4)")
         if ray_address and (local := [e for e in grid.engines if not engine_registry.of(e).ray]):
             raise BenchError(f"--engine {local[0]} runs on this machine only, not through --ray")
-        if remote := _remote(grid, choice, url, baseline_url):
-            return _sweep_remote(name, grid, out, resume, remote, (url, baseline_url))
+        if remote := _remote(grid, choice, url, baseline_url):  # what the engine resolves from the command
+            return _sweep(name, grid, out, resume,
+                          [(url, engine_registry.kind(remote).engine_class().measured((url, baseline_url)))])
         if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
             return _sweep_on_ray(name, grid, out, resume, choice, ray_options(ray_address, ray_gpus_per_task, ray_resources))
-        _sweep(name, grid, out, resume, choice)
+        _sweep(name, grid, out, resume, _local_pairs(grid, choice))
 
 
-def _sweep(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice) -> None:
+def _local_pairs(grid: Grid, choice: PairChoice) -> list[tuple[str, object]]:
+    """The pairs on this machine the sweep measures, found or fetched, each with its name."""
     need_draft = any(s.uses_model for s in grid.strategies)
     files = ([pair_files(None, choice.target, choice.draft, choice.registry, need_draft)] if (choice.target or choice.draft)
              else [pair_files(p, None, None, choice.registry) for p in (choice.names or [None])])
     if not any(p.rpc for p in grid.placings):  # RPC servers' devices take layers whatever this build can do
         warn_offload(*grid.ngls, *grid.nglds)
+    return [(f.name, f) for f in files]
+
+
+def _interrupted(out: Path, name: str, flags: str = "") -> typer.Exit:
+    err.print(f"Interrupted: every finished run is saved in {out}; continue with "
+              f"`gguf-bench sweep ... --name {name} --resume{flags}`", markup=False)
+    return typer.Exit(130)
+
+
+def _sweep(name: str, grid: Grid, out: Path, resume: bool, measured: list[tuple[str, object]]) -> None:
+    """The one sweep of every engine (sweep.run_sweep) over what is measured (local pairs, or an engine's served URLs),
+    then the report."""
     stops: list[str] = []
     try:
-        for i, pair in enumerate(files):
-            with SweepProgress(pair.name) as events:
-                events.stopped = lambda line, p=pair.name: stops.append(f"{p}: {line}" if len(files) > 1 else line)
-                run_sweep(name, pair, grid, out, resume=resume or i > 0, events=events)
+        for i, (label, what) in enumerate(measured):
+            with SweepProgress(label) as events:
+                events.stopped = lambda line, p=label: stops.append(f"{p}: {line}" if len(measured) > 1 else line)
+                run_sweep(name, what, grid, out, resume=resume or i > 0, events=events)
     except KeyboardInterrupt:
-        err.print(f"Interrupted: every finished run is saved in {out}; continue with "
-                  f"`gguf-bench sweep ... --name {name} --resume`", markup=False)
-        raise typer.Exit(130) from None
+        raise _interrupted(out, name) from None
     except ResultsError as exc:
         raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
     records = [r for r in read_records(out) if isinstance(r, RunRecord)]
@@ -424,25 +436,6 @@ def _given(ctx: typer.Context, reads: frozenset[str]) -> list[str]:
             in ("COMMANDLINE", "ENVIRONMENT")]
 
 
-def _sweep_remote(name: str, grid: Grid, out: Path, resume: bool, engine: str, urls: tuple[str, str]) -> None:
-    """A sweep of servers someone else started: the engine's own sweep (its class's `sweep`), then the report."""
-    stops: list[str] = []
-    try:
-        with SweepProgress(urls[0]) as events:
-            events.stopped = stops.append
-            engine_registry.kind(engine).engine_class().sweep(name, grid, out, resume, urls, events)
-    except KeyboardInterrupt:
-        err.print(f"Interrupted: every finished run is saved in {out}; continue with "
-                  f"`gguf-bench sweep ... --name {name} --resume`", markup=False)
-        raise typer.Exit(130) from None
-    records = [r for r in read_records(out) if isinstance(r, RunRecord)]
-    _show_runs(records, title=f"sweep {name} ({out})", margin=grid.margin, objective=grid.objective)
-    for line in stops:
-        console.print(line, markup=False, soft_wrap=True)
-    _one_repetition_line(grid, name)
-    _fail_on_failed_cells(records, name, out)
-
-
 def _fail_on_failed_cells(records: list[RunRecord], name: str, out: Path, resume_flags: str = "") -> None:
     """One line counting the cells that failed and how to run them again, then exit FAILED_CELLS: scripts and CI see it."""
     failed = cells_failed(records)
@@ -459,9 +452,7 @@ def _sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairCh
         with SweepProgress(f"Ray {address}") as events:
             summary = sweep_on_ray(name, grid, out, resume, choice, ray, events)
     except KeyboardInterrupt:
-        err.print(f"Interrupted: every finished run is saved in {out}; continue with "
-                  f"`gguf-bench sweep ... --name {name} --resume --ray {address}`", markup=False)
-        raise typer.Exit(130) from None
+        raise _interrupted(out, name, f" --ray {address}") from None
     for line in summary.failures:
         err.print(f"unit failed: {line}", markup=False)
     if summary.no_offload:

@@ -27,7 +27,7 @@ import statistics
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gguf_bench.decoding.sampling import SamplingConfig
@@ -36,14 +36,12 @@ from gguf_bench.engine_registry import of
 from gguf_bench.engines.llama_server import spec_counters
 from gguf_bench.engines.server_clients import together
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.measure.engine import run_unit
-from gguf_bench.measure.plan import Cell, Grid, Setting, Unit, cells_done, shuffled
+from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.prompts import Prompt
-from gguf_bench.measure.sweep import SweepEvents, until_decided
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.results.schema.records import Endpoint, Mode, ModelFile, Models, RunMetrics, RunRecord
-from gguf_bench.results.schema.store import append_record, environment, exclusive, read_records
+from gguf_bench.results.schema.store import environment
 
 NAME = "endpoint"  # its name in engine_registry.KINDS
 PROBE_TOKENS = 8  # the greedy request each server answers first: a warm-up, and the same-model check where ids differ
@@ -417,11 +415,9 @@ class EndpointEngine:
         return EndpointSession(self, setting)
 
     @staticmethod
-    def sweep(name: str, grid: Grid, out: Path, resume: bool, urls: tuple[str, str],
-              events: SweepEvents = SweepEvents()) -> Path:
-        """The sweep command's way in (engine_registry: a remote engine): every cell not already in `out`, each record
-        appended as it is measured."""
-        return run_sweep(name, grid, out, resume, urls, events)
+    def measured(urls: tuple[str, str]) -> Servers:
+        """What the sweep measures, resolved from the command (--url, --baseline-url): the one sweep loop runs it."""
+        return Servers(urls)
 
 
 class EndpointSession:
@@ -526,39 +522,41 @@ def served_pair(urls: tuple[str, str], grid: Grid) -> tuple[Served, Served]:
     return spec, base
 
 
-def run_sweep(name: str, grid: Grid, out: Path, resume: bool, urls: tuple[str, str],
-              events: SweepEvents = SweepEvents()) -> Path:
-    """Every cell not already in `out`, measured in the session's order and appended as it is measured; with -r auto,
-    then the cells of verdicts still open, look by look (sweep.until_decided), the servers described once."""
-    check_grid(grid)
-    with exclusive(out):
-        if out.exists() and not resume:
-            raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
-        stored = read_records(out) if out.is_file() else []
-        check_same_servers(stored, out, base_url(urls[0]), base_url(urls[1]))
-        spec, base = served_pair(urls, grid)
+class Servers:
+    """What an endpoint sweep measures (measure/measured.Measured): the two servers, described once they are checked;
+    their cells, one setting (the servers as their owner started them)."""
+
+    def __init__(self, urls: tuple[str, str]):
+        self.urls, self.name = urls, ""
+        self.spec: Served | None = None
+        self.engine_: EndpointEngine | None = None
+
+    def check_stored(self, stored: list, out: Path) -> None:
+        check_same_servers(stored, out, base_url(self.urls[0]), base_url(self.urls[1]))
+
+    def prepare(self, grid: Grid, note) -> tuple[Grid, PreparedPrompts]:
+        check_grid(grid)
+        spec, base = served_pair(self.urls, grid)
         for line in spec.not_available(speculative=True):
-            events.note(f"{spec.url} gives no {line}: those figures stay empty")
-        pair = pair_of(spec)
-        static = {"sweep": name, "pair": pair, "env": environment(), "models": Models(ModelFile(file=spec.model))}
-        engine = EndpointEngine(spec, base)
+            note(f"{spec.url} gives no {line}: those figures stay empty")
+        self.spec, self.name, self.engine_ = spec, pair_of(spec), EndpointEngine(spec, base)
+        return grid, PreparedPrompts({}, [])
 
-        def measure(shown: SweepEvents, done: set[str], only=None, repetitions: int | None = None):
-            """One pass: the cells not in `done` (and that `only` selects), up to `repetitions` (the grid's, where None);
-            `shown`: the pass's progress events (sweep.until_decided's count on from the first pass)."""
-            passed = grid if repetitions is None else replace(grid, repetitions=repetitions)
-            # the served model stands where a pair's files would: it names the cells (plan.cell_key)
-            setting = Setting(PairFiles(Path(spec.model), None, pair), passed, passed.settings()[0], NAME, static)
-            cells = endpoint_cells(passed, spec, base)
-            todo = [c for c in cells if setting.key(c) not in done and (only is None or only(setting, c))]
-            shown.start(len(todo), len(cells) - len(todo), len(done))
-            yield from run_unit(engine, Unit(setting, todo), PreparedPrompts({}, []))
+    def static(self, sweep: str) -> dict:
+        return {"sweep": sweep, "pair": self.name, "env": environment(), "models": Models(ModelFile(file=self.spec.model))}
 
-        ran = 0
-        for record in measure(events, cells_done(stored, pair)):
-            append_record(out, record)
-            events.cell(record)
-            ran += 1
-        if grid.max_reps is not None:
-            events.stopped(until_decided(grid, pair, out, events, ran, measure))
-    return out
+    def plan(self, grid: Grid, static: dict, skip: set[str], only) -> Plan:
+        # the served model stands where a pair's files would: it names the cells (plan.cell_key)
+        setting = Setting(PairFiles(Path(self.spec.model), None, self.name), grid, grid.settings()[0], NAME, static)
+        cells = endpoint_cells(grid, self.spec, self.engine_.base)
+        todo = [c for c in cells if setting.key(c) not in skip and (only is None or only(setting, c))]
+        return Plan([Unit(setting, todo)] if todo else [], len(cells), len(todo))
+
+    def engine(self, name: str, grid: Grid) -> EndpointEngine:
+        return self.engine_
+
+    def does_not_fit(self, load, n_ctx: int) -> None:
+        return None  # the servers' memory is their owner's
+
+    def side_by_side(self, loads, n_ctx: int) -> bool:
+        return False  # one setting

@@ -1,10 +1,11 @@
-"""The one shape every engine has, and the name map that picks one.
+"""The one shape every engine has.
 
 An engine opens a setting (loads the pair, or prepares to start llama-server), measures cells into records, and
 closes, as llama.cpp's drafting types share begin/draft/accept and optimum-benchmark's backends share
-load/prefill/generate. The sweep, tune's --check and the Ray units reach engines only through `open_engine`,
-`run_unit` and `measure_unit`. Adding an engine: a module with a class of this shape, and its line in
-gguf_bench/engine_registry.KINDS (its name, capabilities, titles, this class and its tune calibration).
+load/prefill/generate. The sweep, tune's --check and the Ray units reach engines only through what is measured
+(measure/measured.py: its `engine`), `run_unit` and `measure_unit`. Adding an engine: a module with a class of this
+shape, and its line in gguf_bench/engine_registry.KINDS (its name, capabilities, titles, this class and its tune
+calibration).
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import time
 from collections.abc import Iterator
 from typing import Protocol
 
-from gguf_bench import engine_registry
 from gguf_bench.engine_registry import Capabilities
-from gguf_bench.measure.pair import PairFiles
-from gguf_bench.measure.plan import Cell, Grid, Setting, Unit
+from gguf_bench.measure.plan import Cell, Setting, Unit
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.results.schema.records import Order, RunRecord
 
@@ -41,11 +40,6 @@ class Engine(Protocol):
     capabilities: Capabilities  # what it can do (engine_registry): the plan asks these, never the name
 
     def open(self, setting: Setting, prompts: PreparedPrompts) -> Session: ...
-
-
-def open_engine(name: str, grid: Grid, files: PairFiles) -> Engine:
-    """The engine called `name` (its declaration: engine_registry), checked against the files it will run."""
-    return engine_registry.kind(name).engine_class().for_grid(grid, files)
 
 
 def run_unit(engine: Engine, unit: Unit, prompts: PreparedPrompts) -> Iterator[RunRecord]:

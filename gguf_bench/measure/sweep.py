@@ -1,7 +1,8 @@
-"""A sweep: plan (measure/plan.py) -> engine (measure/engine.py) -> store. Several settings take turns one repetition
-at a time (plan.interleaved), loaded side by side where they fit, else loaded again at each switch; one setting is
-loaded once (-r auto's passes too: Measuring); each record is appended as soon as its cell is measured, so an
-interrupted sweep continues with --resume.
+"""A sweep: what is measured (measure/measured.py: a local pair, or served URLs) -> plan (measure/plan.py) -> engine
+(measure/engine.py) -> store, the one loop of every engine. Several settings take turns one repetition at a time
+(plan.interleaved), loaded side by side where they fit, else loaded again at each switch; one setting is loaded once
+(-r auto's passes too: Measuring); each record is appended as soon as its cell is measured, so an interrupted sweep
+continues with --resume.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from pathlib import Path
 
 from gguf_bench import engine_registry as capabilities
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import machine
-from gguf_bench.measure.engine import Engine, Session, measure_unit, open_engine
-from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
-from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, cells_done, expand, interleaved
-from gguf_bench.measure.prepared import PreparedPrompts, sized_context
+from gguf_bench.measure.engine import Engine, Session, measure_unit
+from gguf_bench.measure.measured import Measured, as_measured
+from gguf_bench.measure.pair import LoadConfig, PairFiles
+from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, cells_done, interleaved
 from gguf_bench.measure.repeat import selects, undecided
 from gguf_bench.measure.trackers import notes
 from gguf_bench.results.schema.records import RunRecord
-from gguf_bench.results.schema.store import append_record, environment, exclusive, models_record, read_records
+from gguf_bench.results.schema.store import append_record, exclusive, read_records
+
+EXISTS = "already exists; pass --resume to continue it, or choose another --name"
 
 SIDE_BY_SIDE = "settings-alternate"  # records.Order.settings: every setting loaded at once, taking turns
 IN_CHUNKS = "settings-chunks"  # one setting loaded at a time, in a balanced order (A B | B A ...), loaded at each switch
@@ -40,23 +42,27 @@ class SweepEvents:
     stopped: Callable[[str], None] = lambda line: None  # -r auto: why it stopped repeating (the sweep's last line)
 
 
-def run_sweep(name: str, files: PairFiles, grid: Grid, out: Path, resume: bool,
+def run_sweep(name: str, what: PairFiles | Measured, grid: Grid, out: Path, resume: bool,
               events: SweepEvents = SweepEvents()) -> Path:
-    """Run every cell not already in `out`; append each record as soon as it is measured. The whole sweep holds
-    `out`'s writer lock: a second process on the same name fails at once (BusyError) instead of writing beside it."""
+    """Run every cell of `what` (a pair's files, or what an engine resolved from the command) not already in `out`;
+    append each record as soon as it is measured; with -r auto, then the cells of verdicts still open, look by look.
+    The whole sweep holds `out`'s writer lock: a second process on the same name fails at once (BusyError) instead of
+    writing beside it."""
     events = _once(events)  # -r auto's passes: each note once
+    measured = as_measured(what)
     with exclusive(out):
         if out.exists() and not resume:
-            raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
-        done = cells_done(read_records(out), files.name) if out.is_file() else set()
+            raise BenchError(f"{out} {EXISTS}")
+        stored = read_records(out) if out.is_file() else []
+        measured.check_stored(stored, out)
         ran = 0
-        with closing(Measuring(name, files, grid, events)) as measuring:
-            for record in measuring.records(events, done):
+        with closing(Measuring(name, measured, grid, events)) as measuring:
+            for record in measuring.records(events, cells_done(stored, measured.name)):
                 append_record(out, record)
                 events.cell(record)
                 ran += 1
             if grid.max_reps is not None:
-                events.stopped(until_decided(measuring.grid, files.name, out, events, ran, measuring.records))
+                events.stopped(until_decided(measuring.grid, measured.name, out, events, ran, measuring.records))
     return out
 
 
@@ -104,10 +110,10 @@ def until_decided(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: in
     return f"-r auto: --max-reps {grid.max_reps} reached; still open: {'; '.join(open_.why)}"
 
 
-def iter_records(name: str, files: PairFiles, grid: Grid, skip: set[str] = frozenset(),
+def iter_records(name: str, what: PairFiles | Measured, grid: Grid, skip: set[str] = frozenset(),
                  events: SweepEvents = SweepEvents()) -> Iterator[RunRecord]:
     """Measure each cell whose key is not in `skip`, loading each setting once."""
-    with closing(Measuring(name, files, grid, events)) as measuring:
+    with closing(Measuring(name, what, grid, events)) as measuring:
         yield from measuring.records(events, skip)
 
 
@@ -117,23 +123,10 @@ class Measuring:
     planner's figures hold them all; else one at a time, the last one open staying open from a repetition (and a pass)
     to the next, which starts with it (A B | B A), so -r auto repeating one setting's cells loads it once in all."""
 
-    def __init__(self, name: str, files: PairFiles, grid: Grid, events: SweepEvents):
-        if files.draft is not None:
-            check_compatible(files)
-        for s in grid.strategies:  # a target alone (no --draft) drafts by n-gram only
-            s.check(max(grid.ks), has_draft_model=files.draft is not None)
-        self.files = files
-        self.prompts = PreparedPrompts.for_target(files.target, grid.prompts, max(grid.depths))
-        self.grid, note = sized_context(files, grid, self.prompts)
-        if note:
-            events.note(note)
-        machine.check_memory(files, self.grid)
-        for line in machine.check_placements(files, self.grid.placings, self.grid.placings_draft,
-                                             any(capabilities.of(e).rpc_checked_here for e in self.grid.engines)):
-            events.note(line)
-        self.static = {"sweep": name, "pair": files.name, "env": environment(),
-                       "models": models_record(files.target, files.draft)}
-        self.budget = machine.device_budget(self.grid)
+    def __init__(self, name: str, what: PairFiles | Measured, grid: Grid, events: SweepEvents):
+        self.measured = as_measured(what)
+        self.grid, self.prompts = self.measured.prepare(grid, events.note)  # every check before anything loads
+        self.static = self.measured.static(name)
         self.engines: dict[str, Engine] = {}
         self.open: dict[tuple, tuple[Setting, Session]] = {}  # (engine, load) -> the setting and its session, loaded
         self.said: set[str] = set()  # a tracker's line (energy not measured, and why): once, not once per cell
@@ -150,16 +143,15 @@ class Measuring:
         by side where the planner's figures hold them all ('settings-alternate'), else one at a time, loaded again at
         each switch ('settings-chunks')."""
         grid = self.grid if repetitions is None else replace(self.grid, repetitions=repetitions)
-        plan = expand(self.files, grid, self.static, skip, only)
+        plan = self.measured.plan(grid, self.static, skip, only)
         for engine in dict.fromkeys(u.setting.engine for u in plan.units):  # each checked before anything loads
             if engine not in self.engines:
-                self.engines[engine] = open_engine(engine, self.grid, self.files)
+                self.engines[engine] = self.measured.engine(engine, self.grid)
         events.start(plan.todo, plan.total - plan.todo, len(skip))
         units = []
         for unit in plan.units:  # in the plan's order: interleaved turns it so that the setting open now goes first
             setting = unit.setting
-            if self.budget is not None and (why := machine.does_not_fit(self.files, setting.load, grid.n_ctx,
-                                                                          self.budget)):
+            if why := self.measured.does_not_fit(setting.load, grid.n_ctx):
                 for cell in unit.cells:  # kept in the results, with the reason, instead of a crash mid-sweep
                     yield setting.record(cell, error=f"{SKIPPED}{why}")
                 continue
@@ -185,7 +177,7 @@ class Measuring:
             return None
         in_process = all(not capabilities.of(u.setting.engine).server_process for u in units)
         loads = [u.setting.load for u in units]
-        if in_process and machine.side_by_side(self.files, loads, self.grid.n_ctx, self.budget):
+        if in_process and self.measured.side_by_side(loads, self.grid.n_ctx):
             return SIDE_BY_SIDE
         return IN_CHUNKS
 
