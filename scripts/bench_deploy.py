@@ -30,7 +30,7 @@ from pathlib import Path
 
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engines.llama_cpp import Vocabulary, quantize
-from gguf_bench.engines.llama_server import Launch, Server, Speculation, free_port
+from gguf_bench.engines.llama_server import Launch, Server, Speculation, free_port, wait_healthy
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.measure import deploy
 from gguf_bench.measure.plan import Grid
@@ -170,13 +170,7 @@ def _serve_once(line: str, tokens: list[int], n: int) -> float:
     proc = subprocess.Popen(words, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
+        wait_healthy(base, 60, lambda: proc.poll() is None)
         body = {"prompt": tokens, "n_predict": n, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
                 "samplers": ["top_k", "temperature", "top_p"], "cache_prompt": False}
         req = urllib.request.Request(base + "/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})

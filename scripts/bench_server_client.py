@@ -26,7 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from gguf_bench.engines.llama_server import completion_body, free_port
+from gguf_bench.engines.llama_server import completion_body, free_port, wait_healthy
 from gguf_bench.engines.server_build import find_server
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.prompts import builtin
@@ -59,7 +59,8 @@ def independent_round(argv: list[str], tokens: list[int], n: int, n_predict: int
     proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(base)
+        if not wait_healthy(base, 120):
+            raise RuntimeError("llama-server did not become healthy")
         _post(base, completion_body(tokens, 16))  # warm-up, as the engine does
         body = completion_body(tokens, n_predict, stream=True)
         counts = [0] * n
@@ -91,17 +92,6 @@ def _post(base: str, body: dict) -> None:
     with urllib.request.urlopen(req, timeout=600) as r:
         r.read()
 
-
-def _wait_healthy(base: str) -> None:
-    for _ in range(1200):
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("llama-server did not become healthy")
 
 
 def main() -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -54,10 +57,28 @@ def pair_args(files) -> list[str]:
     return ["--target", str(files[0]), "--draft", str(files[1])]
 
 
-def assert_user_error(result, *needles: str) -> None:
-    """Exit 1 and exactly one `Error:` line on stderr holding every needle: no traceback."""
-    assert result.exit_code == 1, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+def one_error_line(stderr: str, *needles: str) -> str:
+    """The one `Error:` line of a command's stderr (a `Note:` is no error), holding every needle; no traceback."""
+    assert "Traceback" not in stderr, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("Note: ")]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def assert_user_error(result, *needles: str) -> str:
+    """Exit 1 and exactly one `Error:` line on stderr holding every needle, no traceback: of the CLI run in this
+    process (`invoke`) or in a child process (`run_cli`, subprocess.run); the line."""
+    code = result.exit_code if hasattr(result, "exit_code") else result.returncode
+    assert code == 1, (result.stdout or "") + (result.stderr or "")
+    return one_error_line(result.stderr, *needles)
+
+
+GGUF_BENCH = [sys.executable, "-m", "gguf_bench.cli"]  # the CLI in a child process, as its console script runs it
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+    """`gguf-bench ARGS` in a child process (this interpreter, this package), its output captured as text."""
+    return subprocess.run([*GGUF_BENCH, *args], capture_output=True, text=True, env=os.environ if env is None else env,
+                          timeout=timeout, **kwargs)

@@ -17,7 +17,7 @@ import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, processes_running, stored
 
 from gguf_bench.engines.llama_cpp import Vocabulary
-from gguf_bench.engines.llama_server import Launch, Sampling, Server, Speculation, free_port
+from gguf_bench.engines.llama_server import Launch, Sampling, Server, Speculation, free_port, wait_healthy
 from gguf_bench.engines.server_clients import run_round
 from gguf_bench.measure.deploy import command_line
 from gguf_bench.measure.plan import Grid, cells_done
@@ -130,15 +130,9 @@ def _start_printed(line: str, port: int) -> tuple[subprocess.Popen, str]:
     words[words.index("--port") + 1] = str(port)
     proc = subprocess.Popen(words, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the printed command exited with {proc.returncode}: {line}"
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, base
-        except OSError:
-            time.sleep(0.1)
+    if wait_healthy(base, 120, lambda: proc.poll() is None):
+        return proc, base
+    assert proc.poll() is None, f"the printed command exited with {proc.returncode}: {line}"
     proc.kill()
     raise AssertionError("the printed command did not become ready")
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import assert_user_error, run_cli
 
 from hubserver import COMMIT, HubServer
 
@@ -47,21 +48,11 @@ def cli(tmp_path: Path, hub_url: str, registry: str, *args: str, **env_extra: st
     reg.write_text(registry)
     env = {**os.environ, "HF_ENDPOINT": hub_url, "HF_HUB_DISABLE_XET": "1", "HF_HUB_ETAG_TIMEOUT": "5",
            "HF_HUB_DOWNLOAD_TIMEOUT": "5", **env_extra}
-    return subprocess.run([sys.executable, "-m", "gguf_bench.cli", "download", *args, "--registry", str(reg)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return run_cli("download", *args, "--registry", str(reg), env=env, timeout=120)
 
 
 def snapshot(tmp_path: Path, name: str) -> Path:
     return tmp_path / "hf" / "hub" / "models--acme--tiny-GGUF" / "snapshots" / COMMIT / name
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
-    assert "Traceback" not in proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 def test_fresh_download_then_cached(tmp_path, hub, tiny_pairs):
@@ -93,7 +84,7 @@ def test_interrupted_download_resumes_with_range(tmp_path, hub):
     hub.state.truncate_once.add("big.gguf")  # the first GET breaks off half way
     first = cli(tmp_path, hub.url, registry_text(target_file="big.gguf"), "tiny")
     if first.returncode != 0:  # the client gave up on the broken transfer: a second call resumes it
-        assert_one_line_error(first)
+        assert_user_error(first)
         assert cli(tmp_path, hub.url, registry_text(target_file="big.gguf"), "tiny").returncode == 0
     ranges = hub.state.gets("big.gguf")
     assert ranges[0] is None, ranges
@@ -103,33 +94,33 @@ def test_interrupted_download_resumes_with_range(tmp_path, hub):
 
 def test_missing_file(tmp_path, hub):
     proc = cli(tmp_path, hub.url, registry_text(target_file="nope-Q4_K_M.gguf"), "tiny")
-    assert_one_line_error(proc, "nope-Q4_K_M.gguf", "not found in acme/tiny-GGUF")
+    assert_user_error(proc, "nope-Q4_K_M.gguf", "not found in acme/tiny-GGUF")
 
 
 def test_missing_repo(tmp_path, hub):
     proc = cli(tmp_path, hub.url, registry_text(repo="acme/ghost-GGUF"), "tiny")
-    assert_one_line_error(proc, "acme/ghost-GGUF", "not found")
+    assert_user_error(proc, "acme/ghost-GGUF", "not found")
 
 
 def test_gated_repo_says_hf_token(tmp_path, hub):
     hub.state.gated.add("acme/tiny-GGUF")
     proc = cli(tmp_path, hub.url, registry_text(), "tiny")
-    assert_one_line_error(proc, "HF_TOKEN", "licence")
+    assert_user_error(proc, "HF_TOKEN", "licence")
 
 
 def test_server_unreachable(tmp_path, hub):
     proc = cli(tmp_path, "http://127.0.0.1:9", registry_text(), "tiny")
-    assert_one_line_error(proc, "could not be reached")
+    assert_user_error(proc, "could not be reached")
 
 
 def test_offline_and_not_cached(tmp_path, hub):
     proc = cli(tmp_path, hub.url, registry_text(), "tiny", HF_HUB_OFFLINE="1")
-    assert_one_line_error(proc, "HF_HUB_OFFLINE")
+    assert_user_error(proc, "HF_HUB_OFFLINE")
 
 
 def test_checksum_mismatch(tmp_path, hub):
     proc = cli(tmp_path, hub.url, registry_text(draft_sha="0" * 64), "tiny")
-    assert_one_line_error(proc, "checksum mismatch")
+    assert_user_error(proc, "checksum mismatch")
 
 
 def test_checksum_match_is_accepted(tmp_path, hub, tiny_pairs):
@@ -150,7 +141,7 @@ def test_split_gguf_fetches_every_part(tmp_path, hub, tiny_pairs):
 
 def test_unknown_pair_suggests_close_names(tmp_path, hub):
     proc = cli(tmp_path, hub.url, registry_text(), "tinny")
-    assert_one_line_error(proc, "unknown pair 'tinny'", "Did you mean: tiny")
+    assert_user_error(proc, "unknown pair 'tinny'", "Did you mean: tiny")
 
 
 def test_quant_pattern_picks_the_one_matching_file(tmp_path, hub, tiny_pairs):
@@ -175,12 +166,12 @@ def test_quant_pattern_takes_the_first_part_of_a_split_file(tmp_path, hub):
 def test_quant_pattern_that_matches_several_files(tmp_path, hub):
     hub.state.files["acme/tiny-GGUF"].update({"a-Q4_K_M.gguf": b"a", "b-Q4_K_M.gguf": b"b"})
     proc = cli(tmp_path, hub.url, registry_text(target_pattern="*Q4_K_M*.gguf"), "tiny")
-    assert_one_line_error(proc, "matches a-Q4_K_M.gguf, b-Q4_K_M.gguf", "exactly one")
+    assert_user_error(proc, "matches a-Q4_K_M.gguf, b-Q4_K_M.gguf", "exactly one")
 
 
 def test_quant_pattern_with_the_hub_unreachable(tmp_path, hub):
     proc = cli(tmp_path, "http://127.0.0.1:9", registry_text(target_pattern="*q4_k_m*.gguf"), "tiny")
-    assert_one_line_error(proc, "could not be reached")
+    assert_user_error(proc, "could not be reached")
 
 
 def test_run_takes_hub_files_and_registry_names_as_target_and_draft(tiny_pairs, tmp_path):

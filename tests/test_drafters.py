@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from cli_helpers import stored
+from cli_helpers import assert_user_error, invoke, stored
 from scipy.stats import chisquare
 from test_loop_fake import PROMPT, FakeLM
 
@@ -363,20 +363,6 @@ def test_prompts_by_id_and_category():
 
 # --- the CLI: run and sweep with strategies, records, report rows ------------------------------
 
-def cli(*args: str):
-    from typer.testing import CliRunner
-
-    from gguf_bench.cli.app import app
-
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
-
-
-def assert_one_error_line(result, needle: str) -> None:
-    assert result.exit_code == 1, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and needle in lines[0], result.stderr
-
-
 @pytest.mark.parametrize("args, needle", [
     (["--spec-type", "lookahead"], "unknown --spec-type 'lookahead'"),
     (["--spec-type", "ngram", "--ngram-min", "5", "--ngram-max", "3"], "--ngram-min (5) must not exceed --ngram-max (3)"),
@@ -387,12 +373,12 @@ def assert_one_error_line(result, needle: str) -> None:
     (["--k-schedule", "heuristic", "-K", "20"], "above --k-cap 16"),
 ])
 def test_bad_strategy_input_is_one_line(tiny_pairs, args, needle):
-    result = cli("run", "--target", str(tiny_pairs["middle"][0]), "-n", "4", *args)
-    assert_one_error_line(result, needle)
+    result = invoke("run", "--target", str(tiny_pairs["middle"][0]), "-n", "4", *args)
+    assert_user_error(result, needle)
 
 
 def test_run_ngram_on_the_target_alone(tiny_pairs, isolated):
-    result = cli("run", "--target", str(tiny_pairs["middle"][0]), "--spec-type", "ngram", "-K", "8", "-n", "40",
+    result = invoke("run", "--target", str(tiny_pairs["middle"][0]), "--spec-type", "ngram", "-K", "8", "-n", "40",
                  "-p", REPETITIVE, "--verify", "sequential", "--json", "--name", "ng")
     assert result.exit_code == 0, result.output
     records = json.loads(result.stdout)
@@ -401,7 +387,7 @@ def test_run_ngram_on_the_target_alone(tiny_pairs, isolated):
     assert spec["config"]["strategy"]["spec_type"] == "ngram" and spec["metrics"]["strategy"] == "ngram(1-4) K=8"
     assert spec["metrics"]["draft_sources"]["ngram"] > 0 and spec["metrics"]["identity"]["identical"] is True
     assert spec["models"]["draft"] is None and spec["metrics"]["draft_decode_s"] == 0
-    table = cli("report", str(isolated / "results" / "ng.jsonl"))
+    table = invoke("report", str(isolated / "results" / "ng.jsonl"))
     assert table.exit_code == 0 and "ngram(1-4) K=8" in table.output
 
 
@@ -412,7 +398,7 @@ def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
     args = ["sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", "st", "-n", "24", "-K", "2,4",
             "--prompt-ids", "code-edit", "--spec-type", "draft,ngram", "--draft-p-min", "0,0.6",
             "--k-schedule", "fixed,heuristic", "--no-draft-alone"]
-    first = cli(*args)
+    first = invoke(*args)
     assert first.exit_code == 0, first.output
     records = stored(isolated / "results" / "st.jsonl")
     names = sorted({run_row(parse(r))["strategy"] for r in records if r["mode"] == "speculative"})
@@ -430,7 +416,7 @@ def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
         assert row in first.output, row
     # one run per prompt: no interval, so no K is starred and the caption says why (a busy machine stars none either)
     assert "★" not in first.output and ("fewer than 2 runs" in first.output or "! unreliable" in first.output)
-    again = cli(*args, "--resume")
+    again = invoke(*args, "--resume")
     assert again.exit_code == 0 and "13 cells already done, 0 to go" in again.output
 
 

@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from cli_helpers import pair_args
+from cli_helpers import GGUF_BENCH, assert_user_error, pair_args, run_cli
 from typer.testing import CliRunner
 
 from gguf_bench.cli.app import app
@@ -30,7 +30,6 @@ from gguf_bench.results.schema.store import append_record, ensure_results_dir, r
 from hubserver import COMMIT, HubServer, _Handler
 
 runner = CliRunner()
-GGUF_BENCH = [sys.executable, "-m", "gguf_bench.cli"]
 
 
 def cli(*args: str, fsize_limit: int | None = None, **env: str) -> subprocess.CompletedProcess:
@@ -40,19 +39,7 @@ def cli(*args: str, fsize_limit: int | None = None, **env: str) -> subprocess.Co
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write then fails with EFBIG instead of killing us
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_limit, fsize_limit))
 
-    return subprocess.run([*GGUF_BENCH, *args], capture_output=True, text=True, env={**os.environ, **env},
-                          preexec_fn=limit_file_size if fsize_limit else None, timeout=600)
-
-
-def error_line(proc, *needles: str) -> str:
-    """Exit 1, no traceback, and exactly one `Error:` line holding every needle."""
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("Note: ")]  # a note is no error
-    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
+    return run_cli(*args, env={**os.environ, **env}, preexec_fn=limit_file_size if fsize_limit else None)
 
 
 def strict_records(path: Path) -> list[dict]:
@@ -69,7 +56,7 @@ def test_results_folder_that_cannot_be_made_stops_before_loading(tiny_pairs, fol
     extra = {"sweep": ["-K", "1", "-n", "4", "--prompt-ids", "code-short"], "eval": ["--nb-prompts", "2", "-n", "4"],
              "run": ["-n", "4"]}[command]
     proc = cli(command, *pair_args(tiny_pairs["high"]), *extra, GGUF_BENCH_RESULTS=folder, GGUF_BENCH_LLAMA_LOG="1")
-    error_line(proc, f"cannot store results in {folder}", why, "$GGUF_BENCH_RESULTS")
+    assert_user_error(proc, f"cannot store results in {folder}", why, "$GGUF_BENCH_RESULTS")
     assert "llama_model_load" not in proc.stdout  # no model was loaded (llama.cpp's log goes to stdout here)
 
 
@@ -104,7 +91,7 @@ def test_sweep_hitting_a_file_size_limit_stops_cleanly_then_resumes(tiny_pairs, 
     out = isolated / "results" / "capped.jsonl"
     total = 2 * (2 + 3)  # 2 prompts x (target + draft + K=1..3)
     proc = cli(*args, fsize_limit=8000)
-    line = error_line(proc, str(out), "File too large (EFBIG)", "--name capped --resume")
+    line = assert_user_error(proc, str(out), "File too large (EFBIG)", "--name capped --resume")
     assert "records already in it are kept" in line
     kept = strict_records(out)  # whole lines only: the record that did not fit was cut back off
     assert 1 <= len(kept) < total and out.stat().st_size <= 8000
@@ -122,7 +109,7 @@ def test_eval_that_cannot_store_prints_its_result_then_fails(tiny_pairs, isolate
     out = isolated / "results" / "ev.jsonl"
     proc = cli("eval", *pair_args(tiny_pairs["low"]), "--nb-prompts", "6", "-n", "6", "--name", "ev",
                *(["--json"] if as_json else []), fsize_limit=1500)
-    error_line(proc, str(out), "File too large (EFBIG)", "the result printed above was not stored")
+    assert_user_error(proc, str(out), "File too large (EFBIG)", "the result printed above was not stored")
     if as_json:
         record = json.loads(proc.stdout)
         assert record["kind"] == "eval" and len(record["rows"]) == 6
@@ -137,7 +124,7 @@ def test_run_that_cannot_store_prints_its_result_then_fails(tiny_pairs, isolated
     out = isolated / "results" / "r.jsonl"
     proc = cli("run", *pair_args(tiny_pairs["high"]), "-n", "8", "--name", "r", *(["--json"] if as_json else []),
                fsize_limit=1500)
-    error_line(proc, str(out), "File too large (EFBIG)", "the result printed above was not stored")
+    assert_user_error(proc, str(out), "File too large (EFBIG)", "the result printed above was not stored")
     if as_json:
         assert [r["mode"] for r in json.loads(proc.stdout)] == ["target", "draft", "speculative"]
     else:
@@ -211,7 +198,7 @@ def test_truncated_model_says_the_file_is_cut_short(tmp_path, tiny_pairs):
     target, draft = tiny_pairs["high"]
     short = cut(target, tmp_path / "short.gguf", int(target.stat().st_size * 0.8))  # header whole, tensor data cut
     proc = cli("run", "--target", str(short), "--draft", str(draft), "-n", "4")
-    error_line(proc, "short.gguf", "not within the file bounds", "cut short")
+    assert_user_error(proc, "short.gguf", "not within the file bounds", "cut short")
     assert "failed to load model\n" not in proc.stderr
 
 
@@ -219,7 +206,7 @@ def test_header_cut_short_says_why_in_info_and_run(tmp_path, tiny_pairs):
     target, draft = tiny_pairs["high"]
     short = cut(target, tmp_path / "head.gguf", 3000)  # inside the vocabulary strings
     for args in (["info", str(short)], ["run", "--target", str(short), "--draft", str(draft)]):
-        line = error_line(cli(*args), "head.gguf")
+        line = assert_user_error(cli(*args), "head.gguf")
         assert "exceeds remaining file size" in line or "failed to read" in line, line
         assert not line.endswith("failed to load model"), line
 
@@ -229,7 +216,7 @@ def test_bad_magic_says_not_gguf(tmp_path, tiny_pairs, command):
     target, draft = tiny_pairs["high"]
     bad = patched(target, tmp_path / "magic.gguf", b"GGUF", b"GGUX")
     args = [str(bad)] if command == "info" else ["--target", str(bad), "--draft", str(draft)]
-    error_line(cli(command, *args), "magic.gguf", "not a GGUF file")
+    assert_user_error(cli(command, *args), "magic.gguf", "not a GGUF file")
 
 
 def test_bad_magic_through_llama_cpp(tmp_path, tiny_pairs):
@@ -255,7 +242,7 @@ def test_corrupted_key_says_which(tmp_path, tiny_pairs, command, old, new, needl
     target, draft = tiny_pairs["high"]
     bad = patched(target, tmp_path / "key.gguf", old, new)
     args = [str(bad)] if command == "info" else ["--target", str(bad), "--draft", str(draft)]
-    error_line(cli(command, *args), "key.gguf", needle)
+    assert_user_error(cli(command, *args), "key.gguf", needle)
 
 
 @pytest.mark.slow
@@ -267,7 +254,7 @@ def test_real_gemma_cut_at_100_mb(tmp_path, real_cache):
     with open(gemma, "rb") as src, open(short, "wb") as dst:
         dst.write(src.read(100_000_000))
     proc = cli("run", "--target", str(short), "--draft", str(gemma), "-n", "4")
-    error_line(proc, "gemma-100mb.gguf", "not within the file bounds", "cut short")
+    assert_user_error(proc, "gemma-100mb.gguf", "not within the file bounds", "cut short")
 
 
 # --- 4. a download killed half way -------------------------------------------------------------
@@ -390,7 +377,7 @@ def test_a_damaged_partial_is_deleted_and_the_next_call_downloads_the_whole_file
         hub.state.files["acme/big-GGUF"] = {"big.gguf": data}
         env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"}
         first = cli("download", "big", "--registry", str(reg), **env)
-        error_line(first, "big.gguf", "do not match the hub's size and sha256", "deleted them")
+        assert_user_error(first, "big.gguf", "do not match the hub's size and sha256", "deleted them")
         assert not partial.exists() and not list(blobs.iterdir())
         again = cli("download", "big", "--registry", str(reg), **env)
         assert again.returncode == 0, again.stderr

@@ -231,10 +231,8 @@ def _server_buffers(server_bin, model, spec_type: str, log, *, load: tuple[str, 
     in load order)."""
     import re
     import subprocess
-    import time
-    import urllib.request
 
-    from gguf_bench.engines.llama_server import free_port
+    from gguf_bench.engines.llama_server import free_port, wait_healthy
 
     port = free_port()
     cmd = [str(server_bin), "-m", str(model), *load, "-t", "1", "-np", "1", "-lv", "4", "--no-repack",
@@ -242,15 +240,9 @@ def _server_buffers(server_bin, model, spec_type: str, log, *, load: tuple[str, 
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + ready_s
-            while True:
-                assert proc.poll() is None, log.read_text()[-2000:]
-                assert time.monotonic() < deadline, "llama-server did not become ready"
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                        break
-                except OSError:
-                    time.sleep(0.2)
+            ready = wait_healthy(f"http://127.0.0.1:{port}", ready_s, lambda: proc.poll() is None)
+            assert proc.poll() is None, log.read_text()[-2000:]
+            assert ready, "llama-server did not become ready"
         finally:
             proc.terminate()
             proc.wait(timeout=30)

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-from cli_helpers import assert_user_error, invoke, pair_args
+from cli_helpers import assert_user_error, invoke, pair_args, run_cli
 
 from conftest import REPO_ROOT
 
@@ -19,8 +18,7 @@ def gguf_bench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     the checkout (not from a wheel that ships models.yaml inside), with no GGUF_BENCH_REGISTRY, from `cwd`."""
     env = {k: v for k, v in os.environ.items() if k != "GGUF_BENCH_REGISTRY"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, "-m", "gguf_bench.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=300)
+    return run_cli(*args, cwd=cwd, env=env, timeout=300)
 
 
 def test_models_from_another_folder_lists_the_checkouts_registry(tmp_path, monkeypatch):

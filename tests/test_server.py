@@ -8,11 +8,10 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
-from cli_helpers import assert_user_error, invoke, pair_args, processes_running, stored
+from cli_helpers import GGUF_BENCH, assert_user_error, invoke, pair_args, processes_running, stored
 
 from gguf_bench.engines.llama_server import Launch, PortInUse, Server, Speculation
 from gguf_bench.engines.server_build import find_server
@@ -23,7 +22,6 @@ from gguf_bench.models.pairs import PairFiles
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import read_records
 
-GGUF_BENCH = [sys.executable, "-m", "gguf_bench.cli"]
 PROMPT = "def fibonacci(n):"
 
 

@@ -10,12 +10,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import assert_user_error, invoke
+from cli_helpers import assert_user_error, invoke, run_cli
 
 from gguf_bench.models.candidates import HEADER_SCHEMA, HeaderReader
 from gguf_bench.models.memory import tensor_bytes
@@ -194,8 +193,7 @@ def _env(server: HubServer) -> dict[str, str]:
 
 
 def _cli(server: HubServer, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gguf_bench.cli", *args], capture_output=True, text=True,
-                          env=_env(server), timeout=300)
+    return run_cli(*args, env=_env(server), timeout=300)
 
 
 def test_a_split_quant_on_the_hub_beside_single_files(split_pair, isolated):

@@ -10,7 +10,7 @@ import sys
 import time
 from collections import Counter
 
-from cli_helpers import assert_user_error, invoke, pair_args, stored
+from cli_helpers import GGUF_BENCH, assert_user_error, invoke, one_error_line, pair_args, stored
 
 
 def sweep_args(files, name, *extra):
@@ -18,13 +18,7 @@ def sweep_args(files, name, *extra):
 
 
 def cli(*args):
-    return [sys.executable, "-m", "gguf_bench.cli", *args]
-
-
-def one_error_line(stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), stderr
-    return lines[0]
+    return [*GGUF_BENCH, *args]
 
 
 # --- 1. one writer per results file ------------------------------------------------------------------

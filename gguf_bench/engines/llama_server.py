@@ -26,7 +26,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -45,6 +45,21 @@ _METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([-+\d.eE]+)$'
 SPEC_COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
                  "spec_decode_num_accepted_tokens_total")
 
+
+
+def wait_healthy(base: str, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Whether llama-server at `base` answered /health with 200 within `timeout_s` (503 while it loads, refused before
+    its socket is bound); False at once where `alive()` turns False (its process exited). The one /health wait."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    return False
 
 class ServerError(BenchError):
     """llama-server is missing, too old, could not start, or failed a request."""
@@ -275,17 +290,10 @@ class Server:
     # --- lifecycle ---
 
     def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise self._exit_error()
-            try:
-                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass  # 503 while loading, refused before the socket is bound
-            time.sleep(0.1)
+        if wait_healthy(self.base, timeout_s, lambda: self.proc.poll() is None):
+            return
+        if self.proc.poll() is not None:
+            raise self._exit_error()
         raise ServerError(f"llama-server did not become ready within {timeout_s:.0f} s; its log: {self.log_path}")
 
     def _exit_error(self) -> ServerError:

@@ -36,6 +36,7 @@ from gguf_bench.measure.plan import Grid, cell_key, cells_done, cells_for
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.models.registry import ModelRef, Registry
+from gguf_bench.results.schema.naming import check_new
 from gguf_bench.results.schema.records import Node, Record, RunRecord
 from gguf_bench.results.schema.store import append_record, environment, read_records
 
@@ -347,8 +348,7 @@ class RaySummary:
 def run_ray_sweep(name: str, pairs: list[PairSource], grid: Grid, out: Path, resume: bool, options: RayOptions,
                   events: SweepEvents = SweepEvents()) -> RaySummary:
     """Run every unit as a Ray task and append each record as it streams back; a failed unit does not stop the others."""
-    if out.exists() and not resume:
-        raise BenchError(f"{out} already exists; pass --resume to continue it, or choose another --name")
+    check_new(out, resume)
     ray = import_ray()
     records = read_records(out) if out.is_file() else []
     written = cells_done(records)

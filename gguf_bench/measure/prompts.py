@@ -14,6 +14,7 @@ Without it: the four original prompts (BUILTIN), so older sweeps and `tune` keep
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,25 +214,30 @@ def first_turn(row: dict) -> str | None:
     return text if isinstance(text, str) and text.strip() else None
 
 
+def turn_rows(text: str, where: str) -> Iterator[tuple[int, dict, str]]:
+    """Each non-empty line of a JSONL text: (its line number, the row, the text it sends: first_turn); one line naming
+    `where` and the line where a row is no JSON object or sends no text. The one JSONL reader of prompts."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            sent = first_turn(row)
+        except (ValueError, AttributeError):
+            sent = None
+        if sent is None:
+            raise ConfigError(f"{where} line {n}: expected a JSON object with a non-empty \"prompt\" string or "
+                              "\"turns\" list")
+        yield n, row, sent
+
+
 def load_jsonl(path: Path) -> list[Prompt]:
     """One JSON object a line: {"id": ..., "prompt": ..., "chat": false, "category": ...} (id defaults to the line
     number), or Spec-Bench's own rows, {"question_id", "category", "turns"}: the first turn, through the chat template,
     id `<category>-<question_id>`, MT-Bench's eight categories as one, mt_bench, as Spec-Bench's tables have it."""
     if not path.is_file():
         raise ConfigError(f"prompts file {path} not found")
-    prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            text = first_turn(obj)
-        except (ValueError, AttributeError):
-            text = obj = None
-        if text is None:
-            raise ConfigError(f"{path} line {n}: expected a JSON object with a non-empty \"prompt\" string or "
-                              "\"turns\" list")
-        prompts.append(_row_prompt(obj, text, n))
+    prompts = [_row_prompt(row, text, n) for n, row, text in turn_rows(path.read_text(encoding="utf-8"), str(path))]
     if not prompts:
         raise ConfigError(f"{path} holds no prompts")
     return prompts

@@ -14,17 +14,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gguf_bench import engine_registry as capabilities
-from gguf_bench.errors import BenchError
 from gguf_bench.measure.engine import Engine, Session, measure_unit
 from gguf_bench.measure.measured import Measured, as_measured
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, cells_done, interleaved
 from gguf_bench.measure.repeat import selects, undecided
 from gguf_bench.measure.trackers import notes
+from gguf_bench.results.schema.naming import check_new
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, exclusive, read_records
-
-EXISTS = "already exists; pass --resume to continue it, or choose another --name"
 
 SIDE_BY_SIDE = "settings-alternate"  # records.Order.settings: every setting loaded at once, taking turns
 IN_CHUNKS = "settings-chunks"  # one setting loaded at a time, in a balanced order (A B | B A ...), loaded at each switch
@@ -51,8 +49,7 @@ def run_sweep(name: str, what: PairFiles | Measured, grid: Grid, out: Path, resu
     events = _once(events)  # -r auto's passes: each note once
     measured = as_measured(what)
     with exclusive(out):
-        if out.exists() and not resume:
-            raise BenchError(f"{out} {EXISTS}")
+        check_new(out, resume)
         stored = read_records(out) if out.is_file() else []
         measured.check_stored(stored, out)
         ran = 0

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import random
 import tempfile
 import zipfile
@@ -29,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from gguf_bench.errors import ConfigError, DownloadError, RegistryError
-from gguf_bench.measure.prompts import Prompt, builtin, first_turn, load_jsonl
+from gguf_bench.measure.prompts import Prompt, builtin, load_jsonl, turn_rows
 from gguf_bench.models.download import hub_error_message, pip_download
 from gguf_bench.models.files import cache_dir
 from gguf_bench.models.registry import HubSource, default_registry_path
@@ -177,27 +176,15 @@ def _rows(pset: PromptSet, wanted: list[str] | None) -> list[Prompt]:
 
 
 def _humaneval(pset: PromptSet, path: Path) -> list[Prompt]:
-    rows = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines() if line.strip()]
-    return [Prompt(str(r["task_id"]), str(r["prompt"]), pset.chat, "humaneval") for r in rows]
+    rows = turn_rows(gzip.decompress(path.read_bytes()).decode("utf-8"), f"{pset.name}: {path.name}")
+    return [Prompt(str(r["task_id"]), str(r["prompt"]), pset.chat, "humaneval") for _, r, _ in rows]
 
 
 def _turn_rows(pset: PromptSet, category: str, path: Path) -> list[Prompt]:
     """Spec-Bench's {question_id, category, turns}, MT-Bench's (turns or prompt as the list), or a {prompt} column:
     the first turn of each."""
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            text = first_turn(row)
-        except (ValueError, AttributeError):
-            raise ConfigError(f"{pset.name}: {path.name} line {n} is not a row with turns or a prompt") from None
-        if text is None:
-            raise ConfigError(f"{pset.name}: {path.name} line {n} has no text in its first turn")
-        rid = row.get("question_id", row.get("id", n))
-        out.append(Prompt(f"{category}-{rid}", text, pset.chat, category))
-    return out
+    return [Prompt(f"{category}-{row.get('question_id', row.get('id', n))}", text, pset.chat, category)
+            for n, row, text in turn_rows(path.read_text(encoding="utf-8"), f"{pset.name}: {path.name}")]
 
 
 # --- fetching ----------------------------------------------------------------------------------------------------

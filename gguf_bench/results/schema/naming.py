@@ -10,14 +10,20 @@ from gguf_bench.errors import ConfigError
 from gguf_bench.results.schema.store import default_name, ensure_results_dir
 
 
+def check_new(out: Path, resume: bool) -> None:
+    """One line where a sweep would write into a results file that exists without --resume: the one check, made when
+    the name is chosen and again under the file's lock."""
+    if out.exists() and not resume:
+        raise ConfigError(f"{out} already exists; pass --resume to continue it, or choose another --name")
+
+
 def results_path(name: str | None, resume: bool, prefix: str = "sweep") -> tuple[str, Path]:
     """The sweep's name (PREFIX-TIMESTAMP when not given) and its results file."""
     if resume and not name:
         raise ConfigError(f"--resume needs --name NAME of the {prefix} to continue")
     name = options.results_name(name or fresh_name(prefix))
     out = ensure_results_dir() / f"{name}.jsonl"
-    if out.exists() and not resume:
-        raise ConfigError(f"{out} already exists; pass --resume to continue it, or choose another --name")
+    check_new(out, resume)
     return name, out
 
 
