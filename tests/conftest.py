@@ -104,22 +104,21 @@ def _built(real_cache: Path, name: str, rpc: bool = False) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server_bin(cpu_tree) -> Path:
-    """llama-server of the suite's one llama.cpp build beside pip's (the CPU tree: `build-tree --cpu`, which the RPC,
-    tree and kit tests need anyway); `build-server`'s own compile is tested apart, without compiling."""
-    return cpu_tree / "llama-server"
+def server_bin(real_cache) -> Path:
+    """llama-server (`gguf-bench build-server`: about 6 minutes on 2 cores the first time)."""
+    return _built(real_cache, "llama-server")
 
 
 @pytest.fixture(scope="session")
-def fit_params_bin(cpu_tree) -> Path:
-    """llama-fit-params, llama.cpp's own fitting (the CPU tree's)."""
-    return cpu_tree / "llama-fit-params"
+def fit_params_bin(real_cache) -> Path:
+    """llama-fit-params, llama.cpp's own fitting (built by `gguf-bench build-server` beside llama-server)."""
+    return _built(real_cache, "llama-fit-params")
 
 
 @pytest.fixture(scope="session")
-def gguf_split_bin(cpu_tree) -> Path:
-    """llama-gguf-split, which writes split GGUF files as the hub ships big models (the CPU tree's)."""
-    return cpu_tree / "llama-gguf-split"
+def gguf_split_bin(real_cache) -> Path:
+    """llama-gguf-split, which writes split GGUF files as the hub ships big models (built beside llama-server)."""
+    return _built(real_cache, "llama-gguf-split")
 
 
 @pytest.fixture(scope="session")

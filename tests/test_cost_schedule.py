@@ -371,7 +371,7 @@ def test_stored_costs_serve_only_the_placement_they_were_measured_at(moe_pair, i
 
 
 def test_sweep_stores_the_prediction_and_report_shows_it(tiny_pairs, isolated):
-    from test_drafters import cli
+    from cli_helpers import invoke as cli
 
     from gguf_bench.results.schema.records import parse
 
