@@ -302,9 +302,6 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
     x prompt; store every run and print the report."""
     use_results_dir(results_dir_opt)
-    if prompt_tokens and (remote := [e for e in options.engines(engine) if engine_registry.of(e).remote]):
-        raise BenchError(f"--prompt-tokens counts tokens with the target's tokenizer, and --engine {remote[0]} has no "
-                         "local model: give long prompts as they are (--prompts FILE.jsonl)")
     _refuse_owners_options(ctx, options.engines(engine))
     reps = options.repetitions_text(repetitions)
     _refuse_auto_options(ctx, reps)

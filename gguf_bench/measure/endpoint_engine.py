@@ -401,7 +401,7 @@ class EndpointEngine:
     # ...) is the server owner's, set when it was started: given here, it is refused in one line, never ignored
     sweep_options = frozenset({"temps", "prompt_ids", "prompts_file", "per_category", "registry", "top_k", "top_p",
                                "seed", "n_predict", "repetitions", "max_reps", "reps_budget", "clients", "request_timeout",
-                               "parallels", "depths"})
+                               "parallels", "depths", "prompt_tokens"})
 
     def __init__(self, spec: Served, base: Served):
         self.spec, self.base = spec, base
@@ -465,6 +465,9 @@ def check_grid(grid: Grid) -> None:
     """One line for an axis a client of someone else's server cannot set."""
     if grid.depths != [0]:
         raise ConfigError(f"-d/--depth counts the target's tokens, which a client of an --engine {NAME} does not have")
+    if any(p.length for p in grid.prompts):
+        raise ConfigError(f"--prompt-tokens counts tokens with the target's tokenizer, and --engine {NAME} has no "
+                          "local model: give long prompts as they are (--prompts FILE.jsonl)")
     if grid.parallels not in (None, [1]) or (grid.parallels and not grid.clients):
         raise ConfigError("the server's slots are its owner's (-np when it was started): give --clients, the requests "
                           "sent at the same moment")
