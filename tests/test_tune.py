@@ -404,6 +404,10 @@ def check_report_shows_predictions(results, stored, tmp_path):
     (["--prompt-ids", "nope"], "unknown built-in prompt 'nope'"),
     (["--spec-type", "ngram+draft"], "tune predicts"),
     (["--k-schedule", "sometimes"], "unknown --k-schedule 'sometimes'"),
+    (["--prompt-tokens", "64,128"], "tune calibrates one prompt length"),
+    (["--objective", "throughput"], "tune predicts --objective decode or request"),
+    (["--objective", "request", "--twin"], "drop --twin"),
+    (["--engine", "server", "--objective", "request"], "are for --engine python"),
 ])
 def test_tune_bad_input_is_one_error_line(tiny_pairs, args, needle):
     result = invoke("tune", *pair_args(tiny_pairs["middle"]), "--prompt-ids", "code-short", "-n", "8", "--reps", "1", *args)
@@ -682,3 +686,66 @@ def test_a_checked_row_that_drafted_nothing_has_no_gain_and_says_so():
     runs = [parse(to_dict(r) | {"metrics": {**to_dict(r)["metrics"], "drafted": 0}}) if r.k else r for r in runs]
     row = gain_fields(check_summary(runs), 2)
     assert row["measured_gain_pct"] is None and row["no_drafts"] and tuning.gain_cell(row) == "no drafts"
+
+
+# --- request latency: the prompt's processing, the draft's included ------------------------------------------------
+
+
+def test_request_prediction_by_hand_counts_the_drafts_prompt_too():
+    """A request is the prompt's processing (the target's, and with a draft model the draft's), then -n tokens at the
+    predicted decode speed (records.request_latency): a decode gain can be a request loss."""
+    text = tn.Text("p", (F, T, T, F, F, F, F), 7, False, prompt_s=0.5, draft_prompt_s=0.2)
+    decode_s, _ = text.decode_s(TM, 2, 7)
+    p = tn.predict(TM, [text], 2, 7)
+    assert p.request_s == pytest.approx(0.5 + 0.2 + decode_s)  # -n 7 tokens at 7 / decode_s tokens/s
+    assert p.baseline_request_s == pytest.approx(0.5 + 0.6)
+    assert p.request_tokens_per_s == pytest.approx(7 / p.request_s)
+    assert tuning.request_gain_pct(p) == pytest.approx(100 * (1.1 / p.request_s - 1))
+    ngram = tn.predict(TM, [replace(text, prompt=(1, 2, 3), tokens=(4, 5, 6, 7, 8, 9, 10))], 2, 7, Strategy("ngram"))
+    assert ngram.request_s - ngram.baseline_request_s == pytest.approx(ngram.request_s - 0.5 - 0.6)  # no draft prompt
+    assert tn.predict(TM, [replace(text, prompt_s=None)], 2, 7).request_s is None  # an older record: not predicted
+
+
+def test_under_request_a_long_prompt_turns_the_recommendation_to_the_target_alone():
+    texts = (tn.Text("p", (F,) + (T,) * 9, 10, False, prompt_s=2.0, draft_prompt_s=1.5),)
+    cal = tn.Calibration("p", "0", "0", 10, (1, 2, 3, 4), TM, texts, (0.9,) * 4)
+    decode = tn.recommend([cal])
+    assert decode.speculative and decode.gain_pct > 20
+    request = tn.recommend([replace(cal, objective="request")])
+    assert not request.speculative and request.fastest.tokens_per_s < request.baseline_tokens_per_s
+    assert request.fastest.objective == "request" and request.fastest.tokens_per_s == decode.fastest.request_tokens_per_s
+    line = tuning.recommendation_line(request, request.fastest_cal, request.fastest, None, False, (1, 4))
+    assert "run the target alone" in line and "request tokens/s" in line
+    old = tn.Calibration.from_record(record_for(TM, texts, [1, 2]))  # a record without prompt timings
+    with pytest.raises(tn.BenchError, match="calibrate again"):
+        replace(old, objective="request").predict(1)
+
+
+def test_calibration_times_each_prompt_for_both_models(middle_calibration):
+    _, prompts, record = middle_calibration
+    tm = record.timings
+    assert len(tm.prompt_target_s) == len(tm.prompt_draft_s) == len(prompts)
+    assert all(t > 0 for t in tm.prompt_target_s + tm.prompt_draft_s)
+    cal = tn.Calibration.from_record(record)
+    p = cal.predict(2)
+    assert p.request_s > p.baseline_request_s - 1  # predicted, and of the right kind (seconds)
+    assert tuning.request_line(cal, p).startswith("request (n=24, ")
+
+
+def test_tune_objective_request_at_a_prompt_length(tiny_pairs, isolated):
+    result = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-2", "-n", "12", "--prompt-ids", "code-short",
+                    "--threads", "2", "-c", "512", "--reps", "1", "--prompt-tokens", "96", "--objective", "request",
+                    "--json", "--name", "tr")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    for row in doc["rows"]:
+        assert row["objective"] == "request" and row["predicted_request_s"] > 0
+        assert row["predicted_tokens_per_s"] == pytest.approx(12 / row["predicted_request_s"])
+    record = stored(isolated / "results" / "tr.jsonl")[0]
+    assert [len(p["prompt"]) for p in record["acceptance"]["prompts"]] == [96]  # the prompt made 96 tokens long
+    assert record["config"]["prompts"] == ["code-short@96"]
+    table = invoke("tune", *pair_args(tiny_pairs["middle"]), "-K", "1-2", "-n", "12", "--prompt-ids", "code-short",
+                   "--threads", "2", "-c", "512", "--reps", "1", "--prompt-tokens", "96", "--objective", "request")
+    assert table.exit_code == 0, table.output
+    assert "predicted request tokens/s" in table.stdout and "of 96 tokens" in table.stdout
+    assert "request (n=12, 96-token prompts, predicted)" in table.stdout

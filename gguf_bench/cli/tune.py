@@ -25,11 +25,13 @@ from gguf_bench.cli.options import (
     NglsOpt,
     NgramMaxOpt,
     NgramMinOpt,
+    ObjectiveOpt,
     OverrideDraftOpt,
     OverrideOpt,
     PairArg,
     PerCategoryOpt,
     PromptsFileOpt,
+    PromptTokensOpt,
     RegistryOpt,
     ResultsDirOpt,
     RpcDelayOpt,
@@ -44,6 +46,7 @@ from gguf_bench.cli.progress import QuietStatus, pair_files
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy, parse_spec_types
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import deploy, workloads
+from gguf_bench.measure.prompts import at_lengths
 from gguf_bench.measure.server_tune import ServerTuneJob, twin_files
 from gguf_bench.measure.server_tune import tune_server as tune_server_job
 from gguf_bench.measure.tune import TuneEvents, TuneJob, twin_job
@@ -64,6 +67,7 @@ from gguf_bench.results.presentation.tuning import (
     measured_line,
     prediction_table,
     recommendation_line,
+    request_line,
     tune_strategies,
     twin_json,
 )
@@ -113,7 +117,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                            "per-position counters at two or three K), for any type that drafts K tokens a round")] = "python",
          parallel: Annotated[int | None, typer.Option("--parallel", "-np", help="--engine server: calibrate and predict "
                              "at this many slots, as many clients (predicts each request's tokens/s)")] = None,
-         server_bin: ServerBinOpt = None,
+         server_bin: ServerBinOpt = None, objective: ObjectiveOpt = "decode", prompt_tokens: PromptTokensOpt = None,
          registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
     """Predict tokens/s for every draft length and offload setting (and placement: -ncmoe, -ot, -dev and the draft's,
     each calibrated where it places the weights) from a short calibration, and
@@ -123,13 +127,35 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
     if parallel is not None and not kind.capabilities.concurrent:
         raise BenchError(f"--parallel calibrates slots: add --engine {' or '.join(_tunable('concurrent'))}")
     flow = kind.tune_flow()
-    args = TuneArgs(pair, target, draft, options.draft_lengths(ks), ngls, nglds,
-                    workloads.choose(prompt_ids, prompts_file, per_category, registry=registry), n_predict, threads,
+    chosen = at_lengths(workloads.choose(prompt_ids, prompts_file, per_category, registry=registry),
+                        _one_length(prompt_tokens))
+    args = TuneArgs(pair, target, draft, options.draft_lengths(ks), ngls, nglds, chosen, n_predict, threads,
                     ctx_size, reps, check, json_out, name, plot, spec_types, k_schedules, ngram_min, ngram_max, k_cap, depth,
                     twin, acceptance, (n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft,
                                        device_draft, Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)),
-                    parallel, server_bin, registry)
+                    parallel, server_bin, registry, _tune_objective(objective, twin, engine), bool(prompt_tokens))
     flow(args)
+
+
+def _one_length(text: str | None) -> list[int] | None:
+    """tune's --prompt-tokens: one length (a calibration predicts one workload; sweep takes a list)."""
+    if not text:
+        return None
+    lengths = options.positive_ints(text, "--prompt-tokens")
+    if len(lengths) > 1:
+        raise BenchError(f"tune calibrates one prompt length, got {text}: run tune once per length, or sweep "
+                         f"--prompt-tokens {text}")
+    return lengths
+
+
+def _tune_objective(name: str, twin: bool, engine: str) -> str:
+    """tune's --objective: decode tokens/s, or request latency (the Python engine, on real files)."""
+    if name not in ("decode", "request"):
+        raise BenchError(f"tune predicts --objective decode or request, got '{name}' (sweep measures throughput)")
+    if name == "request" and twin:
+        raise BenchError("--objective request predicts the prompt's processing, which tune times on the real files: "
+                         "drop --twin")
+    return name
 
 
 @dataclass(frozen=True)
@@ -163,6 +189,13 @@ class TuneArgs:
     parallel: int | None
     server_bin: Path | None
     registry: Path | None
+    objective: str = "decode"  # what the predictions rank by (python engine): decode tokens/s, or request latency
+    prompt_length: bool = False  # --prompt-tokens given (the prompts in `chosen` carry it)
+
+
+def _fastest_of(cal, predicted: list[Strategy]):
+    """The calibration's fastest prediction over the strategies (what its request line is about)."""
+    return max(cal.predictions(predicted), key=lambda p: p.tokens_per_s, default=None)
 
 
 def _tunable(capability: str) -> list[str]:
@@ -172,6 +205,9 @@ def _tunable(capability: str) -> list[str]:
 
 def tune_server(a: TuneArgs) -> None:
     """tune --engine server: a short calibration through llama-server itself (measure/server_tune.py)."""
+    if a.objective != "decode" or a.prompt_length:
+        raise BenchError("tune --engine server predicts decode tokens/s on the built-in prompts: --objective request "
+                         "and --prompt-tokens are for --engine python (sweep --engine server measures both)")
     ngl, ngld = _server_options(a.ngls, a.nglds, a.parallel, a.depth, a.k_schedules, a.plot)
     types = [SERVER_NAMES.get(t, t) for t in parse_spec_types(a.spec_types)]
     for t in types:
@@ -209,7 +245,7 @@ def tune_python(a: TuneArgs) -> None:
             job = twin_job(job, tuple(sources), Path(folder), a.registry)
         else:
             job = TuneJob(pair_files(a.pair, a.target, a.draft, a.registry), a.chosen, a.k_list, a.n_predict, a.ctx_size,
-                          a.threads, name, out, a.reps, a.depth, **placed)
+                          a.threads, name, out, a.reps, a.depth, **placed, objective=a.objective)
         with QuietStatus(f"calibrating {job.files.name} ...") as status:
             events = TuneEvents(step=status.update, warn=lambda line: err.print(f"Warning: {line}", markup=False),
                                 note=lambda line: err.print(f"Note: {line}", markup=False))
@@ -236,6 +272,8 @@ def _show_python(tuned, predicted: list[Strategy], alphas: list[float], a: TuneA
             table = prediction_table(cal, predicted, top_cal, top if rec.speculative else None, console.width, rec.guard)
             console.print(fit_title(table, console.width))
             console.print(components_line(cal), markup=False)
+            if line := request_line(cal, _fastest_of(cal, predicted)):
+                console.print(line, markup=False)
             if cal.fit is not None and abs(cal.fit - 1) > 0.1:
                 err.print(f"Warning: {cal.setting}: the calibration's own K={max(cal.ks)} runs took "
                           f"{1 / cal.fit:.2f}x what its decode timings predict: the machine's speed changed while "

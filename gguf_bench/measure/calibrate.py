@@ -2,7 +2,8 @@
 
 Calibration measures, per offload setting: t_draft, t_draft2 and t_verify(b) for b = 1..K_max+1
 (median of a few repetitions, at the context position a generation passes through halfway), the
-time the loop spends outside those decodes, and one greedy speculative run at K_max per prompt.
+time the loop spends outside those decodes, one greedy speculative run at K_max per prompt, and each
+prompt's evaluation by the target and by the draft (the request's first-token term).
 
 What the record predicts is results/predictions/costmodel.py's.
 """
@@ -123,6 +124,28 @@ def _in_loop(runs: list[GenerationResult], predicted_decode_s: float) -> InLoop:
                   tokens_per_s=[r.tokens_per_s for r in runs], predicted_decode_s=predicted_decode_s)
 
 
+PROMPT_REPS = 3  # timings of each prompt's evaluation per model (the median is kept)
+
+
+def time_prompts(pair: LoadedPair, tokens: Sequence[list[int]], reps: int = PROMPT_REPS
+                 ) -> tuple[list[float], list[float]]:
+    """Per prompt, the target's and the draft's evaluation of it as the loop starts a run (the prompt in one call,
+    the last row's logits; after the depth's filler where there is one), median of `reps`: the request's first-token
+    term (costmodel.Text.request_s)."""
+    def median_s(model, toks: list[int]) -> float:
+        times = []
+        for _ in range(reps):
+            model.rewind(0)
+            t0 = time.perf_counter()
+            model.eval(toks, 1)
+            times.append(time.perf_counter() - t0)
+        model.rewind(0)
+        return float(np.median(times))
+    target = [median_s(pair.target, t) for t in tokens]
+    draft = [median_s(pair.draft, t) for t in tokens] if pair.draft is not None else []
+    return target, draft
+
+
 @dataclass
 class CalibrationEvents:
     """Progress callbacks (the CLI's status line); calibration itself prints nothing."""
@@ -167,6 +190,8 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
                 timer.run(pair, share)  # `reps` in all, spread between the runs
         decodes = timer.result()
         events.timed(decodes)
+        events.step("timing the prompts' evaluation")
+        prompt_target_s, prompt_draft_s = time_prompts(pair, tokens, min(PROMPT_REPS, reps))
         offload = pair.offload()
     round_overhead = _round_overhead(runs, texts, decodes, k_max, n_predict)
     timings = Timings(decodes["t_draft_s"], decodes["t_draft2_s"], tuple(decodes["t_verify_s"]), max(0.0, round_overhead))
@@ -185,7 +210,8 @@ def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_p
             round_overhead_s=timings.round_overhead, round_overhead_raw_s=round_overhead,
             regular_overhead_s=decodes["verify_python_s"][0], draft_python_s=decodes["draft_python_s"],
             verify_python_s=decodes["verify_python_s"],
-            in_loop=_in_loop(runs, predicted_s)),  # the K_max runs themselves, and what the timings predict for them
+            in_loop=_in_loop(runs, predicted_s),  # the K_max runs themselves, and what the timings predict for them
+            prompt_target_s=prompt_target_s, prompt_draft_s=prompt_draft_s),
         acceptance=CalibrationAcceptance(
             a=[acc / rea if rea else None for acc, rea in zip(accepted, reached)], reached_at=reached, accepted_at=accepted,
             prompts=[PromptText(prompt_id=t.prompt_id, n_tokens=t.n_tokens, stopped_by_eog=t.stopped_by_eog,

@@ -67,6 +67,7 @@ class TuneJob:
     real_pair: str | None = None  # the files are twins of this pair's (models/twin.py): timings only
     placings: tuple[Placing, ...] = (Placing(),)  # the target's placements beyond -ngl to calibrate (placing.py)
     placings_draft: tuple[Placing, ...] = (Placing(),)
+    objective: str = "decode"  # what the predictions and the recommendation rank by: decode tokens/s, or request
 
     def grid(self, cal: Calibration, ks: list[int], **kw) -> Grid:
         """A sweep grid of one calibrated setting, greedy, without the draft alone (what --check measures)."""
@@ -170,7 +171,7 @@ def _check(tuned: Tuned, events: TuneEvents) -> None:
         row, runs = run_cost_check(tuned.job, o, events)
         rows.append(row)
         records += [replace(r, order=None) for r in runs]  # measured apart from its target alone: never paired
-    summary = check_summary(records)
+    summary = check_summary(records, objective=tuned.job.objective)
     tuned.checked = [r | gain_fields(summary, r["k"], _strategy_name(r, costs)) for r in rows]
     tuned.verdict = measured_verdict(summary)
     tuned.measured, tuned.measured_cost = _measured(tuned, check_cal, costs)
@@ -223,7 +224,8 @@ def calibrate_settings(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int],
             events.warn(f"{load.label} could not be calibrated, skipped: {exc}")
             continue
         append_record(job.out, record)
-        calibrations.append(replace(Calibration.from_record(record), scatter=timed.get("target_scatter")))
+        calibrations.append(replace(Calibration.from_record(record), scatter=timed.get("target_scatter"),
+                                    objective=job.objective))
     if not calibrations:
         raise ModelError(f"no offload setting could be loaded ({failures[0]})")
     return calibrations
@@ -246,7 +248,7 @@ def run_check(job: TuneJob, cal: Calibration, k: int, events: TuneEvents = TuneE
     grid = job.grid(cal, check_ks(cal, k))
     events.step(f"checking K={', '.join(map(str, grid.ks))} as sweep measures them ...")
     records = _checked(job, grid, events)
-    return check_rows(cal, records), records
+    return check_rows(cal, records, job.objective), records
 
 
 def run_cost_check(job: TuneJob, outlook: CostOutlook, events: TuneEvents = TuneEvents()

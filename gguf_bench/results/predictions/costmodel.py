@@ -28,6 +28,13 @@ and independent positions; it is kept for the arithmetic and for display.
 
 Tokens/s is predicted the way a sweep measures it: per prompt, generated tokens over decode time
 (the first token comes with the prompt and costs no decode time), then the mean over prompts.
+
+Request latency (--objective request) is predicted the way a sweep computes it (records.request_latency): the time to
+first token plus -n tokens at the predicted decode speed. The time to first token is measured by the calibration per
+prompt: the target's evaluation of the prompt, and with a draft model the draft's evaluation of it too (the loop's
+drafter starts on the prompt before the first round: llama.cpp's lc#27306 in the Python loop). An n-gram drafter
+processes no prompt. The request figure is -n tokens over that latency, so its ratio to the target alone's is the
+inverse of the latencies'.
 """
 
 from __future__ import annotations
@@ -278,6 +285,16 @@ class Text:
     stopped_by_eog: bool
     prompt: tuple[int, ...] = ()
     tokens: tuple[int, ...] = ()
+    prompt_s: float | None = None  # the target's evaluation of the prompt (None: a record before request predictions)
+    draft_prompt_s: float | None = None  # the draft model's evaluation of it (the drafter's start)
+
+    def request_s(self, decode_s: float, n_predict: int, with_draft: bool) -> float | None:
+        """The request's latency as a sweep computes it: the prompt's processing (the draft's too where a draft model
+        drafts), then n_predict tokens at this run's decode speed; None where the prompt was not timed."""
+        if self.prompt_s is None or not self.n_tokens or decode_s <= 0:
+            return None
+        first = self.prompt_s + ((self.draft_prompt_s or 0.0) if with_draft else 0.0)
+        return first + n_predict * decode_s / self.n_tokens
 
     def rounds(self, k: int, n_predict: int, strategy: Strategy = DEFAULT_STRATEGY, costs: Costs | None = None
                ) -> list[Round]:
@@ -325,10 +342,30 @@ class Prediction:
     tokens_per_round: float
     round_ms: float
     acceptance: float  # accepted / drafted over the simulated rounds
+    # --objective request: n_predict tokens over the request's latency (prompt included), mean over prompts; None
+    # where the calibration did not time its prompts (a record of an older tune)
+    request_tokens_per_s: float | None = None
+    baseline_request_tokens_per_s: float | None = None
+    request_s: float | None = None  # the mean predicted latency of one request, and the target alone's
+    baseline_request_s: float | None = None
+    objective: str = "decode"  # which figure tokens_per_s holds (under): decode tokens/s, or request
 
     @property
     def gain_pct(self) -> float:
         return 100.0 * (self.tokens_per_s / self.baseline_tokens_per_s - 1.0)
+
+    def under(self, objective: str) -> Prediction:
+        """This prediction with tokens_per_s and its baseline holding the objective's figure (decode tokens/s, or
+        -n tokens over the request's latency), as the sweep's summary reads runs under --objective."""
+        if objective == self.objective:
+            return self
+        if objective != "request":
+            raise ConfigError(f"tune predicts --objective decode or request, not '{objective}'")
+        if self.request_tokens_per_s is None or self.baseline_request_tokens_per_s is None:
+            raise BenchError("this calibration did not time its prompts (an older tune's record): calibrate again to "
+                             "predict request latency")
+        return replace(self, tokens_per_s=self.request_tokens_per_s,
+                       baseline_tokens_per_s=self.baseline_request_tokens_per_s, objective=objective)
 
 
 def _rate(n_tokens: int, seconds: float) -> float:
@@ -340,20 +377,27 @@ def predict(tm: Timings, texts: Sequence[Text], k: int, n_predict: int, strategy
     and of the target alone."""
     if not texts:
         raise BenchError("no calibration texts to predict from")
-    rates, baselines, all_rounds, total_s = [], [], [], 0.0
+    rates, baselines, all_rounds, total_s, requests, alone = [], [], [], 0.0, [], []
     for text in texts:
         seconds, rounds = text.decode_s(tm, k, n_predict, strategy)
         rates.append(_rate(text.n_tokens, seconds))
         baselines.append(_rate(text.n_tokens, text.regular_decode_s(tm)))
+        requests.append(text.request_s(seconds, n_predict, strategy.uses_model))
+        alone.append(text.request_s(text.regular_decode_s(tm), n_predict, False))
         all_rounds += rounds
         total_s += seconds
     drafted = sum(r.drafted for r in all_rounds)
     accepted = sum(r.accepted for r in all_rounds)
     n_rounds = max(1, len(all_rounds))
+    timed = None not in requests and None not in alone
     return Prediction(k=k, strategy=strategy.label(k), tokens_per_s=statistics.fmean(rates),
                       baseline_tokens_per_s=statistics.fmean(baselines),
                       tokens_per_round=(accepted + len(all_rounds)) / n_rounds, round_ms=1000 * total_s / n_rounds,
-                      acceptance=accepted / drafted if drafted else float("nan"))
+                      acceptance=accepted / drafted if drafted else float("nan"),
+                      request_tokens_per_s=statistics.fmean(n_predict / s for s in requests) if timed else None,
+                      baseline_request_tokens_per_s=statistics.fmean(n_predict / s for s in alone) if timed else None,
+                      request_s=statistics.fmean(requests) if timed else None,
+                      baseline_request_s=statistics.fmean(alone) if timed else None)
 
 
 # --- calibration records ----------------------------------------------------------------------------
@@ -378,6 +422,7 @@ class Calibration:
     placement: str = ""  # both models' placement flags beyond -ngl/-ngld ('-ncmoe 2'); '' for the default
     scatter: float | None = None  # the target's one-token decode timings' relative_scatter, as tune measured them
     # (not stored in the record: None when read back, or with --reps 1)
+    objective: str = "decode"  # what predict() puts in tokens_per_s (Prediction.under): decode, or request latency
 
     @property
     def setting(self) -> str:
@@ -389,8 +434,12 @@ class Calibration:
         cfg, tm, acc = rec.config, rec.timings, rec.acceptance
         timings = Timings(t_draft=tm.t_draft_s, t_draft2=tm.t_draft2_s, t_verify=tuple(tm.t_verify_s),
                           round_overhead=tm.round_overhead_s)
+        timed = len(tm.prompt_target_s) == len(acc.prompts)  # older records did not time the prompts
         texts = tuple(Text(p.prompt_id, tuple(bool(m) for m in p.matches), p.n_tokens, p.stopped_by_eog,
-                           tuple(p.prompt), tuple(p.tokens)) for p in acc.prompts)
+                           tuple(p.prompt), tuple(p.tokens),
+                           tm.prompt_target_s[i] if timed else None,
+                           tm.prompt_draft_s[i] if timed and len(tm.prompt_draft_s) == len(acc.prompts) else None)
+                      for i, p in enumerate(acc.prompts))
         loop = tm.in_loop
         fit = loop.predicted_decode_s / loop.decode_s if loop.decode_s and loop.predicted_decode_s else None
         twin = any(m is not None and m.twin for m in (rec.models.target, rec.models.draft))
@@ -401,7 +450,9 @@ class Calibration:
     def with_acceptance_of(self, real: Calibration, source: str) -> Calibration:
         """These timings with the texts and acceptance of another calibration (the real pair's, measured by tune on
         the real files): what a twin predicts once the pair's acceptance is known. `source` says where it came from."""
-        return replace(self, texts=real.texts, a=real.a, n_predict=real.n_predict, fit=None, acceptance_from=source)
+        texts = tuple(replace(t, prompt_s=None, draft_prompt_s=None) for t in real.texts)  # the real files' prompt
+        # timings say nothing of the twin's: no request predicted
+        return replace(self, texts=texts, a=real.a, n_predict=real.n_predict, fit=None, acceptance_from=source)
 
     @property
     def acceptance_known(self) -> bool:
@@ -412,7 +463,12 @@ class Calibration:
         if strategy.max_k(k) > self.timings.k_max:
             raise ConfigError(f"'{strategy.label(k)}' drafts up to {strategy.max_k(k)} tokens but verify costs were "
                               f"measured up to K={self.timings.k_max}: lower --k-cap or calibrate a longer -K range")
-        return predict(self.timings, self.texts, k, self.n_predict, strategy)
+        return predict(self.timings, self.texts, k, self.n_predict, strategy).under(self.objective)
+
+    @property
+    def prompt_tokens(self) -> float:
+        """The calibration prompts' mean length in tokens (what a request prediction holds for)."""
+        return statistics.fmean(len(t.prompt) for t in self.texts) if self.texts else 0.0
 
     def predictions(self, strategies: Sequence[Strategy] = (DEFAULT_STRATEGY,)) -> list[Prediction]:
         """Every calibrated K under each strategy (a heuristic schedule starts at K up to its cap)."""

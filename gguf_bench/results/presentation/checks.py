@@ -10,11 +10,11 @@ import pandas as pd
 from gguf_bench.errors import BenchError
 from gguf_bench.results.presentation.crossover import candidates, gain_text
 from gguf_bench.results.presentation.report import row_label
-from gguf_bench.results.presentation.summary import gain_decided, summarize, to_frame
+from gguf_bench.results.presentation.summary import for_objective, gain_decided, summarize, to_frame
 from gguf_bench.results.schema.records import RunRecord
 
 
-def check_summary(records: Sequence[RunRecord], per_request: bool = False) -> pd.DataFrame:
+def check_summary(records: Sequence[RunRecord], per_request: bool = False, objective: str = "decode") -> pd.DataFrame:
     """--check's runs summarized as `report` summarizes them: each row's gain over the target alone measured beside
     it, its 95% interval corrected for the rows that compete, and whether it is decided. per_request: with several
     slots, each request's own tokens/s (what tune --engine server predicts) instead of the round's."""
@@ -22,7 +22,7 @@ def check_summary(records: Sequence[RunRecord], per_request: bool = False) -> pd
     if per_request and "per_request_tokens_per_s" in df:
         own = pd.to_numeric(df["per_request_tokens_per_s"], errors="coerce")
         df = df.assign(tokens_per_s=own.fillna(df["tokens_per_s"]))
-    return summarize(df)
+    return summarize(for_objective(df, objective))
 
 
 def gain_fields(summary: pd.DataFrame, k: int, strategy: str | None = None) -> dict:

@@ -26,7 +26,7 @@ from gguf_bench.results.predictions.costmodel import (
     modeled,
     recommend,
 )
-from gguf_bench.results.schema.records import CalibrationRecord, Mode, RunRecord
+from gguf_bench.results.schema.records import CalibrationRecord, Mode, RunRecord, request_latency
 from gguf_bench.results.schema.text import columns_width, number_text, right_table, spaced_layout, speed_text
 
 
@@ -55,8 +55,40 @@ def prediction_rows(calibrations: Sequence[Calibration], strategies: Sequence[St
                          "tokens_per_round": p.tokens_per_round, "acceptance": p.acceptance, "round_ms": p.round_ms,
                          "draft_cost": p.k * cal.timings.draft_cost_ratio(),
                          "verify_ratio": cal.timings.verify_curve()[p.k],
-                         "best": top is not None and top[0] is cal and top[1] == p})
+                         "best": top is not None and top[0] is cal and top[1] == p, "objective": cal.objective,
+                         "predicted_request_s": p.request_s, "predicted_baseline_request_s": p.baseline_request_s,
+                         "predicted_request_gain_pct": request_gain_pct(p)})
     return rows
+
+
+def request_gain_pct(p) -> float | None:
+    """The predicted request's gain: the target alone's latency over this one's, less one (None: prompts not timed)."""
+    return 100.0 * (p.baseline_request_s / p.request_s - 1.0) if p.request_s and p.baseline_request_s else None
+
+
+def unit(cal: Calibration) -> str:
+    """What a prediction's tokens/s holds under the calibration's objective."""
+    return "request tokens/s" if cal.objective == "request" else "tokens/s"
+
+
+def request_line(cal: Calibration, p) -> str | None:
+    """One request's predicted latency, prompt included, for `p` (a speculative prediction) and the target alone:
+    'request (n=64, 19-token prompts, predicted): 2.61 s with draft K=4 against 3.9 s alone (+49.4%); the prompt
+    takes 0.12 s alone, 0.15 s with the draft'. None where the calibration did not time its prompts."""
+    if p is None or p.request_s is None or p.baseline_request_s is None:
+        return None
+    alone = statistics.fmean(t.prompt_s for t in cal.texts)
+    drafted = p.strategy.startswith("draft")
+    both = statistics.fmean(t.prompt_s + (t.draft_prompt_s or 0.0) for t in cal.texts) if drafted else alone
+    return (f"request (n={cal.n_predict}, {cal.prompt_tokens:.0f}-token prompts, predicted): {_s(p.request_s)} with "
+            f"{p.strategy} against {_s(p.baseline_request_s)} alone ({request_gain_pct(p):+.1f}%); the prompt takes "
+            f"{_s(alone)} alone, {_s(both)} with {'the draft' if drafted else 'this drafting'}")
+
+
+def _s(seconds: float) -> str:
+    """Seconds to three figures: '2.61 s', '0.00412 s'."""
+    return f"{seconds:.3g} s"
+
 
 def cost_outlook_lines(outlooks: Sequence[CostOutlook]) -> list[str]:
     """tune's lines on --k-schedule cost: the prediction and what it assumes, or why there is none."""
@@ -67,11 +99,11 @@ def cost_outlook_lines(outlooks: Sequence[CostOutlook]) -> list[str]:
         if o.prediction is not None:
             p = o.prediction
             lines.append(f"--k-schedule cost ({p.strategy}, K its cap, -ngl {o.cal.ngl}): predicted {p.tokens_per_s:.2f} "
-                         f"tokens/s, {o.gain_over_fixed_pct:+.1f}% over the {fixed}, {p.gain_pct:+.1f}% over the target "
+                         f"{unit(o.cal)}, {o.gain_over_fixed_pct:+.1f}% over the {fixed}, {p.gain_pct:+.1f}% over the target "
                          "alone (assumes the calibration's greedy texts, its timings as the schedule's costs, hit rates "
                          "learned afresh per prompt)")
         else:
-            what = (f"draft {o.length} every round ({o.approx.strategy}, {o.approx.tokens_per_s:.2f} tokens/s)"
+            what = (f"draft {o.length} every round ({o.approx.strategy}, {o.approx.tokens_per_s:.2f} {unit(o.cal)})"
                     if o.approx is not None else "not draft at all (the target alone)")
             lines.append(f"--k-schedule cost ({o.spec}): not predicted: it sizes rounds by the draft's per-token "
                          f"confidence, which the calibration does not record; by the per-position acceptance alone it "
@@ -193,14 +225,16 @@ def check_ks(cal: Calibration, k: int) -> list[int]:
     """The recommended K and its neighbours, within the calibrated range."""
     return [x for x in (k - 1, k, k + 1) if x in cal.ks]
 
-def check_rows(cal: Calibration, records: Sequence[RunRecord]) -> list[dict]:
+def check_rows(cal: Calibration, records: Sequence[RunRecord], objective: str = "decode") -> list[dict]:
     """Sweep run records of one setting -> per K (0: the target alone) the measured mean tokens/s over
-    prompts next to the prediction, and the prediction's error in percent of the measurement."""
+    prompts (under --objective request: -n tokens over each request's latency) next to the prediction, and the
+    prediction's error in percent of the measurement."""
     by_k: dict[int, list[float]] = {}
     for r in records:
-        if r.error or r.tokens_per_s is None or r.mode not in (Mode.TARGET, Mode.SPECULATIVE):
+        figure = r.tokens_per_s if objective == "decode" else _request_figure(r)
+        if r.error or figure is None or r.mode not in (Mode.TARGET, Mode.SPECULATIVE):
             continue
-        by_k.setdefault(r.k, []).append(r.tokens_per_s)
+        by_k.setdefault(r.k, []).append(figure)
     rows = []
     for k in sorted(by_k):
         p = cal.predict(k) if k else cal.predict(min(cal.ks))
@@ -210,6 +244,12 @@ def check_rows(cal: Calibration, records: Sequence[RunRecord]) -> list[dict]:
                      "measured_tokens_per_s": measured, "error_pct": 100.0 * (predicted / measured - 1.0),
                      "runs": len(by_k[k])})
     return rows  # the measured gains are the verdict rule's (results/checks.gain_fields), not a ratio of these means
+
+
+def _request_figure(run: RunRecord) -> float | None:
+    """-n tokens over the run's request latency (records.request_latency), as --objective request reads a run."""
+    latency = request_latency(run) if not run.error else None
+    return run.config.n_predict / latency if latency else None
 
 
 def gain_cell(row: dict) -> str:
@@ -235,45 +275,48 @@ def recommendation_line(rec: Recommendation, top_cal: Calibration, top, cost_top
     """tune's 'recommended: ...' line: the cost schedule when it beats the best fixed K, else the fastest K, else the
     target alone (with the fastest K, which does not beat it or does by less than the scatter guard's margin)."""
     how = f" ({top.strategy})" if several_strategies else ""
+    u = unit(top_cal)
     if cost_top is None and rec.within_scatter:
         return (f"recommended: run the target alone (-ngl {rec.baseline_cal.ngl}, predicted "
-                f"{rec.baseline_tokens_per_s:.2f} tokens/s): the fastest, -K {top.k} {top_cal.setting}{how}, is "
-                f"predicted at {top.tokens_per_s:.2f} tokens/s ({rec.gain_pct:+.1f}%), within the scatter of the target "
+                f"{rec.baseline_tokens_per_s:.2f} {u}): the fastest, -K {top.k} {top_cal.setting}{how}, is "
+                f"predicted at {top.tokens_per_s:.2f} {u} ({rec.gain_pct:+.1f}%), within the scatter of the target "
                 f"alone's own {rec.guard.timings} (±{rec.scatter:.1%}): --check measures it")
     if cost_top is not None:
         p, c = cost_top.prediction, cost_top.cal
         flags = " --spec-type ngram" + ("" if ngram == (1, 4) else f" --ngram-min {ngram[0]} --ngram-max {ngram[1]}")
         return (f"recommended: -K {p.k} --k-schedule cost{flags} -ngl {c.ngl}: predicted {p.tokens_per_s:.2f} "
-                f"tokens/s, {cost_top.gain_over_fixed_pct:+.1f}% over the best fixed K, {p.gain_pct:+.1f}% over "
+                f"{u}, {cost_top.gain_over_fixed_pct:+.1f}% over the best fixed K, {p.gain_pct:+.1f}% over "
                 f"the target alone ({p.baseline_tokens_per_s:.2f})")
     if rec.speculative:
         return (f"recommended: -K {top.k} {top_cal.setting}{how}: predicted "
-                f"{top.tokens_per_s:.2f} tokens/s, {top.gain_pct:+.1f}% over the target alone "
+                f"{top.tokens_per_s:.2f} {u}, {top.gain_pct:+.1f}% over the target alone "
                 f"({top.baseline_tokens_per_s:.2f})")
     return (f"recommended: run the target alone (-ngl {rec.cal.ngl}, predicted "
-            f"{rec.baseline_tokens_per_s:.2f} tokens/s): no draft length is predicted to beat it; the "
+            f"{rec.baseline_tokens_per_s:.2f} {u}): no draft length is predicted to beat it; the "
             f"fastest, -K {top.k} {top_cal.setting}{how}, is predicted at "
-            f"{top.tokens_per_s:.2f} tokens/s ({top.gain_pct:+.1f}%)")
+            f"{top.tokens_per_s:.2f} {u} ({top.gain_pct:+.1f}%)")
 
 
 def measured_line(verdict: dict, rec: Recommendation, cost_top: CostOutlook | None) -> str:
     """tune --check's recommendation: what its runs say by the verdict rule (results/checks.measured_verdict), then what
     was predicted (`rec`, `cost_top`): never a setting slower than another it measured."""
     setting = f"-ngl {verdict.get('ngl')} -ngld {verdict.get('ngld')}"
+    u = unit(rec.fastest_cal)
     if verdict["k"] == 0:
-        what = f"run the target alone ({setting}, {verdict['tokens_per_s']:.2f} tokens/s measured): {verdict['why']}"
+        what = f"run the target alone ({setting}, {verdict['tokens_per_s']:.2f} {u} measured): {verdict['why']}"
     else:
         k = f"-K {verdict['k']}" if verdict["strategy"] == DEFAULT_STRATEGY.name else verdict["label"]
-        what = f"{k} {setting}: {verdict['tokens_per_s']:.2f} tokens/s measured, {verdict['why']}"
+        what = f"{k} {setting}: {verdict['tokens_per_s']:.2f} {u} measured, {verdict['why']}"
     return f"recommended (measured by --check): {what}; predicted: {_predicted_text(rec, cost_top)}"
 
 
 def _predicted_text(rec: Recommendation, cost_top: CostOutlook | None) -> str:
     """What tune predicted it would recommend, in a few words."""
     p, cal = (cost_top.prediction, cost_top.cal) if cost_top is not None else (rec.prediction, rec.cal)
+    u = unit(cal)
     if p is None:
-        return f"the target alone (-ngl {cal.ngl}) at {rec.baseline_tokens_per_s:.2f} tokens/s"
-    return f"{p.strategy} {cal.setting} at {p.tokens_per_s:.2f} tokens/s"
+        return f"the target alone (-ngl {cal.ngl}) at {rec.baseline_tokens_per_s:.2f} {u}"
+    return f"{p.strategy} {cal.setting} at {p.tokens_per_s:.2f} {u}"
 
 
 def acceptance_rows(cal: Calibration, alphas: Sequence[float]) -> list[dict]:
@@ -345,8 +388,12 @@ def prediction_table(cal, strategies: list, top_cal, top, width: int = 80, guard
               + (["K·c: a round's draft cost in target decodes"] if "K·c" in columns else [])
               + (["verify ×: t_verify(K+1)/t_verify(1)"] if "verify ×" in columns else []) + strategies_caption(strategies)
               + ([guard.line()] if guard is not None else []))
-    table = right_table(columns, f"tune {cal.pair}, {cal.setting}: predicted tokens/s (greedy, n={cal.n_predict}, "
-                                 f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}; target alone "
+    if cal.objective == "request":
+        legend.append(f"request tokens/s: n={cal.n_predict} tokens over the request's latency, the prompt's processing "
+                      "included (the target's, and the draft model's); gain %: against the target alone's")
+    table = right_table(columns, f"tune {cal.pair}, {cal.setting}: predicted {unit(cal)} (greedy, n={cal.n_predict}, "
+                                 f"{len(cal.texts)} prompt{'s' if len(cal.texts) > 1 else ''}"
+                                 f"{f' of {cal.prompt_tokens:.0f} tokens' if cal.objective == 'request' else ''}; target alone "
                                  f"{speed_text(base)})", width,
                         styles=["bold" if cal is top_cal and top in by_k[k] else None for k in by_k])
     return Group(table, Text("\n".join(legend)))  # a line each: a caption would wrap at the table's width

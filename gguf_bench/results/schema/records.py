@@ -838,6 +838,10 @@ class CalibrationTimings:
     draft_python_s: float | None = None
     verify_python_s: list[float] = field(default_factory=list)
     in_loop: InLoop = field(default_factory=InLoop)
+    # per calibration prompt (acceptance.prompts' order): the target's and the draft's evaluation of it, median of a
+    # few (the request-latency prediction's first-token term); empty in records before it
+    prompt_target_s: list[float] = field(default_factory=list)
+    prompt_draft_s: list[float] = field(default_factory=list)
 
 
 @dataclass
