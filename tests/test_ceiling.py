@@ -15,7 +15,8 @@ from gguf_bench.models import reads
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.reads import StepBytes
 from gguf_bench.results.predictions import ceiling
-from gguf_bench.results.schema.records import decode_steps, parse, run_row
+from gguf_bench.results.schema.records import parse
+from gguf_bench.results.schema.run_fields import decode_steps, run_row
 
 MB = 10**6
 

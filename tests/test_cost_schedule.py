@@ -305,7 +305,7 @@ def test_sampled_generation_matches_the_target_with_the_cost_schedule(middle):
 def test_costs_come_from_a_stored_calibration_of_the_same_setting(tiny_pairs, isolated):
     from gguf_bench.measure.costs import stored_costs
     from gguf_bench.models.pairs import PairFiles
-    from gguf_bench.results.schema.records import CalibrationConfig, CalibrationRecord, CalibrationTimings
+    from gguf_bench.results.schema.calibration import CalibrationConfig, CalibrationRecord, CalibrationTimings
     from gguf_bench.results.schema.store import append_record, environment, models_record
 
     target, draft = tiny_pairs["middle"]
@@ -330,7 +330,7 @@ def test_costs_come_from_a_stored_calibration_of_the_same_setting(tiny_pairs, is
 
 def _calibration(files, placement: str | None, t_draft: float):
     """A calibration record of `files` (a MoE pair) at -ngl 0 -ngld 0, 1 thread, at `placement` (its label)."""
-    from gguf_bench.results.schema.records import CalibrationConfig, CalibrationRecord, CalibrationTimings
+    from gguf_bench.results.schema.calibration import CalibrationConfig, CalibrationRecord, CalibrationTimings
     from gguf_bench.results.schema.store import environment, models_record
 
     return CalibrationRecord(pair="moe", config=CalibrationConfig(ngl=0, ngld=0, threads=1, ks=[8], k_max=8,

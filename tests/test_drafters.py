@@ -392,7 +392,8 @@ def test_run_ngram_on_the_target_alone(tiny_pairs, isolated):
 
 
 def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
-    from gguf_bench.results.schema.records import parse, run_row
+    from gguf_bench.results.schema.records import parse
+    from gguf_bench.results.schema.run_fields import run_row
 
     files = tiny_pairs["middle"]
     args = ["sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", "st", "-n", "24", "-K", "2,4",
@@ -421,7 +422,8 @@ def test_sweep_of_strategies_stores_and_reports_each(tiny_pairs, isolated):
 
 
 def test_records_without_a_strategy_read_as_the_draft_model():
-    from gguf_bench.results.schema.records import parse, run_row
+    from gguf_bench.results.schema.records import parse
+    from gguf_bench.results.schema.run_fields import run_row
 
     old = {"pair": "p", "mode": "speculative", "config": {"k": 4}, "metrics": {"tokens_per_s": 1.0}}
     assert run_row(parse(old))["strategy"] == "draft"

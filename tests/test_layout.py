@@ -174,14 +174,16 @@ def string_keys(path: Path) -> list[str]:
 
 def test_record_fields_are_read_by_name_only_in_the_records_module():
     """Records are typed (results/schema/records.py): no other module reads a record's fields out of a dict by string.
-    report.py and plots.py read pandas columns, which records.run_row names from the fields."""
+    report.py and plots.py read pandas columns, which run_fields.run_row names from the fields."""
     from dataclasses import fields
 
-    from gguf_bench.results.schema import records
+    from gguf_bench.results.schema import calibration, evaluation, records
 
-    containers = {f.name for cls in (records.RunRecord, records.EvalRecord, records.CalibrationRecord) for f in fields(cls)}
+    containers = {f.name for cls in (records.RunRecord, evaluation.EvalRecord, calibration.CalibrationRecord)
+                  for f in fields(cls)}
     containers |= {"identity", "divergence", "in_loop", "prompts"}
     allowed = {"gguf_bench.results.schema.records", "gguf_bench.results.schema.legacy",
+               "gguf_bench.results.schema.run_fields",  # the record's flat row: a round's stored requests ("error")
                "gguf_bench.results.presentation.report", "gguf_bench.results.presentation.plots",
                "gguf_bench.results.presentation.summary",  # pandas columns of the records' rows
                "gguf_bench.models.registry",  # the registry reads models.yaml (its "models" section), not records

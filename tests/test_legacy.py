@@ -10,7 +10,9 @@ from cli_helpers import invoke
 from gguf_bench.measure.plan import cell_key
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.results.predictions.costmodel import Calibration
-from gguf_bench.results.schema.records import CalibrationRecord, EvalRecord, Mode, RunRecord, read_file
+from gguf_bench.results.schema.calibration import CalibrationRecord
+from gguf_bench.results.schema.evaluation import EvalRecord
+from gguf_bench.results.schema.records import Mode, RunRecord, read_file
 
 LEGACY = Path(__file__).parent / "data" / "legacy"
 

@@ -15,7 +15,8 @@ from gguf_bench.measure.repeat import undecided
 from gguf_bench.measure.trackers.load import LoadTracker, machine_steal_s
 from gguf_bench.results.presentation.report import left_out_lines
 from gguf_bench.results.presentation.summary import gain_decided, load, summarize, to_frame
-from gguf_bench.results.schema.records import Load, parse
+from gguf_bench.results.schema.parts.load import Load
+from gguf_bench.results.schema.records import parse
 
 T0 = 1_800_000_000.0
 

@@ -15,7 +15,8 @@ from gguf_bench.cli.app import app
 from gguf_bench.results.presentation.plots import figure
 from gguf_bench.results.presentation.report import rich_table
 from gguf_bench.results.presentation.summary import load, summarize, to_frame
-from gguf_bench.results.schema.records import EvalRecord, Kind, Mode, OtherRecord, RunRecord, parse, to_dict
+from gguf_bench.results.schema.evaluation import EvalRecord
+from gguf_bench.results.schema.records import Kind, Mode, OtherRecord, RunRecord, parse, to_dict
 
 runner = CliRunner()
 
@@ -121,9 +122,9 @@ def test_plot_has_error_bars_a_baseline_band_and_acceptance_by_position():
 
 
 def test_gain_is_computed_in_one_place():
-    from gguf_bench.results.schema import records
+    from gguf_bench.results.schema import kinds
 
     summary = summarize(to_frame(QUICKSTART)).set_index(["mode", "k"])
     base = summary.loc[("target", 0), "tokens_per_s"]
-    assert summary.loc[("speculative", 4), "gain_pct"] == pytest.approx(records.gain_pct(51.5, base))
+    assert summary.loc[("speculative", 4), "gain_pct"] == pytest.approx(kinds.gain_pct(51.5, base))
     assert isinstance(summary, pd.DataFrame)

@@ -15,7 +15,8 @@ from gguf_bench.measure import deploy
 from gguf_bench.measure.repeat import undecided
 from gguf_bench.results.presentation.report import render, rich_table
 from gguf_bench.results.presentation.summary import TTFT_PROMPT_TOKENS, for_objective, summarize, to_frame
-from gguf_bench.results.schema.records import RUN_FIELDS, parse, run_row
+from gguf_bench.results.schema.records import parse
+from gguf_bench.results.schema.run_fields import RUN_FIELDS, run_row
 
 T0 = 1_800_000_000.0
 

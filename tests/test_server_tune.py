@@ -184,7 +184,7 @@ def rendered(group, width: int = 200) -> str:
 
 
 def checked_run(mode, k, tps, rep, prompt="p1"):
-    """A --check run through llama-server, interleaved (records.Order 'alternate') with its block's other runs."""
+    """A --check run through llama-server, interleaved (parts.order.Order 'alternate') with its block's other runs."""
     cfg = {"k": k, "ngl": 0, "ngld": 0, "temperature": 0.0, "n_predict": 32, "prompt_id": prompt, "repetition": rep,
            "engine": "server"}
     if mode == "speculative":

@@ -324,7 +324,7 @@ def test_a_235b_split_is_one_model_for_its_record_size_checksum_and_memory_check
     from gguf_bench.measure.plan import Grid
     from gguf_bench.measure.prompts import Prompt
     from gguf_bench.models.pairs import PairFiles
-    from gguf_bench.results.schema.records import ModelFile
+    from gguf_bench.results.schema.parts.provenance import ModelFile
     from gguf_bench.results.schema.store import model_record
 
     parts = part_paths(write_header(tmp_path / "qwen3-235b.gguf", "qwen3-235b-a22b", split_max_size=50 * 10**9))

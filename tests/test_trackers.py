@@ -1,4 +1,4 @@
-"""Trackers (measure/trackers/) and the fields they fill (results/records.RUN_FIELDS), without the hardware.
+"""Trackers (measure/trackers/) and the fields they fill (results/schema/run_fields.RUN_FIELDS), without the hardware.
 
 RAPL is read from a temporary folder laid out like /sys/class/powercap (energy_uj, max_energy_range_uj, name), a
 wraparound included; NVML through a small stand-in for pynvml (bookkeeping only: nothing is claimed from its numbers).
@@ -21,18 +21,11 @@ from gguf_bench.measure.trackers import devices, energy, memory
 from gguf_bench.measure.trackers.nvml import open_nvml
 from gguf_bench.results.presentation.report import render, rich_table
 from gguf_bench.results.presentation.summary import summarize, to_frame
-from gguf_bench.results.schema.records import (
-    DeviceMemory,
-    Energy,
-    Mode,
-    Offload,
-    RunConfig,
-    RunMetrics,
-    RunRecord,
-    parse,
-    run_row,
-    to_dict,
-)
+from gguf_bench.results.schema.parts.energy import Energy
+from gguf_bench.results.schema.parts.memory import DeviceMemory
+from gguf_bench.results.schema.parts.offload import Offload
+from gguf_bench.results.schema.records import Mode, RunConfig, RunMetrics, RunRecord, parse, to_dict
+from gguf_bench.results.schema.run_fields import run_row
 
 
 def zone(root: Path, name: str, label: str, energy_uj: int, max_uj: int) -> Path:

@@ -590,7 +590,7 @@ def rendered(group, width: int = 200) -> str:
 
 
 def run(mode, tps, k=0, rep=0, prompt="p1", design="shuffled"):
-    """A --check run of the Python loop, interleaved (records.Order) unless `design` is None."""
+    """A --check run of the Python loop, interleaved (parts.order.Order) unless `design` is None."""
     r = {"pair": "p", "mode": mode, "error": None,
          "config": {"k": k, "ngl": 0, "ngld": 0, "temperature": 0.0, "n_predict": 10, "prompt_id": prompt,
                     "repetition": rep},
@@ -693,7 +693,7 @@ def test_a_checked_row_that_drafted_nothing_has_no_gain_and_says_so():
 
 def test_request_prediction_by_hand_counts_the_drafts_prompt_too():
     """A request is the prompt's processing (the target's, and with a draft model the draft's), then -n tokens at the
-    predicted decode speed (records.request_latency): a decode gain can be a request loss."""
+    predicted decode speed (run_fields.request_latency): a decode gain can be a request loss."""
     text = tn.Text("p", (F, T, T, F, F, F, F), 7, False, prompt_s=0.5, draft_prompt_s=0.2)
     decode_s, _ = text.decode_s(TM, 2, 7)
     p = tn.predict(TM, [text], 2, 7)

@@ -179,7 +179,8 @@ def test_gemma_twin_allocates_the_real_buffers(gemma_q4_q2, tmp_path):
 def test_records_made_with_twins_say_so(tiny_pairs, isolated):
     from cli_helpers import pair_args, stored
 
-    from gguf_bench.results.schema.records import parse, run_row
+    from gguf_bench.results.schema.records import parse
+    from gguf_bench.results.schema.run_fields import run_row
 
     target, draft = tiny_pairs["middle"]
     twins = (_twin(target, isolated / "t-twin.gguf"), draft)  # a twin target, a real draft

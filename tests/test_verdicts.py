@@ -241,7 +241,7 @@ def test_interleaved_settings_take_turns_one_repetition_at_a_time():
 
 
 def test_the_caption_says_paired_in_time_only_where_the_pairs_began_close_together():
-    """Each pair's gap in time (records.Order.started): interleaved runs a second or two apart read 'paired in time'
+    """Each pair's gap in time (parts.order.Order.started): interleaved runs a second or two apart read 'paired in time'
     with the median and largest gap; the same blocks measured all of A, then all of B, an hour apart, do not."""
     close = interleaved([20.0, 18.0, 22.0, 19.0], {4: [0.30, 0.34, 0.32, 0.28]})
     summary = summarize(to_frame(close))

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gguf_bench.decoding.loop import GenerationResult
-from gguf_bench.results.schema.records import gain_pct
+from gguf_bench.results.schema.kinds import gain_pct
 
 ACCEPTED_STYLE = "black on green"  # draft tokens the target accepted
 

@@ -38,7 +38,8 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.measure.quality import CompareEvents, distribution_check, evaluate, identity_lines
 from gguf_bench.measure.quality import compare as compare_both
 from gguf_bench.models.pairs import PairChoice
-from gguf_bench.results.schema.records import EvalConfig, to_dict
+from gguf_bench.results.schema.evaluation import EvalConfig
+from gguf_bench.results.schema.records import to_dict
 from gguf_bench.results.schema.store import default_name, ensure_results_dir, try_append_record, use_results_dir
 from gguf_bench.results.schema.text import fit_title
 

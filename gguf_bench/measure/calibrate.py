@@ -31,15 +31,15 @@ from gguf_bench.results.predictions.costmodel import (
     Timings,
     simulate_rounds,
 )
-from gguf_bench.results.schema.records import (
+from gguf_bench.results.schema.calibration import (
     CalibrationAcceptance,
     CalibrationConfig,
     CalibrationRecord,
     CalibrationTimings,
     InLoop,
-    Mode,
     PromptText,
 )
+from gguf_bench.results.schema.records import Mode
 from gguf_bench.results.schema.store import environment, models_record, now_iso
 
 # --- calibration (measures; loads models) -----------------------------------------------------------

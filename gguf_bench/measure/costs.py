@@ -22,7 +22,7 @@ from gguf_bench.models.parts import model_size
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing, split_label
 from gguf_bench.results.predictions.costmodel import relative_scatter
-from gguf_bench.results.schema.records import CalibrationRecord
+from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.store import environment, read_records, results_dir
 
 WARM_UP_REPS = 3  # timings per batch size when measured in the warm-up (the median is kept)

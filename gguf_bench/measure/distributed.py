@@ -37,7 +37,8 @@ from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.models.registry import ModelRef, Registry
 from gguf_bench.results.schema.naming import check_new
-from gguf_bench.results.schema.records import Node, Record, RunRecord
+from gguf_bench.results.schema.parts.node import Node
+from gguf_bench.results.schema.records import Record, RunRecord
 from gguf_bench.results.schema.store import append_record, environment, read_records
 
 INSTALL_HINT = "--ray needs Ray, which is not installed; install it with: pip install -e '.[ray]'"

@@ -36,7 +36,7 @@ from gguf_bench.results.predictions.costmodel import (
 )
 from gguf_bench.results.predictions.drafts import Ranked
 from gguf_bench.results.predictions.drafts import to_json as ranking_json
-from gguf_bench.results.schema.records import CalibrationRecord
+from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.store import read_records
 
 # A context manager giving a download.Progress callback while a file is fetched (the CLI's progress bar).

@@ -17,13 +17,14 @@ from typing import Protocol
 from gguf_bench.engine_registry import Capabilities
 from gguf_bench.measure.plan import Cell, Setting, Unit
 from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.results.schema.records import Order, RunRecord
+from gguf_bench.results.schema.parts.order import Order
+from gguf_bench.results.schema.records import RunRecord
 
 
 class Session(Protocol):
     """One setting, open: the models loaded (or the server's binary checked, its processes started as cells need)."""
 
-    design: str  # how order() interleaves the runs a verdict compares (records.Order.design)
+    design: str  # how order() interleaves the runs a verdict compares (parts.order.Order.design)
 
     def order(self, cells: list[Cell]) -> list[Cell]:
         """The cells in the order this engine measures them: the runs a verdict compares close in time, in an order that
@@ -54,7 +55,7 @@ def run_unit(engine: Engine, unit: Unit, prompts: PreparedPrompts) -> Iterator[R
 
 def measure_unit(session: Session, unit: Unit, settings: str | None = None, first: int = 0) -> Iterator[RunRecord]:
     """The unit's cells through a session open on its setting, in the engine's order, each record stamped with where it
-    stood (records.Order: when it started and ended; `settings`: how the sweep's settings took turns, `first`: the
+    stood (parts.order.Order: when it started and ended; `settings`: how the sweep's settings took turns, `first`: the
     position of the unit's first cell in its setting's order, where a unit is one chunk of it)."""
     for position, cell in enumerate(session.order(unit.cells), first):
         started = time.time()

@@ -19,7 +19,8 @@ from gguf_bench.models.gguf import check_compatible as check_vocabularies
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.options import CACHE_TYPES, CONTEXT_DEFAULTS, FLASH_ATTN, layers_label
 from gguf_bench.placing import Placing
-from gguf_bench.results.schema.records import Mode, Offload
+from gguf_bench.results.schema.parts.offload import Offload
+from gguf_bench.results.schema.records import Mode
 
 
 @dataclass(frozen=True)

@@ -31,16 +31,10 @@ from gguf_bench.measure.trackers import TRACKERS
 from gguf_bench.models.memory import Budget
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
-from gguf_bench.results.schema.records import (
-    PYTHON_ENGINE,
-    Load,
-    Mode,
-    Offload,
-    RunConfig,
-    RunMetrics,
-    RunRecord,
-)
-from gguf_bench.results.schema.records import Server as ServerRecord
+from gguf_bench.results.schema.parts.load import Load
+from gguf_bench.results.schema.parts.offload import Offload
+from gguf_bench.results.schema.parts.server import Server as ServerRecord
+from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunConfig, RunMetrics, RunRecord
 from gguf_bench.results.schema.store import now_iso
 
 SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device

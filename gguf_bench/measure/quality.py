@@ -25,7 +25,8 @@ from gguf_bench.decoding.loop import GenerationResult, OnRound, Verify
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure.pair import LoadedPair
-from gguf_bench.results.schema.records import EvalConfig, EvalMetrics, EvalRecord, EvalRow, Mode
+from gguf_bench.results.schema.evaluation import EvalConfig, EvalMetrics, EvalRecord, EvalRow
+from gguf_bench.results.schema.records import Mode
 from gguf_bench.results.schema.store import environment, models_record, now_iso
 
 Z95 = 1.959963984540054

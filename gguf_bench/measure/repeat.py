@@ -10,7 +10,7 @@ at plan.auto_looks' counts, until every verdict is decided, `--max-reps` is reac
 
 Looking several times and stopping at the first decided look inflates false decisions (optional stopping). So the
 sweep fixes its looks in advance and every interval of an auto sweep is corrected for them as for rows (Bonferroni over
-rows and looks: records.Order.looks), in the sweep's own verdicts and in any later `report` of its file.
+rows and looks: parts.order.Order.looks), in the sweep's own verdicts and in any later `report` of its file.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from gguf_bench.measure.plan import Cell, Setting
 from gguf_bench.results.presentation.crossover import is_one_of, open_verdicts
 from gguf_bench.results.presentation.summary import for_objective, summarize, to_frame
-from gguf_bench.results.schema.records import RunRecord, run_row
+from gguf_bench.results.schema.records import RunRecord
+from gguf_bench.results.schema.run_fields import run_row
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,9 @@ from gguf_bench.models.memory import Budget
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
-from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, Offload, RunMetrics, RunRecord
-from gguf_bench.results.schema.records import Server as ServerRecord
+from gguf_bench.results.schema.parts.offload import Offload
+from gguf_bench.results.schema.parts.server import Server as ServerRecord
+from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, RunMetrics, RunRecord
 
 SAMPLE_AND_COMPARE = "sample-and-compare"  # how llama-server verifies a draft
 

@@ -24,7 +24,7 @@ from gguf_bench.results.schema.naming import check_new
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, exclusive, read_records
 
-SIDE_BY_SIDE = "settings-alternate"  # records.Order.settings: every setting loaded at once, taking turns
+SIDE_BY_SIDE = "settings-alternate"  # parts.order.Order.settings: every setting loaded at once, taking turns
 IN_CHUNKS = "settings-chunks"  # one setting loaded at a time, in a balanced order (A B | B A ...), loaded at each switch
 
 
@@ -168,7 +168,7 @@ class Measuring:
                 yield record
 
     def _design(self, units: list[Unit]) -> str | None:
-        """How this pass's settings take turns (records.Order.settings): None for one setting; side by side where each
+        """How this pass's settings take turns (parts.order.Order.settings): None for one setting; side by side where each
         is gguf-bench's own loop (no server processes) and the planner's figures hold every load at once."""
         if len(units) < 2:
             return None

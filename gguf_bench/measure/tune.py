@@ -35,7 +35,8 @@ from gguf_bench.results.predictions.costmodel import (
 )
 from gguf_bench.results.presentation.checks import check_summary, gain_fields, measured_verdict
 from gguf_bench.results.presentation.tuning import check_ks, check_rows, effective_settings
-from gguf_bench.results.schema.records import CalibrationRecord, RunRecord
+from gguf_bench.results.schema.calibration import CalibrationRecord
+from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, read_records, results_dir
 
 DEFAULT_NAME = DEFAULT_STRATEGY.name  # the summary's strategy of the draft model with a fixed K ('draft')

@@ -1,9 +1,9 @@
 """Trackers (optimum-benchmark's trackers/): each wraps one measured run (enter before it, exit after), reads what it
-measures, and fills its part of the run's record; records.RUN_FIELDS declares the columns its figures become.
+measures, and fills its part of the run's record; run_fields.RUN_FIELDS declares the columns its figures become.
 
     load    the machine's load over the run: the process's and the rest of the machine's CPU time (load.py)
     memory  the memory in use before and after the run on each NVIDIA device the run used, from NVML (memory.py);
-            llama.cpp's own buffers per device are the offload's read-back (records.Offload), kept once
+            llama.cpp's own buffers per device are the offload's read-back (parts.offload.Offload), kept once
     energy  joules over the decode from NVML's total-energy counters and Linux powercap (RAPL) (energy.py), only where
             they cover every device the run used (devices.py); else the record says what is missing and `notes` gives
             the sweep's one line

@@ -17,7 +17,8 @@ import re
 from collections.abc import Mapping
 
 from gguf_bench.measure.trackers.nvml import Nvml
-from gguf_bench.results.schema.records import RunRecord, run_placements
+from gguf_bench.results.schema.parts.offload import run_placements
+from gguf_bench.results.schema.records import RunRecord
 
 CPU = "CPU"
 _CUDA = re.compile(r"^CUDA(\d+)$")

@@ -1,4 +1,4 @@
-"""The load tracker: the machine's load over one measured run (records.Load), for both engines.
+"""The load tracker: the machine's load over one measured run (parts.load.Load), for both engines.
 
 What judges a run is the CPU time the *rest* of the machine used while it ran: the busy time of every core (Linux
 /proc/stat) minus this process's (and, for the server engine, the server's). The 1-minute load average is stored too,
@@ -12,7 +12,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gguf_bench.results.schema.records import Load, RunRecord
+from gguf_bench.results.schema.parts.load import Load
+from gguf_bench.results.schema.records import RunRecord
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 RESOLUTION_TICKS = 4  # per core: two at each end of a block
@@ -21,7 +22,7 @@ RESOLUTION_TICKS = 4  # per core: two at each end of a block
 class LoadTracker:
     """The machine's load over a block: the CPU time the process and the calling thread got against the block's wall
     time, the CPU time every other process on the machine used (a VM's steal time among it, and apart), and the
-    1-minute load average before and after. Its fields: records.RUN_FIELDS' load1, main_cpu_share, cpu_share,
+    1-minute load average before and after. Its fields: run_fields.RUN_FIELDS' load1, main_cpu_share, cpu_share,
     cpu_count, others_cores, steal_cores."""
 
     name = "load"

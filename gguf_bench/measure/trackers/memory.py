@@ -1,8 +1,8 @@
 """The device memory tracker: the memory in use before and after one run on each NVIDIA device the run used, from NVML
-(records.DeviceMemory), one entry per device. llama.cpp's own buffers per device (weights, KV cache, compute) are read
-back once per setting into the offload (engines/placement.py, records.Offload) and flattened from there
-(records.RUN_FIELDS' buffers_mib); this tracker adds what the device itself tells: every process's memory on it, and
-its size. Two readings, no sampling in between: no peak (records.RUN_FIELDS' device_used_after_mib says so).
+(parts.memory.DeviceMemory), one entry per device. llama.cpp's own buffers per device (weights, KV cache, compute) are read
+back once per setting into the offload (engines/placement.py, parts.offload.Offload) and flattened from there
+(run_fields.RUN_FIELDS' buffers_mib); this tracker adds what the device itself tells: every process's memory on it, and
+its size. Two readings, no sampling in between: no peak (run_fields.RUN_FIELDS' device_used_after_mib says so).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from gguf_bench.measure.trackers import devices
 from gguf_bench.measure.trackers.nvml import Nvml, nvml
-from gguf_bench.results.schema.records import DeviceMemory, RunRecord
+from gguf_bench.results.schema.parts.memory import DeviceMemory
+from gguf_bench.results.schema.records import RunRecord
 
 MIB = 1024 * 1024
 

@@ -29,7 +29,7 @@ and independent positions; it is kept for the arithmetic and for display.
 Tokens/s is predicted the way a sweep measures it: per prompt, generated tokens over decode time
 (the first token comes with the prompt and costs no decode time), then the mean over prompts.
 
-Request latency (--objective request) is predicted the way a sweep computes it (records.request_latency): the time to
+Request latency (--objective request) is predicted the way a sweep computes it (run_fields.request_latency): the time to
 first token plus -n tokens at the predicted decode speed. The time to first token is measured by the calibration per
 prompt: the target's evaluation of the prompt, and with a draft model the draft's evaluation of it too (the loop's
 drafter starts on the prompt before the first round: llama.cpp's lc#27306 in the Python loop). An n-gram drafter
@@ -48,7 +48,7 @@ from gguf_bench.decoding.drafters import NgramDrafter
 from gguf_bench.decoding.schedules import CostK, Costs, FixedK, HeuristicK
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import BenchError, ConfigError
-from gguf_bench.results.schema.records import CalibrationRecord
+from gguf_bench.results.schema.calibration import CalibrationRecord
 
 DEFAULT_REPS = 6
 

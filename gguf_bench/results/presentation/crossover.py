@@ -202,7 +202,7 @@ def _busy_rows(family: pd.DataFrame) -> tuple[list[dict], str] | None:
 
 
 def is_one_of(row: dict, rows: list[dict]) -> bool:
-    """Whether a run's row (records.run_row) is one of these summary rows (ROW keys; None and NaN alike, 1 and 1.0
+    """Whether a run's row (run_fields.run_row) is one of these summary rows (ROW keys; None and NaN alike, 1 and 1.0
     alike)."""
     mine = tuple(_canon(row.get(k)) for k in ROW)
     return any(tuple(_canon(r.get(k)) for k in ROW) == mine for r in rows)

@@ -9,7 +9,7 @@ import pandas as pd
 from rich import box
 from rich.table import Table
 
-from gguf_bench.results.schema.records import EvalRecord
+from gguf_bench.results.schema.evaluation import EvalRecord
 from gguf_bench.results.schema.text import number_text
 
 

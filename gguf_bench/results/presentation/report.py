@@ -37,12 +37,10 @@ from gguf_bench.results.presentation.summary import (
     objective_of,
     offload_label,
 )
+from gguf_bench.results.schema.evaluation import EvalRecord
 from gguf_bench.results.schema.fields import Field
-from gguf_bench.results.schema.records import (
-    RUN_FIELDS,
-    EvalRecord,
-    run_label,
-)
+from gguf_bench.results.schema.kinds import run_label
+from gguf_bench.results.schema.run_fields import RUN_FIELDS
 from gguf_bench.results.schema.text import fit_title, number_text, speed_text
 
 FORMATS = ("md", "csv", "json", "jsonl")

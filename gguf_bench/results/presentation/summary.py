@@ -18,18 +18,12 @@ from scipy import stats
 from gguf_bench.errors import BenchError
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results.presentation.tuning import predicted_frame
+from gguf_bench.results.schema.calibration import CalibrationRecord
+from gguf_bench.results.schema.evaluation import EvalRecord
 from gguf_bench.results.schema.fields import folds
-from gguf_bench.results.schema.records import (
-    RUN_FIELDS,
-    CalibrationRecord,
-    EvalRecord,
-    OtherRecord,
-    RunRecord,
-    gain_pct,
-    parse,
-    read_file,
-    run_row,
-)
+from gguf_bench.results.schema.kinds import gain_pct
+from gguf_bench.results.schema.records import OtherRecord, RunRecord, parse, read_file
+from gguf_bench.results.schema.run_fields import RUN_FIELDS, run_row
 
 CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
 CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
@@ -64,7 +58,7 @@ DRIFT = 0.05  # the target alone moving more than this from the first quarter of
 TTFT_PROMPT_TOKENS = 128  # prompts of at least this many tokens (a row's mean) time their processing well enough for
 # the table to show a speculative row's TTFT cost over its target alone (csv and json carry it for every row)
 # --objective: what the gain, the star, -r auto's verdicts, the per-slot map and the deploy line read, each a tokens/s
-# figure where higher is better (records.RUN_FIELDS), so that one column serves every comparison: decode tokens/s;
+# figure where higher is better (run_fields.RUN_FIELDS), so that one column serves every comparison: decode tokens/s;
 # request: -n tokens over the request's latency (TTFT + -n tokens at the row's speed), whose ratio is the latencies'
 # inverse (+20% = the request takes 1/1.2 of the time); throughput: every token over the wall time, prompts included
 OBJECTIVES = {"decode": "tokens_per_s", "request": "request_tokens_per_s", "throughput": "served_tokens_per_s"}
@@ -285,7 +279,7 @@ def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str], value: str
     alone, and those of another setting than the family's fastest target alone against that one too
     (over_fastest_alone).
 
-    Paired where the runs were interleaved (records.Order: both sides have a `design`): each run against the target
+    Paired where the runs were interleaved (parts.order.Order: both sides have a `design`): each run against the target
     alone of its own block (same setting, sweep, prompt and repetition, measured next to it: BLOCK), the gain the
     geometric mean of those ratios, the interval a t-interval on their logarithms (`gain_test` 'paired'). Several
     sweeps of one grid add their pairs (never a cross product). A pair with a busy run (busy) is left out. Files
@@ -418,7 +412,7 @@ def over_fastest_alone(summary: pd.DataFrame, ok: pd.DataFrame, baseline: list[s
 
 def advantage(mine: pd.DataFrame, theirs: pd.DataFrame, value: str = "tokens_per_s") -> dict:
     """A row's good runs against another setting's target alone (over_fastest_alone): paired run by run where both were
-    interleaved in one sweep (every run has records.Order's `design`, and `settings_design`: the sweep's settings took
+    interleaved in one sweep (every run has parts.order.Order's `design`, and `settings_design`: the sweep's settings took
     turns) on BLOCK and ACROSS, else Welch's test (measured apart); _estimate's keys."""
     def interleaved(side: pd.DataFrame) -> bool:
         return all(c in side and side[c].notna().all() for c in ("design", "settings_design"))
@@ -491,7 +485,7 @@ def _welch(spec: pd.DataFrame, alone: pd.DataFrame, value: str = "tokens_per_s")
 
 def pair_gaps(ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataFrame:
     """Per speculative row (keys), how far apart in time its runs and their target alone's (same setting, prompt and
-    repetition: gain_tests' pairs) began (records.Order.started), in seconds: `pair_gap_median_s`, `pair_gap_max_s`
+    repetition: gain_tests' pairs) began (parts.order.Order.started), in seconds: `pair_gap_median_s`, `pair_gap_max_s`
     (NaN where the runs were not timed: older files)."""
     columns = [*keys, "pair_gap_median_s", "pair_gap_max_s"]
     if "started" not in ok:
@@ -507,7 +501,7 @@ def pair_gaps(ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataF
 
 
 def drift(ok: pd.DataFrame, setting: list[str]) -> pd.DataFrame:
-    """Per setting, how its target alone moved during the sweep: its runs in the order they began (records.Order), each
+    """Per setting, how its target alone moved during the sweep: its runs in the order they began (parts.order.Order), each
     over its prompt's mean, the last quarter's mean over the first quarter's, as % (`drift_pct`), with the runs and
     minutes it spans; NaN with fewer than DRIFT_RUNS timed runs (a quarter of fewer is one or two runs: noise)."""
     alone = ok[(ok["mode"] == "target")]

@@ -26,7 +26,9 @@ from gguf_bench.results.predictions.costmodel import (
     modeled,
     recommend,
 )
-from gguf_bench.results.schema.records import CalibrationRecord, Mode, RunRecord, request_latency
+from gguf_bench.results.schema.calibration import CalibrationRecord
+from gguf_bench.results.schema.records import Mode, RunRecord
+from gguf_bench.results.schema.run_fields import request_latency
 from gguf_bench.results.schema.text import columns_width, number_text, right_table, spaced_layout, speed_text
 
 
@@ -247,7 +249,7 @@ def check_rows(cal: Calibration, records: Sequence[RunRecord], objective: str = 
 
 
 def _request_figure(run: RunRecord) -> float | None:
-    """-n tokens over the run's request latency (records.request_latency), as --objective request reads a run."""
+    """-n tokens over the run's request latency (run_fields.request_latency), as --objective request reads a run."""
     latency = request_latency(run) if not run.error else None
     return run.config.n_predict / latency if latency else None
 

@@ -1,7 +1,7 @@
 """A measured quantity, declared once (llama-bench's `test::get_fields()`): its name, unit, how a setting's repetitions
 fold into one figure, and how the run table shows it.
 
-The declarations themselves sit beside the records they read (records.RUN_FIELDS); `records.run_row` flattens a run by
+The declarations themselves sit beside the records they read (run_fields.RUN_FIELDS); `run_fields.run_row` flattens a run by
 walking them, `report.summarize` folds by them, and the run table takes its plain columns from them. A new measurement
 (a tracker, measure/trackers/) adds its record and its declarations, and no printer or aggregation changes.
 """
@@ -20,7 +20,7 @@ SPEED = "speed"  # Field.fmt: speed_text's precision (2 decimals below 100, 1 be
 
 @dataclass(frozen=True)
 class Field:
-    """One flat column of a run (records.run_row), and how the summary and the run table read it.
+    """One flat column of a run (run_fields.run_row), and how the summary and the run table read it.
 
     get: the record -> the value (None where the run has no such figure, never a made-up zero).
     fold: how a setting's runs fold into its summary row (FOLDS); None: the column is not folded (a key of the

@@ -25,17 +25,10 @@ from gguf_bench.errors import BusyError, ResultsError
 from gguf_bench.models.files import file_sha256
 from gguf_bench.models.parts import model_size, part_paths
 from gguf_bench.models.twin import is_twin_file
-from gguf_bench.results.schema.records import (
-    CalibrationRecord,
-    Environment,
-    EvalRecord,
-    ModelFile,
-    Models,
-    Record,
-    RunRecord,
-    parse,
-    to_dict,
-)
+from gguf_bench.results.schema.calibration import CalibrationRecord
+from gguf_bench.results.schema.evaluation import EvalRecord
+from gguf_bench.results.schema.parts.provenance import Environment, ModelFile, Models
+from gguf_bench.results.schema.records import Record, RunRecord, parse, to_dict
 
 Stored = RunRecord | EvalRecord | CalibrationRecord
 

@@ -1,0 +1,35 @@
+"""Where a run stood in its sweep (measure/sweep.py and the engines' designs fill it); its columns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gguf_bench.results.schema.fields import Field
+
+
+@dataclass
+class Order:
+    """Where a run stood in its sweep: the verdicts pair a speculative run with the target alone measured next to it."""
+
+    design: str = ""  # 'shuffled': each repetition block's cells in a seeded random order (the Python loop);
+    # 'alternate': the setting's llama-server processes held at once, requests in turn (A B A B); 'blocks': one process
+    # at a time, in counterbalanced blocks (A B B A ...)
+    position: int = 0  # its place in its setting's order (0: measured first)
+    seed: int | None = None  # what shuffled the blocks
+    started: float | None = None  # Unix time the run began
+    looks: int | None = None  # -r auto: how many times the sweep may look at its verdicts (its intervals are corrected
+    # for them); None: a fixed -r, one look
+    ended: float | None = None  # Unix time the run ended (with `started`: how far apart two paired runs were)
+    settings: str | None = None  # how the sweep's settings (offload, placement, context, threads, engine) took turns:
+    # 'settings-alternate': loaded side by side, one repetition of each in turn (A B | B A ...); 'settings-chunks': one
+    # repetition at a time in that balanced order, the model loaded again at each switch; None: one setting
+
+
+FIELDS = (
+    Field("design", lambda r: r.order.design if r.order else None),  # how the runs were ordered (Order)
+    Field("position", lambda r: r.order.position if r.order else None),
+    Field("started", lambda r: r.order.started if r.order else None),
+    Field("looks", lambda r: r.order.looks if r.order else None),
+    Field("ended", lambda r: r.order.ended if r.order else None),
+    Field("settings_design", lambda r: r.order.settings if r.order else None),  # Order.settings
+)
