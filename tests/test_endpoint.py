@@ -199,7 +199,7 @@ def test_a_stream_fills_its_answer_and_the_last_chunk_finishes_it():
               b'data: {"choices":[{"text":"bc","index":0,"finish_reason":null}]}',
               b'data: {"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":3},'
               b'"timings":{"predicted_n":3,"predicted_ms":30.0,"draft_n":4,"draft_n_accepted":2}}', b"data: [DONE]"]
-    assert [_chunk(c, answer, 0.0) for c in chunks] == [False, False, False, True]
+    assert [_chunk(c.removeprefix(b"data: "), answer, 0.0) for c in chunks] == [False, False, False, True]
     assert answer.text == "abc" and answer.finish == "length" and answer.first_s <= answer.end_s
     assert answer.n_tokens(8) == (3, "timings") and answer.decode_s == pytest.approx(0.03)
     assert (answer.draft("draft_n"), answer.draft("draft_n_accepted")) == (4, 2)
@@ -241,7 +241,8 @@ def test_options_the_servers_owner_sets_are_refused_not_ignored(isolated):
 def test_resume_against_other_servers_is_refused_not_mixed(isolated):
     """--resume keys name the served model, not the server: a file measured against other URLs (or by another engine)
     is refused in one line, and left as it was."""
-    from gguf_bench.results.schema.records import Endpoint, Mode, RunRecord
+    from gguf_bench.results.schema.parts.endpoint import Endpoint
+    from gguf_bench.results.schema.records import Mode, RunRecord
     from gguf_bench.results.schema.store import append_record
 
     out = isolated / "results" / "ep.jsonl"

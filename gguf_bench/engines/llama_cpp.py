@@ -123,18 +123,20 @@ class Vocabulary:
     twin = False  # a twin (models/twin.py: synthetic weights) never ends a generation: is_eog is False for it
 
     def __init__(self, path: Path):
-        llama_cpp = _llama()
-        self._lib = llama_cpp
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise ModelError(f"model file {self.path} does not exist")
-        mparams = llama_cpp.llama_model_default_params()
+        self._lib = _llama()
+        self.path = _existing(path)
+        mparams = self._lib.llama_model_default_params()
         mparams.vocab_only = True
         _log_tail.clear()
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        self._open(mparams, "read")
+
+    def _open(self, mparams, verb: str) -> None:
+        """The one model open (a vocabulary alone, or the weights): the model, its vocabulary, whether it is a twin;
+        llama.cpp's own reason where it cannot ('could not read', 'could not load')."""
+        self._model = self._lib.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
-            raise ModelError(f"llama.cpp could not read {self.path}: {_last_error()}")
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+            raise ModelError(f"llama.cpp could not {verb} {self.path}: {_last_error()}")
+        self._vocab = self._lib.llama_model_get_vocab(self._model)
         self.twin = self._is_twin()
 
     def _is_twin(self) -> bool:
@@ -220,9 +222,7 @@ class Model(Vocabulary):
                  context: dict | None = None, placing: Placing | None = None):
         llama_cpp = _llama()
         self._lib = llama_cpp
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise ModelError(f"model file {self.path} does not exist")
+        self.path = _existing(path)
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         mparams.use_extra_bufts = use_extra_buffers()
@@ -258,11 +258,7 @@ class Model(Vocabulary):
             mparams.main_gpu = placing.main_gpu
 
     def _load(self, llama_cpp, mparams, n_ctx: int, n_threads: int | None, context: dict) -> None:
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
-        if not self._model:
-            raise ModelError(f"llama.cpp could not load {self.path}: {_last_error()}")
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.twin = self._is_twin()
+        self._open(mparams, "load")
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_layers = llama_cpp.llama_model_n_layer(self._model)
         threads = n_threads or max(1, os.cpu_count() or 1)
@@ -365,6 +361,14 @@ _HINTS = (("file bounds", "the file is cut short, as after an interrupted downlo
           ("key not found", "the file lacks metadata this llama.cpp needs: convert or download it again"),
           ("exceeds remaining file size", "the GGUF header is cut short or damaged: fetch the file again"),
           ("failed to read", "the GGUF header is cut short or damaged: fetch the file again"))
+
+
+def _existing(path: Path) -> Path:
+    """The model file's path, or the one line saying it is not there."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"model file {path} does not exist")
+    return path
 
 
 def _last_error() -> str:

@@ -13,13 +13,13 @@ task); a connection the server drops, or a server that dies, ends that request w
 from __future__ import annotations
 
 import functools
-import http.client
 import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from gguf_bench.engines import sse
 from gguf_bench.engines.llama_server import Sampling, Server, ServerError, completion_body, spec_counters
 
 
@@ -114,42 +114,36 @@ def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predic
 
 
 def _stream(server: Server, body: dict, req: Request, start: float, timeout_s: float) -> None:
-    """One streaming /completion: server-sent events, 'data: {...}' per chunk, the last one with stop and timings."""
-    host, port = server.base.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
-    deadline = time.perf_counter() + timeout_s
+    """One streaming /completion (engines/sse.py): an event per chunk of tokens, the last one with stop and timings."""
     req.sent_s = time.perf_counter() - start
+
+    def event(data: bytes) -> bool:
+        chunk = json.loads(data)
+        if chunk.get("tokens"):
+            req.first_token_s = req.first_token_s or time.perf_counter() - start
+            req.tokens += chunk["tokens"]
+            req.text += chunk.get("content", "")
+        if chunk.get("stop"):
+            req.end_s = time.perf_counter() - start
+            _timings(req, chunk.get("timings") or {})
+        return bool(chunk.get("stop"))
     try:
-        conn.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise RequestFailed(f"llama-server answered {resp.status}: {resp.read()[:200].decode('utf-8', 'replace')}")
-        while True:
-            if time.perf_counter() > deadline:
-                raise RequestFailed(f"no full answer within {timeout_s:g} s: disconnected after {len(req.tokens)} tokens")
-            line = resp.readline()
-            if not line:
-                raise RequestFailed(f"llama-server closed the connection after {len(req.tokens)} tokens"
-                                    + ("" if server.alive() else f" (it exited with code {server.proc.returncode})"))
-            if not line.startswith(b"data: "):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("tokens"):
-                req.first_token_s = req.first_token_s or time.perf_counter() - start
-                req.tokens += chunk["tokens"]
-                req.text += chunk.get("content", "")
-            if chunk.get("stop"):
-                req.end_s = time.perf_counter() - start
-                _timings(req, chunk.get("timings") or {})
-                return
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        if isinstance(exc, TimeoutError) or "timed out" in str(exc):
-            raise RequestFailed(f"no answer within {timeout_s:g} s: disconnected after {len(req.tokens)} tokens") from None
-        alive = server.alive()
-        raise RequestFailed(f"the request failed after {len(req.tokens)} tokens: {exc or type(exc).__name__}"
-                            + ("" if alive else f" (llama-server exited with code {server.proc.returncode})")) from None
-    finally:
-        conn.close()
+        sse.post_events(server.base + "/completion", body, timeout_s, event)
+    except sse.StreamFailed as exc:
+        raise RequestFailed(_failed(server, exc, len(req.tokens))) from None
+
+
+def _failed(server: Server, exc: sse.StreamFailed, n_tokens: int) -> str:
+    """A stream's failure as one line, and whether llama-server is still running."""
+    exited = "" if server.alive() else f" (llama-server exited with code {server.proc.returncode})"
+    if exc.kind == sse.STATUS:
+        return f"llama-server answered {exc.status}: {exc}"
+    if exc.kind in (sse.LATE, sse.TIMEOUT):
+        return f"{exc}: disconnected after {n_tokens} tokens"
+    if exc.kind == sse.CLOSED:
+        return (f"llama-server closed the connection after {n_tokens} tokens"
+                + ("" if server.alive() else f" (it exited with code {server.proc.returncode})"))
+    return f"the request failed after {n_tokens} tokens: {exc}{exited}"
 
 
 def _timings(req: Request, t: dict) -> None:

@@ -8,7 +8,7 @@ baseline's run of the same prompt next to it in time; the baseline's records are
 (/v1/completions) or as chat messages (/v1/chat/completions): the server tokenizes with its own vocabulary and
 template. Every request streams; --clients sends that many at the same moment.
 
-What a record holds is what the server gives, and the record says what it did not give (records.Endpoint):
+What a record holds is what the server gives, and the record says what it did not give (parts.endpoint.Endpoint):
 - llama.cpp's servers (they answer /props): the last chunk's `timings` (predicted_n over predicted_ms, the server
   engine's tokens/s; draft_n and draft_n_accepted), /slots' draft context and types, and /metrics' verification steps
   and acceptance per draft position, where /metrics is on and its counters over the cell equal the requests' own
@@ -33,6 +33,7 @@ from pathlib import Path
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engine_registry import of
+from gguf_bench.engines import sse
 from gguf_bench.engines.llama_server import spec_counters
 from gguf_bench.engines.server_clients import together
 from gguf_bench.errors import BenchError, ConfigError
@@ -40,7 +41,9 @@ from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled
 from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.prompts import Prompt
 from gguf_bench.models.pairs import PairFiles
-from gguf_bench.results.schema.records import Endpoint, Mode, ModelFile, Models, RunMetrics, RunRecord
+from gguf_bench.results.schema.parts.endpoint import Endpoint
+from gguf_bench.results.schema.parts.provenance import ModelFile, Models
+from gguf_bench.results.schema.records import Mode, RunMetrics, RunRecord
 from gguf_bench.results.schema.store import environment
 
 NAME = "endpoint"  # its name in engine_registry.KINDS
@@ -236,31 +239,22 @@ def request(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig)
 
 def stream(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig, timeout_s: float, answer: Answer,
            start: float) -> None:
-    """One streaming request into `answer`; a failure is its error (never raised)."""
+    """One streaming request into `answer` (engines/sse.py); a failure is its error (never raised)."""
     path, body = request(served, prompt, n_predict, cfg)
-    req = urllib.request.Request(served.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    deadline = time.perf_counter() + timeout_s
     answer.sent_s = time.perf_counter() - start
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            for line in resp:
-                if time.perf_counter() > deadline:
-                    raise TimeoutError(f"no full answer within {timeout_s:g} s")
-                if _chunk(line, answer, start):
-                    break
-    except urllib.error.HTTPError as exc:
-        answer.error = f"{served.url} answered {exc.code}: {exc.read()[:200].decode('utf-8', 'replace')}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        answer.error = f"the request to {served.url} failed after {len(answer.text)} characters: {getattr(exc, 'reason', exc)}"
+        sse.post_events(served.url + path, body, timeout_s, lambda data: _chunk(data, answer, start))
+    except sse.StreamFailed as exc:
+        if exc.kind == sse.STATUS:
+            answer.error = f"{served.url} answered {exc.status}: {exc}"
+        elif exc.kind != sse.CLOSED:
+            answer.error = f"the request to {served.url} failed after {len(answer.text)} characters: {exc}"
     if answer.error is None and answer.end_s is None:
         answer.error = f"{served.url} ended its stream without finishing the answer"
 
 
-def _chunk(line: bytes, answer: Answer, start: float) -> bool:
-    """One server-sent event into `answer`; True at the end of the stream."""
-    if not line.startswith(b"data:"):
-        return False
-    data = line[5:].strip()
+def _chunk(data: bytes, answer: Answer, start: float) -> bool:
+    """One server-sent event's data into `answer`; True at the end of the stream."""
     if data == b"[DONE]":
         return True
     chunk = json.loads(data)
