@@ -107,7 +107,8 @@ def test_two_clients_on_two_slots_keep_each_request_and_the_aggregate(tiny_pairs
     # the crossover map: each slot count's best speculative setting (or why none), where speculation stops paying, and
     # a deploy line per slot count whose command runs that many slots
     assert " per slot count: " in text and "1 slot: " in text and "2 slots: " in text, result.output
-    assert "speculation pays " in text, result.output
+    # where it stops paying, whichever way these tiny models' timings fell (thousands of tokens/s: noise decides)
+    assert "speculation pays " in text or "no gain told from zero at any slot count" in text, result.output
     # a deploy line per slot count (the records' machine load left out: a busy machine's rows recommend nothing)
     quiet = isolated / "quiet.jsonl"
     quiet.write_text("".join(json.dumps({**r, "load": None}) + "\n" for r in records))

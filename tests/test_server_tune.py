@@ -298,7 +298,7 @@ def test_tune_twins_of_an_mtp_target_through_llama_server(tmp_path, server_bin, 
     target = write_mtp_target(tmp_path / "tiny-mtp.gguf", heads=1)
     result = invoke("tune", "--target", str(target), "--engine", "server", "--server-bin", str(server_bin), "--spec-type",
                     "draft-mtp", "--twin", "-K", "1,2", "--acceptance", "0.6,0.8", "--prompt-ids", "code-short", "-n",
-                    "16", "--reps", "1", "--json", "--name", "mtp-twin")
+                    "16", "--reps", "3", "--json", "--name", "mtp-twin")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["pair"] == "tiny-mtp.gguf twin" and doc["deploy"] is None and "rows" not in doc
