@@ -48,7 +48,7 @@ class EngineKind:
     capabilities: Capabilities
     title: str  # its name in titles ('llama-server')
     short: str  # its name in narrow columns ('srv')
-    engine: str  # 'module:Class' of its engine (measure/engine.Engine): what a sweep opens a setting with
+    engine: str  # 'module:Class' of its engine (measure/engines/protocol.Engine): what a sweep opens a setting with
     tune: str | None = None  # 'module:function' of its `tune` calibration; None: tune cannot calibrate it
     in_both: bool = False  # one of `--engine both`, in this table's order
 
@@ -69,12 +69,12 @@ DEFAULT = PYTHON_ENGINE  # what a record without an engine ran (records before e
 KINDS: tuple[EngineKind, ...] = (
     EngineKind(PYTHON_ENGINE, Capabilities("the Python loop", draft_alone=True, loop_types=True, rpc_checked_here=True,
                                            ray=True, replays=True, counts_rounds=True), "python loop", "py",
-               "gguf_bench.measure.python_engine:PythonEngine", "gguf_bench.cli.tune:tune_python", in_both=True),
+               "gguf_bench.measure.engines.python:PythonEngine", "gguf_bench.cli.tune:tune_python", in_both=True),
     EngineKind(SERVER_ENGINE, Capabilities("llama-server", concurrent=True, server_types=True, server_process=True),
-               "llama-server", "srv", "gguf_bench.measure.server_engine:ServerEngine", "gguf_bench.cli.tune:tune_server",
+               "llama-server", "srv", "gguf_bench.measure.engines.server:ServerEngine", "gguf_bench.cli.tune:tune_server",
                in_both=True),
     EngineKind("endpoint", Capabilities("a server at --url", concurrent=True, remote=True), "endpoint", "ep",
-               "gguf_bench.measure.endpoint_engine:EndpointEngine"),
+               "gguf_bench.measure.engines.endpoint:EndpointEngine"),
 )
 ENGINES: dict[str, EngineKind] = {k.name: k for k in KINDS}
 

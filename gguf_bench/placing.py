@@ -1,11 +1,11 @@
 """Where one model's weights go beyond -ngl, as one value: llama.cpp's -ncmoe/-cmoe, -ot and -dev (and the draft's
 -ncmoed, -otd, -devd), the target's split over several devices (-ts, -sm, -mg) and the RPC servers that give some of
-those devices (--rpc; --rpc-delay: gguf-bench's delaying proxy in front of each, engines/rpc_link.py), parsed as
+those devices (--rpc; --rpc-delay: gguf-bench's delaying proxy in front of each, runtimes/rpc_link.py), parsed as
 llama.cpp parses them (vendored common/arg.cpp). llama-server has no split or RPC flags for the draft: its -devd can
 name the target's RPC devices.
 
-A `Placing` is what the engines apply (engines/llama_cpp.Model: tensor_buft_overrides and devices; llama-server:
-its flags), what a run record stores (`label`, the flags as typed) and what the planner reads (models/memory.py).
+A `Placing` is what the engines apply (runtimes/llama_cpp.Model: tensor_buft_overrides and devices; llama-server:
+its flags), what a run record stores (`label`, the flags as typed) and what the planner reads (models/offload_plan.py).
 Tensor overrides are tried in order and the first pattern found in a tensor's name wins (std::regex_search): -ot
 first, then -ncmoe's one override per layer, as `flags` writes them on llama-server's command line.
 """

@@ -43,9 +43,9 @@ from pathlib import Path
 from scipy import stats
 
 from gguf_bench.measure import pair as pair_module
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
-from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import SweepEvents, run_sweep
 from gguf_bench.models.tiny import make_pair
 from gguf_bench.placing import Placing
@@ -109,8 +109,8 @@ def grid(args, prompts) -> Grid:
 def ms_per_token(files: PairFiles, args, prompts) -> float:
     """The target alone's time per token here, quietly, before any sweep: what --slow's percentage is of."""
     from gguf_bench.decoding.sampling import SamplingConfig
+    from gguf_bench.measure.inputs.prepared import PreparedPrompts
     from gguf_bench.measure.pair import LoadedPair
-    from gguf_bench.measure.prepared import PreparedPrompts
 
     load = grid(args, prompts).settings()[0]
     loaded = LoadedPair(files, load)

@@ -29,18 +29,18 @@ import urllib.request
 from pathlib import Path
 
 from gguf_bench.decoding.strategy import Strategy
-from gguf_bench.engines.llama_cpp import Vocabulary, quantize
-from gguf_bench.engines.llama_server import Launch, Server, Speculation, free_port, wait_healthy
-from gguf_bench.engines.server_build import find_server
 from gguf_bench.measure import deploy
+from gguf_bench.measure.inputs.prompts import choose
 from gguf_bench.measure.plan import Grid
-from gguf_bench.measure.prompts import choose
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import resolve
 from gguf_bench.results.presentation import report as rep
 from gguf_bench.results.presentation import summary as summ
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, read_records
+from gguf_bench.runtimes.llama_cpp import Vocabulary, quantize
+from gguf_bench.runtimes.llama_server import Launch, Server, Speculation, free_port, wait_healthy
+from gguf_bench.runtimes.server_build import find_server
 
 TYPES = ["draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 

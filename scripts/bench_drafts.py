@@ -4,7 +4,7 @@
 For a target and a list of candidate drafts (registry models, derived copies made by llama.cpp's quantizer, or
 files), through the library:
   1. fetch every model, and judge each candidate from its header (models/candidates.py, only these candidates);
-  2. `drafts --measure N`: calibrate the N best compatible ones (measure/drafts.py) and rank them by predicted
+  2. `drafts --measure N`: calibrate the N best compatible ones (measure/flows/drafts.py) and rank them by predicted
      tokens/s;
   3. a full sweep (measure/sweep.iter_records: every K of -K, the target alone, greedy, the same prompts and -n) of
      every compatible candidate;
@@ -29,17 +29,17 @@ import time
 from pathlib import Path
 
 from gguf_bench import options
-from gguf_bench.engines.llama_cpp import quantize
-from gguf_bench.measure import drafts as measuring
+from gguf_bench.measure.flows import drafts as measuring
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
-from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models import candidates as cands
 from gguf_bench.models.download import fetch_named
-from gguf_bench.results.predictions.drafts import rank
+from gguf_bench.results.predictions.draft_ranking import rank
 from gguf_bench.results.schema.records import Mode
 from gguf_bench.results.schema.store import append_record
+from gguf_bench.runtimes.llama_cpp import quantize
 
 TARGET = "qwen2.5-coder-1.5b-instruct-f16"
 DRAFTS = ["qwen2.5-coder-1.5b-instruct-q8_0", "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-1.5b-instruct-q2_k",

@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 
 from gguf_bench.cli.progress import pair_files
-from gguf_bench.engines.llama_cpp import use_extra_buffers
-from gguf_bench.engines.llama_server import Launch, Server, Speculation, spec_counters
-from gguf_bench.engines.server_build import find_server
 from gguf_bench.results.presentation.crossover import gain_text
 from gguf_bench.results.schema.records import Mode
 from gguf_bench.results.schema.store import read_records
+from gguf_bench.runtimes.llama_cpp import use_extra_buffers
+from gguf_bench.runtimes.llama_server import Launch, Server, Speculation, spec_counters
+from gguf_bench.runtimes.server_build import find_server
 
 
 def gb(results: Path, *args: str) -> str:

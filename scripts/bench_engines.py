@@ -6,7 +6,7 @@ up front and kept running (the weights are mmapped, so the processes share them)
 K, one greedy generation in the Python loop and one in the server, alternately, so that a drifting machine hits both
 engines alike. Both engines run on the same ggml libraries (`gguf-bench build-server` links llama-server against the
 ggml llama-cpp-python installed) with the same weight layout (repacking off in both: llama-server cannot mirror the
-loop's AMX-free repack, see engines/repack.py), threads, batch sizes, context and prompt tokens.
+loop's AMX-free repack, see runtimes/repack.py), threads, batch sizes, context and prompt tokens.
 
 Printed per K: tokens/s of each engine (mean ± std over repetitions), their ratio, acceptance and tokens per round of
 each, gain over each engine's own target alone, and each engine's best K; for the Python loop, where its decode time
@@ -35,14 +35,14 @@ os.environ.setdefault("GGUF_BENCH_REPACK", "0")  # before any model loads: the p
 
 from gguf_bench import options  # noqa: E402
 from gguf_bench.decoding.sampling import SamplingConfig  # noqa: E402
-from gguf_bench.engines.llama_cpp import quantize, use_extra_buffers  # noqa: E402
-from gguf_bench.engines.llama_server import Launch, Sampling, Server, Speculation  # noqa: E402
-from gguf_bench.engines.server_build import find_server  # noqa: E402
+from gguf_bench.measure.inputs.prompts import choose  # noqa: E402
 from gguf_bench.measure.pair import LoadConfig, LoadedPair  # noqa: E402
-from gguf_bench.measure.prompts import choose  # noqa: E402
 from gguf_bench.models.pairs import PairFiles, resolve  # noqa: E402
 from gguf_bench.models.twin import is_twin_file  # noqa: E402
 from gguf_bench.options import layers_label  # noqa: E402
+from gguf_bench.runtimes.llama_cpp import quantize, use_extra_buffers  # noqa: E402
+from gguf_bench.runtimes.llama_server import Launch, Sampling, Server, Speculation  # noqa: E402
+from gguf_bench.runtimes.server_build import find_server  # noqa: E402
 
 NAN = float("nan")
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from gguf_bench.engine_registry import PYTHON_ENGINE
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.plan import Grid, expand
-from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import Measuring, SweepEvents
 from gguf_bench.models.pairs import resolve
 

@@ -27,12 +27,12 @@ import tempfile
 from pathlib import Path
 
 from gguf_bench.decoding.sampling import SamplingConfig
-from gguf_bench.engines.llama_cpp import quantize
+from gguf_bench.measure.inputs.prompts import DEFAULT_PROMPT
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.measure.prompts import DEFAULT_PROMPT
 from gguf_bench.models.download import cache_dir, fetch
 from gguf_bench.models.registry import load_registry
 from gguf_bench.models.tiny import make_pair
+from gguf_bench.runtimes.llama_cpp import quantize
 
 
 def measure(files: PairFiles, k: int, n: int, threads: int, reps: int) -> dict:

@@ -4,7 +4,7 @@ curve with a MoE target's experts on the device against in system memory, and to
 
 Three parts, one run (each says what it contains):
 1. planner: for each model and placement at half and full offload, the device's weights + KV cache predicted from the
-   header (models/memory.py) against what llama.cpp reported allocating there (engines/placement.py); needs a build
+   header (models/offload_plan.py) against what llama.cpp reported allocating there (runtimes/placement.py); needs a build
    that sees a GPU device (the Vulkan build on lavapipe here: GGML_VK_VISIBLE_DEVICES=0);
 2. verify curve: the MoE target's one-token step t(1) and t(K+1)/t(1) for batches of K+1 tokens (as a verify step
    asks), experts where -ngl puts them against all in system memory (-cmoe) and a third (-ot ffn_down_exps=CPU),
@@ -34,19 +34,19 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gguf_bench.engines.llama_cpp import Model, gpu_devices, llama_versions, quantize
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
-from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.download import fetch
-from gguf_bench.models.memory import MIB, Shape, device_bytes
+from gguf_bench.models.offload_plan import MIB, Shape, device_bytes
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.registry import load_registry
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.placing import parse_label
 from gguf_bench.results.presentation.summary import summarize, to_frame
+from gguf_bench.runtimes.llama_cpp import Model, gpu_devices, llama_versions, quantize
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_twins import TEXT, decode_s, verify_s  # noqa: E402  (the same timers as the twins' table)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""The offload planner (gguf_bench/models/memory.py) against llama.cpp's own allocations.
+"""The offload planner (gguf_bench/models/offload_plan.py) against llama.cpp's own allocations.
 
 For each model file, -ngl and context size: predict the device's bytes from the GGUF header alone (weights, KV
 cache, compute buffer), then load the model with that offload on this machine's first GPU device and read what
-llama.cpp reported allocating there (engines/placement.py). Needs a build that sees a GPU device: here, the
+llama.cpp reported allocating there (runtimes/placement.py). Needs a build that sees a GPU device: here, the
 Vulkan build on Mesa's lavapipe (`gguf-bench build-gpu --vulkan`, GGML_VK_VISIBLE_DEVICES=0).
 
     GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_plan.py [FILE ...] [--ctx 512,4096] [--max-tensor-mib 128]
@@ -18,9 +18,9 @@ import argparse
 import os
 from pathlib import Path
 
-from gguf_bench.engines.llama_cpp import Model, gpu_devices
-from gguf_bench.models.memory import MIB, Shape, device_bytes
+from gguf_bench.models.offload_plan import MIB, Shape, device_bytes
 from gguf_bench.models.parts import tensor_table
+from gguf_bench.runtimes.llama_cpp import Model, gpu_devices
 
 CACHE = Path(os.environ.get("GGUF_BENCH_CACHE", Path.home() / ".cache" / "gguf-bench"))
 DEFAULT_FILES = [CACHE / "pypi" / "gemma-3-270m-q4_k_m.gguf", CACHE / "derived" / "gemma-3-270m-q4_k_m.Q2_K.gguf",

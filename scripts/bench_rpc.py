@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Speculation across a link: the target split over two RPC servers on loopback, the draft local, at several one-way
-delays (--rpc-delay: gguf-bench's delaying proxy, engines/rpc_link.py): the target alone's tokens/s and the best
+delays (--rpc-delay: gguf-bench's delaying proxy, runtimes/rpc_link.py): the target alone's tokens/s and the best
 speculative gain at each delay, through gguf-bench's own sweep (server engine, `build-server --rpc`).
 
     python scripts/bench_rpc.py [--pair gemma-270m-f32+q4km] [-K 1,2,4,8] [--delays 0,1,3] [-n 64] [--markdown]
@@ -19,19 +19,19 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gguf_bench.engines.llama_cpp import quantize
-from gguf_bench.engines.llama_server import free_port
-from gguf_bench.engines.rpc import RpcServer
-from gguf_bench.engines.server_build import BINARY, RPC_SERVER, rpc_binary
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
-from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.download import fetch
 from gguf_bench.models.registry import load_registry
 from gguf_bench.options import ALL_LAYERS, draft_lengths
 from gguf_bench.placing import Split, placing_axes
 from gguf_bench.results.schema.records import Mode, RunRecord
+from gguf_bench.runtimes.llama_cpp import quantize
+from gguf_bench.runtimes.llama_server import free_port
+from gguf_bench.runtimes.rpc import RpcServer
+from gguf_bench.runtimes.server_build import BINARY, RPC_SERVER, rpc_binary
 
 
 def pair_files(args) -> PairFiles:

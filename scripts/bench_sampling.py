@@ -113,8 +113,8 @@ def synthetic_rows(n: int, vocab: int, rng: np.random.Generator) -> np.ndarray:
 
 def model_rows(path: Path, n: int) -> np.ndarray:
     """Real rows: the built-in prompts, each continued with sampling at T=0.7, logits copied per token."""
-    from gguf_bench.engines.llama_cpp import Model
-    from gguf_bench.measure.prompts import BUILTIN
+    from gguf_bench.measure.inputs.prompts import BUILTIN
+    from gguf_bench.runtimes.llama_cpp import Model
 
     rng = np.random.default_rng(0)
     cfg = SamplingConfig(0.7)

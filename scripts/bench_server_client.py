@@ -26,12 +26,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from gguf_bench.engines.llama_server import completion_body, free_port, wait_healthy
-from gguf_bench.engines.server_build import find_server
-from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.measure.prompts import builtin
+from gguf_bench.measure.inputs.prepared import PreparedPrompts
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import read_records
+from gguf_bench.runtimes.llama_server import completion_body, free_port, wait_healthy
+from gguf_bench.runtimes.server_build import find_server
 
 PROMPT = "code-short"
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.measure.prompts import builtin
 from gguf_bench.models.registry import load_registry
 from gguf_bench.results.presentation.report import rounds_by_length
 
@@ -52,8 +52,8 @@ class Setting:
 
 
 def model_path(name: str) -> Path:
-    from gguf_bench.engines.llama_cpp import quantize
     from gguf_bench.models.download import fetch
+    from gguf_bench.runtimes.llama_cpp import quantize
 
     reg = load_registry()
     return fetch(reg.models[name], reg, quantize=quantize).path

@@ -29,8 +29,8 @@ from pathlib import Path
 from gguf_bench.decoding.loop import GenerationResult
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.errors import BenchError
+from gguf_bench.measure.inputs.prompts import DEFAULT_PROMPT
 from gguf_bench.measure.pair import LoadConfig, LoadedPair
-from gguf_bench.measure.prompts import DEFAULT_PROMPT
 from gguf_bench.models.pairs import resolve
 
 MODES = ("target", "speculative")

@@ -22,13 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gguf_bench import options
-from gguf_bench.engines.llama_cpp import llama_versions, quantize
-from gguf_bench.measure.prompts import builtin
-from gguf_bench.measure.tune import TuneJob, tune, twin_job
+from gguf_bench.measure.flows.tune import TuneJob, tune, twin_job
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.models.files import drop_page_cache
 from gguf_bench.models.pairs import header_sources, resolve
 from gguf_bench.results.presentation.tuning import tune_strategies
 from gguf_bench.results.schema.store import use_results_dir
+from gguf_bench.runtimes.llama_cpp import llama_versions, quantize
 
 DEFAULT_PAIRS = ["gemma-270m-f32+q4km", "qwen-coder-1.5b-f16+q2k"]
 

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from bench_twins import TEXT, decode_s, resolve, verify_s
 
-from gguf_bench.engines.llama_cpp import Model
 from gguf_bench.models import twin as twins
 from gguf_bench.models.files import drop_page_cache
 from gguf_bench.models.parts import local_header
+from gguf_bench.runtimes.llama_cpp import Model
 
 
 def variants(real: Path, folder: Path) -> dict[str, Path]:

@@ -28,12 +28,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gguf_bench import options
-from gguf_bench.engines.llama_cpp import Model, llama_versions, quantize
 from gguf_bench.models.download import fetch, locate
 from gguf_bench.models.files import drop_page_cache
 from gguf_bench.models.parts import local_header
 from gguf_bench.models.registry import load_registry
 from gguf_bench.models.twin import write_twin
+from gguf_bench.runtimes.llama_cpp import Model, llama_versions, quantize
 
 DEFAULT_MODELS = ["gemma-3-270m-q4_k_m", "gemma-3-270m-f32", "gemma-3-270m-q2_k", "qwen2.5-coder-1.5b-instruct-q4_k_m",
                   "qwen2.5-coder-1.5b-instruct-f16", "qwen2.5-coder-1.5b-instruct-q2_k"]

@@ -23,11 +23,10 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from gguf_bench.decoding.strategy import Strategy
-from gguf_bench.engines.llama_cpp import quantize
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import workloads
+from gguf_bench.measure.inputs import workloads
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.plan import Grid
-from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.files import no_progress
 from gguf_bench.models.pairs import resolve
@@ -35,6 +34,7 @@ from gguf_bench.results.presentation import specbench
 from gguf_bench.results.presentation import summary as summ
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record
+from gguf_bench.runtimes.llama_cpp import quantize
 
 STAND_INS = "qa,translation,summarization,math,rag,chat"  # built-in prompts of Spec-Bench's categories
 

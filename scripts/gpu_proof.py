@@ -28,7 +28,7 @@ from pathlib import Path
 
 # What the sdist's CUDA build of the library and of llama-server do not read (paths under the sdist's root): model
 # and vocabulary files, docs, tests, examples, other ggml backends, the web UI's sources (the server is built with
-# LLAMA_BUILD_UI=OFF and no prebuilt UI: engines/server_build.py), and libraries an earlier pip build of the unpacked
+# LLAMA_BUILD_UI=OFF and no prebuilt UI: runtimes/server_build.py), and libraries an earlier pip build of the unpacked
 # sdist installed into its llama_cpp/lib (its CMakeLists installs there too).
 LLAMA = "vendor/llama.cpp/"
 PRUNE = [".git", "docs", "examples", "tests", "docker", "llama_cpp/lib", LLAMA + "models", LLAMA + "docs", LLAMA + "media",
@@ -108,7 +108,7 @@ def _version(name: str) -> str | None:
 
 
 def sdist(out: Path) -> None:
-    from gguf_bench.engines.build import installed_version, sources
+    from gguf_bench.runtimes.build import installed_version, sources
 
     version = installed_version()
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,7 +134,7 @@ def bindings(folder: Path) -> None:
     (`build-tree`) through LLAMA_CPP_LIB_PATH, so pip compiles nothing there."""
     import os
 
-    from gguf_bench.engines.build import installed_version, sources
+    from gguf_bench.runtimes.build import installed_version, sources
 
     with tempfile.TemporaryDirectory() as tmp:
         src = sources(installed_version(), Path(tmp) / "sdist.log")
@@ -176,7 +176,7 @@ def arch() -> None:
 
 def backend() -> None:
     """Which libllama and ggml the Python engine mapped (LLAMA_CPP_LIB_PATH: the build's), its backends and devices."""
-    from gguf_bench.engines.llama_cpp import backends, devices, llama_versions
+    from gguf_bench.runtimes.llama_cpp import backends, devices, llama_versions
 
     found = backends()
     maps = Path("/proc/self/maps").read_text().splitlines()
@@ -228,7 +228,7 @@ def prompts(out: Path, tokens: int, model: Path) -> None:
 
     import llama_cpp
 
-    from gguf_bench.measure import prompts as p
+    from gguf_bench.measure.inputs import prompts as p
     vocab = llama_cpp.Llama(str(model), vocab_only=True, verbose=False)
     text = "\n\n".join((p._ARTICLE, p._MANUAL, p._MODULE_TO_EDIT)) + "\n\n"
     per_char = len(vocab.tokenize(text.encode(), add_bos=False)) / len(text)

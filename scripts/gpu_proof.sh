@@ -13,7 +13,7 @@
 # gguf-bench itself; synthesised headers at real shapes (gguf_bench/models/shapes.py) and the headers of the real
 # models cached here; device-call.txt.
 # The build: one CMake build of the sdist's llama.cpp (`gguf-bench build-tree --cuda --cuda-arch <the card's>`,
-# engines/tree_build.py) makes the shared libraries, llama-server, llama-fit-params and llama-gguf-split in
+# runtimes/tree_build.py) makes the shared libraries, llama-server, llama-fit-params and llama-gguf-split in
 # $STATE/tree; every later step runs with LLAMA_CPP_LIB_PATH=$STATE/tree/bin, so both engines and the tests use it.
 # State (.gpukit-state/, never carried) stays on the lent machine between calls while it is held: the venv, the cache
 # (the unpacked sdist), the build tree, the twins, every table. Each call copies the tables to $OUT.
@@ -115,7 +115,7 @@ setup() {
   touch "$STATE/setup.done"
 }
 
-# the one build's libraries for the Python engine, its llama-server and tools for the rest (engines/tree_build.py)
+# the one build's libraries for the Python engine, its llama-server and tools for the rest (runtimes/tree_build.py)
 use_tree() { export LLAMA_CPP_LIB_PATH=$TREE/bin; }
 
 build() {
@@ -124,7 +124,7 @@ build() {
   if [ -n "${DRY:-}" ]; then  # the same command with the CPU backend (GPU_PROOF_TREE: a complete one, reused)
     local t0 cmds; t0=$(date +%s)
     if [ -n "${GPU_PROOF_TREE:-}" ]; then  # still: the pruned sources configure with the tree's flags, UI step included
-      read -ra cmds <<< "$("$PYV" -c 'from gguf_bench.engines.tree_build import cmake_flags; print(*cmake_flags("cpu"))')"
+      read -ra cmds <<< "$("$PYV" -c 'from gguf_bench.runtimes.tree_build import cmake_flags; print(*cmake_flags("cpu"))')"
       cmake -S "$(echo "$STATE"/cache/sdist/llama_cpp_python-*/)vendor/llama.cpp" -B "$STATE/configure" "${cmds[@]}" \
         > "$STATE/logs/configure.log" 2>&1 && cmake --build "$STATE/configure" --target llama-ui-assets \
         >> "$STATE/logs/configure.log" 2>&1 || { tail -20 "$STATE/logs/configure.log"; exit 1; }
@@ -148,7 +148,7 @@ cd "$ROOT"
 t0=\$(date +%s)
 echo "\$ $PYV -m gguf_bench.cli build-tree --cuda --cuda-arch $arch -j $(nproc) -o $TREE"
 # build-tree's own call, not the command: gguf_bench.cli imports llama_cpp, which cannot load before its libraries exist
-"$PYV" -c 'import sys; from pathlib import Path; from gguf_bench.engines.tree_build import build_tree
+"$PYV" -c 'import sys; from pathlib import Path; from gguf_bench.runtimes.tree_build import build_tree
 build_tree("cuda", Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3])' "$TREE" $(nproc) $arch
 t1=\$(date +%s)
 echo "build-tree --cuda (one CMake build: libraries, llama-server, llama-fit-params, llama-gguf-split): \$((t1 - t0)) s"
@@ -246,7 +246,7 @@ measure() {
          "skipped (on the lent machine: they run, and a skip fails)"
     echo "plan: bench_plan.py needs a GPU device (llama.cpp's allocations on it): not run here"; } > "$STATE/tables/skipped.txt"
   local server=()
-  [ -n "${PLAN:-}" ] || "$PYV" -c 'from gguf_bench.engines.server_build import find_server; find_server(None)' \
+  [ -n "${PLAN:-}" ] || "$PYV" -c 'from gguf_bench.runtimes.server_build import find_server; find_server(None)' \
     2>/dev/null || server=(--no-server)
   step bandwidth 10 "$PYV" scripts/gpu_proof.py bandwidth
   [ -n "${PLAN:-}" ] || echo "bandwidth: torch with a CUDA device measures the card's copy bandwidth; none here" \

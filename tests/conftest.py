@@ -67,9 +67,9 @@ def _fetch_real(real_cache: Path, *names: str) -> list[Path]:
     mp = pytest.MonkeyPatch()
     mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
     try:
-        from gguf_bench.engines.llama_cpp import quantize
         from gguf_bench.models.download import fetch
         from gguf_bench.models.registry import load_registry
+        from gguf_bench.runtimes.llama_cpp import quantize
 
         reg = load_registry(REPO_ROOT / "models.yaml")
         return [fetch(reg.models[name], reg, quantize=quantize).path for name in names]
@@ -95,7 +95,7 @@ def _built(real_cache: Path, name: str, rpc: bool = False) -> Path:
     mp = pytest.MonkeyPatch()
     mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
     try:
-        from gguf_bench.engines.server_build import build_dir, build_tools
+        from gguf_bench.runtimes.server_build import build_dir, build_tools
 
         build_dir(rpc=rpc).mkdir(parents=True, exist_ok=True)
         return build_tools(build_dir(rpc=rpc) / "build.log", wanted=(name,), rpc=rpc)[name]
@@ -124,13 +124,13 @@ def gguf_split_bin(real_cache) -> Path:
 @pytest.fixture(scope="session")
 def cpu_tree(real_cache) -> Path:
     """The bin/ of `gguf-bench build-tree --cpu`: the shared libraries, llama-server, llama-fit-params and
-    llama-gguf-split of one CMake build (engines/tree_build.py), built once per machine and llama-cpp-python version
+    llama-gguf-split of one CMake build (runtimes/tree_build.py), built once per machine and llama-cpp-python version
     into the shared cache (several minutes on 2 cores the first time)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("GGUF_BENCH_CACHE", str(real_cache))
     mp.delenv("LLAMA_CPP_LIB_PATH", raising=False)
     try:
-        from gguf_bench.engines.tree_build import build_tree, tree_dir
+        from gguf_bench.runtimes.tree_build import build_tree, tree_dir
 
         return build_tree("cpu", tree_dir("cpu"))
     finally:
@@ -141,8 +141,8 @@ def cpu_tree(real_cache) -> Path:
 def rpc_bins(real_cache) -> tuple[Path, Path]:
     """(llama-server, ggml-rpc-server) with llama.cpp's RPC backend (`gguf-bench build-server --rpc`: about 5 minutes
     on 2 cores the first time); the tests skip, saying why, where it cannot be built, unless GGUF_BENCH_REQUIRE_RPC=1."""
-    from gguf_bench.engines.server_build import BINARY, RPC_SERVER
     from gguf_bench.errors import BenchError
+    from gguf_bench.runtimes.server_build import BINARY, RPC_SERVER
 
     try:
         return _built(real_cache, BINARY, rpc=True), _built(real_cache, RPC_SERVER, rpc=True)

@@ -14,8 +14,8 @@ from test_layout import modules
 from gguf_bench import engine_registry, options
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import ConfigError
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Grid, cells_for
-from gguf_bench.measure.prompts import Prompt
 
 
 def grid(**kw) -> Grid:

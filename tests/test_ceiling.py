@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from cli_helpers import invoke
 
-from gguf_bench.measure import bandwidth
+from gguf_bench.measure.flows import bandwidth
 from gguf_bench.models import reads
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.reads import StepBytes

@@ -93,7 +93,7 @@ def test_run_footer_says_whether_greedy_output_matches(tiny_pairs):
 
 
 def test_run_warns_about_offload_on_a_cpu_build(tiny_pairs):
-    from gguf_bench.engines.llama_cpp import gpu_offload_supported
+    from gguf_bench.runtimes.llama_cpp import gpu_offload_supported
 
     result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "5", "-ngl", "all", "-ngld", "3")
     assert result.exit_code == 0

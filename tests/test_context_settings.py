@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, stored
 
-from gguf_bench.engines.llama_server import Launch, Speculation
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.pair import LoadConfig
 from gguf_bench.measure.plan import Grid, cell_key, cells_for
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.options import context_axes
 from gguf_bench.results.schema.records import RunConfig
+from gguf_bench.runtimes.llama_server import Launch, Speculation
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def test_llama_server_gets_the_same_settings_and_its_old_defaults_when_none_are_
     assert argv[argv.index("-td") + 1] == "3" and not {"-fa", "-ctk", "-ctv"} & set(argv)
     load = LoadConfig(flash_attn="on", cache_type_k="q8_0", cache_type_v="q4_0", batch_size=256, ubatch_size=64,
                       threads_draft=1)
-    from gguf_bench.measure.server_engine import ServerEngine
+    from gguf_bench.measure.engines.server import ServerEngine
 
     engine = ServerEngine.__new__(ServerEngine)  # the binary is not probed: argv only
     engine.binary = Path("llama-server")

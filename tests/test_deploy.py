@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, processes_running, stored
 
-from gguf_bench.engines.llama_cpp import Vocabulary
-from gguf_bench.engines.llama_server import Launch, Sampling, Server, Speculation, free_port, wait_healthy
-from gguf_bench.engines.server_clients import run_round
 from gguf_bench.measure.deploy import command_line
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Grid, cells_done
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.results.schema.records import parse
+from gguf_bench.runtimes.llama_cpp import Vocabulary
+from gguf_bench.runtimes.llama_server import Launch, Sampling, Server, Speculation, free_port, wait_healthy
+from gguf_bench.runtimes.server_clients import run_round
 
 PLAIN_TYPES = ["draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
 REPEATING = "one two three four five six seven eight nine ten " * 6  # gives the n-gram types something to find
@@ -219,7 +219,7 @@ def test_the_printed_deploy_line_speculates_and_gives_the_records_acceptance(gem
 
 
 def _server(files, server_bin, parallel: int, n_ctx: int = 4096) -> Server:
-    from gguf_bench.engines.server_build import find_server
+    from gguf_bench.runtimes.server_build import find_server
 
     binary, env = find_server(server_bin)
     launch = Launch(binary, files[0], files[1], Speculation("draft-simple", 3), "0", "0", n_ctx, 2, parallel=parallel)

@@ -17,8 +17,8 @@ from gguf_bench.decoding.drafters import ModelDrafter
 from gguf_bench.decoding.loop import Verify, generate_regular, generate_speculative
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.schedules import FixedK
+from gguf_bench.measure.flows.quality import identity_lines, mul_prompts, run_eval
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.measure.quality import identity_lines, mul_prompts, run_eval
 
 GREEDY = SamplingConfig()
 

@@ -19,9 +19,9 @@ from gguf_bench.decoding.sampling import SamplingConfig, accept_point_mass, draw
 from gguf_bench.decoding.schedules import FixedK, HeuristicK
 from gguf_bench.decoding.strategy import Strategy, parse_spec_types
 from gguf_bench.errors import ConfigError
+from gguf_bench.measure.flows.quality import compare_samples, sample_positions
+from gguf_bench.measure.inputs.prompts import ALL_PROMPTS, BUILTIN, CATEGORIES, builtin
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.measure.prompts import ALL_PROMPTS, BUILTIN, CATEGORIES, builtin
-from gguf_bench.measure.quality import compare_samples, sample_positions
 
 GREEDY = SamplingConfig()
 EXACT = Verify.SEQUENTIAL

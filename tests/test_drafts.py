@@ -16,7 +16,7 @@ from cli_helpers import assert_user_error, invoke
 from gguf_bench.models.candidates import HeaderReader, quant_of, size_of
 from gguf_bench.models.gguf import first_failure
 from gguf_bench.models.tiny import TinySpec, random_weights, vocabulary, write_gguf
-from gguf_bench.results.predictions.drafts import outlook
+from gguf_bench.results.predictions.draft_ranking import outlook
 
 from hubserver import HubServer
 
@@ -69,7 +69,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 def test_header_verdicts_equal_llama_cpps_with_the_same_first_failure(models):
     """Each vocabulary llama.cpp loads (vocab_only) equals the one read from the header, and so does the verdict."""
-    from gguf_bench.engines.llama_cpp import read_info
+    from gguf_bench.runtimes.llama_cpp import read_info
 
     reader = HeaderReader()
     target = read_info(models["target"])
@@ -223,7 +223,7 @@ def test_dspark_is_a_server_type_checked_for_its_markov_head(models, tmp_path):
     """draft-dspark (the vendored llama-server has it): a dflash sidecar with a Markov head; drafts names it too."""
     from gguf_bench.decoding.strategy import Strategy
     from gguf_bench.errors import ConfigError
-    from gguf_bench.measure.server_engine import check_files
+    from gguf_bench.measure.engines.server import check_files
     from gguf_bench.models.pairs import PairFiles
 
     dspark, dflash = _dflash(tmp_path / "dspark.gguf", True), _dflash(tmp_path / "dflash.gguf", False)

@@ -109,11 +109,11 @@ def test_measured_drafts_rank_by_predicted_tokens_per_s_not_by_gain(tmp_path):
     """Each calibration times the target alone anew. A draft calibrated while the target ran slow shows the larger
     gain over that slow target alone, yet predicts fewer tokens/s: it ranks second (by gain it would be first). The
     gains shown are over one target alone for all: the median of the calibrations' own."""
-    from gguf_bench.measure.drafts import Measured, MeasuredDrafts, best_first
+    from gguf_bench.measure.flows.drafts import Measured, MeasuredDrafts, best_first
     from gguf_bench.measure.pair import PairFiles
     from gguf_bench.models.candidates import Candidate
     from gguf_bench.results.predictions import costmodel as tn
-    from gguf_bench.results.predictions.drafts import Ranked
+    from gguf_bench.results.predictions.draft_ranking import Ranked
 
     text = tn.Text("p", (True,) * 24, 24, False)  # every draft token accepted
 
@@ -207,7 +207,7 @@ def test_the_measured_winner_is_recommended_only_above_the_target_alones_scatter
     scatter by 5% is not recommended (the line says so); 12% faster is; with no repeated timing the guard is off."""
     from types import SimpleNamespace
 
-    from gguf_bench.measure.drafts import MeasuredDrafts
+    from gguf_bench.measure.flows.drafts import MeasuredDrafts
 
     def measured(tps, scatter):
         rec = SimpleNamespace(fastest=SimpleNamespace(tokens_per_s=tps), baseline_tokens_per_s=100.0, scatter=scatter)

@@ -11,7 +11,7 @@ import pytest
 from cli_helpers import invoke
 
 from gguf_bench.models.candidates import HeaderReader
-from gguf_bench.models.memory import best_row, plan
+from gguf_bench.models.offload_plan import best_row, plan
 from gguf_bench.models.tiny import TinySpec, random_weights, vocabulary, write_gguf
 from gguf_bench.options import ALL_LAYERS
 
@@ -84,7 +84,7 @@ def test_twins_are_placed_as_the_planner_places_the_pair_in_vram(family, isolate
 
 
 def test_measure_goes_on_past_a_draft_that_does_not_load_through_the_same_mechanism(family, isolated):
-    """--measure and --twins set a candidate aside by one mechanism (measure/drafts.one_candidate)."""
+    """--measure and --twins set a candidate aside by one mechanism (measure/flows/drafts.one_candidate)."""
     result = invoke("drafts", str(family["target"]), "--search", str(family["good"].parent), "--offline", "--no-caches",
                     "--measure", "2", "-K", "1-2", "-n", "8", "--prompt-ids", "code-short", "-t", "1", "-c", "256",
                     "--reps", "1", "--json")

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_user_error, invoke, stored
 
-from gguf_bench.engines.llama_server import Launch, Server, Speculation, free_port
-from gguf_bench.engines.server_build import find_server
-from gguf_bench.measure.endpoint_engine import Answer, _chunk, counted
+from gguf_bench.measure.engines.endpoint import Answer, _chunk, counted
+from gguf_bench.runtimes.llama_server import Launch, Server, Speculation, free_port
+from gguf_bench.runtimes.server_build import find_server
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "server.md"
 

@@ -15,8 +15,8 @@ import pytest
 from gguf_bench.decoding.divergence import BATCH_NUMERICS, compare_greedy
 from gguf_bench.decoding.loop import Verify, generate_regular
 from gguf_bench.decoding.sampling import SamplingConfig
+from gguf_bench.measure.flows.quality import compare_samples, distribution_check, sample_positions
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.measure.quality import compare_samples, distribution_check, sample_positions
 from gguf_bench.models.tiny import make_pair
 
 GREEDY = SamplingConfig()

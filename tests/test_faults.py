@@ -146,9 +146,9 @@ def test_eval_on_a_full_disk(tiny_pairs, isolated):
 def test_results_folder_removed_during_a_sweep(tiny_pairs, isolated):
     """The folder vanishes after the first record: the sweep stops instead of quietly starting a new
     file that would look complete."""
+    from gguf_bench.measure.inputs.prompts import builtin
     from gguf_bench.measure.pair import PairFiles
     from gguf_bench.measure.plan import Grid
-    from gguf_bench.measure.prompts import builtin
     from gguf_bench.measure.sweep import SweepEvents, run_sweep
 
     folder = isolated / "results"
@@ -221,7 +221,7 @@ def test_bad_magic_says_not_gguf(tmp_path, tiny_pairs, command):
 
 def test_bad_magic_through_llama_cpp(tmp_path, tiny_pairs):
     """The loader itself (no GGUF pre-check) names the magic too."""
-    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.runtimes.llama_cpp import Model
 
     bad = patched(tiny_pairs["high"][0], tmp_path / "magic.gguf", b"GGUF", b"GGUX")
     with pytest.raises(ModelError) as exc:

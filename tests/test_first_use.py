@@ -72,9 +72,9 @@ def test_info_shows_token_text_as_run_does_and_layers_as_tables_count_them(tiny_
     import dataclasses
 
     import gguf_bench.cli.models as cli_models
-    from gguf_bench.engines.llama_cpp import read_info
     from gguf_bench.measure.pair import check_compatible
     from gguf_bench.models.pairs import PairFiles
+    from gguf_bench.runtimes.llama_cpp import read_info
 
     target, draft = tiny_pairs["high"]
 

@@ -1,4 +1,4 @@
-"""llama.cpp's own fitting (engines/fit_params.py: llama-fit-params, built by `gguf-bench build-server`) on a build
+"""llama.cpp's own fitting (runtimes/fit_params.py: llama-fit-params, built by `gguf-bench build-server`) on a build
 without a GPU device, run for real: what it prints there and what `plan --compare-fit` says about it. On a GPU
 build the comparison itself is checked in tests/test_offload.py."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from cli_helpers import assert_user_error, at_width, invoke, pair_args
 
-from gguf_bench.engines import fit_params, server_build, tree_build
-from gguf_bench.engines.llama_cpp import gpu_devices
-from gguf_bench.models.memory import MIB, tensor_bytes
+from gguf_bench.models.offload_plan import MIB, tensor_bytes
 from gguf_bench.models.parts import tensor_table
+from gguf_bench.runtimes import fit_params, server_build, tree_build
+from gguf_bench.runtimes.llama_cpp import gpu_devices
 
 cpu_only = pytest.mark.skipif(bool(gpu_devices()), reason="a build with a GPU device: tests/test_offload.py compares")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gguf_bench"
 # lower number = lower layer; a module may import its own layer's siblings and anything below
-LAYERS = {"errors": 0, "options": 0, "placing": 0, "engine_registry": 0, "models": 1, "engines": 2, "decoding": 2,
+LAYERS = {"errors": 0, "options": 0, "placing": 0, "engine_registry": 0, "models": 1, "runtimes": 2, "decoding": 2,
           "results": 3, "measure": 4, "cli": 5}
-PEERS_APART = {("engines", "decoding"), ("decoding", "engines")}  # same layer, and neither knows the other
+PEERS_APART = {("runtimes", "decoding"), ("decoding", "runtimes")}  # same layer, and neither knows the other
 
 
 def modules() -> dict[str, Path]:
@@ -68,12 +68,12 @@ def test_the_registry_names_modules_that_exist_and_its_arrows_are_resolved_where
     from gguf_bench.engine_registry import KINDS
 
     named = {getattr(k, f).partition(":")[0] for k in KINDS for f in RESOLVERS if getattr(k, f)}
-    assert named <= modules().keys() and "gguf_bench.measure.python_engine" in named
+    assert named <= modules().keys() and "gguf_bench.measure.engines.python" in named
     arrows = registry_arrows()
-    assert {t for _, t in arrows} >= {"gguf_bench.measure.python_engine", "gguf_bench.measure.server_engine",
-                                      "gguf_bench.measure.endpoint_engine"}, arrows
+    assert {t for _, t in arrows} >= {"gguf_bench.measure.engines.python", "gguf_bench.measure.engines.server",
+                                      "gguf_bench.measure.engines.endpoint"}, arrows
     assert not {m for m, _ in arrows if package_of(m) in ("errors", "options", "placing", "engine_registry", "models",
-                                                           "engines", "decoding", "results")}, arrows
+                                                           "runtimes", "decoding", "results")}, arrows
 
 
 def package_of(module: str) -> str:
@@ -135,7 +135,7 @@ def test_no_import_cycles():
 def test_one_module_imports_llama_cpp():
     importers = {mod for mod, path in modules().items()
                  if re.search(r"^\s*(import llama_cpp|from llama_cpp)", path.read_text(), re.M)}
-    assert importers == {"gguf_bench.engines.llama_cpp"}
+    assert importers == {"gguf_bench.runtimes.llama_cpp"}
 
 
 def greedy_tests(path: Path) -> list[str]:
@@ -187,8 +187,8 @@ def test_record_fields_are_read_by_name_only_in_the_records_module():
                "gguf_bench.results.presentation.report", "gguf_bench.results.presentation.plots",
                "gguf_bench.results.presentation.summary",  # pandas columns of the records' rows
                "gguf_bench.models.registry",  # the registry reads models.yaml (its "models" section), not records
-               "gguf_bench.engines.llama_server", "gguf_bench.engines.server_clients",  # llama-server's JSON ("timings")
-               "gguf_bench.measure.endpoint_engine",  # an OpenAI-compatible server's JSON ("timings", "error")
+               "gguf_bench.runtimes.llama_server", "gguf_bench.runtimes.server_clients",  # llama-server's JSON ("timings")
+               "gguf_bench.measure.engines.endpoint",  # an OpenAI-compatible server's JSON ("timings", "error")
                "gguf_bench.results.presentation.specbench", "gguf_bench.measure.deploy",  # pandas columns of report's summary
                "gguf_bench.results.presentation.crossover", "gguf_bench.results.presentation.checks",
                "gguf_bench.results.predictions.ceiling",  # pandas columns of report's summary

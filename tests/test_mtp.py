@@ -10,14 +10,14 @@ import pytest
 from cli_helpers import assert_user_error, invoke, stored
 from test_deploy import _serve_printed
 
-from gguf_bench.engines.llama_cpp import Vocabulary
 from gguf_bench.measure.deploy import command_line
-from gguf_bench.measure.server_engine import _has_nextn
+from gguf_bench.measure.engines.server import _has_nextn
 from gguf_bench.models.candidates import _has_mtp
 from gguf_bench.models.heads import chained_k_limit, mtp_heads
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.tiny_heads import write_dflash_sidecar, write_eagle3_sidecar, write_mtp_target
 from gguf_bench.results.schema.records import parse
+from gguf_bench.runtimes.llama_cpp import Vocabulary
 
 PROMPT = "def fibonacci(n):"
 
@@ -151,8 +151,8 @@ def test_eagle3_and_dflash_sidecars_draft_through_llama_server(tiny_pairs, serve
 def test_the_planner_counts_the_trunk_as_llama_cpp_does_and_the_heads_apart(mtp_models):
     """llama.cpp's layers are the trunk (n_layer() = block_count - nextn_predict_layers) plus the output; the NextN
     block is loaded only for draft-mtp: the planner keeps its bytes apart (mtp_bytes), out of every placement."""
-    from gguf_bench.engines.llama_cpp import Model, read_info
-    from gguf_bench.models.memory import Shape, device_bytes, tensor_bytes
+    from gguf_bench.models.offload_plan import Shape, device_bytes, tensor_bytes
+    from gguf_bench.runtimes.llama_cpp import Model, read_info
 
     meta, tensors = tensor_table(mtp_models[1])
     shape = Shape.from_header(meta, tensors)
@@ -173,7 +173,7 @@ def test_the_planner_counts_the_trunk_as_llama_cpp_does_and_the_heads_apart(mtp_
 def test_a_twin_of_a_synthesized_mtp_header_drafts_through_llama_server(server_bin, isolated, tmp_path):
     """models/shapes' glm4moe layout with its NextN block (GLM-4.5-Air's, at the smallest size): the header plans its
     head apart, its twin loads with the trunk's layers, and llama-server's draft-mtp drafts with it."""
-    from gguf_bench.models.memory import Shape
+    from gguf_bench.models.offload_plan import Shape
     from gguf_bench.models.shapes import write_header
 
     header = write_header(tmp_path / "tiny-glm4moe.gguf", "tiny-glm4moe")
@@ -199,7 +199,7 @@ def test_real_shape_qwen35_headers_plan_their_mtp_head_and_hybrid_caches(name, t
     gated delta-nets with ssm_* tensors), one NextN block after it. The planner keeps the head's bytes apart
     (Shape.mtp_bytes, exactly the NextN block's tensors) and prints them with the head's own KV; the KV column counts
     attending blocks only, and each delta-net's fixed state instead (llama.cpp's n_embd_r + n_embd_s, F32)."""
-    from gguf_bench.models.memory import Shape, cache_bytes, kv_bytes_per_layer, mtp_kv_bytes, tensor_bytes
+    from gguf_bench.models.offload_plan import Shape, cache_bytes, kv_bytes_per_layer, mtp_kv_bytes, tensor_bytes
     from gguf_bench.models.shapes import SHAPES, write_header
 
     trunk, nets = QWEN35_SHAPES[name]
@@ -232,7 +232,7 @@ def _server_buffers(server_bin, model, spec_type: str, log, *, load: tuple[str, 
     import re
     import subprocess
 
-    from gguf_bench.engines.llama_server import free_port, wait_healthy
+    from gguf_bench.runtimes.llama_server import free_port, wait_healthy
 
     port = free_port()
     cmd = [str(server_bin), "-m", str(model), *load, "-t", "1", "-np", "1", "-lv", "4", "--no-repack",
@@ -260,9 +260,9 @@ def test_a_twin_of_a_synthesized_qwen35_header_loads_decodes_and_drafts(name, se
     the delta-nets' state, kept 1 + K times (K = 3, llama-server's default) once draft-mtp runs. A server sweep drafts."""
     import numpy as np
 
-    from gguf_bench.engines.llama_cpp import Model
-    from gguf_bench.models.memory import Shape, cache_bytes, mtp_kv_bytes, rollback_bytes
+    from gguf_bench.models.offload_plan import Shape, cache_bytes, mtp_kv_bytes, rollback_bytes
     from gguf_bench.models.shapes import write_header
+    from gguf_bench.runtimes.llama_cpp import Model
 
     header = write_header(tmp_path / f"{name}.gguf", name)
     twin = tmp_path / "twin.gguf"
@@ -335,7 +335,7 @@ def test_real_shape_qwen35_twins_load_with_their_heads_as_planned(name, server_b
     on disk) loads in llama-server with draft-mtp's context, and every buffer is the planner's figure: the weights with
     the head (the mapped file), the attending blocks' KV and draft-mtp's own, the delta-nets' state kept 1 + K times
     (K = 3). -c 512, one small ubatch and no warm-up: nothing is decoded (each 10 to 30 s here, on 2 CPU cores)."""
-    from gguf_bench.models.memory import Shape, cache_bytes, mtp_kv_bytes, rollback_bytes
+    from gguf_bench.models.offload_plan import Shape, cache_bytes, mtp_kv_bytes, rollback_bytes
     from gguf_bench.models.shapes import write_header
 
     twin = tmp_path / "twin.gguf"

@@ -22,10 +22,10 @@ from cli_helpers import at_width, invoke, pair_args, stored
 
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
-from gguf_bench.engines.llama_cpp import gpu_devices
+from gguf_bench.measure.flows.quality import distribution_check, mul_prompts, run_eval
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.measure.quality import distribution_check, mul_prompts, run_eval
 from gguf_bench.options import ALL_LAYERS
+from gguf_bench.runtimes.llama_cpp import gpu_devices
 
 if os.environ.get("GGUF_BENCH_REQUIRE_GPU") and not gpu_devices():  # CI's Vulkan step: skipping would hide a failure
     raise RuntimeError("GGUF_BENCH_REQUIRE_GPU is set but this llama-cpp-python build sees no GPU device")
@@ -143,10 +143,10 @@ def test_info_names_the_device_and_says_what_to_set_when_it_sees_none(tiny_pairs
 
 @pytest.mark.parametrize("ngl", [1, 3, ALL_LAYERS])
 def test_planner_weights_and_kv_equal_llama_cpps_buffers(tiny_pairs, ngl):
-    """The header-only prediction (models/memory.py) against what llama.cpp allocated on the device."""
-    from gguf_bench.engines.llama_cpp import Model
-    from gguf_bench.models.memory import MIB, Shape, device_bytes
+    """The header-only prediction (models/offload_plan.py) against what llama.cpp allocated on the device."""
+    from gguf_bench.models.offload_plan import MIB, Shape, device_bytes
     from gguf_bench.models.parts import tensor_table
+    from gguf_bench.runtimes.llama_cpp import Model
 
     path = tiny_pairs["middle"][0]
     predicted = device_bytes(Shape.from_header(*tensor_table(path)), ngl, 256)
@@ -171,7 +171,7 @@ def _expert_mib(path, layers: int) -> float:
     """The expert weights of the first `layers` blocks, in MiB, from the header."""
     import re
 
-    from gguf_bench.models.memory import tensor_bytes
+    from gguf_bench.models.offload_plan import tensor_bytes
     from gguf_bench.models.parts import tensor_table
 
     expert = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate)_exps")
@@ -194,7 +194,7 @@ def test_n_cpu_moe_keeps_exactly_those_experts_off_the_device(moe_pair):
 
 
 def _is_device_buffer(name: str) -> bool:
-    from gguf_bench.engines.placement import _is_device
+    from gguf_bench.runtimes.placement import _is_device
 
     return _is_device(name)
 
@@ -239,10 +239,10 @@ def test_planner_with_experts_on_the_cpu_equals_llama_cpps_buffers(moe_pair, ngl
     """-ncmoe on a MoE model: the planner's device weights (the offloaded layers less the experts kept on the CPU)
     and KV cache (with its layer, whatever the experts do) against llama.cpp's buffers; the experts' layers against
     its override log (to a host buffer: CPU, or the device's host buffer such as Vulkan_Host)."""
-    from gguf_bench.engines.llama_cpp import Model
-    from gguf_bench.models.memory import MIB, Shape, device_bytes
+    from gguf_bench.models.offload_plan import MIB, Shape, device_bytes
     from gguf_bench.models.parts import tensor_table
     from gguf_bench.placing import Placing
+    from gguf_bench.runtimes.llama_cpp import Model
 
     placing = Placing(n_cpu_moe=n_cpu_moe)
     predicted = device_bytes(Shape.from_header(*tensor_table(moe_pair[0])), ngl, 256, placing=placing)
@@ -268,9 +268,9 @@ def wide_moe(tmp_path_factory):
 
 def _fit_and_plan(path, budget_mib: int, binary):
     """llama-fit-params' pick for `path` within `budget_mib`, its device estimate, and the planner's bytes for it."""
-    from gguf_bench.engines import fit_params
-    from gguf_bench.models.memory import MIB, Budget, Shape, device_bytes
+    from gguf_bench.models.offload_plan import MIB, Budget, Shape, device_bytes
     from gguf_bench.models.parts import tensor_table
+    from gguf_bench.runtimes import fit_params
 
     budget = Budget.one(budget_mib * MIB)
     run, notes = fit_params.fit(path, 512, budget, binary=binary)
@@ -288,7 +288,7 @@ def test_llama_fit_params_estimate_for_its_pick_equals_the_planners(moe_pair, fi
     rounded down, and the model is 3.3 MiB, so a relative check (5%) cannot be made at that resolution: the
     planner's bytes for the same pick, rounded down, must equal llama.cpp's model and KV numbers; the compute buffer
     (the planner's estimate) within 1 MiB."""
-    from gguf_bench.models.memory import MIB
+    from gguf_bench.models.offload_plan import MIB
 
     choice, est, picked = _fit_and_plan(moe_pair[0], budget_mib, fit_params_bin)
     assert (est.model, est.context) == (picked.weights // MIB, picked.kv // MIB), (est, picked)
@@ -304,7 +304,7 @@ def test_llama_fit_params_model_estimate_within_5_percent_of_the_planners(wide_m
     """On the wider MoE target (52 MiB) the device's model bytes agree within 5% (the rounding down: under 1 MiB)
     and the KV cache exactly. The compute buffer is not checked: llama.cpp estimates 7-10 MiB on lavapipe for this
     shape, the planner 5 (its estimate's coefficients were read off gemma-3-270m)."""
-    from gguf_bench.models.memory import MIB
+    from gguf_bench.models.offload_plan import MIB
 
     choice, est, picked = _fit_and_plan(wide_moe[0], budget_mib, fit_params_bin)
     assert picked.weights > 10 * MIB and abs(est.model - picked.weights / MIB) <= 0.05 * picked.weights / MIB
@@ -314,9 +314,9 @@ def test_llama_fit_params_model_estimate_within_5_percent_of_the_planners(wide_m
 
 def test_llama_fit_params_keeps_a_placement_the_user_fixed(moe_pair, fit_params_bin):
     """With -ncmoe given, llama.cpp changes nothing: when the model does not fit as placed, it says so."""
-    from gguf_bench.engines import fit_params
-    from gguf_bench.models.memory import MIB, Budget
+    from gguf_bench.models.offload_plan import MIB, Budget
     from gguf_bench.placing import Placing
+    from gguf_bench.runtimes import fit_params
 
     run, _ = fit_params.fit(moe_pair[0], 512, Budget.one(4 * MIB), Placing(n_cpu_moe=1), fit_params_bin)
     assert run.choice is None and "tensor_buft_overrides already set by user" in run.failure, run

@@ -269,8 +269,8 @@ def test_two_targets_alone_not_told_apart_say_so_and_auto_measures_them_again():
 
 def test_settings_held_side_by_side_take_turns_block_by_block():
     """plan.interleaved(by_block=True): A B | B A per prompt and repetition, so no two pairs share their order."""
+    from gguf_bench.measure.inputs.prompts import builtin
     from gguf_bench.measure.plan import Cell, Unit, interleaved
-    from gguf_bench.measure.prompts import builtin
     from gguf_bench.results.schema.records import Mode
 
     prompts = builtin(["code-short", "chat-short"])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, stored
 
-from gguf_bench.engines.llama_cpp import Model, check_placement
 from gguf_bench.errors import ConfigError
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.placing import EXPERTS_REGEX, Placing, parse_label, placing_axes, placings
+from gguf_bench.runtimes.llama_cpp import Model, check_placement
 
 # --- the value and its option text ---
 
@@ -48,7 +48,7 @@ def test_run_takes_one_placement_per_model():
         placing_axes(n_cpu_moe="0,2", single=True)
 
 
-# --- what llama.cpp did with it (its load log, engines/placement.py) ---
+# --- what llama.cpp did with it (its load log, runtimes/placement.py) ---
 
 
 def test_n_cpu_moe_puts_exactly_that_many_layers_experts_on_the_cpu(moe_pair):

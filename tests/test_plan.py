@@ -12,7 +12,7 @@ import pytest
 from cli_helpers import assert_user_error, invoke, pair_args
 
 from gguf_bench.errors import ConfigError
-from gguf_bench.models.memory import (
+from gguf_bench.models.offload_plan import (
     Budget,
     Shape,
     compute_estimate,
@@ -106,7 +106,7 @@ def _no_twins_left(cache) -> bool:
 def test_plan_measure_shows_each_rows_speed_from_twins_and_stores_the_runs(tiny_pairs, isolated):
     from cli_helpers import stored
 
-    from gguf_bench.engines.llama_cpp import gpu_offload_supported
+    from gguf_bench.runtimes.llama_cpp import gpu_offload_supported
 
     result = invoke("plan", *pair_args(tiny_pairs["middle"]), "--vram", "1GB", "--ctx", "512", "--measure",
                     "--measure-n", "8", "--name", "fits")
@@ -129,7 +129,7 @@ def test_plan_measure_shows_each_rows_speed_from_twins_and_stores_the_runs(tiny_
 def test_plan_measure_errors_are_one_line_and_leave_no_twins(tiny_pairs, isolated, monkeypatch):
     from gguf_bench.cli import progress
     from gguf_bench.errors import BenchError
-    from gguf_bench.measure import python_engine
+    from gguf_bench.measure.engines import python as python_engine
     from gguf_bench.models import twin as twin_mod
 
     monkeypatch.setattr(progress, "gpu_offload_supported", lambda: True)  # no CPU-build warning line beside the error
@@ -191,7 +191,7 @@ def test_expert_bytes_are_kept_apart_from_the_rest_of_each_block(moe_pair):
 def test_n_cpu_moe_keeps_the_experts_of_the_first_layers_on_the_cpu_as_llama_cpp_does(moe_pair, n_cpu_moe, layers):
     """The predicted CPU-held experts are the header's bytes of those tensors, and the layers llama.cpp's own
     override log names (this CPU build places them as any build does: the overrides do not depend on -ngl)."""
-    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.runtimes.llama_cpp import Model
 
     shape, sizes = _header(moe_pair[0])
     placing = Placing(n_cpu_moe=n_cpu_moe)
@@ -259,8 +259,8 @@ def test_plan_gives_the_fewest_cpu_moe_layers_that_fit_every_layer_best_first(mo
 
 
 def test_plan_and_sweep_read_a_budget_per_device_and_refuse_bad_ones(moe_pair, monkeypatch):
-    from gguf_bench.engines.llama_cpp import Device
     from gguf_bench.measure import machine
+    from gguf_bench.runtimes.llama_cpp import Device
 
     assert Budget.parse("24GB") == Budget.one(24 * 10**9) and not Budget.parse("24GB").named
     assert Budget.parse(" Vulkan0 = 8GB , CUDA1=1GiB").devices == (("Vulkan0", 8 * 10**9), ("CUDA1", 2**30))

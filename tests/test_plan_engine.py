@@ -1,4 +1,4 @@
-"""The plan apart from the run (measure/plan.py), prepared prompts (measure/prepared.py) and the server engine's run
+"""The plan apart from the run (measure/plan.py), prepared prompts (measure/inputs/prepared.py) and the server engine's run
 order: pure bookkeeping, no model loaded."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from gguf_bench.decoding.strategy import Strategy
+from gguf_bench.measure.engines.server import ServerSession
+from gguf_bench.measure.inputs.prepared import PreparedPrompts
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid, expand
-from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.measure.prompts import Prompt
-from gguf_bench.measure.server_engine import ServerSession
 from gguf_bench.results.schema.records import Mode
 
 FILES = PairFiles(Path("t.gguf"), Path("d.gguf"), "P")
@@ -40,8 +40,8 @@ def test_the_server_engine_alternates_its_processes_where_they_fit_else_counterb
     """Tiny files fit side by side: 'alternate', each (prompt, repetition) block together, in a seeded order that forces
     no cell first (a missing greedy reference is made untimed). Where they would not fit: 'blocks', each process's cells
     together per repetition, in A B | B A order. A cold pool gets a process per cell either way."""
-    from gguf_bench.measure import server_engine
-    from gguf_bench.measure.server_engine import _process_key
+    from gguf_bench.measure.engines import server as server_engine
+    from gguf_bench.measure.engines.server import _process_key
 
     grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=PROMPTS, engines=("server",), repetitions=2,
                 strategies=[Strategy("draft-simple"), Strategy("ngram-mod")], with_draft_alone=False)
@@ -69,8 +69,8 @@ def test_the_server_engine_alternates_its_processes_where_they_fit_else_counterb
 def test_processes_fit_counts_each_process_files_against_the_memory_available(tmp_path):
     """Two processes of a pair whose files are a few bytes fit; of a pair whose target is 10 TB (a sparse file) they do
     not, so the sweep falls back to counterbalanced blocks."""
+    from gguf_bench.measure.engines.server import processes_fit
     from gguf_bench.measure.pair import PairFiles
-    from gguf_bench.measure.server_engine import processes_fit
 
     small, huge, draft = tmp_path / "small.gguf", tmp_path / "huge.gguf", tmp_path / "draft.gguf"
     small.write_bytes(b"x" * 100)
@@ -92,7 +92,7 @@ def test_prepared_prompts_follow_the_filler_without_a_second_bos():
 def test_each_new_server_gets_a_warm_up_that_a_cold_ngram_pool_cannot_see():
     """A warmed process: the first cell's prompt and up to 16 tokens. A cold ngram-mod pool: prompt and output together
     shorter than its 24-token lookup (llama.cpp adds nothing to the pool below that). The other cold pools: none."""
-    from gguf_bench.engines.llama_server import NGRAM_MOD_MATCH, Speculation
+    from gguf_bench.runtimes.llama_server import NGRAM_MOD_MATCH, Speculation
 
     grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=PROMPTS[:1], n_predict=64, engines=("server",),
                 strategies=[Strategy("ngram-mod")], with_draft_alone=False)

@@ -7,8 +7,7 @@ import pytest
 import gguf_bench.decoding.sampling as speculative
 from gguf_bench.decoding.sampling import SamplingConfig, draw
 from gguf_bench.errors import ConfigError
-from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.measure.quality import (
+from gguf_bench.measure.flows.quality import (
     compare_samples,
     detectable_tv,
     distribution_check,
@@ -18,6 +17,7 @@ from gguf_bench.measure.quality import (
     two_proportion_p_value,
     wilson_interval,
 )
+from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 
 
 def test_wilson_interval_against_hand_computed_values():

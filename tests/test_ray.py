@@ -27,8 +27,8 @@ from typer.testing import CliRunner
 from gguf_bench.cli.app import app
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure.distributed import INSTALL_HINT, PairSource, RayOptions, parse_resources, run_ray_sweep, task_request
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.plan import Grid, cell_key, cells_for
-from gguf_bench.measure.prompts import builtin
 from gguf_bench.measure.sweep import SweepEvents
 
 runner = CliRunner()

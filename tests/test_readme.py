@@ -18,7 +18,7 @@ from gguf_bench import options
 from gguf_bench.cli import examples
 from gguf_bench.cli.app import app
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import prompts
+from gguf_bench.measure.inputs import prompts
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gguf_bench.engines.llama_cpp import quantize, read_info
 from gguf_bench.errors import DownloadError, RegistryError
 from gguf_bench.models.download import fetch, locate
 from gguf_bench.models.registry import DerivedSource, HubSource, PypiSource, load_registry
+from gguf_bench.runtimes.llama_cpp import quantize, read_info
 
 from conftest import REPO_ROOT
 

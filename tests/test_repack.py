@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gguf_bench.engines import repack
-from gguf_bench.engines.llama_cpp import Model
 from gguf_bench.models.parts import tensor_table
+from gguf_bench.runtimes import repack
+from gguf_bench.runtimes.llama_cpp import Model
 
 X86 = "CPU : AVX2 = 1 | AVX512 = 1 | REPACK = 1 |"
 
@@ -65,6 +65,6 @@ def test_repacked_model_computes_what_the_plain_one_does(gemma_q4_q2, monkeypatc
 
 
 def _system_info() -> str:
-    from gguf_bench.engines.llama_cpp import llama_versions
+    from gguf_bench.runtimes.llama_cpp import llama_versions
 
     return llama_versions()["system_info"]

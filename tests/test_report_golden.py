@@ -119,24 +119,24 @@ def test_outputs_hold_nothing_of_this_machine():
 # the grids that made the sweep files (tests/data/golden/README.md has their command lines)
 def _python_grid():
     from gguf_bench.decoding.strategy import strategies
+    from gguf_bench.measure.inputs.prompts import load_jsonl
     from gguf_bench.measure.plan import Grid
-    from gguf_bench.measure.prompts import load_jsonl
 
     return Grid(ks=[2, 4], ngls=[0], nglds=[0], temperatures=[0.0, 0.7], prompts=load_jsonl(PROMPTS),
                 repetitions=2, n_predict=8, threads=1, strategies=strategies("draft,ngram", 1, 4, "0", 0, "fixed", 16))
 
 
 def _server_grid():
+    from gguf_bench.measure.inputs.prompts import load_jsonl
     from gguf_bench.measure.plan import Grid
-    from gguf_bench.measure.prompts import load_jsonl
 
     return Grid(ks=[2, 4], ngls=[0], nglds=[0], temperatures=[0.0], prompts=load_jsonl(PROMPTS)[:1],
                 n_predict=8, threads=1, engines=("server",), parallels=[1, 2], clients=[2])
 
 
 def _both_grid():
+    from gguf_bench.measure.inputs.prompts import load_jsonl
     from gguf_bench.measure.plan import Grid
-    from gguf_bench.measure.prompts import load_jsonl
 
     return Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=load_jsonl(PROMPTS)[:1], n_predict=8, threads=1,
                 engines=("python", "server"))

@@ -11,17 +11,17 @@ import time
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, processes_running
 
-from gguf_bench.engines.llama_server import free_port
-from gguf_bench.engines.rpc import RpcServer
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Grid, cells_done
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
-from gguf_bench.models.memory import MIB, Budget, Shape, device_bytes
+from gguf_bench.models.offload_plan import MIB, Budget, Shape, device_bytes
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.placing import Placing, Split, placing_axes
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import read_records
+from gguf_bench.runtimes.llama_server import free_port
+from gguf_bench.runtimes.rpc import RpcServer
 
 PROMPT = "def fibonacci(n):"
 

@@ -13,14 +13,14 @@ import time
 import pytest
 from cli_helpers import GGUF_BENCH, assert_user_error, invoke, pair_args, processes_running, stored
 
-from gguf_bench.engines.llama_server import Launch, PortInUse, Server, Speculation
-from gguf_bench.engines.server_build import find_server
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Grid
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import read_records
+from gguf_bench.runtimes.llama_server import Launch, PortInUse, Server, Speculation
+from gguf_bench.runtimes.server_build import find_server
 
 PROMPT = "def fibonacci(n):"
 

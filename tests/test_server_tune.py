@@ -81,7 +81,7 @@ def test_a_predicted_gain_inside_the_target_alones_scatter_is_not_a_recommendati
     """The target alone's two repetitions ran at 100 and 110 tokens/s (±4.8% around their median): K=4 predicted at
     +18% is recommended; with the repetitions at 90 and 130 (±18.2%) the same run predicts +16.5%, within their
     scatter, so the target alone stays."""
-    from gguf_bench.measure.server_tune import recommend
+    from gguf_bench.measure.flows.server_tune import recommend
 
     def cals(slow_s, fast_s):
         alone = [rec("target", 0, 32, slow_s), rec("target", 0, 32, fast_s)]
@@ -139,9 +139,9 @@ def test_json_names_each_k_measured_interpolated_or_not_calibrated():
 def test_rounds_the_servers_metrics_did_not_count_are_not_measured_not_no_drafts():
     """A llama-server whose /metrics lacks the speculative counters: the completion's rounds, drafted and accepted are
     None, the run is not marked 'no drafts', and tune stops in one line saying they were not measured."""
-    from gguf_bench.engines.llama_server import spec_counters
     from gguf_bench.measure.proof import marked
     from gguf_bench.results.schema.records import Mode
+    from gguf_bench.runtimes.llama_server import spec_counters
 
     assert spec_counters({}, {"n_decode_total": 40.0}) == (None, None, None)
     counters = {"spec_decode_num_drafts_total": 12.0, "spec_decode_num_draft_tokens_total": 48.0,
@@ -159,7 +159,7 @@ def test_with_one_repetition_the_scatter_guard_says_it_is_off():
     the table's legend and --json say the guard is off; with two repetitions they give its margin instead."""
     from types import SimpleNamespace
 
-    from gguf_bench.measure.server_tune import recommend
+    from gguf_bench.measure.flows.server_tune import recommend
 
     spec = rec("speculative", 4, 32, 0.25, 10, 20, (10, 6, 3, 1))
     [once] = calibrations([rec("target", 0, 32, 0.32), spec])
@@ -202,9 +202,9 @@ def test_a_server_check_decides_by_the_verdict_rule(monkeypatch, tmp_path, k4_ga
     blocks. K=4 gaining a steady +20%: decided, the verdict and what tune deploys. K=4 gaining +40% and losing 30% by
     turns (K=2 and K=8 slower than the target alone): nothing decided, the verdict is the target alone although K=4
     was predicted, and --json's best says so beside the prediction."""
-    from gguf_bench.measure import server_tune as flow
+    from gguf_bench.measure.flows import server_tune as flow
+    from gguf_bench.measure.inputs.prompts import Prompt
     from gguf_bench.measure.pair import PairFiles
-    from gguf_bench.measure.prompts import Prompt
 
     [cal] = calibrations([rec("target", 0, 32, 0.32), rec("target", 0, 32, 0.32),
                           rec("speculative", 2, 32, 0.27, 16, 15, (12, 3)), rec("speculative", 4, 32, 0.25, 10, 20, (10, 6, 3, 1)),

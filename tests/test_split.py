@@ -1,6 +1,6 @@
 """The split over several devices and RPC servers without a server: -ts/-sm/-mg/--rpc/--rpc-delay as placement values
 (label, stored key, command line), the planner's share per device, each fault's one line, the RPC buffer names, and
-the delaying proxy (engines/rpc_link.py) on an echo server."""
+the delaying proxy (runtimes/rpc_link.py) on an echo server."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args
 
-from gguf_bench.engines.llama_server import Launch, Speculation
-from gguf_bench.engines.rpc import Device, buffer_names, check_reachable
-from gguf_bench.engines.rpc_link import Link, links
 from gguf_bench.errors import ConfigError
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.pair import LoadConfig
 from gguf_bench.measure.plan import Cell, Grid
-from gguf_bench.measure.prompts import Prompt
-from gguf_bench.models.memory import Budget, Shape, device_bytes, kv_bytes_per_layer
+from gguf_bench.models.offload_plan import Budget, Shape, device_bytes, kv_bytes_per_layer
 from gguf_bench.models.parts import tensor_table
 from gguf_bench.placing import Placing, Split, placing_axes, split_label
 from gguf_bench.results.schema.records import Mode
+from gguf_bench.runtimes.llama_server import Launch, Speculation
+from gguf_bench.runtimes.rpc import Device, buffer_names, check_reachable
+from gguf_bench.runtimes.rpc_link import Link, links
 
 RPC = ("127.0.0.1:50052", "127.0.0.1:50053")
 
@@ -193,14 +193,14 @@ def test_link_ends_the_client_when_the_server_is_gone():
 def test_python_engine_checks_the_split_against_its_own_devices(tiny_pairs):
     """The Python engine applies -ts/-sm/-mg to llama_model_params; on a build with no GPU device a -ts has nothing to
     split over: one line before anything loads."""
-    from gguf_bench.engines.llama_cpp import check_placement, gpu_devices
+    from gguf_bench.runtimes.llama_cpp import check_placement, gpu_devices
 
     if gpu_devices():
         pytest.skip("this build sees a GPU device: the CPU-only message does not apply")
     with pytest.raises(ConfigError, match=r"-ts 1,1 gives 2 shares for 0 devices \(none\)"):
         check_placement(tiny_pairs["high"][0], Placing(tensor_split=(1, 1)))
     assert check_placement(tiny_pairs["high"][0], Placing(split_mode="none", main_gpu=0)) is None
-    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.runtimes.llama_cpp import Model
 
     with Model(tiny_pairs["high"][0], 0, 256, 1, placing=Placing(tensor_split=(1,), split_mode="layer", main_gpu=0)) as m:
         assert m.placement.layers == "0/5"  # set in llama_model_params and loaded; nothing to split over here

@@ -17,7 +17,7 @@ import pytest
 from cli_helpers import assert_user_error, invoke, run_cli
 
 from gguf_bench.models.candidates import HEADER_SCHEMA, HeaderReader
-from gguf_bench.models.memory import tensor_bytes
+from gguf_bench.models.offload_plan import tensor_bytes
 from gguf_bench.models.parts import SPLIT_COUNT, local_header, part_paths, read_part, tensor_table
 from gguf_bench.models.shapes import write_header
 
@@ -60,7 +60,7 @@ def test_any_part_reads_as_the_whole_model(split_pair):
     meta_first = local_header(split_pair["meta_first"][2])  # part 1 holds metadata and no tensor
     assert len(meta_first.parts) == 4 and not meta_first.parts[0].tensors
     _same_model(meta_first, single)
-    from gguf_bench.engines.llama_cpp import read_info
+    from gguf_bench.runtimes.llama_cpp import read_info
 
     by_llama, whole = read_info(parts[2]), read_info(split_pair["target"])  # llama.cpp loads part 1, whichever is named
     assert by_llama is read_info(parts[0]) and by_llama.path == parts[0]  # read once
@@ -321,8 +321,8 @@ def test_a_235b_split_is_one_model_for_its_record_size_checksum_and_memory_check
     from gguf_bench.errors import BenchError
     from gguf_bench.measure import machine
     from gguf_bench.measure.costs import _same_file
+    from gguf_bench.measure.inputs.prompts import Prompt
     from gguf_bench.measure.plan import Grid
-    from gguf_bench.measure.prompts import Prompt
     from gguf_bench.models.pairs import PairFiles
     from gguf_bench.results.schema.parts.provenance import ModelFile
     from gguf_bench.results.schema.store import model_record

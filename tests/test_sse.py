@@ -1,4 +1,4 @@
-"""engines/sse.py, the one streaming client both server engines use: events in order, and each way a stream can end
+"""runtimes/sse.py, the one streaming client both server engines use: events in order, and each way a stream can end
 without its answer as its own kind, against a real local HTTP server (the standard library's)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gguf_bench.engines import sse
+from gguf_bench.runtimes import sse
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -172,9 +172,9 @@ def test_sweep_killed_then_resumed_runs_every_cell_once(tiny_pairs, isolated):
 def test_sweep_records_a_failed_setting_and_goes_on(tmp_path, tiny_pairs, isolated):
     """The target file is truncated when the second offload setting starts loading (as when a
     file goes bad mid-sweep): that setting's cells are recorded with the error, the rest run."""
+    from gguf_bench.measure.inputs.prompts import builtin
     from gguf_bench.measure.pair import PairFiles
     from gguf_bench.measure.plan import Grid
-    from gguf_bench.measure.prompts import builtin
     from gguf_bench.measure.sweep import SweepEvents, run_sweep
 
     target = tmp_path / "target.gguf"
@@ -202,9 +202,9 @@ def passes(tiny_pairs, reps=(1, 2)):
     """Two settings (-ngl 0, 1; a CPU build runs both on the CPU) through sweep.Measuring, one pass per entry of
     `reps` (-r auto's way: each pass the repetitions up to it, the earlier ones done): the records of each pass and
     the -ngl of each load."""
+    from gguf_bench.measure.inputs.prompts import builtin
     from gguf_bench.measure.pair import PairFiles
     from gguf_bench.measure.plan import Grid
-    from gguf_bench.measure.prompts import builtin
     from gguf_bench.measure.sweep import Measuring, SweepEvents
 
     loads = []

@@ -15,9 +15,8 @@ import pandas as pd
 import pytest
 from cli_helpers import invoke, pair_args, stored
 
-from gguf_bench.engines.placement import Placement
 from gguf_bench.measure import trackers
-from gguf_bench.measure.trackers import devices, energy, memory
+from gguf_bench.measure.trackers import device_memory, devices, energy
 from gguf_bench.measure.trackers.nvml import open_nvml
 from gguf_bench.results.presentation.report import render, rich_table
 from gguf_bench.results.presentation.summary import summarize, to_frame
@@ -26,6 +25,7 @@ from gguf_bench.results.schema.parts.memory import DeviceMemory
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.records import Mode, RunConfig, RunMetrics, RunRecord, parse, to_dict
 from gguf_bench.results.schema.run_fields import run_row
+from gguf_bench.runtimes.placement import Placement
 
 
 def zone(root: Path, name: str, label: str, energy_uj: int, max_uj: int) -> Path:
@@ -203,7 +203,7 @@ def test_no_nvml_device_is_a_reason_not_an_error():
         pass
     nv = open_nvml(FakeNvml(fail=LibraryNotFound("NVML Shared Library Not Found")))
     assert nv.module is None and "no NVML device (LibraryNotFound" in nv.why_not
-    assert energy.nvml_counter(nv) == (None, nv.why_not) and memory.MemoryTracker.if_available(nv) is None
+    assert energy.nvml_counter(nv) == (None, nv.why_not) and device_memory.MemoryTracker.if_available(nv) is None
     found = energy.find_counters(nv, Path("/nonexistent/powercap"))
     assert found.counters == [] and found.why == {"nvml": nv.why_not,
                                                   "rapl": "no RAPL (/nonexistent/powercap does not exist)"}
@@ -213,7 +213,7 @@ def test_memory_is_each_used_devices_reading_after_the_run_never_a_sum(monkeypat
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     nv = open_nvml(FakeNvml())
-    with memory.MemoryTracker(nv) as m:
+    with device_memory.MemoryTracker(nv) as m:
         pass
     record = m.fill(cpu_run(offload=on_gpu()))  # CUDA0 is NVML's GPU1 here; GPU0 is not the run's
     assert [(d.device, d.used_after_mib, d.total_mib) for d in record.memory] == [("GPU1: Fake GPU", 200, 1000)]

@@ -1,4 +1,4 @@
-"""`gguf-bench build-tree`: one CMake build of llama.cpp for both engines (engines/tree_build.py), proved here on the CPU
+"""`gguf-bench build-tree`: one CMake build of llama.cpp for both engines (runtimes/tree_build.py), proved here on the CPU
 backend: LLAMA_CPP_LIB_PATH on its bin/ makes the Python engine load its libraries and the server engine run its
 llama-server. The build itself is the session fixture `cpu_tree` (built once per machine into the shared cache)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cli_helpers import assert_user_error, invoke, pair_args, stored
 
-from gguf_bench.engines import server_build, tree_build
+from gguf_bench.runtimes import server_build, tree_build
 
 PROMPT = "def fibonacci(n):"
 
@@ -61,7 +61,7 @@ def test_build_tree_takes_one_backend():
     assert_user_error(invoke("build-tree", "--cpu", "--cuda-arch", "90"), "--cuda-arch goes with --cuda")
 
 
-MAPS = ("from gguf_bench.engines.llama_cpp import backends; backends(); from pathlib import Path; "
+MAPS = ("from gguf_bench.runtimes.llama_cpp import backends; backends(); from pathlib import Path; "
         "print('\\n'.join(sorted({line.split()[-1] for line in Path('/proc/self/maps').read_text().splitlines() "
         "if '/libllama.so' in line or '/libggml' in line})))")
 

@@ -13,9 +13,9 @@ from cli_helpers import assert_user_error, invoke, pair_args, stored
 
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import Strategy
-from gguf_bench.measure.calibrate import calibrate, match_flags
+from gguf_bench.measure.flows.calibrate import calibrate, match_flags
+from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.measure.prompts import builtin
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.results.predictions import costmodel as tn
 from gguf_bench.results.presentation import tuning
@@ -613,8 +613,8 @@ def test_check_gains_are_the_verdict_rules_and_the_fastest_decided_setting_wins(
     tokens/s. K=2 gains a steady +30% (decided); K=3 a scattered +5% or so (not decided); K=1 +10% (decided, slower
     than K=2). The verdict: K=2 at its measured speed, and what tune deploys; the measured gains are the paired ones
     with their intervals, not ratios of the means."""
-    from gguf_bench.measure import tune as flow
-    from gguf_bench.measure.prompts import Prompt
+    from gguf_bench.measure.flows import tune as flow
+    from gguf_bench.measure.inputs.prompts import Prompt
 
     records = check_runs([20.0, 17.0, 14.0, 19.0], {1: [0.10, 0.11, 0.09, 0.10], 2: [0.30, 0.31, 0.29, 0.30],
                                                     3: [0.30, -0.20, 0.25, -0.10]})
@@ -643,8 +643,8 @@ def test_check_gains_are_the_verdict_rules_and_the_fastest_decided_setting_wins(
 def test_a_check_whose_gain_is_not_decided_recommends_the_target_alone_and_says_why(monkeypatch, tmp_path):
     """One block (one pair of runs per K): no interval can be made, so however fast K=2 measured, the verdict is the
     target alone, whatever tune predicted, and it says why; so do the deploy line's Recommendation and --json."""
-    from gguf_bench.measure import tune as flow
-    from gguf_bench.measure.prompts import Prompt
+    from gguf_bench.measure.flows import tune as flow
+    from gguf_bench.measure.inputs.prompts import Prompt
 
     records = check_runs([20.0], {1: [0.2], 2: [0.4], 3: [0.3]})
     monkeypatch.setattr(flow, "_checked", lambda job, grid, events: [r for r in records if r.k in (0, *grid.ks)])

@@ -50,7 +50,7 @@ def test_twin_copies_the_header_and_is_sparse(tiny_pairs, tmp_path):
 def test_twin_loads_generates_without_stopping_and_allocates_the_same_buffers(tmp_path):
     from gguf_bench.decoding.loop import generate_regular
     from gguf_bench.decoding.sampling import SamplingConfig
-    from gguf_bench.engines.llama_cpp import Model, Vocabulary
+    from gguf_bench.runtimes.llama_cpp import Model, Vocabulary
 
     real, _ = make_pair(tmp_path / "a", noise=0.0)
     probe = _twin(real, tmp_path / "probe.gguf")
@@ -73,7 +73,7 @@ def test_twin_loads_generates_without_stopping_and_allocates_the_same_buffers(tm
 def test_moe_twin_routes_a_batch_to_more_than_top_k_experts(tmp_path):
     import gguf
 
-    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.runtimes.llama_cpp import Model
 
     spec = TinySpec(n_experts=8, n_experts_used=2)
     src = write_gguf(tmp_path / "moe.gguf", spec, random_weights(spec, len(vocabulary()[0]), 0))
@@ -165,7 +165,7 @@ def test_random_blocks_are_finite_with_the_asked_spread():
 
 @pytest.mark.slow
 def test_gemma_twin_allocates_the_real_buffers(gemma_q4_q2, tmp_path):
-    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.runtimes.llama_cpp import Model
 
     real = gemma_q4_q2[0]
     w = write_twin(local_header(real), tmp_path / "gemma-twin.gguf", real.name)
@@ -205,11 +205,11 @@ def test_llama_server_generates_a_twin_past_its_end_token(tmp_path, server_bin):
     """The server engine asks llama-server to ignore EOS for a twin, whose first greedy token is here the source's
     end-of-generation token (as test_twin_loads_generates_without_stopping... builds it)."""
     from gguf_bench.decoding.strategy import Strategy
-    from gguf_bench.engines.llama_cpp import Model
+    from gguf_bench.measure.inputs.prompts import Prompt
     from gguf_bench.measure.pair import PairFiles
     from gguf_bench.measure.plan import Grid
-    from gguf_bench.measure.prompts import Prompt
     from gguf_bench.measure.sweep import iter_records
+    from gguf_bench.runtimes.llama_cpp import Model
 
     real, _ = make_pair(tmp_path / "a", noise=0.0)
     probe = _twin(real, tmp_path / "probe.gguf")

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from gguf_bench.measure import deploy
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Cell, Unit, auto_looks, counterbalanced, shuffled
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.repeat import undecided
 from gguf_bench.results.presentation.report import drift_lines, proof_lines
 from gguf_bench.results.presentation.summary import gain_decided, summarize, to_frame

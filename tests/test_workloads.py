@@ -17,7 +17,7 @@ import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, stored
 
 from gguf_bench.errors import DownloadError
-from gguf_bench.measure import workloads
+from gguf_bench.measure.inputs import workloads
 
 from hubserver import HubServer
 
@@ -110,7 +110,7 @@ def test_a_wheel_that_does_not_match_the_registry_is_one_line(tmp_path, local_in
 
 def test_spec_bench_from_the_local_hub_by_category(tmp_path, hub):
     reg = registry(tmp_path)
-    code = ("import json; from gguf_bench.measure import workloads; "
+    code = ("import json; from gguf_bench.measure.inputs import workloads; "
             "print(json.dumps([[p.id, p.category, p.chat] for p in "
             f"workloads.choose(None, 'spec-bench:qa', registry={str(reg)!r})])); "
             f"print(json.dumps([p.category for p in workloads.choose(None, 'spec-bench', 2, registry={str(reg)!r})]))")

@@ -24,7 +24,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 def _print_version(value: bool) -> None:
     if value:
         from gguf_bench import __version__
-        from gguf_bench.engines.llama_cpp import llama_versions
+        from gguf_bench.runtimes.llama_cpp import llama_versions
 
         console.print(f"gguf-bench {__version__}, llama-cpp-python {llama_versions()['llama_cpp_python'] or 'not installed'}",
                       markup=False)

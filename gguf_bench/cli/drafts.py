@@ -27,12 +27,12 @@ from gguf_bench.cli.options import (
 )
 from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import drafts as measuring
-from gguf_bench.measure import workloads
-from gguf_bench.measure.draft_twins import TwinCosts, TwinSetting, twin_costs
+from gguf_bench.measure.flows import drafts as measuring
+from gguf_bench.measure.flows.draft_twins import TwinCosts, TwinSetting, twin_costs
+from gguf_bench.measure.inputs import workloads
 from gguf_bench.models import candidates as cands
 from gguf_bench.models.registry import Named
-from gguf_bench.results.predictions import drafts as ranking
+from gguf_bench.results.predictions import draft_ranking as ranking
 from gguf_bench.results.predictions.costmodel import DEFAULT_REPS
 from gguf_bench.results.schema.naming import results_path
 from gguf_bench.results.schema.store import exclusive, use_results_dir

@@ -9,12 +9,12 @@ from rich import box
 from rich.table import Table
 
 from gguf_bench.cli.app import console
-from gguf_bench.engines import fit_params
-from gguf_bench.engines.placement import layer_spans
-from gguf_bench.models import memory
-from gguf_bench.models.memory import MIB, Budget, DeviceBytes, PlanRow, Shape
+from gguf_bench.models import offload_plan
+from gguf_bench.models.offload_plan import MIB, Budget, DeviceBytes, PlanRow, Shape
 from gguf_bench.placing import Placing
 from gguf_bench.results.schema.text import fit_title
+from gguf_bench.runtimes import fit_params
+from gguf_bench.runtimes.placement import layer_spans
 
 CPU_ONLY = ("llama-fit-params: llama.cpp's fitting needs a GPU device and this build has none (it sees only the "
             "host: {host}); nothing to compare")
@@ -23,7 +23,7 @@ CPU_ONLY = ("llama-fit-params: llama.cpp's fitting needs a GPU device and this b
 def compare_fit(rows: list[PlanRow], shapes: list[Shape], files: list[Path], budget: Budget, n_ctx: int) -> None:
     """For the target and the draft apart: llama-fit-params' pick within `budget` (each model alone) beside the
     planner's best row, then what its two picks need together."""
-    best = memory.best_row(rows)
+    best = offload_plan.best_row(rows)
     runs = []
     for role, shape, source in zip(("target", "draft"), shapes, files):
         run, notes = fit_params.fit(source, n_ctx, budget)
@@ -54,7 +54,7 @@ def _table(role: str, shape: Shape, source: Path, run: fit_params.FitRun, planne
     if planned is not None:
         _planner_rows(table, "planner's best", _cells(shape, *planned), planned[0], device)
     choice = run.choice or fit_params.FitChoice(n_ctx, -1)  # no pick: its estimate at llama.cpp's default
-    picked = memory.device_bytes(shape, choice.layers, n_ctx, None, choice.placing, budget)
+    picked = offload_plan.device_bytes(shape, choice.layers, n_ctx, None, choice.placing, budget)
     cells = _cells(shape, picked, choice.placing)
     for i, e in enumerate(run.devices):
         table.add_row(("llama.cpp picks" if run.choice else "llama.cpp, all") if i == 0 else "",
@@ -93,7 +93,7 @@ def _experts(shape: Shape, placing: Placing) -> str:
     """The layers whose experts `placing` keeps on the CPU: 'blk 0-2, part of blk 3' (some of its expert tensors)."""
     if not shape.has_experts:
         return "(dense)"
-    moved = memory.cpu_experts(shape, placing)
+    moved = offload_plan.cpu_experts(shape, placing)
     part = [layer for layer, size in moved.items() if size < shape.expert_bytes[layer]]
     whole = [layer for layer in moved if layer not in part]
     return ", ".join([*([layer_spans(whole)] if whole else []), *([f"part of {layer_spans(part)}"] if part else [])]) or "-"

@@ -1,4 +1,4 @@
-"""`gguf-bench machine`: the memory bandwidth this machine reads at (measure/bandwidth.py), stored for the report's
+"""`gguf-bench machine`: the memory bandwidth this machine reads at (measure/flows/bandwidth.py), stored for the report's
 ceiling column (results/predictions/ceiling.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import typer
 
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import ThreadsOpt
-from gguf_bench.measure import bandwidth
+from gguf_bench.measure.flows import bandwidth
 
 
 @command

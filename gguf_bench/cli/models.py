@@ -16,23 +16,15 @@ from gguf_bench.cli import fit_compare
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import MARGIN, MarginOpt, RegistryOpt, ResultsDirOpt, ThreadsOpt
 from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
-from gguf_bench.engines.llama_cpp import (
-    gpu_devices,
-    gpu_offload_supported,
-    llama_versions,
-    offload_status,
-    quantize,
-    read_info,
-)
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import speed
+from gguf_bench.measure.flows import speed
 from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.sweep import SweepEvents
-from gguf_bench.models import memory
+from gguf_bench.models import offload_plan
 from gguf_bench.models.download import fetch, locate
 from gguf_bench.models.gguf import compatibility
 from gguf_bench.models.headers import source_header
-from gguf_bench.models.memory import MIB
+from gguf_bench.models.offload_plan import MIB
 from gguf_bench.models.pairs import header_sources, resolve_for_info
 from gguf_bench.models.parts import model_path, model_size, part_paths
 from gguf_bench.models.registry import DerivedSource, ModelRef, load_registry
@@ -42,6 +34,14 @@ from gguf_bench.models.twin import twin_paths, write_twin
 from gguf_bench.placing import Placing
 from gguf_bench.results.schema.store import use_results_dir
 from gguf_bench.results.schema.text import fit_title, size_text
+from gguf_bench.runtimes.llama_cpp import (
+    gpu_devices,
+    gpu_offload_supported,
+    llama_versions,
+    offload_status,
+    quantize,
+    read_info,
+)
 
 
 @command
@@ -225,8 +225,8 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
     usable = budget.less({device: options.byte_size(margin, "--margin") for device, _ in budget.devices})
     *sources, pair_name = header_sources(pair, target, draft, registry)  # files, registry models or hub files
     files = _local_files(sources, registry) if compare_fit else None
-    shapes = [memory.Shape.from_header(*source_header(s, registry).table()) for s in sources]
-    rows = memory.plan(shapes[0], shapes[1], usable, ctx_size, [0, 1, shapes[1].total_layers // 2, options.ALL_LAYERS],
+    shapes = [offload_plan.Shape.from_header(*source_header(s, registry).table()) for s in sources]
+    rows = offload_plan.plan(shapes[0], shapes[1], usable, ctx_size, [0, 1, shapes[1].total_layers // 2, options.ALL_LAYERS],
                        drafts=tuple(dict.fromkeys(drafts)))
     found = _measure_rows(rows, (pair_name, *sources), registry, run, out) if measure else None
     title = (f"{Path(sources[0]).name} + {Path(sources[1]).name}: device memory at -c {ctx_size} ({where}, {margin} "
@@ -235,11 +235,11 @@ def plan(pair: Annotated[str | None, typer.Argument(help="pair name from the reg
     for role, shape in zip(("target", "draft"), shapes):
         if shape.mtp_bytes:
             console.print(f"{role}'s MTP heads: {shape.mtp_bytes / MIB:.0f} MiB more, and "
-                          f"{memory.mtp_kv_bytes(shape, ctx_size) / MIB:.0f} MiB of KV for their own context at "
+                          f"{offload_plan.mtp_kv_bytes(shape, ctx_size) / MIB:.0f} MiB of KV for their own context at "
                           f"-c {ctx_size}, loaded only for --spec-type draft-mtp (llama.cpp skips them otherwise; not "
                           "in the rows above)", markup=False)
         if shape.state_bytes and role == "target":
-            console.print(f"{role}'s recurrent state: {memory.rollback_bytes(shape) / MIB:.1f} MiB more per draft "
+            console.print(f"{role}'s recurrent state: {offload_plan.rollback_bytes(shape) / MIB:.1f} MiB more per draft "
                           "token (-K) with draft-mtp, -eagle3, -dflash or -dspark (llama.cpp keeps K more copies to "
                           "roll a rejected draft back; not in the rows above)", markup=False)
     if found:
@@ -261,7 +261,7 @@ def _local_files(sources: list[str], registry: Path | None) -> list[Path]:
     return out
 
 
-def _plan_table(rows: list[memory.PlanRow], target: memory.Shape, title: str,
+def _plan_table(rows: list[offload_plan.PlanRow], target: offload_plan.Shape, title: str,
                 found: tuple[speed.Measured, speed.SpeedRun] | None) -> Table:
     """One line per target placement, grouped under its draft placement (its cells on the group's first line)."""
     caption = ("MiB on the devices; compute is an estimate, the other terms are arithmetic on the header; free: on "
@@ -283,24 +283,24 @@ def _plan_table(rows: list[memory.PlanRow], target: memory.Shape, title: str,
     return table
 
 
-def _draft_cells(row: memory.PlanRow) -> tuple[str, str]:
+def _draft_cells(row: offload_plan.PlanRow) -> tuple[str, str]:
     d = row.draft
     where = "none" if row.placing_draft.no_offload else f"{d.layers}/{d.total_layers}"
     devices = ",".join(row.placing_draft.devices) if row.placing_draft.devices and not row.placing_draft.no_offload else ""
     return (f"{where} {devices}".strip(), f"{d.total / MIB:.0f}")
 
 
-def _moe_cell(row: memory.PlanRow, target: memory.Shape) -> str:
+def _moe_cell(row: offload_plan.PlanRow, target: offload_plan.Shape) -> str:
     """The target's --n-cpu-moe: '-' for a dense target or no placement."""
     return str(row.placing.expert_layers(target.n_layers)) if target.has_experts and row.target else "-"
 
 
-def _measurable(row: memory.PlanRow) -> bool:
+def _measurable(row: offload_plan.PlanRow) -> bool:
     """--measure measures -ngl/-ngld placements only (no -ncmoe, no -devd)."""
     return row.target is not None and row.placing.is_default and row.placing_draft.is_default
 
 
-def _measure_rows(rows: list[memory.PlanRow], pair: tuple[str, str, str], registry: Path | None, run: speed.SpeedRun,
+def _measure_rows(rows: list[offload_plan.PlanRow], pair: tuple[str, str, str], registry: Path | None, run: speed.SpeedRun,
                   out: Path) -> tuple[speed.Measured, speed.SpeedRun] | None:
     """Each row that fits, measured on twins of the pair (name, target source, draft source): speed.measure_speeds;
     None when no row fits."""
@@ -317,12 +317,12 @@ def _measure_rows(rows: list[memory.PlanRow], pair: tuple[str, str, str], regist
     return found, run
 
 
-def _speed_cells(row: memory.PlanRow, found: speed.Measured) -> list[str]:
+def _speed_cells(row: offload_plan.PlanRow, found: speed.Measured) -> list[str]:
     got = found.speeds.get((row.target.layers, row.draft.layers)) if _measurable(row) else None
     return [f"{v:.1f}" if v else "–" for v in ((got.target, got.draft) if got else (None, None))]
 
 
-def _measure_notes(found: speed.Measured, rows: list[memory.PlanRow]) -> None:
+def _measure_notes(found: speed.Measured, rows: list[offload_plan.PlanRow]) -> None:
     """Why a fitting row has no speed, and where the runs are stored."""
     for r in rows:
         got = found.speeds.get((r.target.layers, r.draft.layers)) if _measurable(r) else None
@@ -331,10 +331,10 @@ def _measure_notes(found: speed.Measured, rows: list[memory.PlanRow]) -> None:
     console.print(f"stored {len(found.records)} runs in {found.out}", markup=False, soft_wrap=True)
 
 
-def _budget(vram: str | None) -> tuple[memory.Budget, str]:
+def _budget(vram: str | None) -> tuple[offload_plan.Budget, str]:
     if vram:
         return vram_budget(vram), f"--vram {vram}"
     gpus = gpu_devices()
     if not gpus:
         raise BenchError("this machine has no GPU device llama.cpp can use: give the device's memory, e.g. --vram 24GB")
-    return memory.Budget.one(gpus[0].memory_total), f"{gpus[0].name} {gpus[0].memory_total / MIB:.0f} MiB"
+    return offload_plan.Budget.one(gpus[0].memory_total), f"{gpus[0].name} {gpus[0].memory_total / MIB:.0f} MiB"

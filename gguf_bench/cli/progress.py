@@ -19,12 +19,12 @@ from rich.text import Text
 
 from gguf_bench import options
 from gguf_bench.cli.app import console, err
-from gguf_bench.engines.llama_cpp import gpu_offload_supported, quantize
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, open_pair
 from gguf_bench.measure.sweep import SweepEvents
 from gguf_bench.models.pairs import PairChoice, PairFiles, model_file, resolve
 from gguf_bench.results.schema.records import RunRecord
+from gguf_bench.runtimes.llama_cpp import gpu_offload_supported, quantize
 
 STEP_LINE_BYTES = 10_000_000  # where no bar can draw, a step of known size below this passes without a line
 

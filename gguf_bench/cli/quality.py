@@ -35,8 +35,8 @@ from gguf_bench.cli.options import (
 from gguf_bench.cli.progress import load_pair
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
-from gguf_bench.measure.quality import CompareEvents, distribution_check, evaluate, identity_lines
-from gguf_bench.measure.quality import compare as compare_both
+from gguf_bench.measure.flows.quality import CompareEvents, distribution_check, evaluate, identity_lines
+from gguf_bench.measure.flows.quality import compare as compare_both
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.results.schema.evaluation import EvalConfig
 from gguf_bench.results.schema.records import to_dict

@@ -85,11 +85,12 @@ from gguf_bench.decoding.divergence import LOOP_ERROR, describe
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
-from gguf_bench.measure import deploy, prompts, workloads
+from gguf_bench.measure import deploy
 from gguf_bench.measure.distributed import RayOptions, failure_message, ray_options, sweep_on_ray
+from gguf_bench.measure.inputs import prompts, workloads
+from gguf_bench.measure.inputs.prompts import at_lengths
 from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.plan import AUTO_FIRST, Grid, cells_failed, measured, single_run_grid
-from gguf_bench.measure.prompts import at_lengths
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import Split, placing_axes

@@ -12,10 +12,10 @@ from typing import Annotated
 import typer
 
 from gguf_bench.cli.app import command, console, err
-from gguf_bench.engines import build, server_build, tree_build
-from gguf_bench.engines.llama_server import probe
-from gguf_bench.engines.rpc import RpcServer
 from gguf_bench.errors import BenchError
+from gguf_bench.runtimes import build, server_build, tree_build
+from gguf_bench.runtimes.llama_server import probe
+from gguf_bench.runtimes.rpc import RpcServer
 
 
 @command

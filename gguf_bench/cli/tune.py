@@ -1,4 +1,4 @@
-"""`gguf-bench tune`: its options, tables and JSON. The calibration is measure/calibrate.py's, the prediction
+"""`gguf-bench tune`: its options, tables and JSON. The calibration is measure/flows/calibrate.py's, the prediction
 results/predictions/costmodel.py's, the plot results/presentation/plots.py's."""
 
 from __future__ import annotations
@@ -45,12 +45,13 @@ from gguf_bench.cli.options import (
 from gguf_bench.cli.progress import QuietStatus, pair_files
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy, parse_spec_types
 from gguf_bench.errors import BenchError
-from gguf_bench.measure import deploy, workloads
-from gguf_bench.measure.prompts import at_lengths
-from gguf_bench.measure.server_tune import ServerTuneJob, twin_files
-from gguf_bench.measure.server_tune import tune_server as tune_server_job
-from gguf_bench.measure.tune import TuneEvents, TuneJob, twin_job
-from gguf_bench.measure.tune import tune as run_tune
+from gguf_bench.measure import deploy
+from gguf_bench.measure.flows.server_tune import ServerTuneJob, twin_files
+from gguf_bench.measure.flows.server_tune import tune_server as tune_server_job
+from gguf_bench.measure.flows.tune import TuneEvents, TuneJob, twin_job
+from gguf_bench.measure.flows.tune import tune as run_tune
+from gguf_bench.measure.inputs import workloads
+from gguf_bench.measure.inputs.prompts import at_lengths
 from gguf_bench.models.pairs import PairFiles, header_sources
 from gguf_bench.models.twin import twin_folder
 from gguf_bench.placing import Split, placing_axes
@@ -204,7 +205,7 @@ def _tunable(capability: str) -> list[str]:
 
 
 def tune_server(a: TuneArgs) -> None:
-    """tune --engine server: a short calibration through llama-server itself (measure/server_tune.py)."""
+    """tune --engine server: a short calibration through llama-server itself (measure/flows/server_tune.py)."""
     if a.objective != "decode" or a.prompt_length:
         raise BenchError("tune --engine server predicts decode tokens/s on the built-in prompts: --objective request "
                          "and --prompt-tokens are for --engine python (sweep --engine server measures both)")
@@ -225,7 +226,7 @@ def tune_server(a: TuneArgs) -> None:
 
 
 def tune_python(a: TuneArgs) -> None:
-    """tune --engine python: the loop's decode timings, every K predicted from one text (measure/tune.py)."""
+    """tune --engine python: the loop's decode timings, every K predicted from one text (measure/flows/tune.py)."""
     predicted = tune_strategies(a.spec_types, a.k_schedules, a.ngram_min, a.ngram_max, a.k_cap, a.k_list)
     ngl_list, ngld_list = options.layer_list(a.ngls, "-ngl"), options.layer_list(a.nglds, "-ngld")
     if a.n_predict < 2 or a.reps < 1:

@@ -13,7 +13,7 @@ from gguf_bench.errors import ConfigError
 
 SPEC_TYPES = ("draft", "ngram", "ngram,draft")  # gguf-bench's loop (and llama-server: draft-simple, ngram-simple)
 SPEC_ALIASES = {"ngram+draft": "ngram,draft"}  # the chain's name inside comma-separated sweep lists
-# llama-server's own --spec-type values, spelled as it spells them (--engine server only); see engines/llama_server.py
+# llama-server's own --spec-type values, spelled as it spells them (--engine server only); see runtimes/llama_server.py
 # for the size flags each one gets from -K
 SERVER_SPEC_TYPES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
                      "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from gguf_bench.decoding.schedules import Costs
-from gguf_bench.engines.llama_cpp import Model
 from gguf_bench.errors import ConfigError
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.parts import model_size
@@ -24,6 +23,7 @@ from gguf_bench.placing import Placing, split_label
 from gguf_bench.results.predictions.costmodel import relative_scatter
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.store import environment, read_records, results_dir
+from gguf_bench.runtimes.llama_cpp import Model
 
 WARM_UP_REPS = 3  # timings per batch size when measured in the warm-up (the median is kept)
 

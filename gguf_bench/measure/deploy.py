@@ -17,12 +17,9 @@ import pandas as pd
 
 from gguf_bench import engine_registry as capabilities
 from gguf_bench.decoding.strategy import Strategy
-from gguf_bench.engines.llama_cpp import read_info
-from gguf_bench.engines.llama_server import Launch, deploy_argv
-from gguf_bench.engines.server_build import MARKER, find_server, library_env
 from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure.engines.server import speculation
 from gguf_bench.measure.pair import PairFiles
-from gguf_bench.measure.server_engine import speculation
 from gguf_bench.placing import parse_label, split_label
 from gguf_bench.results.predictions.costmodel import Calibration
 from gguf_bench.results.presentation.crossover import OTHER as BESIDE
@@ -53,6 +50,9 @@ from gguf_bench.results.presentation.summary import (
     workload_family,
 )
 from gguf_bench.results.schema.records import Mode, RunRecord
+from gguf_bench.runtimes.llama_cpp import read_info
+from gguf_bench.runtimes.llama_server import Launch, deploy_argv
+from gguf_bench.runtimes.server_build import MARKER, find_server, library_env
 
 KEYS = SETTING + ["mode", "strategy", "k"]
 GROUP = FAMILY  # a deploy line per workload: pair, slots and clients, depth, temperature, length (and prompt, where the
@@ -274,7 +274,7 @@ def tuned_line(files, strategies: list, rec, cost_top, ctx_size: int, threads: i
 
 
 def tuned_server_line(tuned) -> str:
-    """The llama-server line for `tune --engine server`'s recommendation (measure/server_tune.ServerTuned): the command
+    """The llama-server line for `tune --engine server`'s recommendation (measure/flows/server_tune.ServerTuned): the command
     a calibration run of the recommended type ran (same build, files and slots) at the recommended K; the target
     alone's where no K is predicted to gain."""
     if tuned.top is None:

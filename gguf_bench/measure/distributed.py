@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gguf_bench.engines.llama_cpp import quantize
 from gguf_bench.errors import BenchError, ConfigError, ModelError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Grid, cell_key, cells_done, cells_for
@@ -40,6 +39,7 @@ from gguf_bench.results.schema.naming import check_new
 from gguf_bench.results.schema.parts.node import Node
 from gguf_bench.results.schema.records import Record, RunRecord
 from gguf_bench.results.schema.store import append_record, environment, read_records
+from gguf_bench.runtimes.llama_cpp import quantize
 
 INSTALL_HINT = "--ray needs Ray, which is not installed; install it with: pip install -e '.[ray]'"
 ACCELERATOR_PREFIX = "accelerator_type:"  # Ray's node resource naming the GPU model, e.g. accelerator_type:A100

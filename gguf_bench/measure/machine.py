@@ -1,5 +1,5 @@
 """What this machine can hold, checked before a sweep loads anything: system memory for CPU-only settings, and the
-device budget each offload setting is planned against (models/memory.py predicts from the headers)."""
+device budget each offload setting is planned against (models/offload_plan.py predicts from the headers)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from gguf_bench.engines.llama_cpp import check_placement, check_rpc, gpu_devices
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Grid
-from gguf_bench.models.memory import Budget, Shape, fits
+from gguf_bench.models.offload_plan import Budget, Shape, fits
 from gguf_bench.models.parts import model_size, tensor_table
 from gguf_bench.placing import CPU, Placing
 from gguf_bench.results.schema.text import size_text
+from gguf_bench.runtimes.llama_cpp import check_placement, check_rpc, gpu_devices
 
 
 def vram_budget(text: str) -> Budget:
@@ -47,7 +47,7 @@ def _offloads(load: LoadConfig) -> bool:
 
 def does_not_fit(files: PairFiles, load: LoadConfig, n_ctx: int, budget: Budget) -> str | None:
     """Why this offload setting (-ngl/-ngld and the placings: -ncmoe, -ot, -dev and the draft's) cannot fit the
-    devices (models/memory.py's prediction from the headers), or None."""
+    devices (models/offload_plan.py's prediction from the headers), or None."""
     if not _offloads(load) or (load.placing.rpc and not budget.named):  # RPC devices: their servers' memory,
         return None  # planned only when --vram names them (RPC0=8GB,...)
     target = Shape.from_header(*tensor_table(files.target))

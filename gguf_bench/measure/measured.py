@@ -1,5 +1,5 @@
 """What a sweep measures, as the engine resolves it from the command: a pair's local files (`LocalPair`, the Python
-loop and llama-server), or servers someone else started (endpoint_engine.Servers). The one sweep loop
+loop and llama-server), or servers someone else started (engines/endpoint.Servers). The one sweep loop
 (measure/sweep.py: `run_sweep`, `Measuring`, -r auto, --resume and the lock) asks it for its checks, the fixed parts of
 its records, its cells and its engines, and never asks which kind it is.
 """
@@ -12,10 +12,10 @@ from typing import Protocol
 
 from gguf_bench import engine_registry
 from gguf_bench.measure import machine
-from gguf_bench.measure.engine import Engine
+from gguf_bench.measure.engines.protocol import Engine
+from gguf_bench.measure.inputs.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
 from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, expand
-from gguf_bench.measure.prepared import PreparedPrompts, sized_context
 from gguf_bench.results.schema.store import environment, models_record
 
 Only = Callable[[Setting, Cell], bool] | None

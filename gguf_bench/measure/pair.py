@@ -11,16 +11,16 @@ from gguf_bench.decoding.loop import GenerationResult, OnRound, Verify, generate
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.schedules import Costs
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
-from gguf_bench.engines.llama_cpp import Model, read_info
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure.costs import measure_costs, stored_costs
-from gguf_bench.measure.depth import AtDepth, fill
+from gguf_bench.measure.inputs.depth import AtDepth, fill
 from gguf_bench.models.gguf import check_compatible as check_vocabularies
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.options import CACHE_TYPES, CONTEXT_DEFAULTS, FLASH_ATTN, layers_label
 from gguf_bench.placing import Placing
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.records import Mode
+from gguf_bench.runtimes.llama_cpp import Model, read_info
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ class LoadedPair:
             raise
 
     def at_depth(self, filler: list[int]) -> None:
-        """Fill both models' context with `filler` (measure/depth.py: its first tokens; untimed): runs from now on
+        """Fill both models' context with `filler` (measure/inputs/depth.py: its first tokens; untimed): runs from now on
         start after it (a prompt goes after it without its BOS: depth.after_filler)."""
         target, draft = (getattr(m, "model", m) for m in (self.target, self.draft))
         depth = len(filler)

@@ -3,7 +3,7 @@
 into settings (one load of a pair, or one llama-server configuration) x cells, each cell with the key --resume knows
 it by.
 
-Nothing here loads a model: engines (measure/engine.py) run what the plan lists.
+Nothing here loads a model: engines (measure/engines/protocol.py) run what the plan lists.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from gguf_bench import options
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
-from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.pair import LoadConfig, PairFiles
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.proof import marked
 from gguf_bench.measure.trackers import TRACKERS
-from gguf_bench.models.memory import Budget
+from gguf_bench.models.offload_plan import Budget
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
 from gguf_bench.results.schema.parts.load import Load
@@ -36,6 +35,7 @@ from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.parts.server import Server as ServerRecord
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunConfig, RunMetrics, RunRecord
 from gguf_bench.results.schema.store import now_iso
+from gguf_bench.runtimes.llama_server import NGRAM_CACHE_K
 
 SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
 
@@ -64,7 +64,7 @@ class Grid:
     verify: Verify = Verify.BATCHED
     strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
     engines: tuple[str, ...] = (PYTHON_ENGINE,)  # who generates: gguf-bench's loop, llama-server, or both
-    server_bin: Path | None = None  # the llama-server to run (None: engines/server_build.find_server's choice)
+    server_bin: Path | None = None  # the llama-server to run (None: runtimes/server_build.find_server's choice)
     # llama.cpp's context settings, swept like -ngl (None: its default, options.CONTEXT_DEFAULTS; -td: --threads)
     flash_attns: list[str | None] = field(default_factory=lambda: [None])
     cache_types_k: list[str | None] = field(default_factory=lambda: [None])
@@ -80,7 +80,7 @@ class Grid:
     parallels: list[int] | None = None
     clients: list[int] | None = None
     request_timeout_s: float = 600.0  # the longest one request of a concurrent round may take
-    depths: list[int] = field(default_factory=lambda: [0])  # tokens of filler before the prompt (measure/depth.py)
+    depths: list[int] = field(default_factory=lambda: [0])  # tokens of filler before the prompt (measure/inputs/depth.py)
     warm_pool: bool = False  # n-gram types whose state outlives a request: one process per group, not per prompt
     trackers: tuple[str, ...] = TRACKERS  # what each cell is measured inside (measure/trackers/: load, memory, energy)
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from gguf_bench import engine_registry
 from gguf_bench.decoding.strategy import Strategy
-from gguf_bench.engines.llama_cpp import Vocabulary
-from gguf_bench.engines.llama_server import NGRAM_MOD_MATCH, Speculation
 from gguf_bench.errors import BenchError
 from gguf_bench.results.schema.records import Mode, RunMetrics
+from gguf_bench.runtimes.llama_cpp import Vocabulary
+from gguf_bench.runtimes.llama_server import NGRAM_MOD_MATCH, Speculation
 
 NO_REASON = "its drafter proposed no token in this run"
 

@@ -1,5 +1,5 @@
 """A sweep: what is measured (measure/measured.py: a local pair, or served URLs) -> plan (measure/plan.py) -> engine
-(measure/engine.py) -> store, the one loop of every engine. Several settings take turns one repetition at a time
+(measure/engines/protocol.py) -> store, the one loop of every engine. Several settings take turns one repetition at a time
 (plan.interleaved), loaded side by side where they fit, else loaded again at each switch; one setting is loaded once
 (-r auto's passes too: Measuring); each record is appended as soon as its cell is measured, so an interrupted sweep
 continues with --resume.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gguf_bench import engine_registry as capabilities
-from gguf_bench.measure.engine import Engine, Session, measure_unit
+from gguf_bench.measure.engines.protocol import Engine, Session, measure_unit
 from gguf_bench.measure.measured import Measured, as_measured
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, cells_done, interleaved

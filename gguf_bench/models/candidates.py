@@ -31,7 +31,7 @@ from gguf_bench.models.files import SPLIT_RE, cache_dir, read_json, write_json
 from gguf_bench.models.gguf import GGUFInfo, Rule, first_failure, total_size, trunk_layers
 from gguf_bench.models.headers import HubReader, ReadStats
 from gguf_bench.models.heads import mtp_heads, sidecar_mismatch
-from gguf_bench.models.memory import Shape, Weight, tensor_bytes
+from gguf_bench.models.offload_plan import Shape, Weight, tensor_bytes
 from gguf_bench.models.parts import ModelHeader, local_header, model_path, part_paths
 from gguf_bench.models.registry import HubSource, Named, load_registry, name_model
 from gguf_bench.models.vocab import TOKENS_KEY, info_from_header

@@ -131,7 +131,7 @@ def check_compatible(target: GGUFInfo, draft: GGUFInfo) -> None:
                                     "pick a draft from the same model family (same tokenizer)")
 
 
-# --- tensor table (what engines/repack.py needs), read straight from the header --------------------------
+# --- tensor table (what runtimes/repack.py needs), read straight from the header --------------------------
 
 @dataclass(frozen=True)
 class TensorInfo:

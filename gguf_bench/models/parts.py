@@ -18,7 +18,7 @@ from types import MappingProxyType
 from gguf_bench.errors import ModelError
 from gguf_bench.models.files import split_parts
 from gguf_bench.models.gguf import HeaderLayout, TensorInfo, header_layout
-from gguf_bench.models.memory import tensor_bytes
+from gguf_bench.models.offload_plan import tensor_bytes
 
 SPLIT_COUNT, SPLIT_NO, SPLIT_TENSORS = "split.count", "split.no", "split.tensors.count"
 

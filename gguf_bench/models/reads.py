@@ -7,7 +7,7 @@ positions and the draft once per drafted token, and yields tau tokens (accepted 
 
     bytes per token = (target step over K+1 positions + drafted x draft step) / tau
 
-The tensor sizes are models/memory.py's (Shape.from_header); records.py applies this to a run's own counts.
+The tensor sizes are models/offload_plan.py's (Shape.from_header); records.py applies this to a run's own counts.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_bench.errors import BenchError
-from gguf_bench.models.memory import Shape
+from gguf_bench.models.offload_plan import Shape
 from gguf_bench.models.parts import tensor_table
 
 KV_DEFAULT = "f16"  # llama.cpp's cache type when a record names none

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_bench.models.memory import tensor_bytes
+from gguf_bench.models.offload_plan import tensor_bytes
 from gguf_bench.models.tiny import add_bpe_vocabulary, vocabulary
 
 

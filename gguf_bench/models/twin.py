@@ -11,7 +11,7 @@ The data (docs/twins.md says why):
   real one does;
 - random data in a quantized type is written as valid blocks: random quants, and each f16 scale set to one
   finite value chosen so that the weights have the standard deviation asked for.
-A key `gguf_bench.twin` (the source's description) marks the file; engines/llama_cpp.Model reads it and ignores
+A key `gguf_bench.twin` (the source's description) marks the file; runtimes/llama_cpp.Model reads it and ignores
 end-of-generation tokens, and every record made with the file says `twin`.
 """
 
@@ -35,7 +35,7 @@ from gguf_bench.errors import ModelError
 from gguf_bench.models.files import SPLIT_RE, cache_dir
 from gguf_bench.models.gguf import HeaderLayout, TensorInfo
 from gguf_bench.models.headers import named_header
-from gguf_bench.models.memory import tensor_bytes
+from gguf_bench.models.offload_plan import tensor_bytes
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.parts import ModelHeader, PartHeader, tensor_table
 from gguf_bench.models.registry import Named, name_model

@@ -17,7 +17,7 @@ from gguf_bench.errors import ModelError
 from gguf_bench.models.gguf import GGUFInfo, quant_name, trunk_layers
 
 TOKENS_KEY = "tokenizer.ggml.tokens"
-NULL = -1  # LLAMA_TOKEN_NULL, as engines/llama_cpp.read_info reports it
+NULL = -1  # LLAMA_TOKEN_NULL, as runtimes/llama_cpp.read_info reports it
 
 # tokenizer.ggml.model -> (llama.cpp's vocabulary type as read_info names it, default BOS, default EOS)
 _TYPES = {
@@ -84,7 +84,7 @@ def _special(meta: dict, name: str, default: int, n: int) -> int:
 
 
 def info_from_header(meta: dict, tensors: list, where: str, file_size: int) -> GGUFInfo:
-    """A GGUFInfo as engines/llama_cpp.read_info gives it, from a header read with `keep={TOKENS_KEY}`."""
+    """A GGUFInfo as runtimes/llama_cpp.read_info gives it, from a header read with `keep={TOKENS_KEY}`."""
     v = vocab_from_meta(meta, where)
     arch = str(meta.get("general.architecture", "unknown"))
     ctx = meta.get(f"{arch}.context_length")

@@ -2,14 +2,14 @@
 measures, and fills its part of the run's record; run_fields.RUN_FIELDS declares the columns its figures become.
 
     load    the machine's load over the run: the process's and the rest of the machine's CPU time (load.py)
-    memory  the memory in use before and after the run on each NVIDIA device the run used, from NVML (memory.py);
+    memory  the memory in use before and after the run on each NVIDIA device the run used, from NVML (device_memory.py);
             llama.cpp's own buffers per device are the offload's read-back (parts.offload.Offload), kept once
     energy  joules over the decode from NVML's total-energy counters and Linux powercap (RAPL) (energy.py), only where
             they cover every device the run used (devices.py); else the record says what is missing and `notes` gives
             the sweep's one line
 
 Every engine measures each cell inside `track(grid.trackers, ...)`; adding a measurement is one tracker module here, a
-line in `_make`, and its record and field declarations in results/schema/records.py.
+line in `_make`, and its part (its record dataclass and its field declarations) in results/schema/parts/.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Protocol
 
-from gguf_bench.measure.trackers import energy, memory
+from gguf_bench.measure.trackers import device_memory, energy
 from gguf_bench.measure.trackers.load import LoadTracker, ServerLoadTracker
 from gguf_bench.results.schema.records import RunRecord
 
@@ -74,7 +74,7 @@ def _make(name: str, server_pid: int | None) -> Tracker | None:
     if name == "load":
         return ServerLoadTracker(server_pid) if server_pid is not None else LoadTracker()
     if name == "memory":
-        return memory.MemoryTracker.if_available()
+        return device_memory.MemoryTracker.if_available()
     if name == "energy":
         return energy.EnergyTracker(energy.counters(), share=server_pid is not None)
     raise ValueError(f"unknown tracker '{name}'; known: {', '.join(TRACKERS)}")

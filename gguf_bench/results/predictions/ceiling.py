@@ -6,7 +6,7 @@ A row near 65-97% is a setup that uses the memory it has; far below leaves speed
 threads); above 100% is not a measurement of decoding (a prompt cache hit, a wrong token count). The bytes per token
 are each run's (records.py's bytes_per_token: models/reads.py's arithmetic on the GGUF headers and the run's own
 counts, at report time); the bandwidth is what `gguf-bench machine` measured and stored for the host
-(measure/bandwidth.py), kept here in the gguf-bench cache.
+(measure/flows/bandwidth.py), kept here in the gguf-bench cache.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The cost model of `gguf-bench tune`: predicted tokens/s for every draft length and offload setting from a
-calibration record (measure/calibrate.py measures one), and the best of them. Pure: loads no model, prints nothing.
+calibration record (measure/flows/calibrate.py measures one), and the best of them. Pure: loads no model, prints nothing.
 
 Cost model (Leviathan et al. 2023, with a measured instead of an assumed verify cost). One greedy
 round with draft length K:

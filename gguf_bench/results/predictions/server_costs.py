@@ -1,5 +1,5 @@
 """`tune --engine server`'s cost model: llama-server's own figures for every draft length, from a short calibration of
-its server records (measure/server_tune.py runs it). Pure: reads run records, starts nothing.
+its server records (measure/flows/server_tune.py runs it). Pure: reads run records, starts nothing.
 
 llama-server fixes its draft length when it starts and times no single step, so the model is written in what its
 requests report (`timings.predicted_ms`, `/metrics`' verification rounds and accepted tokens per draft position):
@@ -37,10 +37,10 @@ from dataclasses import dataclass, replace
 
 from gguf_bench import engine_registry
 from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES, server_parts
-from gguf_bench.engines.llama_server import NGRAM_CACHE_K
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.results.predictions.costmodel import Prediction, ScatterGuard, expected_tokens, relative_scatter
 from gguf_bench.results.schema.records import Mode, RunRecord
+from gguf_bench.runtimes.llama_server import NGRAM_CACHE_K
 
 REPETITIONS = "repetitions of each prompt"  # what the server engine's scatter guard reads (ScatterGuard)
 NGRAM_TYPES = tuple(t for t in SERVER_SPEC_TYPES if t.startswith("ngram"))  # draft only where the text repeats

@@ -1,5 +1,5 @@
 """`tune --engine server`'s tables, lines and JSON (the model is results/predictions/server_costs.py, the flow
-measure/server_tune.py)."""
+measure/flows/server_tune.py)."""
 
 from __future__ import annotations
 

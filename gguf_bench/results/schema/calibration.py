@@ -1,4 +1,4 @@
-"""`gguf-bench tune`'s record: one offload setting's calibration (measure/calibrate.py writes it,
+"""`gguf-bench tune`'s record: one offload setting's calibration (measure/flows/calibrate.py writes it,
 results/predictions/costmodel.Calibration reads it)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class CalibrationConfig:
     k_max: int = 0
     reps: int = 0  # decode timing samples per batch size
     position: int = 0  # context position the decode timings were taken at (after the depth's filler)
-    depth: int = 0  # tokens of filler before every prompt (measure/depth.py)
+    depth: int = 0  # tokens of filler before every prompt (measure/inputs/depth.py)
     placement: str | None = None  # both models' placement flags beyond -ngl (RunConfig.placement_label); None: default
 
 

@@ -227,7 +227,7 @@ def read_records(path: Path) -> list[Record]:
 def environment() -> Environment:
     """What a measurement depends on besides its configuration."""
     from gguf_bench import __version__
-    from gguf_bench.engines.llama_cpp import gpu_devices, llama_versions
+    from gguf_bench.runtimes.llama_cpp import gpu_devices, llama_versions
 
     gpus = gpu_devices()
     named = {"gpu": gpus[0].description, "gpu_memory": f"{gpus[0].memory_total // 2**20} MiB", "gpu_count": len(gpus)} if gpus else {}

@@ -14,7 +14,7 @@ rm -rf "$scratch" && mkdir -p "$scratch/bin" && cd "$scratch"
 "$py" -c "from gguf_bench.models.tiny import make_pair; make_pair('tiny', noise=0.05, seed=0)"
 cp "$repo/tests/data/golden/prompts/prompts.jsonl" .
 # llama-server as build-server made it, beside its marker (the records name bin/llama-server: no machine's cache path)
-srv=$("$py" -c "from gguf_bench.engines.server_build import cached_binary; print(cached_binary())")
+srv=$("$py" -c "from gguf_bench.runtimes.server_build import cached_binary; print(cached_binary())")
 cp "$srv" "$(dirname "$srv")/built-by-gguf-bench.txt" bin/
 gb() { "$py" -m gguf_bench.cli "$@" --results-dir out; }
 pair=(--target tiny/tiny-target.gguf --draft tiny/tiny-draft.gguf)

@@ -1,4 +1,4 @@
-"""The server an endpoint-engine run measured, as it described itself (measure/endpoint_engine.py fills it)."""
+"""The server an endpoint-engine run measured, as it described itself (measure/engines/endpoint.py fills it)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Endpoint:
-    """The server an endpoint-engine run went through (measure/endpoint_engine.py), as it described itself: None (or
+    """The server an endpoint-engine run went through (measure/engines/endpoint.py), as it described itself: None (or
     not listed) wherever it did not say; `not_available` names the figures it does not give, which the run left None."""
 
     url: str = ""

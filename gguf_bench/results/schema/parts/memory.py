@@ -1,4 +1,4 @@
-"""Each device's memory before and after a run, as NVML tells it (measure/trackers/memory.py fills it); its columns."""
+"""Each device's memory before and after a run, as NVML tells it (measure/trackers/device_memory.py fills it); its columns."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gguf_bench.results.schema.fields import Field
 
 @dataclass
 class DeviceMemory:
-    """One device's memory in use before and after a run, as NVML tells it (measure/trackers/memory.py): every process's,
+    """One device's memory in use before and after a run, as NVML tells it (measure/trackers/device_memory.py): every process's,
     and no peak in between; llama.cpp's own buffers per device are the offload's placements (Offload), not repeated."""
 
     device: str = ""  # 'GPU0: NVIDIA H100 80GB HBM3'

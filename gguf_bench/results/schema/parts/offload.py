@@ -1,18 +1,18 @@
 """A run's offload: layers on the GPU and where each model's buffers went, read back from llama.cpp
-(engines/placement.py, by either local engine); its columns."""
+(runtimes/placement.py, by either local engine); its columns."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf_bench.engines.placement import Placement
 from gguf_bench.results.schema.fields import Field
+from gguf_bench.runtimes.placement import Placement
 
 
 @dataclass
 class Offload:
     """Layers on the GPU as llama.cpp counts them ('N/total': the output layer is one more layer), and where each
-    model's buffers went, both read back from llama.cpp (engines/placement.py); never echoed from the options."""
+    model's buffers went, both read back from llama.cpp (runtimes/placement.py); never echoed from the options."""
 
     target: str = "-"
     draft: str = "-"

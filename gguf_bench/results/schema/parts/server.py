@@ -1,4 +1,4 @@
-"""The llama-server process a server-engine run went through (measure/server_engine.py fills it); its columns."""
+"""The llama-server process a server-engine run went through (measure/engines/server.py fills it); its columns."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gguf_bench.results.schema.fields import Field
 
 @dataclass
 class Server:
-    """The llama-server process a server-engine run went through (measure/server_engine.py)."""
+    """The llama-server process a server-engine run went through (measure/engines/server.py)."""
 
     command: list[str] = field(default_factory=list)  # its exact command line (the port aside, what to deploy)
     version: str | None = None  # `llama-server --version`'s first line

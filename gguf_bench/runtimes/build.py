@@ -162,7 +162,7 @@ def guard_layer_settings(src: Path) -> bool:
         return False
     if LAYER_SETTINGS_BLOCK not in text or CREATE_WITH_SETTINGS not in text:
         raise BenchError(f"{path.name} has changed: the layer-settings block this build guards for old Vulkan headers "
-                         "is not where it was; install newer Vulkan headers, or update engines/build.py")
+                         "is not where it was; install newer Vulkan headers, or update runtimes/build.py")
     text = text.replace(LAYER_SETTINGS_BLOCK, "#ifdef VK_EXT_layer_settings\n" + LAYER_SETTINGS_BLOCK, 1)
     text = text.replace(CREATE_WITH_SETTINGS, CREATE_WITH_SETTINGS + GUARD_ELSE, 1)
     path.write_text(text)

@@ -1,16 +1,16 @@
-"""The server engine: a grid's cells measured through llama.cpp's llama-server (engines/llama_server.py).
+"""The server engine: a grid's cells measured through llama.cpp's llama-server (runtimes/llama_server.py).
 
 llama-server fixes its drafting when it starts, so the cells of one offload setting are grouped by what the process
 needs (the target alone, or one strategy and K) and each group gets its own process; inside a group the prompts,
 temperatures and repetitions go through `/completion` one after another, cold (no prompt cache). The prompts are the
-loop's very token ids (measure/prepared.py). Greedy speculative output
+loop's very token ids (measure/inputs/prepared.py). Greedy speculative output
 is compared with the same engine's target alone; the text of both engines is compared by `report`.
 
 It runs every llama-server --spec-type (strategy.SERVER_SPEC_TYPES, sized from -K as llama_server.SIZE_FLAGS says;
 the loop's `draft` and `ngram` are llama-server's draft-simple and ngram-simple). The types whose n-gram state outlives
 a request (ngram-mod's pool, shared by all slots, and the map and cache types) get a new process per run unless
 --warm-pool, so each run starts cold and its record says which. With --parallel/--clients a cell is a round: as many
-clients as asked send their prompts at the same moment to a server with that many slots (engines/server_clients.py).
+clients as asked send their prompts at the same moment to a server with that many slots (runtimes/server_clients.py).
 
 What it cannot do the way the Python loop does, and says so instead of measuring something else:
 - only a fixed K (no adaptive schedule) and no n-gram-then-model chain;
@@ -35,9 +35,23 @@ import numpy as np
 from gguf_bench.decoding.divergence import Identity, first_difference
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, SERVER_CHAIN, Strategy
 from gguf_bench.engine_registry import of
-from gguf_bench.engines import rpc
-from gguf_bench.engines.llama_cpp import read_info, use_extra_buffers
-from gguf_bench.engines.llama_server import (
+from gguf_bench.errors import ConfigError
+from gguf_bench.measure import machine
+from gguf_bench.measure.inputs.prepared import PreparedPrompts
+from gguf_bench.measure.pair import LoadConfig, PairFiles
+from gguf_bench.measure.plan import Cell, Grid, Setting, counterbalanced, shuffled
+from gguf_bench.measure.trackers import Tracked, track
+from gguf_bench.models.heads import block_k_limit, chained_k_limit, mtp_heads, sidecar_file_mismatch
+from gguf_bench.models.offload_plan import Budget
+from gguf_bench.models.parts import tensor_table
+from gguf_bench.models.twin import is_twin_file
+from gguf_bench.options import layers_label
+from gguf_bench.results.schema.parts.offload import Offload
+from gguf_bench.results.schema.parts.server import Server as ServerRecord
+from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, RunMetrics, RunRecord
+from gguf_bench.runtimes import rpc
+from gguf_bench.runtimes.llama_cpp import read_info, use_extra_buffers
+from gguf_bench.runtimes.llama_server import (
     NGRAM_MOD_MATCH,
     Completion,
     Launch,
@@ -48,24 +62,10 @@ from gguf_bench.engines.llama_server import (
     help_text,
     probe,
 )
-from gguf_bench.engines.placement import Placement
-from gguf_bench.engines.rpc_link import links
-from gguf_bench.engines.server_build import find_server
-from gguf_bench.engines.server_clients import Round, run_round
-from gguf_bench.errors import ConfigError
-from gguf_bench.measure import machine
-from gguf_bench.measure.pair import LoadConfig, PairFiles
-from gguf_bench.measure.plan import Cell, Grid, Setting, counterbalanced, shuffled
-from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.measure.trackers import Tracked, track
-from gguf_bench.models.heads import block_k_limit, chained_k_limit, mtp_heads, sidecar_file_mismatch
-from gguf_bench.models.memory import Budget
-from gguf_bench.models.parts import tensor_table
-from gguf_bench.models.twin import is_twin_file
-from gguf_bench.options import layers_label
-from gguf_bench.results.schema.parts.offload import Offload
-from gguf_bench.results.schema.parts.server import Server as ServerRecord
-from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, RunMetrics, RunRecord
+from gguf_bench.runtimes.placement import Placement
+from gguf_bench.runtimes.rpc_link import links
+from gguf_bench.runtimes.server_build import find_server
+from gguf_bench.runtimes.server_clients import Round, run_round
 
 SAMPLE_AND_COMPARE = "sample-and-compare"  # how llama-server verifies a draft
 

@@ -12,7 +12,7 @@ and each weight a tensor override (-ot, -ncmoe: placing.py) sent elsewhere:
     tensor blk.0.ffn_up_exps.weight (12 MiB q4_K) buffer type overridden to CPU
 `parse` turns those lines into a Placement. Buffer names are llama.cpp's: a device (Vulkan0, CUDA0), CPU, CPU_Mapped
 (weights read from the mmapped file), CPU_REPACK, or a device's host buffer (Vulkan_Host, CUDA_Host); an RPC server's
-device is 'RPC0[HOST:PORT]' (its own index: engines/rpc.buffer_names gives the client's name).
+device is 'RPC0[HOST:PORT]' (its own index: runtimes/rpc.buffer_names gives the client's name).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _MOVED = re.compile(r"tensor '([^']+)' \(([^)]+)\) \(and (\d+) others\) cannot b
 _OVERRIDDEN = re.compile(r"tensor (\S+) \((\d+) MiB [^)]*\) buffer type overridden to (\S+)")
 _EXPERTS = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps")  # placing.EXPERTS_REGEX, with the layer
 HOST_BUFFERS = ("CPU", "CPU_Mapped", "CPU_REPACK", "AMX")  # buffer names that are plain host memory
-REPACK = "CPU_REPACK"  # gguf-bench's own repack overrides (engines/repack.py) go there: not a placement
+REPACK = "CPU_REPACK"  # gguf-bench's own repack overrides (runtimes/repack.py) go there: not a placement
 
 
 @dataclass

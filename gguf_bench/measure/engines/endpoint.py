@@ -33,22 +33,22 @@ from pathlib import Path
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engine_registry import of
-from gguf_bench.engines import sse
-from gguf_bench.engines.llama_server import spec_counters
-from gguf_bench.engines.server_clients import together
 from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure.inputs.prepared import PreparedPrompts
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled
-from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.results.schema.parts.endpoint import Endpoint
 from gguf_bench.results.schema.parts.provenance import ModelFile, Models
 from gguf_bench.results.schema.records import Mode, RunMetrics, RunRecord
 from gguf_bench.results.schema.store import environment
+from gguf_bench.runtimes import sse
+from gguf_bench.runtimes.llama_server import spec_counters
+from gguf_bench.runtimes.server_clients import together
 
 NAME = "endpoint"  # its name in engine_registry.KINDS
 PROBE_TOKENS = 8  # the greedy request each server answers first: a warm-up, and the same-model check where ids differ
-_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([-+\d.eE]+)$')  # as engines/llama_server reads it
+_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([-+\d.eE]+)$')  # as runtimes/llama_server reads it
 
 
 class EndpointError(BenchError):
@@ -239,7 +239,7 @@ def request(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig)
 
 def stream(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig, timeout_s: float, answer: Answer,
            start: float) -> None:
-    """One streaming request into `answer` (engines/sse.py); a failure is its error (never raised)."""
+    """One streaming request into `answer` (runtimes/sse.py); a failure is its error (never raised)."""
     path, body = request(served, prompt, n_predict, cfg)
     answer.sent_s = time.perf_counter() - start
     try:

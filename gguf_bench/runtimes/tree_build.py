@@ -32,9 +32,9 @@ import os
 import shutil
 from pathlib import Path
 
-from gguf_bench.engines import build
 from gguf_bench.errors import BenchError
 from gguf_bench.models.files import cache_dir
+from gguf_bench.runtimes import build
 
 TREE_BACKENDS = ("cpu", "cuda", "vulkan")
 TOOLS = ("llama-server", "llama-fit-params", "llama-gguf-split", "ggml-rpc-server")  # server_build.TOOLS + RPC_SERVER

@@ -18,12 +18,11 @@ import numpy as np
 
 from gguf_bench.decoding.loop import GenerationResult
 from gguf_bench.decoding.sampling import SamplingConfig
-from gguf_bench.engines.llama_cpp import Model
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure.costs import DecodeTimer
+from gguf_bench.measure.inputs.prepared import PreparedPrompts
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
-from gguf_bench.measure.prepared import PreparedPrompts
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.options import layers_label
 from gguf_bench.results.predictions.costmodel import (
     DEFAULT_REPS,
@@ -41,6 +40,7 @@ from gguf_bench.results.schema.calibration import (
 )
 from gguf_bench.results.schema.records import Mode
 from gguf_bench.results.schema.store import environment, models_record, now_iso
+from gguf_bench.runtimes.llama_cpp import Model
 
 # --- calibration (measures; loads models) -----------------------------------------------------------
 
@@ -157,7 +157,7 @@ class CalibrationEvents:
 
 def calibrate(files: PairFiles, load: LoadConfig, prompts: Sequence[Prompt], n_predict: int, ks: Sequence[int],
               reps: int = DEFAULT_REPS, events: CalibrationEvents = CalibrationEvents(), depth: int = 0) -> CalibrationRecord:
-    """Measure one offload setting (at `depth` tokens of filler before each prompt: measure/depth.py); return the
+    """Measure one offload setting (at `depth` tokens of filler before each prompt: measure/inputs/depth.py); return the
     calibration record (not stored here; its `tune` name is the caller's to set)."""
     check_k_range(ks)
     if reps < 1:

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.engines.llama_server import die_with_parent, stop
-from gguf_bench.engines.server_build import RPC_SERVER, rpc_binary
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.placing import endpoint_parts, rpc_flag
+from gguf_bench.runtimes.llama_server import die_with_parent, stop
+from gguf_bench.runtimes.server_build import RPC_SERVER, rpc_binary
 
 CONNECT_TIMEOUT_S = 3.0
 _DEVICE = re.compile(r"^\s+(\S+): (.*) \((\d+) MiB, (\d+) MiB free\)$")

@@ -1,5 +1,5 @@
 """One streaming HTTP request: a POST whose answer is server-sent events, each event's data handed to a parser of the
-API's own (llama-server's /completion: engines/server_clients; OpenAI's /v1 completions: measure/endpoint_engine).
+API's own (llama-server's /completion: runtimes/server_clients; OpenAI's /v1 completions: measure/engines/endpoint).
 
 The one client both engines stream with: the request is bounded by a socket timeout per read and a deadline for the
 whole answer; a request past its deadline is closed by the client (llama-server cancels the slot's task when its

@@ -22,14 +22,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_bench.engines import server_build
-from gguf_bench.engines.llama_cpp import Device, gpu_devices
 from gguf_bench.errors import BenchError
-from gguf_bench.models.memory import MIB, Budget
+from gguf_bench.models.offload_plan import MIB, Budget
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.placing import Placing, overrides
+from gguf_bench.runtimes import server_build
+from gguf_bench.runtimes.llama_cpp import Device, gpu_devices
 
-LOAD_FLAGS = ["-b", "512", "-ub", "512", "--swa-full"]  # as engines/llama_cpp.Model loads: n_batch = n_ubatch, swa_full
+LOAD_FLAGS = ["-b", "512", "-ub", "512", "--swa-full"]  # as runtimes/llama_cpp.Model loads: n_batch = n_ubatch, swa_full
 HOST = "Host"  # the last row of -fitp's estimate: system memory
 LOST_TRIES = 3  # a failed fit runs again when its reason was not printed (`_run_fit`)
 _FAILED = re.compile(r"failed to fit params to free device memory: (.*)")

@@ -1,6 +1,6 @@
 """`gguf-bench drafts TARGET --measure N`: the N best compatible drafts that fit (ranked from headers by
-results/predictions/drafts.py) are downloaded, each calibrated beside the target on the user's prompts by tune's own flow
-(measure/tune.py: the same records, stored in one results file), and ranked again by the tokens/s the cost model
+results/predictions/draft_ranking.py) are downloaded, each calibrated beside the target on the user's prompts by tune's own flow
+(measure/flows/tune.py: the same records, stored in one results file), and ranked again by the tokens/s the cost model
 predicts from what was measured: the acceptance on these prompts and the real speed of each model. Every candidate
 serves the same target, so this is the order of their gains. The gains share one denominator: the target alone, timed
 again in each calibration, drifts between calibrations on a busy machine by more than the drafts differ, so it is
@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY
-from gguf_bench.engines.llama_cpp import quantize
 from gguf_bench.errors import BenchError, ConfigError, DownloadError, ModelError
 from gguf_bench.measure.deploy import setting_line
+from gguf_bench.measure.flows.tune import TuneEvents, TuneJob, tune
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.pair import PairFiles
-from gguf_bench.measure.prompts import Prompt
-from gguf_bench.measure.tune import TuneEvents, TuneJob, tune
 from gguf_bench.models.download import fetch_model, no_progress
 from gguf_bench.models.registry import Named
 from gguf_bench.options import layers_label
@@ -34,10 +33,11 @@ from gguf_bench.results.predictions.costmodel import (
     ScatterGuard,
     recommend,
 )
-from gguf_bench.results.predictions.drafts import Ranked
-from gguf_bench.results.predictions.drafts import to_json as ranking_json
+from gguf_bench.results.predictions.draft_ranking import Ranked
+from gguf_bench.results.predictions.draft_ranking import to_json as ranking_json
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.store import read_records
+from gguf_bench.runtimes.llama_cpp import quantize
 
 # A context manager giving a download.Progress callback while a file is fetched (the CLI's progress bar).
 ProgressFactory = Callable[[], AbstractContextManager]

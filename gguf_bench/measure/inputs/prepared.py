@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gguf_bench.engines.llama_cpp import Vocabulary, read_info
 from gguf_bench.errors import ConfigError
-from gguf_bench.measure.depth import after_filler, filler_tokens, padded
+from gguf_bench.measure.inputs.depth import after_filler, filler_tokens, padded
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Grid
-from gguf_bench.measure.prompts import Prompt
+from gguf_bench.runtimes.llama_cpp import Vocabulary, read_info
 
 
 def prompt_tokens(vocab, prompt: Prompt) -> list[int]:

@@ -21,7 +21,7 @@ shared/notes/offload-memory.md):
 - the compute buffer is what the scheduler reserves for the worst graph of one ubatch (n_ubatch = 512 tokens):
   estimated (`compute_estimate`), the one term here that is not arithmetic on the header, charged once to each
   device that holds any of the model's weights or KV, and to its first device when none does (op offload).
-  llama.cpp's own log (engines/placement.py) is what every term is checked against (scripts/bench_plan.py).
+  llama.cpp's own log (runtimes/placement.py) is what every term is checked against (scripts/bench_plan.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from gguf_bench.options import ALL_LAYERS, byte_size
 from gguf_bench.placing import EXPERTS_REGEX, Placing
 
 MIB = 2**20
-UBATCH = 512  # gguf-bench's n_batch = n_ubatch (engines/llama_cpp.Model)
+UBATCH = 512  # gguf-bench's n_batch = n_ubatch (runtimes/llama_cpp.Model)
 KV_BYTES = 2  # f16 keys and values
 INPUT = -1  # the layer index of the input layer (token embeddings): always on the CPU
 ONE_DEVICE = ""  # the name of the one device of a budget given as one size (--vram 24GB): every device name is it

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gguf_bench.engines import placement
 from gguf_bench.errors import BenchError
 from gguf_bench.placing import rpc_flag
+from gguf_bench.runtimes import placement
 
 SPEC_FLAGS = ("--spec-type", "--spec-draft-n-max")
 BENCH_ONLY = ("-lv", "4", "--metrics", "--cache-ram", "0", "--no-webui")  # what a benchmark needs and a deployment does not

@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from gguf_bench.errors import ConfigError, DownloadError, RegistryError
-from gguf_bench.measure.prompts import Prompt, builtin, load_jsonl, turn_rows
+from gguf_bench.measure.inputs.prompts import Prompt, builtin, load_jsonl, turn_rows
 from gguf_bench.models.download import hub_error_message, pip_download
 from gguf_bench.models.files import cache_dir
 from gguf_bench.models.registry import HubSource, default_registry_path

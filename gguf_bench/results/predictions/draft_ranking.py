@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from gguf_bench import options
 from gguf_bench.models.candidates import Candidate, Header
-from gguf_bench.models.memory import fits
+from gguf_bench.models.offload_plan import fits
 from gguf_bench.results.predictions.costmodel import Timings, at_acceptance, break_even
 
 ALPHAS = (0.5, 0.7, 0.9)

@@ -1,4 +1,4 @@
-"""Several clients at once against one running llama-server (engines/llama_server.py).
+"""Several clients at once against one running llama-server (runtimes/llama_server.py).
 
 A round sends one streaming /completion request per client, all released together by a barrier, and waits for every
 answer. Each request is timed from the client's side (time to first token, end-to-end latency) and by the server
@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from gguf_bench.engines import sse
-from gguf_bench.engines.llama_server import Sampling, Server, ServerError, completion_body, spec_counters
+from gguf_bench.runtimes import sse
+from gguf_bench.runtimes.llama_server import Sampling, Server, ServerError, completion_body, spec_counters
 
 
 @dataclass
@@ -114,7 +114,7 @@ def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predic
 
 
 def _stream(server: Server, body: dict, req: Request, start: float, timeout_s: float) -> None:
-    """One streaming /completion (engines/sse.py): an event per chunk of tokens, the last one with stop and timings."""
+    """One streaming /completion (runtimes/sse.py): an event per chunk of tokens, the last one with stop and timings."""
     req.sent_s = time.perf_counter() - start
 
     def event(data: bytes) -> bool:

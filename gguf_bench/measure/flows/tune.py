@@ -1,4 +1,4 @@
-"""`gguf-bench tune`'s flow: size the context, calibrate every offload setting (measure/calibrate.py), predict
+"""`gguf-bench tune`'s flow: size the context, calibrate every offload setting (measure/flows/calibrate.py), predict
 (results/predictions/costmodel.py), and with --check measure the recommendation as `sweep` does. Prints nothing: the CLI shows the
 `Tuned` result.
 """
@@ -12,14 +12,13 @@ from pathlib import Path
 
 from gguf_bench import options
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
-from gguf_bench.engines.llama_cpp import gpu_offload_supported, read_info
 from gguf_bench.errors import BenchError, ConfigError, ModelError
-from gguf_bench.measure.calibrate import CalibrationEvents, calibrate
+from gguf_bench.measure.flows.calibrate import CalibrationEvents, calibrate
+from gguf_bench.measure.inputs.prepared import PreparedPrompts, sized_context
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.machine import check_placements
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
 from gguf_bench.measure.plan import Grid, measured
-from gguf_bench.measure.prepared import PreparedPrompts, sized_context
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.twin import twin_pair
 from gguf_bench.placing import Placing, split_label
@@ -38,6 +37,7 @@ from gguf_bench.results.presentation.tuning import check_ks, check_rows, effecti
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, read_records, results_dir
+from gguf_bench.runtimes.llama_cpp import gpu_offload_supported, read_info
 
 DEFAULT_NAME = DEFAULT_STRATEGY.name  # the summary's strategy of the draft model with a fixed K ('draft')
 

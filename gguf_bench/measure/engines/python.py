@@ -11,9 +11,9 @@ from gguf_bench.decoding.divergence import Identity, compare_greedy
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.engine_registry import of
 from gguf_bench.errors import BenchError
+from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.pair import LoadedPair
 from gguf_bench.measure.plan import Cell, Setting, shuffled
-from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.measure.trackers import track
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecord
 

@@ -4,9 +4,9 @@ t(K+1)/t(1) and each draft's one-token step over the target's (its cost ratio c)
 the ranking still predicts at the acceptance rates it names.
 
 Each pair is placed as the real pair would be: with --vram, where the offload planner puts it in that memory
-(models/memory.plan's best row over the draft placements `plan` weighs, in the memory the ranking's fit check uses:
+(models/offload_plan.plan's best row over the draft placements `plan` weighs, in the memory the ranking's fit check uses:
 --vram itself, no margin), on the CPU when nothing fits; without --vram, every layer offloaded where the build can. A candidate
-whose twin cannot be written or loaded is set aside with its reason (measure/drafts.one_candidate, as --measure does);
+whose twin cannot be written or loaded is set aside with its reason (measure/flows/drafts.one_candidate, as --measure does);
 the others are measured."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 from gguf_bench.errors import ModelError
 from gguf_bench.measure.costs import measure_costs
-from gguf_bench.measure.drafts import MeasureEvents, one_candidate
+from gguf_bench.measure.flows.drafts import MeasureEvents, one_candidate
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.models.candidates import Candidate, Header
-from gguf_bench.models.memory import Shape, best_row, plan
+from gguf_bench.models.offload_plan import Shape, best_row, plan
 from gguf_bench.models.twin import named_twin, twin_folder
 from gguf_bench.options import ALL_LAYERS
 

@@ -16,7 +16,7 @@ from statistics import mean
 
 from gguf_bench import options
 from gguf_bench.errors import ConfigError
-from gguf_bench.measure import prompts
+from gguf_bench.measure.inputs import prompts
 from gguf_bench.measure.plan import Cell, Grid, Setting, cells_for, measured
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.pairs import PairFiles
@@ -38,7 +38,7 @@ class SpeedRun:
 
     n_predict: int = DEFAULT_N
     n_ctx: int = 4096
-    threads: int | None = None  # None: engines/llama_cpp.Model's default, every core
+    threads: int | None = None  # None: runtimes/llama_cpp.Model's default, every core
     offload: bool = True
 
     def runs_at(self, placement: Placement) -> Placement:

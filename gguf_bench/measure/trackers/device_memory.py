@@ -1,6 +1,6 @@
 """The device memory tracker: the memory in use before and after one run on each NVIDIA device the run used, from NVML
 (parts.memory.DeviceMemory), one entry per device. llama.cpp's own buffers per device (weights, KV cache, compute) are read
-back once per setting into the offload (engines/placement.py, parts.offload.Offload) and flattened from there
+back once per setting into the offload (runtimes/placement.py, parts.offload.Offload) and flattened from there
 (run_fields.RUN_FIELDS' buffers_mib); this tracker adds what the device itself tells: every process's memory on it, and
 its size. Two readings, no sampling in between: no peak (run_fields.RUN_FIELDS' device_used_after_mib says so).
 """

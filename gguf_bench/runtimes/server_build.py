@@ -10,7 +10,7 @@ started with the Python engine's library folder first on LD_LIBRARY_PATH (`libra
 Offline: no OpenSSL (HTTPS only serves `-hf` downloads), no prebuilt web UI (it would be downloaded from the hub),
 no tests or examples. The binaries and the build log go to `~/.cache/gguf-bench/llama.cpp-<version>/<backend>/`; a
 second call finds them and does nothing. The tools (`TOOLS`: llama-server; llama-fit-params, llama.cpp's own
-fitting of one model to free device memory, engines/fit_params.py; llama-gguf-split, which writes and merges split
+fitting of one model to free device memory, runtimes/fit_params.py; llama-gguf-split, which writes and merges split
 GGUF files as the hub ships big models) are built in one CMake build when none is cached,
 so libllama and common are compiled once; when only one is missing, only that one.
 
@@ -21,7 +21,7 @@ the tree LLAMA_CPP_LIB_PATH names): one full compile of ggml serves the tree, RP
 binaries find the tree's libraries through their build RPATH. A sweep with `--rpc` runs that llama-server (or
 --server-bin).
 
-`LLAMA_CPP_LIB_PATH` naming the bin/ of a `build-tree` build (engines/tree_build.py: libraries and tools from one
+`LLAMA_CPP_LIB_PATH` naming the bin/ of a `build-tree` build (runtimes/tree_build.py: libraries and tools from one
 CMake build) points both engines at it: llama-cpp-python loads its libllama.so, and here `llama_cpp_libs()` is that
 folder and `build_dir()` too (its marker says it holds the tools), so the server, llama-fit-params and llama-gguf-split
 are that build's, ahead of any on PATH; nothing is compiled.
@@ -34,9 +34,9 @@ import os
 import shutil
 from pathlib import Path
 
-from gguf_bench.engines import build, tree_build
 from gguf_bench.errors import BenchError
 from gguf_bench.models.files import cache_dir
+from gguf_bench.runtimes import build, tree_build
 
 BINARY = "llama-server"
 FIT_PARAMS = "llama-fit-params"  # tools/fit-params

@@ -70,7 +70,7 @@ class Bandwidth:
 
 
 def default_threads() -> int:
-    """The threads llama.cpp decodes with when -t is not given (engines/llama_cpp.Model, the server engine): every
+    """The threads llama.cpp decodes with when -t is not given (runtimes/llama_cpp.Model, the server engine): every
     core."""
     return max(1, os.cpu_count() or 1)
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from gguf_bench.engine_registry import Capabilities
+from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.plan import Cell, Setting, Unit
-from gguf_bench.measure.prepared import PreparedPrompts
 from gguf_bench.results.schema.parts.order import Order
 from gguf_bench.results.schema.records import RunRecord
 

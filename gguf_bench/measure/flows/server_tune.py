@@ -13,9 +13,9 @@ from pathlib import Path
 
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError
+from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
-from gguf_bench.measure.prompts import Prompt
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.twin import twin_of, twin_pair
 from gguf_bench.results.predictions.costmodel import Prediction

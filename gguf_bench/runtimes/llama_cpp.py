@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_bench.engines import placement, repack
 from gguf_bench.errors import BenchError, ConfigError, ModelError
 from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata, trunk_layers
 from gguf_bench.models.parts import model_path, tensor_table
@@ -27,6 +26,7 @@ from gguf_bench.models.registry import DERIVE_TYPES
 from gguf_bench.models.twin import MARKER
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.placing import EXPERTS_REGEX, NO_DEVICE, Placing
+from gguf_bench.runtimes import placement, repack
 
 TWIN_KEY = MARKER.encode()
 
@@ -41,7 +41,7 @@ def _llama():
     global _initialized
     try:
         import llama_cpp
-    except (OSError, RuntimeError) as exc:  # its libraries did not load (LLAMA_CPP_LIB_PATH: engines/tree_build.py)
+    except (OSError, RuntimeError) as exc:  # its libraries did not load (LLAMA_CPP_LIB_PATH: runtimes/tree_build.py)
         where = os.environ.get("LLAMA_CPP_LIB_PATH")
         raise BenchError("llama-cpp-python's libraries did not load" + (f" from LLAMA_CPP_LIB_PATH={where}" if where
                          else "") + f": {exc}") from None
@@ -622,7 +622,7 @@ def placement_overrides(path: Path, placing: Placing) -> list[tuple[str, int]]:
 def check_placement(path: Path, placing: Placing, flag: str = "--n-cpu-moe", remote: bool = False) -> str | None:
     """Raise ConfigError for what llama.cpp would refuse (a buffer type or device this build lacks, a split that does
     not fit its devices, an -ot pattern that matches nothing); return a note for -ncmoe on a model without experts (it
-    changes nothing there). remote: the devices are RPC servers' too, checked by the server engine (engines/rpc.py)."""
+    changes nothing there). remote: the devices are RPC servers' too, checked by the server engine (runtimes/rpc.py)."""
     placement_overrides(path, placing)
     if not remote:
         placing.check_devices([d.name for d in devices() if d.kind != "CPU"], draft=flag != "--n-cpu-moe")
