@@ -134,7 +134,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                     ctx_size, reps, check, json_out, name, plot, spec_types, k_schedules, ngram_min, ngram_max, k_cap, depth,
                     twin, acceptance, (n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft,
                                        device_draft, Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)),
-                    parallel, server_bin, registry, _tune_objective(objective, twin, engine), bool(prompt_tokens))
+                    parallel, server_bin, registry, _tune_objective(objective, twin), bool(prompt_tokens))
     flow(args)
 
 
@@ -149,7 +149,7 @@ def _one_length(text: str | None) -> list[int] | None:
     return lengths
 
 
-def _tune_objective(name: str, twin: bool, engine: str) -> str:
+def _tune_objective(name: str, twin: bool) -> str:
     """tune's --objective: decode tokens/s, or request latency (the Python engine, on real files)."""
     if name not in ("decode", "request"):
         raise BenchError(f"tune predicts --objective decode or request, got '{name}' (sweep measures throughput)")
