@@ -135,8 +135,8 @@ def footer_lines(summary, label, machines: dict[str, dict] | None = None) -> lis
     if not over.empty:
         names = ", ".join(f"{label(r)} {r['ceiling_pct']:.0f}%" for _, r in over.iterrows())
         lines.append(f"above 100% of the ceiling: {names}: not a measurement of decoding (a prompt cache hit, or a "
-                     "wrong token count), or the bandwidth was higher than when it was measured (a VM's moves with "
-                     "its neighbours: gguf-bench machine again, beside the sweep)")
+                     "wrong token count), or the bandwidth moved since it was measured, as a VM's does with its "
+                     "neighbours: run gguf-bench machine again beside the sweep")
     return lines
 
 
