@@ -22,6 +22,13 @@ is decided faster. llama-server's decode cannot be slowed from outside, so --slo
     python scripts/bench_aa.py --engine python --sweeps 20 --busy               # A/A beside a busy loop on one core
     python scripts/bench_aa.py --engine python --sweeps 30 --slow 25            # power at a 25% slowdown
     python scripts/bench_aa.py --engine server --sweeps 100                     # A/A, two llama-server settings
+    python scripts/bench_aa.py --engine endpoint --sweeps 100                   # A/A, two servers by URL
+
+--engine endpoint starts two identical llama-servers (the tiny pair, draft-simple at -K, the same flags) and runs each
+sweep as `gguf-bench sweep --engine endpoint --url A --baseline-url B` does, in this process: A's runs are read as the
+speculative row, B's as its baseline, paired in the endpoint's alternating order, and a sweep that calls that gain
+faster or slower decided a difference that is not there. The endpoint refuses a baseline that drafts (a user's
+baseline must not); only this script lifts that check, for its A/A.
 
 Without --target/--draft it makes the tiny pair (gguf-bench make-test-pair, noise 0.05) in a temporary folder. Each
 sweep writes its own results file under --out (a temporary folder by default), so every figure can be re-read with
@@ -38,6 +45,7 @@ import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from scipy import stats
@@ -158,7 +166,7 @@ def binomial(k: int, n: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--engine", choices=["python", "server"], default="python")
+    ap.add_argument("--engine", choices=["python", "server", "endpoint"], default="python")
     ap.add_argument("--sweeps", type=int, default=100)
     ap.add_argument("--slow", type=float, default=0.0, help="%% more time per token in arm B (python only)")
     ap.add_argument("--busy", action="store_true", help="a busy loop on one core through every sweep")
@@ -175,6 +183,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="folder for the sweeps' results files")
     args = ap.parse_args()
+    if args.engine == "endpoint" and args.max_reps == 8:
+        args.max_reps = 5  # as the server A/A
     if args.slow and args.engine != "python":
         raise SystemExit("--slow slows the Python loop's decode; llama-server's cannot be slowed from outside")
     args.max_reps = args.max_reps or None
@@ -195,14 +205,84 @@ def main() -> None:
               f"{1000 * delay_s:.3f} ms more per token (+{args.slow:g}% time, {100 / (1 + args.slow / 100) - 100:+.1f}% "
               "tokens/s)")
     how = f"-r auto up to {args.max_reps}" if args.max_reps else f"-r {args.reps}"
-    print(f"{args.sweeps} sweeps, engine {args.engine}, arm A: no placement flags, arm B: {ARMS[1]} (the "
-          f"same), -K {args.k} -n {args.n}, prompts {args.prompt_ids}, {how}, margin {args.margin:g}%"
+    arms = ("two identical llama-servers by URL, draft-simple at -K" if args.engine == "endpoint" else
+            f"arm A: no placement flags, arm B: {ARMS[1]} (the same)")
+    print(f"{args.sweeps} sweeps, engine {args.engine}, {arms}, -K {args.k} -n {args.n}, prompts {args.prompt_ids}, "
+          f"{how}, margin {args.margin:g}%"
           f"{', a busy loop on one core' if args.busy else ''}; results in {out}")
     results, started = [], time.monotonic()
-    with slowed(delay_s), busy_loop(args.busy):
-        for i in range(args.sweeps):
-            results.append(one_sweep(i, files, args, prompts, out))
+    if args.engine == "endpoint":
+        with two_servers(files, args), busy_loop(args.busy), baseline_may_draft():
+            urls = SERVERS
+            for i in range(args.sweeps):
+                results.append(endpoint_sweep(i, urls, args, out))
+    else:
+        with slowed(delay_s), busy_loop(args.busy):
+            for i in range(args.sweeps):
+                results.append(one_sweep(i, files, args, prompts, out))
     report(results, args, time.monotonic() - started)
+
+
+SERVERS: list[str] = []  # the two servers' URLs while two_servers is open
+
+
+@contextmanager
+def two_servers(files: PairFiles, args):
+    """Two identical llama-servers of the pair, draft-simple at -K: the endpoint's two URLs."""
+    from contextlib import ExitStack
+
+    from gguf_bench.runtimes.llama_server import Launch, Server, Speculation
+    from gguf_bench.runtimes.server_build import find_server
+
+    binary, env = find_server(args.server_bin)
+    with ExitStack() as stack:
+        SERVERS[:] = [stack.enter_context(Server(Launch(binary, files.target, files.draft,
+                                                        Speculation("draft-simple", args.k), "0", "0", 512, 1), env)).base
+                      for _ in range(2)]
+        yield
+
+
+@contextmanager
+def baseline_may_draft():
+    """The endpoint's pair check without its refusal of a baseline that drafts (this script's A/A only)."""
+    from gguf_bench.measure.engines import endpoint
+
+    original = endpoint.check_pair
+
+    def check(spec, base, prompt, timeout_s):
+        return original(spec, replace(base, speculative=False), prompt, timeout_s)
+    endpoint.check_pair = check
+    try:
+        yield
+    finally:
+        endpoint.check_pair = original
+
+
+def endpoint_sweep(i: int, urls: list[str], args, out: Path) -> dict:
+    """One `gguf-bench sweep --engine endpoint` in this process, as a user runs it; its gain row's verdict."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    from gguf_bench.cli import app  # the Typer app, every command registered
+
+    name = f"aa-{i:03d}"
+    auto = ["-r", "auto", "--max-reps", str(args.max_reps)] if args.max_reps else ["-r", str(args.reps)]
+    result = CliRunner().invoke(app, ["sweep", "--engine", "endpoint", "--url", urls[0], "--baseline-url", urls[1],
+                                          "--prompt-ids", args.prompt_ids, "-n", str(args.n), *auto, "--name", name,
+                                          "--seed", str(args.seed + i), "--margin", f"{args.margin:g}",
+                                          "--results-dir", str(out)])
+    if result.exit_code:
+        raise SystemExit(f"sweep {name} failed: {(result.output.strip().splitlines() or ['?'])[-1]}")
+    runs = [r for r in read_records(out / f"{name}.jsonl") if isinstance(r, RunRecord)]
+    frame = to_frame(runs)
+    summary = summarize(frame, margin=args.margin)
+    row = summary[summary["mode"] == str(Mode.SPECULATIVE)]
+    verdict = (SimpleNamespace(verdict=str(row.iloc[0]["verdict"]), pct=float(row.iloc[0]["gain_pct"]))
+               if not row.empty else None)
+    ok = frame[frame["error"].isna()]
+    return {"verdicts": {str(Mode.TARGET): None, str(Mode.SPECULATIVE): verdict},
+            "reps": int(ok["repetition"].max()) + 1 if not ok.empty else 0, "runs": len(ok), "design": "alternate"}
 
 
 def report(results: list[dict], args, seconds: float) -> None:
@@ -217,7 +297,8 @@ def report(results: list[dict], args, seconds: float) -> None:
                                                                                      "undecided", "missing") if told[v]))
     decided = sum(any(v is not None and v.verdict in ("faster", "slower") for v in r["verdicts"].values())
                   for r in results)
-    same = sum(all(v is not None and v.verdict == "same" for v in r["verdicts"].values()) for r in results)
+    same = sum(all(v is None or v.verdict == "same" for v in r["verdicts"].values())
+               and any(v is not None for v in r["verdicts"].values()) for r in results)
     if args.slow:
         found = sum(all(v is not None and v.verdict == "faster" for v in r["verdicts"].values()) for r in results)
         some = sum(any(v is not None and v.verdict == "faster" for v in r["verdicts"].values()) for r in results)
