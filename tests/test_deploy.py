@@ -117,7 +117,10 @@ def test_two_clients_on_two_slots_keep_each_request_and_the_aggregate(tiny_pairs
     lines = report.output.splitlines()
     deploys = [ln for ln in lines if ln.startswith("deploy ")]
     assert len(deploys) == 2 and any(" at 1 slot" in d for d in deploys) and any(" at 2 slots" in d for d in deploys)
-    commands = [lines[i + 1] for i, ln in enumerate(lines) if ln.startswith("deploy ")]
+    # each deploy line's command: the first llama-server line after it (a deploy line that says why it deploys no draft
+    # may fold over several lines, whichever way the timings fell)
+    commands = [next(c for c in lines[i + 1:] if "llama-server" in c and " -np " in c)
+                for i, ln in enumerate(lines) if ln.startswith("deploy ")]
     assert sorted(c.split(" -np ")[1].split()[0] for c in commands) == ["1", "2"], commands
 
 
