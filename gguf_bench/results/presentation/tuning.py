@@ -28,7 +28,7 @@ from gguf_bench.results.predictions.costmodel import (
 )
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.records import Mode, RunRecord
-from gguf_bench.results.schema.run_fields import request_latency
+from gguf_bench.results.schema.run_fields import request_tokens_per_s
 from gguf_bench.results.schema.text import columns_width, number_text, right_table, spaced_layout, speed_text
 
 
@@ -233,7 +233,7 @@ def check_rows(cal: Calibration, records: Sequence[RunRecord], objective: str = 
     prediction's error in percent of the measurement."""
     by_k: dict[int, list[float]] = {}
     for r in records:
-        figure = r.tokens_per_s if objective == "decode" else _request_figure(r)
+        figure = r.tokens_per_s if objective == "decode" else (None if r.error else request_tokens_per_s(r))
         if r.error or figure is None or r.mode not in (Mode.TARGET, Mode.SPECULATIVE):
             continue
         by_k.setdefault(r.k, []).append(figure)
@@ -246,12 +246,6 @@ def check_rows(cal: Calibration, records: Sequence[RunRecord], objective: str = 
                      "measured_tokens_per_s": measured, "error_pct": 100.0 * (predicted / measured - 1.0),
                      "runs": len(by_k[k])})
     return rows  # the measured gains are the verdict rule's (results/checks.gain_fields), not a ratio of these means
-
-
-def _request_figure(run: RunRecord) -> float | None:
-    """-n tokens over the run's request latency (run_fields.request_latency), as --objective request reads a run."""
-    latency = request_latency(run) if not run.error else None
-    return run.config.n_predict / latency if latency else None
 
 
 def gain_cell(row: dict) -> str:

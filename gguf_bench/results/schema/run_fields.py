@@ -112,7 +112,7 @@ def request_latency(run: RunRecord) -> float | None:
     return ttft + run.config.n_predict / speed
 
 
-def _request_tokens_per_s(run: RunRecord) -> float | None:
+def request_tokens_per_s(run: RunRecord) -> float | None:
     """-n tokens over the request's latency (request_latency): higher is better, and its ratio to the target alone's is
     the inverse of the latencies' (the --objective request figure)."""
     latency = request_latency(run)
@@ -170,7 +170,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     # the figures of the other objectives (summary.OBJECTIVES), higher is better: -n tokens over the request's latency,
     # and every token over the wall time, prompts included
     Field("request_latency_s", request_latency, "s", "mean", numeric=True),
-    Field("request_tokens_per_s", _request_tokens_per_s, "tokens/s", "mean", numeric=True),
+    Field("request_tokens_per_s", request_tokens_per_s, "tokens/s", "mean", numeric=True),
     Field("served_tokens_per_s", _served_tokens_per_s, "tokens/s", "mean", numeric=True),
     Field("latency_p95_s", _metric("latency_p95_s"), "s", "mean", header="p95 s", shown_with="parallel", place=70),
     Field("schedule_predicted_tokens_per_s", _metric("predicted_tokens_per_s"), "tokens/s", "mean", numeric=True),
