@@ -66,7 +66,9 @@ def test_run_prints_the_three_rows(tiny_pairs):
     assert result.exit_code == 0, result.output
     for needle in ("target alone", "draft alone", "K=3", "0/5", "gain", "tiny-target.gguf+tiny-draft.gguf · T=0 · n=40"):
         assert needle in result.output, result.output
-    assert result.output.count("± ") >= 3  # mean ± std over 2 repetitions
+    # mean ± std over 2 repetitions; a run measured while the machine was busy is left out of its row (the caption
+    # says so), which leaves that row one run and no std
+    assert result.output.count("± ") >= 3 or "runs left out: busy" in result.output, result.output
 
 
 def test_run_json_records(tiny_pairs):
