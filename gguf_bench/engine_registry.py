@@ -1,7 +1,7 @@
 """Every engine, declared once: its name, what it can do, how tables name it, the class a sweep opens and the
 calibration `tune` runs for it. The option parser, the plan, the sweep, tune and the report read this table, and no
-other module compares an engine's name: they ask its capabilities. Adding an engine is its module and one line in
-KINDS.
+other module compares an engine's name: they ask its capabilities. Adding an engine is its module (and its options'
+class, where it owns any) and one line in KINDS.
 
 The classes and calibrations are named by path ('module:attribute') and imported when first used, as plugin tables
 do (optimum-benchmark's `_target_`): the table sits below every layer that reads it, the engines above all of them.
@@ -51,9 +51,14 @@ class EngineKind:
     engine: str  # 'module:Class' of its engine (measure/engines/protocol.Engine): what a sweep opens a setting with
     tune: str | None = None  # 'module:function' of its `tune` calibration; None: tune cannot calibrate it
     in_both: bool = False  # one of `--engine both`, in this table's order
+    options: str | None = None  # 'module:Class' of its options (measure/engines/declared.EngineOptions); None: none
 
     def engine_class(self) -> type:
         return _load(self.engine)
+
+    def options_class(self) -> type | None:
+        """The dataclass of the options this engine owns (its flags, defaults, checks), or None."""
+        return _load(self.options) if self.options else None
 
     def tune_flow(self):
         """The `tune` command's flow for this engine: one line where it has none."""
@@ -72,9 +77,10 @@ KINDS: tuple[EngineKind, ...] = (
                "gguf_bench.measure.engines.python:PythonEngine", "gguf_bench.cli.tune:tune_python", in_both=True),
     EngineKind(SERVER_ENGINE, Capabilities("llama-server", concurrent=True, server_types=True, server_process=True),
                "llama-server", "srv", "gguf_bench.measure.engines.server:ServerEngine", "gguf_bench.cli.tune:tune_server",
-               in_both=True),
+               in_both=True, options="gguf_bench.measure.engines.server_options:ServerOptions"),
     EngineKind("endpoint", Capabilities("a server at --url", concurrent=True, remote=True), "endpoint", "ep",
-               "gguf_bench.measure.engines.endpoint:EndpointEngine"),
+               "gguf_bench.measure.engines.endpoint:EndpointEngine",
+               options="gguf_bench.measure.engines.endpoint_options:EndpointOptions"),
 )
 ENGINES: dict[str, EngineKind] = {k.name: k for k in KINDS}
 

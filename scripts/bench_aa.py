@@ -51,11 +51,12 @@ from pathlib import Path
 from scipy import stats
 
 from gguf_bench.measure import pair as pair_module
+from gguf_bench.measure.engines.server_options import ServerOptions
 from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.sweep import SweepEvents, run_sweep
-from gguf_bench.models.tiny import make_pair
+from gguf_bench.models.tiny import TinySpec, make_pair
 from gguf_bench.placing import Placing
 from gguf_bench.results.presentation.summary import MARGIN, compare, summarize, to_frame, workload_family
 from gguf_bench.results.schema.records import Mode, RunRecord
@@ -111,7 +112,8 @@ def grid(args, prompts) -> Grid:
     return Grid(ks=[args.k], ngls=[0], nglds=[0], placings=[Placing(), ARM_B], temperatures=[0.0], prompts=prompts,
                 n_predict=args.n,
                 repetitions=2 if args.max_reps else args.reps, max_reps=args.max_reps, threads=args.threads,
-                with_draft_alone=False, engines=(args.engine,), server_bin=args.server_bin, seed=args.seed)
+                with_draft_alone=False, engines=(args.engine,),
+                engine_options=(ServerOptions(server_bin=args.server_bin),), seed=args.seed)
 
 
 def ms_per_token(files: PairFiles, args, prompts) -> float:
@@ -150,9 +152,11 @@ def one_sweep(i: int, files: PairFiles, args, prompts, out: Path) -> dict:
             continue
         verdicts[str(mode)] = compare(a.iloc[0], b.iloc[0], ok, args.margin, workload_family(summary, ok))
     reps = int(ok["repetition"].max()) + 1 if not ok.empty else 0
+    spec_a = summary[(summary["mode"] == str(Mode.SPECULATIVE)) & (summary["placement"].fillna("").astype(str) == ARMS[0])]
+    deployed = (Mode.SPECULATIVE if not spec_a.empty and spec_a.iloc[0]["verdict"] == "faster" else Mode.TARGET)
     orders = ok.get("settings_design")
     design = (orders.dropna().iloc[0] if orders is not None and orders.notna().any() else "one setting")
-    return {"verdicts": verdicts, "reps": reps, "runs": len(ok), "design": design}
+    return {"verdicts": verdicts, "answer": verdicts[str(deployed)], "reps": reps, "runs": len(ok), "design": design}
 
 
 def binomial(k: int, n: int) -> str:
@@ -170,6 +174,8 @@ def main() -> None:
     ap.add_argument("--sweeps", type=int, default=100)
     ap.add_argument("--slow", type=float, default=0.0, help="%% more time per token in arm B (python only)")
     ap.add_argument("--busy", action="store_true", help="a busy loop on one core through every sweep")
+    ap.add_argument("--width", type=int, default=TinySpec.width, help="the tiny pair's width (default %(default)s)")
+    ap.add_argument("--layers", type=int, default=TinySpec.n_layers, help="the tiny pair's layers (default %(default)s)")
     ap.add_argument("--target", type=Path)
     ap.add_argument("--draft", type=Path)
     ap.add_argument("-K", dest="k", type=int, default=4)
@@ -193,7 +199,8 @@ def main() -> None:
     out = args.out or work / "results"
     out.mkdir(parents=True, exist_ok=True)
     if args.target is None:
-        target, draft = make_pair(work / "tiny", noise=0.05, seed=0)
+        spec = TinySpec(n_layers=args.layers, width=args.width, ff=2 * args.width)
+        target, draft = make_pair(work / "tiny", noise=0.05, seed=0, spec=spec)
     else:
         target, draft = args.target, args.draft
     files = PairFiles(target, draft, "aa")
@@ -281,7 +288,7 @@ def endpoint_sweep(i: int, urls: list[str], args, out: Path) -> dict:
     verdict = (SimpleNamespace(verdict=str(row.iloc[0]["verdict"]), pct=float(row.iloc[0]["gain_pct"]))
                if not row.empty else None)
     ok = frame[frame["error"].isna()]
-    return {"verdicts": {str(Mode.TARGET): None, str(Mode.SPECULATIVE): verdict},
+    return {"verdicts": {str(Mode.TARGET): None, str(Mode.SPECULATIVE): verdict}, "answer": verdict,
             "reps": int(ok["repetition"].max()) + 1 if not ok.empty else 0, "runs": len(ok), "design": "alternate"}
 
 
@@ -310,8 +317,10 @@ def report(results: list[dict], args, seconds: float) -> None:
         if gains:
             print(f"  the target alone's measured advantage: median {sorted(gains)[len(gains) // 2]:+.1f}%")
     else:
+        answered = sum(r["answer"] is not None and r["answer"].verdict == "same" for r in results)
         print(f"A/A: a difference decided (faster or slower, any row) in {binomial(decided, n)} of the sweeps; "
-              f"'the same' on every row in {binomial(same, n)}")
+              f"'the same' on every row in {binomial(same, n)}; on the row the answer rests on (arm A's deployed row "
+              f"against arm B's: the target alone where K={args.k} is not faster) in {binomial(answered, n)}")
 
 
 if __name__ == "__main__":

@@ -142,8 +142,8 @@ def main() -> None:
     ks = options.draft_lengths(args.K)
     target, folder = fetch_all(args.target, args.draft or DRAFTS, results / f"candidates-{stamp}")
     found, rows = candidates(target, folder)
-    job = measuring.MeasureJob(args.measure, prompts, ks, args.n, 2048, args.threads, f"drafts-{stamp}",
-                               results / f"drafts-{stamp}.jsonl", reps=args.reps)
+    job = measuring.MeasureJob(None, prompts, ks, args.n, 2048, args.threads, f"drafts-{stamp}",
+                               results / f"drafts-{stamp}.jsonl", reps=args.reps, n=args.measure)
     t = time.perf_counter()
     measured = measuring.measure_drafts(found.target.named, job, rows,
                                         measuring.MeasureEvents(note=lambda line: print(line, flush=True)))

@@ -19,6 +19,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gguf_bench.measure.engines.server_options import ServerOptions
 from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
@@ -93,7 +94,8 @@ def main() -> None:
         split = Split(["1,1"], rpc=[f"{a.endpoint},{b.endpoint}"], rpc_delay=args.delays)
         grid = Grid(ks=draft_lengths(args.K), ngls=[ALL_LAYERS], nglds=[0], temperatures=[0.0],
                     prompts=builtin(args.prompt_ids.split(",")), repetitions=args.repetitions, n_predict=args.n,
-                    threads=args.threads, with_draft_alone=False, engines=("server",), server_bin=server_bin,
+                    threads=args.threads, with_draft_alone=False, engines=("server",),
+                    engine_options=(ServerOptions(server_bin=server_bin),),
                     **placing_axes(split=split))
         started = datetime.now(UTC)
         records = list(iter_records("bench-rpc", files, grid))

@@ -17,6 +17,7 @@ import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, processes_running, stored
 
 from gguf_bench.measure.deploy import command_line
+from gguf_bench.measure.engines.server_options import ServerOptions
 from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Grid, cells_done
 from gguf_bench.measure.sweep import iter_records
@@ -248,7 +249,8 @@ def test_a_server_that_dies_with_requests_in_flight(tiny_pairs, server_bin, isol
     the failed rounds."""
     files = PairFiles(*tiny_pairs["high"], "tiny")
     grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", "def fibonacci(n):")],
-                repetitions=2, n_predict=3500, n_ctx=4096, threads=2, engines=("server",), server_bin=server_bin,
+                repetitions=2, n_predict=3500, n_ctx=4096, threads=2, engines=("server",),
+                engine_options=(ServerOptions(server_bin=server_bin),),
                 parallels=[2])
     killed = threading.Event()
 

@@ -159,7 +159,8 @@ def test_bad_input_is_one_line(tiny_pairs, server_bin):
         assert_user_error(sweep("--url", spec, "--baseline-url", foreign), "the baseline serves another model",
                           "temperature 0 differ")
         assert_user_error(sweep("--url", spec), "give --url", "and --baseline-url")
-        assert_user_error(invoke("sweep", "--url", spec, "--baseline-url", foreign), "add it", "--engine endpoint")
+        assert_user_error(invoke("sweep", "--url", spec, "--baseline-url", foreign), "--url is an option of endpoint",
+                          "add --engine endpoint")
         assert_user_error(sweep("--url", spec, "--baseline-url", foreign, "--target", str(target), "--draft", str(draft)),
                           "give no pair")
         assert_user_error(invoke("tune", "--engine", "endpoint"), "tune cannot calibrate a server at --url")

@@ -39,7 +39,7 @@ def imports(path: Path) -> set[str]:
 
 # the registry's plugin table names classes and functions by 'module:attribute' (engine_registry.py), loaded by the
 # method each field's resolver is: an arrow from every module that calls the method to the named module
-RESOLVERS = {"engine": "engine_class", "tune": "tune_flow"}
+RESOLVERS = {"engine": "engine_class", "tune": "tune_flow", "options": "options_class"}
 
 
 def registry_arrows() -> set[tuple[str, str]]:

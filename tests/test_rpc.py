@@ -11,6 +11,7 @@ import time
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, processes_running
 
+from gguf_bench.measure.engines.server_options import ServerOptions
 from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Grid, cells_done
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
@@ -40,7 +41,8 @@ def two_servers(rpc_bins):
 def _grid(rpc_bins, servers, **kw) -> Grid:
     split = Split(kw.pop("ts", ["1,1"]), rpc=[",".join(s.endpoint for s in servers)], rpc_delay=kw.pop("delay", None))
     return Grid(ks=kw.pop("ks", [2]), ngls=[99], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", PROMPT)],
-                n_predict=12, threads=1, with_draft_alone=False, engines=("server",), server_bin=rpc_bins[0],
+                n_predict=12, threads=1, with_draft_alone=False, engines=("server",),
+                engine_options=(ServerOptions(server_bin=rpc_bins[0]),),
                 **placing_axes(split=split), **kw)
 
 
@@ -53,7 +55,8 @@ def test_target_split_over_two_rpc_servers(tiny_pairs, rpc_bins, two_servers):
     records = list(iter_records("rpc", files, _grid(rpc_bins, two_servers, delay="0,2")))
     local = list(iter_records("local", files, Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0],
                                                    prompts=[Prompt("p", PROMPT)], n_predict=12, threads=1,
-                                                   with_draft_alone=False, engines=("server",), server_bin=rpc_bins[0])))
+                                                   with_draft_alone=False, engines=("server",),
+                                                   engine_options=(ServerOptions(server_bin=rpc_bins[0]),))))
     assert [r.error for r in records + local] == [None] * 6
     assert [(r.mode.value, r.config.rpc_delay_ms) for r in records] == [("target", 0), ("speculative", 0),
                                                                          ("target", 2), ("speculative", 2)]

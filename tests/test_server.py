@@ -13,6 +13,7 @@ import time
 import pytest
 from cli_helpers import GGUF_BENCH, assert_user_error, invoke, pair_args, processes_running, stored
 
+from gguf_bench.measure.engines.server_options import ServerOptions
 from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.sweep import iter_records
@@ -101,7 +102,7 @@ def test_server_that_dies_mid_group_keeps_every_record(tiny_pairs, server_bin, i
     target, draft = tiny_pairs["high"]
     files = PairFiles(target, draft, "tiny")
     grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", PROMPT)], repetitions=3,
-                n_predict=8, threads=2, engines=("server",), server_bin=server_bin)
+                n_predict=8, threads=2, engines=("server",), engine_options=(ServerOptions(server_bin=server_bin),))
     records, killed = [], False
     for record in iter_records("s", files, grid):
         records.append(record)

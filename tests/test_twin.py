@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from cli_helpers import assert_user_error, invoke
 
+from gguf_bench.measure.engines.server_options import ServerOptions
 from gguf_bench.models import twin as twin_mod
 from gguf_bench.models.parts import local_header, tensor_table
 from gguf_bench.models.tiny import TinySpec, make_pair, random_weights, vocabulary, write_gguf
@@ -218,7 +219,7 @@ def test_llama_server_generates_a_twin_past_its_end_token(tmp_path, server_bin):
     real, _ = make_pair(tmp_path / "b", noise=0.0, eos_id=first)
     twin = _twin(real, tmp_path / "twin.gguf")
     grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", "hello")], n_predict=12,
-                threads=2, engines=("server",), server_bin=server_bin, with_target_alone=True,
+                threads=2, engines=("server",), engine_options=(ServerOptions(server_bin=server_bin),), with_target_alone=True,
                 strategies=[Strategy("ngram-simple")])
     target = next(r for r in iter_records("tw", PairFiles(twin, None, "twin"), grid) if r.mode.value == "target")
     assert target.error is None and target.metrics.n_tokens == 12 and not target.metrics.stopped_by_eog

@@ -13,7 +13,7 @@ from gguf_bench.measure import deploy
 from gguf_bench.measure.repeat import undecided
 from gguf_bench.results.presentation import crossover
 from gguf_bench.results.presentation.report import proof_lines, rich_table
-from gguf_bench.results.presentation.summary import FAMILY, compare, summarize, to_frame
+from gguf_bench.results.presentation.summary import FAMILY, MARGIN, compare, summarize, to_frame
 from gguf_bench.results.schema.records import parse
 
 T0 = 1_800_000_000.0
@@ -143,7 +143,7 @@ def test_every_gain_is_faster_slower_the_same_or_undecided():
     verdicts = {int(r["k"]): r["verdict"] for _, r in summary[summary["mode"] == "speculative"].iterrows()}
     assert verdicts == {1: "same", 2: "faster", 4: "slower", 8: "undecided"}
     assert [bool(spec(summary, k)["decided"]) for k in (1, 2, 4, 8)] == [False, True, True, False]  # faster or slower
-    assert summary.loc[summary["mode"] == "target", "verdict"].isna().all() and (summary["margin_pct"] == 3.0).all()
+    assert summary.loc[summary["mode"] == "target", "verdict"].isna().all() and (summary["margin_pct"] == MARGIN).all()
     wide = summarize(to_frame(records), margin=60)  # a margin wider than K=8's interval: the same
     assert spec(wide, 8)["verdict"] == "same" and spec(wide, 2)["verdict"] == "faster"
 
@@ -153,7 +153,7 @@ def test_the_same_is_marked_and_its_mark_explained_only_where_it_appears():
     table = rich_table(same, width=120)
     cells = [str(c) for col in table.columns for c in col._cells]
     assert any(c.startswith("≈+0.") and c.endswith("]") for c in cells), cells
-    assert any(line.startswith("≈ the same as the target alone: the whole interval within ±3% (--margin)")
+    assert any(line.startswith(f"≈ the same as the target alone: the whole interval within ±{MARGIN:g}% (--margin)")
                for line in proof_lines(same))
     apart = summarize(to_frame(blocks(ALONE, {8: [0.30, 0.31, 0.29]})))
     assert not any(line.startswith("≈") for line in proof_lines(apart))
@@ -173,7 +173,7 @@ def test_between_k_that_are_the_same_the_deploy_line_takes_the_smaller_k():
     records = blocks(ALONE, {4: [0.40, 0.41, 0.39, 0.40, 0.405, 0.395], 8: [0.404, 0.405, 0.392, 0.41, 0.40, 0.40]})
     summary, [head] = deploy_heads(records)
     assert head.startswith("deploy P: K=4 ("), head
-    assert "K=4 and K=8 are the same within 3%: the smaller K" in head
+    assert f"K=4 and K=8 are the same within {MARGIN:g}%: the smaller K" in head
     assert spec(summary, 4)["best_k"] and not spec(summary, 8)["best_k"]
     df = to_frame(records)
     assert compare(spec(summary, 8), spec(summary, 4), df).verdict == "same"
@@ -184,7 +184,7 @@ def test_between_k_that_are_the_same_the_deploy_line_takes_the_smaller_k():
 def test_a_k_that_is_the_same_as_the_target_alone_deploys_no_speculation():
     records = blocks(ALONE, {8: [0.004, -0.006, 0.002, 0.0, -0.003, 0.005]})
     _, [head] = deploy_heads(records)
-    assert head.startswith("deploy P: no speculation (") and "K=8 is the same as the target alone within 3%: +" in head
+    assert head.startswith("deploy P: no speculation (") and f"K=8 is the same as the target alone within {MARGIN:g}%: +" in head
 
 
 def test_between_settings_that_are_the_same_the_deploy_line_takes_fewer_gpu_layers():
@@ -195,7 +195,7 @@ def test_between_settings_that_are_the_same_the_deploy_line_takes_fewer_gpu_laye
     summary, [head] = deploy_heads(records)
     [chosen] = [r for _, r in summary.iterrows() if r["deploy"]]
     assert (chosen["mode"], chosen["ngl"]) == ("target", "0") and "-ngl 0" in chosen["deploy"]
-    assert "-ngl 0 target alone and -ngl 99 target alone are the same within 3%: fewer GPU layers" in head
+    assert f"-ngl 0 target alone and -ngl 99 target alone are the same within {MARGIN:g}%: fewer GPU layers" in head
 
 
 def test_report_takes_a_margin_and_refuses_a_bad_one(tmp_path):

@@ -238,8 +238,8 @@ def _measure_job(o: MeasureOptions) -> measuring.MeasureJob:
     use_results_dir(o.results_dir)
     chosen = workloads.choose(o.prompt_ids, o.prompts_file, None, registry=o.registry)
     name, out = results_path(o.name, o.resume, "drafts")
-    job = measuring.MeasureJob(o.n, chosen, options.draft_lengths(o.ks), o.n_predict, o.ctx_size, o.threads, name, out,
-                               o.resume, options.layers(o.ngl), options.layers(o.ngld), o.reps)
+    job = measuring.MeasureJob(None, chosen, options.draft_lengths(o.ks), o.n_predict, o.ctx_size, o.threads, name, out,
+                               o.reps, n=o.n, resume=o.resume, ngl=options.layers(o.ngl), ngld=options.layers(o.ngld))
     warn_offload(job.ngl, job.ngld)
     return job
 

@@ -80,17 +80,6 @@ ParallelOpt = Annotated[str | None, typer.Option("--parallel", "-np", help="serv
                         "(1,2,4); each slot holds --ctx-size; default: one request at a time on one slot")]
 ClientsOpt = Annotated[str | None, typer.Option("--clients", help="server engine: clients sending their prompts at the "
                        "same moment, a list (default: as many as --parallel); -r rounds of them")]
-RequestTimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="server engine: seconds one request of a "
-                              "concurrent round may take before its client disconnects")]
-WarmPoolOpt = Annotated[bool, typer.Option("--warm-pool", help="server engine: keep one process for all prompts of an "
-                        "n-gram type whose state outlives a request (ngram-mod, ngram-map-k(4v), ngram-cache), so later "
-                        "prompts start warm; default: a new process per run, cold")]
-UrlOpt = Annotated[str | None, typer.Option("--url", help="--engine endpoint: the OpenAI-compatible server to measure, "
-                  "with speculation (http://HOST:PORT)")]
-BaselineUrlOpt = Annotated[str | None, typer.Option("--baseline-url", help="--engine endpoint: the same model served "
-                          "without speculation, the gain's baseline")]
-ServerBinOpt = Annotated[Path | None, typer.Option("--server-bin", help="the llama-server to run (default: llama-server "
-                         "on PATH, else the one `gguf-bench build-server` made)")]
 
 # --- what is generated ------------------------------------------------------------------------------
 KOpt = Annotated[str, typer.Option("--draft-max", "-K", help="draft length K")]

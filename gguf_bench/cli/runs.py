@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -11,8 +12,8 @@ import typer
 
 from gguf_bench import engine_registry, options
 from gguf_bench.cli.app import command, console, err
+from gguf_bench.cli.engine_flags import engine_flags
 from gguf_bench.cli.options import (
-    BaselineUrlOpt,
     BatchOpt,
     CacheTypeKOpt,
     CacheTypeVOpt,
@@ -57,12 +58,10 @@ from gguf_bench.cli.options import (
     RegistryOpt,
     RepsBudgetOpt,
     RepsOpt,
-    RequestTimeoutOpt,
     ResultsDirOpt,
     RpcDelayOpt,
     RpcOpt,
     SeedOpt,
-    ServerBinOpt,
     SpecTypeOpt,
     SplitModeOpt,
     SweepRepsOpt,
@@ -75,10 +74,8 @@ from gguf_bench.cli.options import (
     TopKOpt,
     TopPOpt,
     UbatchOpt,
-    UrlOpt,
     VerdictMarginOpt,
     VerifyOpt,
-    WarmPoolOpt,
 )
 from gguf_bench.cli.progress import QuietStatus, SweepProgress, pair_files, warn_offload
 from gguf_bench.decoding.divergence import LOOP_ERROR, describe
@@ -114,6 +111,7 @@ FAILED_CELLS = 3  # sweep's exit status when it ends with failed cells (1: an er
 
 
 @command
+@engine_flags("run")
 def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, ngl: NglOpt = "0", ngld: NgldOpt = "0",
         k: KOpt = "4", temp: TempOpt = 0.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0,
         n_predict: NPredictOpt = 64, prompt: PromptOpt = None, prompt_ids: PromptIdOpt = None,
@@ -126,7 +124,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None,
         spec_type: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_min: PMinOpt = "0",
         n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16, engine: EngineOpt = "python",
-        server_bin: ServerBinOpt = None, flash_attn: FlashAttnOpt = None, cache_type_k: CacheTypeKOpt = None,
+        flash_attn: FlashAttnOpt = None, cache_type_k: CacheTypeKOpt = None,
         cache_type_v: CacheTypeVOpt = None, batch_size: BatchOpt = None, ubatch_size: UbatchOpt = None,
         threads_draft: ThreadsDraftOpt = None, depth: Annotated[int, typer.Option("--depth", "-d", help="tokens of "
         "context before the prompt (llama-bench's -d; prefilled, not timed)")] = 0,
@@ -134,7 +132,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
         device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
         main_gpu: MainGpuOpt = None, rpc: RpcOpt = None, rpc_delay: RpcDelayOpt = None,
-        margin: VerdictMarginOpt = summ.MARGIN, results_dir_opt: ResultsDirOpt = None) -> None:
+        margin: VerdictMarginOpt = summ.MARGIN, results_dir_opt: ResultsDirOpt = None, engine_options: tuple = ()) -> None:
     """Target alone, draft alone and speculative on one prompt, measured in one process (and in llama-server with
     --engine server|both)."""
     use_results_dir(results_dir_opt)
@@ -144,7 +142,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                            n_predict=n_predict, top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads,
                            verify=verify, strategies=strategies(spec_type, ngram_min, ngram_max, p_min, n_min,
                                                                 k_schedule, k_cap),
-                           engines=options.engines(engine), server_bin=server_bin, depths=[depth],
+                           engines=options.engines(engine), engine_options=engine_options, depths=[depth],
                            **options.context_axes(flash_attn, cache_type_k, cache_type_v, batch_size, ubatch_size,
                                                   threads_draft, single=True),
                            **placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft,
@@ -265,6 +263,7 @@ def _greedy_footer(records: list[RunRecord]) -> None:
 
 
 @command
+@engine_flags("sweep")
 def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = None, ks: KsOpt = "1,2,4,8",
           ngls: NglsOpt = "0", nglds: NgldsOpt = "0", temps: TempsOpt = "0", prompt_ids: PromptIdsOpt = None,
           prompts_file: PromptsFileOpt = None, per_category: PerCategoryOpt = None,
@@ -283,7 +282,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
                                    "KEY:N,... or accelerator_type:A100")] = None,
           spec_types: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_mins: PMinOpt = "0",
           n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16,
-          engine: EngineOpt = "python", server_bin: ServerBinOpt = None, flash_attns: FlashAttnOpt = None,
+          engine: EngineOpt = "python", flash_attns: FlashAttnOpt = None,
           cache_types_k: CacheTypeKOpt = None, cache_types_v: CacheTypeVOpt = None, batch_sizes: BatchOpt = None,
           ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None, depths: DepthOpt = None,
           prompt_tokens: PromptTokensOpt = None, n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None,
@@ -291,13 +290,13 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
           n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
           device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
           main_gpu: MainGpuOpt = None, rpc: RpcOpt = None, rpc_delay: RpcDelayOpt = None,
-          parallels: ParallelOpt = None, url: UrlOpt = None, baseline_url: BaselineUrlOpt = None,
-          clients: ClientsOpt = None, request_timeout: RequestTimeoutOpt = 600.0, warm_pool: WarmPoolOpt = False,
+          parallels: ParallelOpt = None,
+          clients: ClientsOpt = None,
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
           margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode",
-          results_dir_opt: ResultsDirOpt = None) -> None:
+          results_dir_opt: ResultsDirOpt = None, engine_options: tuple = ()) -> None:
     """Sweep drafting strategy x draft length x -ngl x -ngld x placement (-ncmoe, -ot, -dev, -ts, -sm, -mg, --rpc-delay
     and the draft's) x context
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
@@ -315,10 +314,10 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
                 margin=_margin(margin), objective=_objective(objective), n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
-                vram=vram_budget(vram) if vram else None, engines=options.engines(engine), server_bin=server_bin,
+                vram=vram_budget(vram) if vram else None, engines=options.engines(engine), engine_options=engine_options,
                 parallels=options.positive_ints(parallels, "--parallel") if parallels else None,
                 clients=options.positive_ints(clients, "--clients") if clients else None,
-                request_timeout_s=request_timeout, warm_pool=warm_pool, depths=options.int_list(depths, "-d") if depths else [0],
+                depths=options.int_list(depths, "-d") if depths else [0],
                 **options.context_axes(flash_attns, cache_types_k, cache_types_v, batch_sizes, ubatch_sizes, threads_drafts),
                 **placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft, device_draft,
                                split=Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)))
@@ -331,9 +330,10 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
             raise BenchError("-r auto decides between passes on this machine; with --ray give a count (-r 4)")
         if ray_address and (local := [e for e in grid.engines if not engine_registry.of(e).ray]):
             raise BenchError(f"--engine {local[0]} runs on this machine only, not through --ray")
-        if remote := _remote(grid, choice, url, baseline_url):  # what the engine resolves from the command
+        if remote := _remote(grid, choice):  # what the engine resolves from the command: its options
+            given = grid.options_of(remote)
             return _sweep(name, grid, out, resume,
-                          [(url, engine_registry.kind(remote).engine_class().measured((url, baseline_url)))])
+                          [(given.url, engine_registry.kind(remote).engine_class().measured(given))])
         if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
             return _sweep_on_ray(name, grid, out, resume, choice, ray_options(ray_address, ray_gpus_per_task, ray_resources))
         _sweep(name, grid, out, resume, _local_pairs(grid, choice))
@@ -357,23 +357,41 @@ def _interrupted(out: Path, name: str, flags: str = "") -> typer.Exit:
 
 def _sweep(name: str, grid: Grid, out: Path, resume: bool, measured: list[tuple[str, object]]) -> None:
     """The one sweep of every engine (sweep.run_sweep) over what is measured (local pairs, or an engine's served URLs),
-    then the report."""
+    then the report (_finish)."""
     stops: list[str] = []
-    try:
+    with _stopping(out, name):
         for i, (label, what) in enumerate(measured):
             with SweepProgress(label) as events:
                 events.stopped = lambda line, p=label: stops.append(f"{p}: {line}" if len(measured) > 1 else line)
                 run_sweep(name, what, grid, out, resume=resume or i > 0, events=events)
+    _finish(name, grid, out, f"sweep {name} ({out})", stops)
+
+
+@contextmanager
+def _stopping(out: Path, name: str, flags: str = ""):
+    """Every sweep path's one line for Ctrl-C and for a results file that cannot be written, with how to resume."""
+    try:
+        yield
     except KeyboardInterrupt:
-        raise _interrupted(out, name) from None
+        raise _interrupted(out, name, flags) from None
     except ResultsError as exc:
-        raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} --resume`") from None
-    records = [r for r in read_records(out) if isinstance(r, RunRecord)]
-    _show_runs(records, title=f"sweep {name} ({out})", margin=grid.margin, objective=grid.objective)
-    for line in stops:
-        console.print(line, markup=False, soft_wrap=True)
-    _one_repetition_line(grid, name)
-    _fail_on_failed_cells(records, name, out)
+        raise ResultsError(f"{exc}; once it can be written, continue with `gguf-bench sweep ... --name {name} "
+                           f"--resume{flags}`") from None
+
+
+def _finish(name: str, grid: Grid, out: Path, title: str, stops: list[str], ray: str | None = None,
+            failed_units: str | None = None) -> None:
+    """Every sweep path's tail: the report of the file, why -r auto stopped, what one repetition cannot decide, then
+    the exit status: one line for units that failed (Ray), else that of failed cells."""
+    records = [r for r in read_records(out) if isinstance(r, RunRecord)] if out.is_file() else []
+    if out.is_file():
+        _show_runs(records, title=title, deploy_lines=ray is None, margin=grid.margin, objective=grid.objective)
+        for line in stops:
+            console.print(line, markup=False, soft_wrap=True)
+        _one_repetition_line(grid, name, ray)
+    if failed_units:
+        raise BenchError(failed_units)
+    _fail_on_failed_cells(records, name, out, f" --ray {ray}" if ray else "")
 
 
 def _one_repetition_line(grid: Grid, name: str, ray: str | None = None) -> None:
@@ -386,16 +404,15 @@ def _one_repetition_line(grid: Grid, name: str, ray: str | None = None) -> None:
                        f"`gguf-bench sweep ... --name {name} --resume {more}", console.width), markup=False, soft_wrap=True)
 
 
-def _remote(grid: Grid, choice: PairChoice, url: str | None, baseline_url: str | None) -> str | None:
+def _remote(grid: Grid, choice: PairChoice) -> str | None:
     """The engine that measures servers someone else started, where the sweep asks for one (engine_registry: remote);
-    one line for a sweep that mixes it with a pair, or misses one of its two URLs."""
+    one line for a sweep that mixes it with a pair, or misses one of its two URLs (its options: --url, --baseline-url;
+    given without it, they are refused as every engine's own options are: cli/engine_flags.py)."""
     remote = [e for e in grid.engines if engine_registry.of(e).remote]
-    engines = " or ".join(engine_registry.names_with("remote"))
-    if (url or baseline_url) and not remote:
-        raise BenchError(f"--url and --baseline-url are the servers of --engine {engines}: add it")
     if not remote:
         return None
-    if not (url and baseline_url):
+    given = grid.options_of(remote[0])
+    if not (given.url and given.baseline_url):
         raise BenchError(f"--engine {remote[0]} measures two servers someone else started: give --url (with "
                          "speculation) and --baseline-url (the same model without)")
     if choice.names or choice.target or choice.draft:
@@ -408,7 +425,9 @@ def _refuse_owners_options(ctx: typer.Context, engines: tuple[str, ...]) -> None
     """One line for the options a remote engine's client cannot set, given with it (before they are read: -K,
     --spec-type, ... belong to the server's owner)."""
     for name in (e for e in engines if engine_registry.of(e).remote):
-        if owners := _given(ctx, engine_registry.kind(name).engine_class().sweep_options | SWEEP_OWN):
+        kind = engine_registry.kind(name)
+        own = frozenset(f for f, *_ in kind.options_class().declared()) if kind.options_class() else frozenset()
+        if owners := _given(ctx, kind.engine_class().sweep_options | own | SWEEP_OWN):
             them = "them" if len(owners) > 1 else "it"
             raise BenchError(f"{', '.join(owners)}: set by the server's owner when it was started, not by a client; "
                              f"--engine {name} measures the servers as they run: leave {them} out")
@@ -422,7 +441,7 @@ def _refuse_auto_options(ctx: typer.Context, reps: int | None) -> None:
 
 
 AUTO_ONLY = frozenset({"max_reps", "reps_budget"})
-SWEEP_OWN = frozenset({"name", "resume", "results_dir_opt", "engine", "url", "baseline_url", "pairs", "target", "draft",
+SWEEP_OWN = frozenset({"name", "resume", "results_dir_opt", "engine", "pairs", "target", "draft",
                        "margin", "objective"})
 
 
@@ -445,27 +464,18 @@ def _fail_on_failed_cells(records: list[RunRecord], name: str, out: Path, resume
 
 
 def _sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice, ray: RayOptions) -> None:
+    """The units as Ray tasks on a cluster (measure/distributed.py), then the same tail as every sweep (_finish)."""
     address = ray.address
-    try:
-        with SweepProgress(f"Ray {address}") as events:
-            summary = sweep_on_ray(name, grid, out, resume, choice, ray, events)
-    except KeyboardInterrupt:
-        raise _interrupted(out, name, f" --ray {address}") from None
+    with _stopping(out, name, f" --ray {address}"), SweepProgress(f"Ray {address}") as events:
+        summary = sweep_on_ray(name, grid, out, resume, choice, ray, events)
     for line in summary.failures:
         err.print(f"unit failed: {line}", markup=False)
     if summary.no_offload:
         err.print(f"Warning: llama-cpp-python on {', '.join(sorted(summary.no_offload))} cannot offload to a GPU, so "
                   "-ngl/-ngld were ignored there; reinstall it there with CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)", markup=False)
-    if out.is_file():
-        records = [r for r in read_records(out) if isinstance(r, RunRecord)]
-        hosts = sorted({r.host for r in records})
-        title = f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}"
-        _show_runs(records, title=title, deploy_lines=False, margin=grid.margin, objective=grid.objective)
-        _one_repetition_line(grid, name, ray=address)
-    if summary.failures:
-        raise BenchError(failure_message(summary, name))
-    if out.is_file():
-        _fail_on_failed_cells(records, name, out, f" --ray {address}")
+    hosts = sorted({r.host for r in read_records(out) if isinstance(r, RunRecord)}) if out.is_file() else []
+    _finish(name, grid, out, f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}", [], address,
+            failed_units=failure_message(summary, name) if summary.failures else None)
 
 
 @command

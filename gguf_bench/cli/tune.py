@@ -13,6 +13,7 @@ import typer
 
 from gguf_bench import engine_registry, options
 from gguf_bench.cli.app import command, console, err
+from gguf_bench.cli.engine_flags import engine_flags
 from gguf_bench.cli.options import (
     CtxOpt,
     DeviceDraftOpt,
@@ -36,7 +37,6 @@ from gguf_bench.cli.options import (
     ResultsDirOpt,
     RpcDelayOpt,
     RpcOpt,
-    ServerBinOpt,
     SplitModeOpt,
     TargetOpt,
     TensorSplitOpt,
@@ -77,6 +77,7 @@ from gguf_bench.results.schema.text import fit_title
 
 
 @command
+@engine_flags("tune")
 def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
          ks: Annotated[str, typer.Option("--draft-max", "-K", help="draft lengths to predict: 1-16, 1,2,4,8, 1-16+2")] = "1-16",
          ngls: NglsOpt = "0", nglds: NgldsOpt = "0",
@@ -118,8 +119,8 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                            "per-position counters at two or three K), for any type that drafts K tokens a round")] = "python",
          parallel: Annotated[int | None, typer.Option("--parallel", "-np", help="--engine server: calibrate and predict "
                              "at this many slots, as many clients (predicts each request's tokens/s)")] = None,
-         server_bin: ServerBinOpt = None, objective: ObjectiveOpt = "decode", prompt_tokens: PromptTokensOpt = None,
-         registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None) -> None:
+         objective: ObjectiveOpt = "decode", prompt_tokens: PromptTokensOpt = None,
+         registry: RegistryOpt = None, results_dir_opt: ResultsDirOpt = None, engine_options: tuple = ()) -> None:
     """Predict tokens/s for every draft length and offload setting (and placement: -ncmoe, -ot, -dev and the draft's,
     each calibrated where it places the weights) from a short calibration, and
     recommend the fastest, without a full sweep (greedy)."""
@@ -134,7 +135,7 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                     ctx_size, reps, check, json_out, name, plot, spec_types, k_schedules, ngram_min, ngram_max, k_cap, depth,
                     twin, acceptance, (n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft,
                                        device_draft, Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)),
-                    parallel, server_bin, registry, _tune_objective(objective, twin), bool(prompt_tokens))
+                    parallel, engine_options, registry, _tune_objective(objective, twin), bool(prompt_tokens))
     flow(args)
 
 
@@ -188,7 +189,7 @@ class TuneArgs:
     acceptance: str
     placement: tuple  # -ncmoe, -ot, -dev, -ncmoed, -otd, -devd and the Split (placing.placing_axes' arguments)
     parallel: int | None
-    server_bin: Path | None
+    engine_options: tuple  # the chosen engine's own options (cli/engine_flags.py)
     registry: Path | None
     objective: str = "decode"  # what the predictions rank by (python engine): decode tokens/s, or request latency
     prompt_length: bool = False  # --prompt-tokens given (the prompts in `chosen` carry it)
@@ -219,7 +220,7 @@ def tune_server(a: TuneArgs) -> None:
         files = _server_files(a.pair, a.target, a.draft, a.registry, types, a.twin, Path(folder))
         job = ServerTuneJob(files, a.chosen, a.k_list, types, a.n_predict, a.ctx_size, a.threads, name,
                             ensure_results_dir() / f"{name}.jsonl", a.reps if a.reps != DEFAULT_REPS else SERVER_REPS,
-                            ngl, ngld, a.parallel, a.server_bin)
+                            ngl, ngld, a.parallel, a.engine_options)
         with QuietStatus(f"calibrating {files.name} through llama-server ...") as status:
             tuned = tune_server_job(job, a.check, status.update, a.twin)
     _show_server(tuned, alphas, a.json_out)

@@ -15,7 +15,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import product
-from pathlib import Path
 
 from gguf_bench import engine_registry as capabilities
 from gguf_bench import options
@@ -64,7 +63,6 @@ class Grid:
     verify: Verify = Verify.BATCHED
     strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
     engines: tuple[str, ...] = (PYTHON_ENGINE,)  # who generates: gguf-bench's loop, llama-server, or both
-    server_bin: Path | None = None  # the llama-server to run (None: runtimes/server_build.find_server's choice)
     # llama.cpp's context settings, swept like -ngl (None: its default, options.CONTEXT_DEFAULTS; -td: --threads)
     flash_attns: list[str | None] = field(default_factory=lambda: [None])
     cache_types_k: list[str | None] = field(default_factory=lambda: [None])
@@ -79,9 +77,10 @@ class Grid:
     # (None: as many as slots); parallels None is one request at a time on one slot
     parallels: list[int] | None = None
     clients: list[int] | None = None
-    request_timeout_s: float = 600.0  # the longest one request of a concurrent round may take
     depths: list[int] = field(default_factory=lambda: [0])  # tokens of filler before the prompt (measure/inputs/depth.py)
-    warm_pool: bool = False  # n-gram types whose state outlives a request: one process per group, not per prompt
+    # what the engines own beyond these axes (their options: measure/engines/declared.py), one instance per engine
+    # that declares any; an engine left out reads its declared defaults (options_of)
+    engine_options: tuple = ()
     trackers: tuple[str, ...] = TRACKERS  # what each cell is measured inside (measure/trackers/: load, memory, energy)
 
     def __post_init__(self) -> None:
@@ -128,8 +127,14 @@ class Grid:
             slots = capabilities.names_with("concurrent")
             raise ConfigError(f"{alone[0].what} generates one stream at a time: --parallel and --clients need "
                               f"--engine {' or '.join(slots)}")
-        if self.request_timeout_s <= 0:
-            raise ConfigError(f"--request-timeout must be above 0 seconds, got {self.request_timeout_s:g}")
+
+    def options_of(self, engine: str):
+        """The options `engine` owns (its EngineOptions), as given, else its declared defaults; None where it owns none."""
+        mine = [o for o in self.engine_options if o.engine == engine]
+        if mine:
+            return mine[0]
+        declared = capabilities.kind(engine).options_class()
+        return declared() if declared else None
 
     @property
     def looks(self) -> int | None:

@@ -391,11 +391,12 @@ class EndpointEngine:
 
     name = NAME
     capabilities = of(NAME)
-    # the sweep's options a client can set (the CLI's parameter names); every other one (-K, -ngl, --spec-type, -fa,
-    # ...) is the server owner's, set when it was started: given here, it is refused in one line, never ignored
+    # the sweep's axes a client can set (the CLI's parameter names), besides its own options (EndpointOptions); every
+    # other one (-K, -ngl, --spec-type, -fa, ...) is the server owner's, set when it was started: given here, it is
+    # refused in one line, never ignored
     sweep_options = frozenset({"temps", "prompt_ids", "prompts_file", "per_category", "registry", "top_k", "top_p",
-                               "seed", "n_predict", "repetitions", "max_reps", "reps_budget", "clients", "request_timeout",
-                               "parallels", "depths", "prompt_tokens"})
+                               "seed", "n_predict", "repetitions", "max_reps", "reps_budget", "clients", "parallels",
+                               "depths", "prompt_tokens"})
 
     def __init__(self, spec: Served, base: Served):
         self.spec, self.base = spec, base
@@ -409,9 +410,10 @@ class EndpointEngine:
         return EndpointSession(self, setting)
 
     @staticmethod
-    def measured(urls: tuple[str, str]) -> Servers:
-        """What the sweep measures, resolved from the command (--url, --baseline-url): the one sweep loop runs it."""
-        return Servers(urls)
+    def measured(options) -> Servers:
+        """What the sweep measures, resolved from the command (its options: --url, --baseline-url): the one sweep loop
+        runs it."""
+        return Servers((options.url, options.baseline_url))
 
 
 class EndpointSession:
@@ -431,7 +433,7 @@ class EndpointSession:
         served = self.engine.spec if speculative else self.engine.base
         before = counters(served) if speculative else None
         answers, wall = run_round(served, self._round(cell), self.grid.n_predict, cell.sampling(self.grid),
-                                  self.grid.request_timeout_s)
+                                  self.grid.options_of(NAME).request_timeout_s)
         got = counted(before, counters(served) if speculative else None, answers)
         error = why_unmeasured(answers, self.grid.n_predict)
         label = cell.strategy.name if speculative and served.spec_types else None
@@ -514,7 +516,7 @@ def endpoint_cells(grid: Grid, spec: Served, base: Served) -> list[Cell]:
 def served_pair(urls: tuple[str, str], grid: Grid) -> tuple[Served, Served]:
     """Both servers described, warmed up and checked to be comparable."""
     spec, base = describe(urls[0], "--url"), describe(urls[1], "--baseline-url")
-    check_pair(spec, base, grid.prompts[0], grid.request_timeout_s)
+    check_pair(spec, base, grid.prompts[0], grid.options_of(NAME).request_timeout_s)
     spec.spec_types = spec_types(spec)
     return spec, base
 

@@ -149,7 +149,7 @@ class ServerEngine:
     @classmethod
     def for_grid(cls, grid: Grid, files: PairFiles) -> ServerEngine:
         """The engine a grid needs, checked against the files and placements it will run."""
-        engine = cls(grid.server_bin, need_rpc=any(p.rpc for p in grid.placings))
+        engine = cls(grid.options_of(SERVER_ENGINE).server_bin, need_rpc=any(p.rpc for p in grid.placings))
         engine.check_files(grid.strategies, files, grid.ks)
         engine.check_placements(grid)
         return engine
@@ -238,7 +238,7 @@ class ServerSession:
         return counterbalanced(cells, _group)
 
     def measure(self, cell: Cell) -> RunRecord:
-        key = _process_key(cell, self.grid.warm_pool)
+        key = _process_key(cell, self.grid.options_of(SERVER_ENGINE).warm_pool)
         proc = self.processes.pop(key, None) if key is not None else None
         proc = proc or self._start(cell, key)
         if key is not None:
@@ -289,7 +289,7 @@ class ServerSession:
         names = rpc.buffer_names(self.engine.devices.get(placing.rpc, []), placing.rpc, self.endpoints)
         target_pl, draft_pl = (_renamed(p, names) for p in server.placements(*layers))
         proc.offload = Offload(target_pl.layers, draft_pl.layers if draft_pl else "-", target_pl, draft_pl)
-        pool = ("warm" if self.grid.warm_pool else "cold") if spec.pooled else None
+        pool = ("warm" if self.grid.options_of(SERVER_ENGINE).warm_pool else "cold") if spec.pooled else None
         command = replace(launch, port=server.launch.port, rpc=placing.rpc).argv()  # the servers' own addresses
         proc.info = ServerRecord(command=command, version=self.engine.version,
                                  build_info=str(server.props.get("build_info")), speculative=server.speculative, pool=pool)
@@ -334,8 +334,8 @@ class ServerSession:
         server = proc.server
         try:
             with track(self.grid.trackers, server.proc.pid) as tracked:
-                rnd = run_round(server, prompts, self.grid.n_predict, sampling, self.grid.request_timeout_s,
-                                cache_prompt=cell.depth > 0)
+                rnd = run_round(server, prompts, self.grid.n_predict, sampling,
+                                self.grid.options_of(SERVER_ENGINE).request_timeout_s, cache_prompt=cell.depth > 0)
         except ServerError as exc:  # it was gone before the round began
             return None, str(exc), None
         failed = [r for r in rnd.requests if r.error]
@@ -363,7 +363,7 @@ class ServerSession:
         processes run side by side ('alternate'): in 'blocks' starting it would stop the process being measured, and
         the target's group leads each even repetition there, so only a resumed sweep can lack it (no identity then)."""
         target = replace(cell, mode=Mode.TARGET, k=0, strategy=DEFAULT_STRATEGY)
-        key = _process_key(target, self.grid.warm_pool)
+        key = _process_key(target, self.grid.options_of(SERVER_ENGINE).warm_pool)
         proc = self.processes.pop(key, None) or self._start(target, key)
         self.processes[key] = proc
         if proc.failure or proc.died:

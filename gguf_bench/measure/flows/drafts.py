@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,14 +20,12 @@ from gguf_bench.decoding.strategy import DEFAULT_STRATEGY
 from gguf_bench.errors import BenchError, ConfigError, DownloadError, ModelError
 from gguf_bench.measure.deploy import setting_line
 from gguf_bench.measure.flows.tune import TuneEvents, TuneJob, tune
-from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.models.download import fetch_model, no_progress
 from gguf_bench.models.registry import Named
 from gguf_bench.options import layers_label
 from gguf_bench.results.predictions.costmodel import (
     DECODE_TIMINGS,
-    DEFAULT_REPS,
     Calibration,
     Recommendation,
     ScatterGuard,
@@ -48,25 +46,17 @@ CANDIDATE_ERRORS = (ModelError, DownloadError, MemoryError)
 
 
 @dataclass(frozen=True)
-class MeasureJob:
-    """How `--measure` calibrates the candidates of one target (passed beside it) and where it stores the records."""
+class MeasureJob(TuneJob):
+    """How `--measure` calibrates the candidates of one target: the calibration each candidate gets (a TuneJob made with
+    files None, each candidate's pair given to tune_job), how many candidates, and the one offload setting."""
 
-    n: int  # how many candidates to measure
-    prompts: Sequence[Prompt]
-    ks: Sequence[int]
-    n_predict: int
-    ctx_size: int
-    threads: int | None
-    name: str
-    out: Path
+    n: int = 1  # how many candidates to measure
     resume: bool = False
     ngl: int = 0
     ngld: int = 0
-    reps: int = DEFAULT_REPS
 
     def tune_job(self, files: PairFiles) -> TuneJob:
-        return TuneJob(files, self.prompts, self.ks, self.n_predict, self.ctx_size, self.threads, self.name, self.out,
-                       self.reps)
+        return TuneJob(**{f.name: getattr(self, f.name) for f in fields(TuneJob)} | {"files": files})
 
 
 @dataclass

@@ -42,7 +42,7 @@ class ServerTuneJob:
     ngl: int | str = 0
     ngld: int | str = 0
     parallel: int | None = None  # llama-server's slots, as many clients (None: one request at a time)
-    server_bin: Path | None = None
+    engine_options: tuple = ()  # the server engine's own (measure/engines/server_options.ServerOptions)
 
     def __post_init__(self) -> None:
         for t in self.spec_types:
@@ -61,7 +61,7 @@ class ServerTuneJob:
                     repetitions=self.reps, n_predict=self.n_predict, n_ctx=self.ctx_size, threads=self.threads,
                     with_draft_alone=False, with_target_alone=with_target_alone,
                     strategies=[Strategy(t) for t in self.spec_types], engines=(SERVER_ENGINE,),
-                    server_bin=self.server_bin, parallels=[self.parallel] if self.parallel else None)
+                    engine_options=self.engine_options, parallels=[self.parallel] if self.parallel else None)
 
 
 @dataclass

@@ -51,7 +51,7 @@ FAMILY = ["pair", "host", *CONCURRENCY, "depth", "prompt_length", "temperature",
 # one workload: the rows that compete for one verdict (its deploy line, its ★, its -r auto verdicts; across offloads,
 # context settings, engines, types and K's): a Bonferroni family. prompt_id only where the summary keeps prompts apart
 # (--by prompt)
-MARGIN = 3.0  # % : two settings whose whole corrected interval lies within ±MARGIN are "the same" (docs/verdicts.md)
+MARGIN = 5.0  # % : two settings whose whole corrected interval lies within ±MARGIN are "the same" (docs/verdicts.md)
 VERDICTS = ("faster", "slower", "same", "undecided")  # every comparison ends in one of these
 DRIFT_RUNS = 8  # the fewest target-alone runs whose quarters say how the machine moved
 DRIFT = 0.05  # the target alone moving more than this from the first quarter of its runs to the last is named
