@@ -32,6 +32,8 @@ class GGUFInfo:
     add_eos: bool
     context_length: int | None
     tokens: tuple[bytes, ...]
+    # every block, MTP (NextN) ones included (block_count): what llama.cpp's "offloaded N/M layers" counts, M = this + 1
+    n_blocks: int | None = None
 
 
 @dataclass(frozen=True)

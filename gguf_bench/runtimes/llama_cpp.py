@@ -441,6 +441,7 @@ def read_metadata(path: Path) -> dict:
             "architecture": arch,
             "name": meta("general.name") or Path(path).name,
             "n_layers": int(meta(f"{arch}.block_count") or 0) - int(meta(f"{arch}.nextn_predict_layers") or 0),  # the trunk
+            "n_blocks": int(meta(f"{arch}.block_count") or 0),
             "context_length": int(meta(f"{arch}.context_length") or 0) or None,
             "file_type": meta("general.file_type"),
             "n_vocab": n_vocab,

@@ -216,7 +216,9 @@ class ServerSession:
         self.engine, self.setting, self.prompts, self.grid = engine, setting, prompts, setting.grid
         files = setting.files
         self.twin = is_twin_file(files.target)  # generates to -n whatever token comes
-        self.layers = (read_info(files.target).n_layers, read_info(files.draft).n_layers if files.draft else None)
+        # the layers llama.cpp's load log counts (every block, MTP ones too, and the output): where a build logs no
+        # "offloaded N/M layers" line (no GPU device), the record's count is still llama.cpp's
+        self.layers = (_blocks(files.target), _blocks(files.draft) if files.draft else None)
         self.processes: dict[tuple, _Process] = {}  # the processes running, least recently used first
         self.capacity = 1  # how many may run at once (order() decides)
         self.design = "blocks"
@@ -438,6 +440,12 @@ def _exited(server: Server, grace_s: float = 1.0) -> bool:
 def _sampling(cell: Cell, grid: Grid, twin: bool = False) -> Sampling:
     cfg = cell.sampling(grid)
     return Sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed, ignore_eos=twin)
+
+
+def _blocks(path) -> int:
+    """A model's blocks as llama.cpp's offload line counts them (block_count: MTP blocks included)."""
+    info = read_info(path)
+    return info.n_blocks or info.n_layers
 
 
 def _process_key(cell: Cell, warm_pool: bool) -> tuple | None:
