@@ -1,8 +1,8 @@
 """Each command's engine options, assembled from what the engines declare (measure/engines/declared.py, named in
-engine_registry): `@engine_flags("sweep")` adds every declared flag the command takes to its signature, grouped under
-its engine in `--help` (last, each help text led by its owners: `[llama-server]`), refuses in one line a flag given without an engine that owns it, and hands the command the
-chosen engines' options as `engine_options` (what Grid stores). A new engine's options reach every command that takes
-them without an edit here."""
+engine_registry): `@engine_flags("sweep")` adds every declared flag the command takes to its signature (in `--help`
+last, each help text led by its owners: `[llama-server]`), refuses in one line a flag given without an engine that
+owns it, and hands the command the chosen engines' options as `engine_options` (what Grid stores). A new engine's
+options reach every command that takes them without an edit here."""
 
 from __future__ import annotations
 
