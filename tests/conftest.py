@@ -103,22 +103,40 @@ def _built(real_cache: Path, name: str, rpc: bool = False) -> Path:
         mp.undo()
 
 
-@pytest.fixture(scope="session")
-def server_bin(real_cache) -> Path:
-    """llama-server (`gguf-bench build-server`: about 6 minutes on 2 cores the first time)."""
-    return _built(real_cache, "llama-server")
+# On a CPU-only llama-cpp-python, one llama.cpp build serves every test that runs a llama.cpp tool: the CPU tree
+# (`build-tree --cpu`, RPC on), which `--rpc` needs anyway, so `build-server`'s own compile (its tools linked to
+# llama-cpp-python's ggml) is not run: one compile of llama.cpp fewer on a fresh machine. Its logic is tested with the
+# compile replaced (tests/test_fit_params.py), and the engines count layers the same on both builds (server.py:
+# _blocks). On a GPU build of llama-cpp-python the tools are build-server's, linked to its ggml, so that they see the
+# same devices the Python engine does (the CPU tree sees none).
+
+
+def _tool(request, real_cache: Path, name: str) -> Path:
+    """The CPU tree's `name`, or, on a GPU build or where LLAMA_CPP_LIB_PATH names a build-tree (the GPU kit's), the
+    one build-server's lookup finds (that tree's own)."""
+    from gguf_bench.runtimes.server_build import active_tree, backend
+
+    if backend() == "cpu" and active_tree() is None:
+        return request.getfixturevalue("cpu_tree") / name
+    return _built(real_cache, name)
 
 
 @pytest.fixture(scope="session")
-def fit_params_bin(real_cache) -> Path:
-    """llama-fit-params, llama.cpp's own fitting (built by `gguf-bench build-server` beside llama-server)."""
-    return _built(real_cache, "llama-fit-params")
+def server_bin(request, real_cache) -> Path:
+    """llama-server (_tool: the CPU tree's, or build-server's on a GPU build)."""
+    return _tool(request, real_cache, "llama-server")
 
 
 @pytest.fixture(scope="session")
-def gguf_split_bin(real_cache) -> Path:
-    """llama-gguf-split, which writes split GGUF files as the hub ships big models (built beside llama-server)."""
-    return _built(real_cache, "llama-gguf-split")
+def fit_params_bin(request, real_cache) -> Path:
+    """llama-fit-params, llama.cpp's own fitting (_tool)."""
+    return _tool(request, real_cache, "llama-fit-params")
+
+
+@pytest.fixture(scope="session")
+def gguf_split_bin(request, real_cache) -> Path:
+    """llama-gguf-split, which writes split GGUF files as the hub ships big models (_tool)."""
+    return _tool(request, real_cache, "llama-gguf-split")
 
 
 @pytest.fixture(scope="session")

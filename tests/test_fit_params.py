@@ -31,7 +31,10 @@ def test_without_a_gpu_device_llama_fit_params_sees_only_the_host(fit_params_bin
 
 @cpu_only
 def test_plan_compare_fit_on_a_cpu_build_says_there_is_nothing_to_compare(fit_params_bin, moe_pair, monkeypatch):
-    monkeypatch.setenv("GGUF_BENCH_CACHE", str(fit_params_bin.parents[2]))  # where the fixture built it
+    if (fit_params_bin.parent / tree_build.MARKER).is_file():  # the CPU tree's: found where LLAMA_CPP_LIB_PATH names
+        monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(fit_params_bin.parent))
+    else:
+        monkeypatch.setenv("GGUF_BENCH_CACHE", str(fit_params_bin.parents[2]))  # where build-server's fixture built it
     at_width(monkeypatch, 80)
     result = invoke("plan", *pair_args(moe_pair), "--vram", "520MiB", "--ctx", "512", "--compare-fit")
     assert result.exit_code == 0, result.output
