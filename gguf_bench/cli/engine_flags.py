@@ -95,5 +95,5 @@ def _options(values: dict[str, object], engines: tuple[str, ...]) -> tuple:
     for name in engines:
         options = engine_registry.kind(name).options_class()
         if options is not None:
-            out.append(options(**{f: values[f] for f, *_ in options.declared() if f in values}))
+            out.append(options(**{f: values[f] for f in options.names() if f in values}))
     return tuple(out)

@@ -426,7 +426,7 @@ def _refuse_owners_options(ctx: typer.Context, engines: tuple[str, ...]) -> None
     --spec-type, ... belong to the server's owner)."""
     for name in (e for e in engines if engine_registry.of(e).remote):
         kind = engine_registry.kind(name)
-        own = frozenset(f for f, *_ in kind.options_class().declared()) if kind.options_class() else frozenset()
+        own = declared.names() if (declared := kind.options_class()) else frozenset()
         if owners := _given(ctx, kind.engine_class().sweep_options | own | SWEEP_OWN):
             them = "them" if len(owners) > 1 else "it"
             raise BenchError(f"{', '.join(owners)}: set by the server's owner when it was started, not by a client; "

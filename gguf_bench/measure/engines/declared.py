@@ -36,3 +36,8 @@ class EngineOptions:
         """(field name, its type, its default, its Flag) for every field that has flags."""
         hints = typing.get_type_hints(cls)
         return [(f.name, hints[f.name], f.default, f.metadata["flag"]) for f in fields(cls) if "flag" in f.metadata]
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """The fields that have flags (the command's parameter names)."""
+        return frozenset(name for name, *_ in cls.declared())

@@ -214,6 +214,7 @@ class ServerSession:
 
     def __init__(self, engine: ServerEngine, setting: Setting, prompts: PreparedPrompts):
         self.engine, self.setting, self.prompts, self.grid = engine, setting, prompts, setting.grid
+        self.options = setting.grid.options_of(SERVER_ENGINE)  # its own: --warm-pool, --request-timeout
         files = setting.files
         self.twin = is_twin_file(files.target)  # generates to -n whatever token comes
         # the layers llama.cpp's load log counts (every block, MTP ones too, and the output): where a build logs no
@@ -240,7 +241,7 @@ class ServerSession:
         return counterbalanced(cells, _group)
 
     def measure(self, cell: Cell) -> RunRecord:
-        key = _process_key(cell, self.grid.options_of(SERVER_ENGINE).warm_pool)
+        key = _process_key(cell, self.options.warm_pool)
         proc = self.processes.pop(key, None) if key is not None else None
         proc = proc or self._start(cell, key)
         if key is not None:
@@ -291,7 +292,7 @@ class ServerSession:
         names = rpc.buffer_names(self.engine.devices.get(placing.rpc, []), placing.rpc, self.endpoints)
         target_pl, draft_pl = (_renamed(p, names) for p in server.placements(*layers))
         proc.offload = Offload(target_pl.layers, draft_pl.layers if draft_pl else "-", target_pl, draft_pl)
-        pool = ("warm" if self.grid.options_of(SERVER_ENGINE).warm_pool else "cold") if spec.pooled else None
+        pool = ("warm" if self.options.warm_pool else "cold") if spec.pooled else None
         command = replace(launch, port=server.launch.port, rpc=placing.rpc).argv()  # the servers' own addresses
         proc.info = ServerRecord(command=command, version=self.engine.version,
                                  build_info=str(server.props.get("build_info")), speculative=server.speculative, pool=pool)
@@ -337,7 +338,7 @@ class ServerSession:
         try:
             with track(self.grid.trackers, server.proc.pid) as tracked:
                 rnd = run_round(server, prompts, self.grid.n_predict, sampling,
-                                self.grid.options_of(SERVER_ENGINE).request_timeout_s, cache_prompt=cell.depth > 0)
+                                self.options.request_timeout_s, cache_prompt=cell.depth > 0)
         except ServerError as exc:  # it was gone before the round began
             return None, str(exc), None
         failed = [r for r in rnd.requests if r.error]
@@ -365,7 +366,7 @@ class ServerSession:
         processes run side by side ('alternate'): in 'blocks' starting it would stop the process being measured, and
         the target's group leads each even repetition there, so only a resumed sweep can lack it (no identity then)."""
         target = replace(cell, mode=Mode.TARGET, k=0, strategy=DEFAULT_STRATEGY)
-        key = _process_key(target, self.grid.options_of(SERVER_ENGINE).warm_pool)
+        key = _process_key(target, self.options.warm_pool)
         proc = self.processes.pop(key, None) or self._start(target, key)
         self.processes[key] = proc
         if proc.failure or proc.died:
