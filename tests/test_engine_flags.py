@@ -81,3 +81,34 @@ def test_an_engine_declared_only_here_gets_its_flag_and_its_options(monkeypatch)
     assert seen[-1] == (ReplayOptions(speedup=2.0),)
     refused = runner.invoke(app, ["--replay-speedup", "2"])
     assert refused.exit_code != 0 and "--replay-speedup is an option of replay" in str(refused.exception)
+
+
+@dataclass(frozen=True)
+class ClientOptions(EngineOptions):
+    engine: ClassVar[str] = "client"
+    takes: ClassVar[frozenset[str] | None] = frozenset({"n_predict"})  # what a client may set; the rest is refused
+
+    server: str | None = option(None, "--client-url", help="the server")
+
+
+def test_an_engine_that_takes_only_some_parameters_refuses_the_rest_by_its_declaration(monkeypatch):
+    """EngineOptions.takes: the declaration says which of the command's parameters the engine takes; another one given
+    is refused in its one line, the command's `always` ones are taken by every engine, and a command the engine has no
+    options for is left to say itself what it refuses."""
+    kind = dataclasses.replace(engine_registry.ENGINES["endpoint"], name="client", title="client",
+                               options=f"{__name__}:ClientOptions")
+    monkeypatch.setattr(engine_registry, "KINDS", (*engine_registry.KINDS, kind))
+    monkeypatch.setitem(engine_registry.ENGINES, "client", kind)
+    app = typer.Typer()
+
+    @app.command()
+    @engine_flags.engine_flags("sweep", always=frozenset({"name"}))
+    def fake(engine: str = "python", n_predict: int = 8, ks: str = typer.Option("1", "-K"), name: str = "",
+             engine_options: tuple = ()) -> None:
+        pass
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["--engine", "client", "--client-url", "u", "--n-predict", "4", "--name", "x"]).exit_code == 0
+    refused = runner.invoke(app, ["--engine", "client", "-K", "2"])
+    assert refused.exit_code != 0 and str(refused.exception) == "-K: not an option of --engine client: leave it out"
+    assert runner.invoke(app, ["-K", "2"]).exit_code == 0  # the Python loop takes every parameter

@@ -1,7 +1,8 @@
 """Each command's engine options, assembled from what the engines declare (measure/engines/declared.py, named in
 engine_registry): `@engine_flags("sweep")` adds every declared flag the command takes to its signature (in `--help`
 last, each help text led by its owners: `[llama-server]`), refuses in one line a flag given without an engine that
-owns it, and hands the command the chosen engines' options as `engine_options` (what Grid stores). A new engine's
+owns it (and, for an engine that `takes` only some of the command's parameters, the others given: its own line), and
+hands the command the chosen engines' options as `engine_options` (what Grid stores). A new engine's
 options reach every command that takes them without an edit here."""
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def declared(command: str) -> dict[str, Declared]:
 CONTEXT = "engine_flags_context"  # the click context the decorator asks typer for (which flags were given)
 
 
-def engine_flags(command: str):
-    """Decorate a command whose signature ends in `engine_options` (and has an `engine` parameter): see the module."""
+def engine_flags(command: str, always: frozenset[str] = frozenset()):
+    """Decorate a command whose signature ends in `engine_options` (and has an `engine` parameter): see the module.
+    always: the command's parameters about how it runs (--name, --resume, ...), that every engine takes."""
     def decorate(fn):
         table = declared(command)
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "engine_options"]
@@ -71,6 +73,7 @@ def engine_flags(command: str):
             values = {name: kwargs.pop(name) for name in table}
             engines = engine_registry.chosen(kwargs.get("engine") or engine_registry.DEFAULT)
             _refuse_unowned(ctx, table, engines)
+            _refuse_untaken(ctx, table, engines, always)
             return fn(*args, engine_options=_options(values, engines), **kwargs)
 
         wrapper.__signature__ = inspect.Signature(own + added + context)
@@ -87,6 +90,26 @@ def _refuse_unowned(ctx: typer.Context, table: dict[str, Declared], engines: tup
             chosen = " and ".join(engine_registry.of(e).what for e in engines)
             raise BenchError(f"{d.flag.flags[0]} is an option of {d.owned_by()}, and this command runs {chosen}: "
                              f"leave it out, or add --engine {' or '.join(d.owners)}")
+
+
+def _refuse_untaken(ctx: typer.Context, table: dict[str, Declared], engines: tuple[str, ...],
+                    always: frozenset[str]) -> None:
+    """One line, the engine's own (EngineOptions.refusal), for the parameters given that a chosen engine does not take
+    (EngineOptions.takes: the endpoint takes no -K or -ngl, which the servers' owner set), in the commands it has
+    options for (another command refuses the engine itself, in its own words)."""
+    for name in engines:
+        options = engine_registry.kind(name).options_class()
+        if options is not None and options.takes is not None and any(name in d.owners for d in table.values()):
+            if flags := given(ctx, options.takes | options.names() | always | {"engine"}):
+                raise BenchError(options.refusal(flags))
+
+
+def given(ctx: typer.Context, leave: frozenset[str]) -> list[str]:
+    """The options given on this command line (or from the environment) whose parameter names are not in `leave`, as
+    the user wrote them (-K, --spec-type)."""
+    return [min(p.opts, key=len) for p in ctx.command.params
+            if p.name not in leave and p.opts and getattr(ctx.get_parameter_source(p.name), "name", None)
+            in ("COMMANDLINE", "ENVIRONMENT")]
 
 
 def _options(values: dict[str, object], engines: tuple[str, ...]) -> tuple:

@@ -12,7 +12,7 @@ import typer
 
 from gguf_bench import engine_registry, options
 from gguf_bench.cli.app import command, console, err
-from gguf_bench.cli.engine_flags import engine_flags
+from gguf_bench.cli.engine_flags import engine_flags, given
 from gguf_bench.cli.options import (
     BatchOpt,
     CacheTypeKOpt,
@@ -83,7 +83,7 @@ from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
 from gguf_bench.measure import deploy
-from gguf_bench.measure.distributed import RayOptions, failure_message, ray_options, sweep_on_ray
+from gguf_bench.measure.distributed import OnRay, failure_message, on_ray, ray_options
 from gguf_bench.measure.inputs import prompts, workloads
 from gguf_bench.measure.inputs.prompts import at_lengths
 from gguf_bench.measure.machine import vram_budget
@@ -107,6 +107,9 @@ from gguf_bench.results.schema.store import (
 )
 from gguf_bench.results.schema.text import fit_title, fold
 
+# sweep's parameters about how it runs and reads, not what is measured: every engine takes them (pairs, --target and
+# --draft too: an engine that measures no files refuses them where it resolves what it measures)
+HOW_IT_RUNS = frozenset({"name", "resume", "results_dir_opt", "pairs", "target", "draft", "margin", "objective"})
 FAILED_CELLS = 3  # sweep's exit status when it ends with failed cells (1: an error, 2: `check` found a difference)
 
 
@@ -263,7 +266,7 @@ def _greedy_footer(records: list[RunRecord]) -> None:
 
 
 @command
-@engine_flags("sweep")
+@engine_flags("sweep", always=HOW_IT_RUNS)
 def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = None, ks: KsOpt = "1,2,4,8",
           ngls: NglsOpt = "0", nglds: NgldsOpt = "0", temps: TempsOpt = "0", prompt_ids: PromptIdsOpt = None,
           prompts_file: PromptsFileOpt = None, per_category: PerCategoryOpt = None,
@@ -302,7 +305,6 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
     x prompt; store every run and print the report."""
     use_results_dir(results_dir_opt)
-    _refuse_owners_options(ctx, options.engines(engine))
     reps = options.repetitions_text(repetitions)
     _refuse_auto_options(ctx, reps)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
@@ -330,23 +332,13 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
             raise BenchError("-r auto decides between passes on this machine; with --ray give a count (-r 4)")
         if ray_address and (local := [e for e in grid.engines if not engine_registry.of(e).ray]):
             raise BenchError(f"--engine {local[0]} runs on this machine only, not through --ray")
-        if remote := _remote(grid, choice):  # what the engine resolves from the command: its options
-            given = grid.options_of(remote)
-            return _sweep(name, grid, out, resume,
-                          [(given.url, engine_registry.kind(remote).engine_class().measured(given))])
-        if ray_address:  # each node finds or fetches its own pair: nothing is fetched here
-            return _sweep_on_ray(name, grid, out, resume, choice, ray_options(ray_address, ray_gpus_per_task, ray_resources))
-        _sweep(name, grid, out, resume, _local_pairs(grid, choice))
-
-
-def _local_pairs(grid: Grid, choice: PairChoice) -> list[tuple[str, object]]:
-    """The pairs on this machine the sweep measures, found or fetched, each with its name."""
-    need_draft = any(s.uses_model for s in grid.strategies)
-    files = ([pair_files(None, choice.target, choice.draft, choice.registry, need_draft)] if (choice.target or choice.draft)
-             else [pair_files(p, None, None, choice.registry) for p in (choice.names or [None])])
-    if not any(p.rpc for p in grid.placings):  # RPC servers' devices take layers whatever this build can do
-        warn_offload(*grid.ngls, *grid.nglds)
-    return [(f.name, f) for f in files]
+        if ray_address:  # the units as Ray tasks: each node finds or fetches its own pair, nothing is fetched here
+            ray = on_ray(name, grid, out, choice, ray_options(ray_address, ray_gpus_per_task, ray_resources))
+            return _sweep(name, grid, out, resume, [(f"Ray {ray.options.address}", ray)], ray)
+        measured = engine_registry.kind(grid.engines[0]).engine_class().measured(grid, choice, pair_files)
+        if not any(p.rpc for p in grid.placings):  # RPC servers' devices take layers whatever this build can do
+            warn_offload(*grid.ngls, *grid.nglds)
+        _sweep(name, grid, out, resume, measured)
 
 
 def _interrupted(out: Path, name: str, flags: str = "") -> typer.Exit:
@@ -355,16 +347,32 @@ def _interrupted(out: Path, name: str, flags: str = "") -> typer.Exit:
     return typer.Exit(130)
 
 
-def _sweep(name: str, grid: Grid, out: Path, resume: bool, measured: list[tuple[str, object]]) -> None:
-    """The one sweep of every engine (sweep.run_sweep) over what is measured (local pairs, or an engine's served URLs),
-    then the report (_finish)."""
+def _sweep(name: str, grid: Grid, out: Path, resume: bool, measured: list[tuple[str, object]],
+           ray: OnRay | None = None) -> None:
+    """The one sweep path: sweep.run_sweep over what is measured (local pairs, an engine's served URLs, or the units on
+    Ray: `ray`), then the report (_finish)."""
     stops: list[str] = []
-    with _stopping(out, name):
+    flags = f" --ray {ray.options.address}" if ray else ""
+    with _stopping(out, name, flags):
         for i, (label, what) in enumerate(measured):
             with SweepProgress(label) as events:
                 events.stopped = lambda line, p=label: stops.append(f"{p}: {line}" if len(measured) > 1 else line)
                 run_sweep(name, what, grid, out, resume=resume or i > 0, events=events)
-    _finish(name, grid, out, f"sweep {name} ({out})", stops)
+    if ray is None:
+        return _finish(name, grid, out, f"sweep {name} ({out})", stops)
+    _ray_lines(ray)
+    hosts = sorted({r.host for r in read_records(out) if isinstance(r, RunRecord)}) if out.is_file() else []
+    _finish(name, grid, out, f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}", stops,
+            ray.options.address, failed_units=failure_message(ray.summary, name) if ray.summary.failures else None)
+
+
+def _ray_lines(ray: OnRay) -> None:
+    """What only Ray's units can say: each unit that failed, and the nodes that could not offload."""
+    for line in ray.summary.failures:
+        err.print(f"unit failed: {line}", markup=False)
+    if no_offload := ray.summary.no_offload:
+        err.print(f"Warning: llama-cpp-python on {', '.join(sorted(no_offload))} cannot offload to a GPU, so -ngl/-ngld "
+                  "were ignored there; reinstall it there with CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)", markup=False)
 
 
 @contextmanager
@@ -404,53 +412,14 @@ def _one_repetition_line(grid: Grid, name: str, ray: str | None = None) -> None:
                        f"`gguf-bench sweep ... --name {name} --resume {more}", console.width), markup=False, soft_wrap=True)
 
 
-def _remote(grid: Grid, choice: PairChoice) -> str | None:
-    """The engine that measures servers someone else started, where the sweep asks for one (engine_registry: remote);
-    one line for a sweep that mixes it with a pair, or misses one of its two URLs (its options: --url, --baseline-url;
-    given without it, they are refused as every engine's own options are: cli/engine_flags.py)."""
-    remote = [e for e in grid.engines if engine_registry.of(e).remote]
-    if not remote:
-        return None
-    given = grid.options_of(remote[0])
-    if not (given.url and given.baseline_url):
-        raise BenchError(f"--engine {remote[0]} measures two servers someone else started: give --url (with "
-                         "speculation) and --baseline-url (the same model without)")
-    if choice.names or choice.target or choice.draft:
-        raise BenchError(f"--engine {remote[0]} measures the servers at --url and --baseline-url: give no pair, "
-                         "--target or --draft")
-    return remote[0]
-
-
-def _refuse_owners_options(ctx: typer.Context, engines: tuple[str, ...]) -> None:
-    """One line for the options a remote engine's client cannot set, given with it (before they are read: -K,
-    --spec-type, ... belong to the server's owner)."""
-    for name in (e for e in engines if engine_registry.of(e).remote):
-        kind = engine_registry.kind(name)
-        own = declared.names() if (declared := kind.options_class()) else frozenset()
-        if owners := _given(ctx, kind.engine_class().sweep_options | own | SWEEP_OWN):
-            them = "them" if len(owners) > 1 else "it"
-            raise BenchError(f"{', '.join(owners)}: set by the server's owner when it was started, not by a client; "
-                             f"--engine {name} measures the servers as they run: leave {them} out")
-
-
 def _refuse_auto_options(ctx: typer.Context, reps: int | None) -> None:
     """One line for --max-reps or --reps-budget beside a fixed -r N: they say how far -r auto goes, and would be ignored."""
-    if reps is not None and (given := _given(ctx, frozenset(p.name for p in ctx.command.params) - AUTO_ONLY)):
-        raise BenchError(f"{' and '.join(given)}: how far -r auto repeats; -r {reps} is a fixed count: give -r auto, or "
-                         f"leave {'them' if len(given) > 1 else 'it'} out")
+    if reps is not None and (flags := given(ctx, frozenset(p.name for p in ctx.command.params) - AUTO_ONLY)):
+        raise BenchError(f"{' and '.join(flags)}: how far -r auto repeats; -r {reps} is a fixed count: give -r auto, or "
+                         f"leave {'them' if len(flags) > 1 else 'it'} out")
 
 
 AUTO_ONLY = frozenset({"max_reps", "reps_budget"})
-SWEEP_OWN = frozenset({"name", "resume", "results_dir_opt", "engine", "pairs", "target", "draft",
-                       "margin", "objective"})
-
-
-def _given(ctx: typer.Context, reads: frozenset[str]) -> list[str]:
-    """The options given on this command line (or from the environment) that are not in `reads`, as the user wrote
-    them (-K, --spec-type)."""
-    return [min(p.opts, key=len) for p in ctx.command.params
-            if p.name not in reads and p.opts and getattr(ctx.get_parameter_source(p.name), "name", None)
-            in ("COMMANDLINE", "ENVIRONMENT")]
 
 
 def _fail_on_failed_cells(records: list[RunRecord], name: str, out: Path, resume_flags: str = "") -> None:
@@ -461,21 +430,6 @@ def _fail_on_failed_cells(records: list[RunRecord], name: str, out: Path, resume
                   f"{'them' if len(failed) > 1 else 'it'} again with `gguf-bench sweep ... --name {name} --resume"
                   f"{resume_flags}`", markup=False)
         raise typer.Exit(FAILED_CELLS)
-
-
-def _sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice, ray: RayOptions) -> None:
-    """The units as Ray tasks on a cluster (measure/distributed.py), then the same tail as every sweep (_finish)."""
-    address = ray.address
-    with _stopping(out, name, f" --ray {address}"), SweepProgress(f"Ray {address}") as events:
-        summary = sweep_on_ray(name, grid, out, resume, choice, ray, events)
-    for line in summary.failures:
-        err.print(f"unit failed: {line}", markup=False)
-    if summary.no_offload:
-        err.print(f"Warning: llama-cpp-python on {', '.join(sorted(summary.no_offload))} cannot offload to a GPU, so "
-                  "-ngl/-ngld were ignored there; reinstall it there with CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)", markup=False)
-    hosts = sorted({r.host for r in read_records(out) if isinstance(r, RunRecord)}) if out.is_file() else []
-    _finish(name, grid, out, f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}", [], address,
-            failed_units=failure_message(summary, name) if summary.failures else None)
 
 
 @command

@@ -3,7 +3,8 @@
 The unit of work is one pair under one offload setting: it loads both models once and runs that
 setting's cells, as a local sweep does. Each unit becomes a Ray streaming generator task that asks
 for the resources its setting needs, finds or fetches its pair on its own node (as `download` does),
-and yields one record per cell. The driver alone appends the records to results/NAME.jsonl.
+and yields one record per cell. Ray is a way of running units, not a sweep of its own: the driver's records go through
+the one sweep (sweep.run_sweep: the lock, --resume's check, the store), which alone appends them to results/NAME.jsonl.
 
 Nothing is lost or written twice:
 - `--resume`: the driver sends each unit the keys of its cells already in the file; the unit skips them.
@@ -32,13 +33,12 @@ from typing import Any
 from gguf_bench.errors import BenchError, ConfigError, ModelError
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import Grid, cell_key, cells_done, cells_for
-from gguf_bench.measure.sweep import SweepEvents, iter_records
+from gguf_bench.measure.sweep import Runs, SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.models.registry import ModelRef, Registry
-from gguf_bench.results.schema.naming import check_new
 from gguf_bench.results.schema.parts.node import Node
 from gguf_bench.results.schema.records import Record, RunRecord
-from gguf_bench.results.schema.store import append_record, environment, read_records
+from gguf_bench.results.schema.store import environment
 from gguf_bench.runtimes.llama_cpp import quantize
 
 INSTALL_HINT = "--ray needs Ray, which is not installed; install it with: pip install -e '.[ray]'"
@@ -348,46 +348,57 @@ class RaySummary:
 
 def run_ray_sweep(name: str, pairs: list[PairSource], grid: Grid, out: Path, resume: bool, options: RayOptions,
                   events: SweepEvents = SweepEvents()) -> RaySummary:
-    """Run every unit as a Ray task and append each record as it streams back; a failed unit does not stop the others."""
-    check_new(out, resume)
-    ray = import_ray()
-    records = read_records(out) if out.is_file() else []
-    written = cells_done(records)
-    units = plan_units(pairs, grid, records)
-    todo = [u for u in units if u.todo]
-    events.start(sum(u.todo for u in todo), sum(len(u.skip) for u in units), len(written))
-    summary = RaySummary(out, units=len(todo))
-    if not todo:
-        return summary
-    with _connected(ray, options.address):
-        requests = {u.index: task_request(u.load, grid, options) for u in todo}
-        _check_feasible(ray, list(requests.values()), options.address)
-        ledger = _start_ledger(ray)
-        task = ray.remote(unit_records)
-        streams = {task.options(**_ray_options(requests[u.index], options)).remote(name, u, grid, ledger): u for u in todo}
-        while streams:
-            ready, _ = ray.wait(list(streams), num_returns=1)
-            unit = streams[ready[0]]
-            try:
-                item = ray.get(next(ready[0]))
-            except StopIteration:
-                del streams[ready[0]]
-                continue
-            except ray.exceptions.RayError as exc:
-                summary.failures.append(f"{unit.label()}: {_one_line(exc)}")
-                del streams[ready[0]]
-                continue
-            if not isinstance(item, RunRecord) or item.cell in written:
-                summary.dropped += isinstance(item, RunRecord)
-                continue
-            append_record(out, item)
-            written.add(item.cell)
-            ledger.add.remote(unit.index, item.cell)
-            summary.written += 1
-            if (item.config.ngl or item.config.ngld) and not (item.node and item.node.gpu_offload):
-                summary.no_offload.add(item.host)
-            events.cell(item)
+    """Run every unit as a Ray task through the one sweep (sweep.run_sweep stores each record as it streams back); a
+    failed unit does not stop the others."""
+    summary = RaySummary(out)
+    run_sweep(name, OnRay(name, pairs, grid, options, summary), grid, out, resume, events)
     return summary
+
+
+class OnRay(Runs):
+    """The units as Ray tasks, one per pair x setting (unit_records on a node), their records as they stream back:
+    each once (a retried unit's repeats are dropped), counted in `summary`."""
+
+    def __init__(self, name: str, pairs: list[PairSource], grid: Grid, options: RayOptions, summary: RaySummary):
+        self.name, self.pairs, self.grid, self.options, self.summary = name, pairs, grid, options, summary
+
+    def records(self, stored: list, events: SweepEvents) -> Iterator[RunRecord]:
+        ray, summary, grid = import_ray(), self.summary, self.grid
+        written = cells_done(stored)
+        units = plan_units(self.pairs, grid, stored)
+        todo = [u for u in units if u.todo]
+        events.start(sum(u.todo for u in todo), sum(len(u.skip) for u in units), len(written))
+        summary.units = len(todo)
+        if not todo:
+            return
+        with _connected(ray, self.options.address):
+            requests = {u.index: task_request(u.load, grid, self.options) for u in todo}
+            _check_feasible(ray, list(requests.values()), self.options.address)
+            ledger = _start_ledger(ray)
+            task = ray.remote(unit_records)
+            streams = {task.options(**_ray_options(requests[u.index], self.options)).remote(self.name, u, grid, ledger): u
+                       for u in todo}
+            while streams:
+                ready, _ = ray.wait(list(streams), num_returns=1)
+                unit = streams[ready[0]]
+                try:
+                    item = ray.get(next(ready[0]))
+                except StopIteration:
+                    del streams[ready[0]]
+                    continue
+                except ray.exceptions.RayError as exc:
+                    summary.failures.append(f"{unit.label()}: {_one_line(exc)}")
+                    del streams[ready[0]]
+                    continue
+                if not isinstance(item, RunRecord) or item.cell in written:
+                    summary.dropped += isinstance(item, RunRecord)
+                    continue
+                yield item  # stored by run_sweep before this goes on
+                written.add(item.cell)
+                ledger.add.remote(unit.index, item.cell)
+                summary.written += 1
+                if (item.config.ngl or item.config.ngld) and not (item.node and item.node.gpu_offload):
+                    summary.no_offload.add(item.host)
 
 
 def ray_options(address: str, gpus_per_task: float | None, resources: str | None) -> RayOptions:
@@ -398,11 +409,11 @@ def ray_options(address: str, gpus_per_task: float | None, resources: str | None
     return options
 
 
-def sweep_on_ray(name: str, grid: Grid, out: Path, resume: bool, choice: PairChoice, options: RayOptions,
-                 events: SweepEvents = SweepEvents()) -> RaySummary:
-    """`gguf-bench sweep ... --ray ADDRESS`: the pairs named, checked, then `run_ray_sweep`."""
+def on_ray(name: str, grid: Grid, out: Path, choice: PairChoice, options: RayOptions) -> OnRay:
+    """`gguf-bench sweep ... --ray ADDRESS`: the pairs named, checked (nothing fetched here: each node fetches its own),
+    as units for Ray; run_sweep runs them."""
     sources = pair_sources(choice.names, choice.target, choice.draft, choice.registry)
-    return run_ray_sweep(name, sources, grid, out, resume, options, events)
+    return OnRay(name, sources, grid, options, RaySummary(out))
 
 
 def failure_message(summary: RaySummary, name: str) -> str:

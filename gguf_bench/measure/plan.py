@@ -27,6 +27,7 @@ from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.proof import marked
 from gguf_bench.measure.trackers import TRACKERS
 from gguf_bench.models.offload_plan import Budget
+from gguf_bench.models.pairs import PairChoice
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
 from gguf_bench.results.schema.parts.load import Load
@@ -433,3 +434,12 @@ def measured(records: list[RunRecord], what: str | None = None) -> list[RunRecor
     if records and len(failed) == len(records):
         raise BenchError(f"{what}: {failed[0].error}" if what else str(failed[0].error))
     return records
+
+
+def local_pairs(grid: Grid, choice: PairChoice, fetch: Callable) -> list[tuple[str, PairFiles]]:
+    """What a sweep of the Python loop or llama-server measures, resolved from the command: the pairs on this machine,
+    each found or fetched by `fetch` (the CLI's, with its progress bar: cli/progress.pair_files), with its name."""
+    need_draft = any(s.uses_model for s in grid.strategies)
+    files = ([fetch(None, choice.target, choice.draft, choice.registry, need_draft)] if (choice.target or choice.draft)
+             else [fetch(p, None, None, choice.registry) for p in (choice.names or [None])])
+    return [(f.name, f) for f in files]

@@ -8,7 +8,7 @@ continues with --resume.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,27 +40,46 @@ class SweepEvents:
     stopped: Callable[[str], None] = lambda line: None  # -r auto: why it stopped repeating (the sweep's last line)
 
 
-def run_sweep(name: str, what: PairFiles | Measured, grid: Grid, out: Path, resume: bool,
+def run_sweep(name: str, what: PairFiles | Measured | Runs, grid: Grid, out: Path, resume: bool,
               events: SweepEvents = SweepEvents()) -> Path:
-    """Run every cell of `what` (a pair's files, or what an engine resolved from the command) not already in `out`;
-    append each record as soon as it is measured; with -r auto, then the cells of verdicts still open, look by look.
-    The whole sweep holds `out`'s writer lock: a second process on the same name fails at once (BusyError) instead of
-    writing beside it."""
+    """Run every cell of `what` (a pair's files, or what an engine resolved from the command, measured here; or units
+    that run elsewhere: distributed.OnRay) not already in `out`; append each record as soon as it is measured; with -r
+    auto, then the cells of verdicts still open, look by look. The one writer of every sweep: the whole sweep holds
+    `out`'s writer lock, so a second process on the same name fails at once (BusyError) instead of writing beside it."""
     events = _once(events)  # -r auto's passes: each note once
-    measured = as_measured(what)
+    runs = what if isinstance(what, Runs) else Here(name, as_measured(what), grid, out)
     with exclusive(out):
         check_new(out, resume)
         stored = read_records(out) if out.is_file() else []
-        measured.check_stored(stored, out)
-        ran = 0
-        with closing(Measuring(name, measured, grid, events)) as measuring:
-            for record in measuring.records(events, cells_done(stored, measured.name)):
-                append_record(out, record)
-                events.cell(record)
-                ran += 1
-            if grid.max_reps is not None:
-                events.stopped(until_decided(measuring.grid, measured.name, out, events, ran, measuring.records))
+        for record in runs.records(stored, events):  # each resumes only once its record is stored
+            append_record(out, record)
+            events.cell(record)
     return out
+
+
+class Runs:
+    """Where a sweep's units run, and the records they give, in the order to store them (run_sweep stores each before
+    asking for the next): here (Here), or as Ray tasks on a cluster (distributed.OnRay)."""
+
+    def records(self, stored: list, events: SweepEvents) -> Iterator[RunRecord]:
+        raise NotImplementedError
+
+
+class Here(Runs):
+    """The units in this process: every setting's, taking turns (Measuring), then -r auto's looks."""
+
+    def __init__(self, name: str, measured: Measured, grid: Grid, out: Path):
+        self.name, self.measured, self.grid, self.out = name, measured, grid, out
+
+    def records(self, stored: list, events: SweepEvents) -> Iterator[RunRecord]:
+        self.measured.check_stored(stored, self.out)
+        with closing(Measuring(self.name, self.measured, self.grid, events)) as measuring:
+            ran = 0
+            for record in measuring.records(events, cells_done(stored, self.measured.name)):
+                yield record
+                ran += 1
+            if self.grid.max_reps is not None:
+                yield from until_decided(measuring.grid, self.measured.name, self.out, events, ran, measuring.records)
 
 
 def _once(events: SweepEvents) -> SweepEvents:
@@ -77,10 +96,17 @@ def _once(events: SweepEvents) -> SweepEvents:
 Pass = Callable[[SweepEvents, set[str], Callable, int], Iterator[RunRecord]]  # (events, done, only, repetitions)
 
 
-def until_decided(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: int, measure: Pass) -> str:
+def until_decided(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: int,
+                  measure: Pass) -> Iterator[RunRecord]:
     """-r auto after its first pass: one look per plan.auto_looks count, each repeating through `measure` only the cells
-    of verdicts still open (measure/repeat.py); why it stopped. ran: the cells measured so far (the progress bar counts
-    on)."""
+    of verdicts still open (measure/repeat.py), their records for run_sweep to store (each look reads `out`); then why
+    it stopped (events.stopped). ran: the cells measured so far (the progress bar counts on)."""
+    why = yield from _looks(grid, pair, out, events, ran, measure)
+    events.stopped(why)
+
+
+def _looks(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: int, measure: Pass) -> Generator:
+    """until_decided's looks; returns why they stopped."""
     start, counts = time.monotonic(), auto_looks(grid.max_reps)
     for done_reps, next_reps in zip(counts, counts[1:]):
         open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair], grid.margin,
@@ -97,8 +123,7 @@ def until_decided(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: in
             return cell.repetition >= before and selects(rows, setting, cell)
         quiet = replace(events, start=lambda todo, skipped, stored, before=ran: events.start(before + todo, 0, 0))
         for record in measure(quiet, done, only, next_reps):
-            append_record(out, record)
-            events.cell(record)
+            yield record
             ran += 1
     open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair], grid.margin,
                       grid.objective)

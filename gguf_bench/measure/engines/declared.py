@@ -1,7 +1,8 @@
 """What an engine takes from the command line beyond the experiment's axes: its options, declared as a frozen
 dataclass (EngineOptions) whose fields carry their flags and help (`option`), as llm's models declare an `Options`
 class. The CLI assembles each command's flags from these declarations (cli/engine_flags.py) and refuses, in one line,
-a flag whose owners are not among the engines chosen; a sweep stores the chosen engines' instances on its Grid
+a flag whose owners are not among the engines chosen (and, for an engine that `takes` only some of the command's
+parameters, every other one given); a sweep stores the chosen engines' instances on its Grid
 (Grid.options_of), and each engine reads its own."""
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ class EngineOptions:
     """The base of every engine's options: `engine` is the engine's name (engine_registry)."""
 
     engine: ClassVar[str] = ""
+    # the command's other parameters (by name) this engine can be given: None, every one; an engine that measures what
+    # someone else set up takes only these, and `refusal` says in one line why the rest are left out (cli/engine_flags)
+    takes: ClassVar[frozenset[str] | None] = None
+
+    @classmethod
+    def refusal(cls, flags: list[str]) -> str:
+        """The one line for `flags` given though this engine does not take them."""
+        return f"{', '.join(flags)}: not an option of --engine {cls.engine}: leave {_them(flags)} out"
 
     @classmethod
     def declared(cls) -> list[tuple[str, type, object, Flag]]:
@@ -41,3 +50,7 @@ class EngineOptions:
     def names(cls) -> frozenset[str]:
         """The fields that have flags (the command's parameter names)."""
         return frozenset(name for name, *_ in cls.declared())
+
+
+def _them(flags: list[str]) -> str:
+    return "them" if len(flags) > 1 else "it"

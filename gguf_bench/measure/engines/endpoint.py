@@ -37,7 +37,7 @@ from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled
-from gguf_bench.models.pairs import PairFiles
+from gguf_bench.models.pairs import PairChoice, PairFiles
 from gguf_bench.results.schema.parts.endpoint import Endpoint
 from gguf_bench.results.schema.parts.provenance import ModelFile, Models
 from gguf_bench.results.schema.records import Mode, RunMetrics, RunRecord
@@ -391,12 +391,6 @@ class EndpointEngine:
 
     name = NAME
     capabilities = of(NAME)
-    # the sweep's axes a client can set (the CLI's parameter names), besides its own options (EndpointOptions); every
-    # other one (-K, -ngl, --spec-type, -fa, ...) is the server owner's, set when it was started: given here, it is
-    # refused in one line, never ignored
-    sweep_options = frozenset({"temps", "prompt_ids", "prompts_file", "per_category", "registry", "top_k", "top_p",
-                               "seed", "n_predict", "repetitions", "max_reps", "reps_budget", "clients", "parallels",
-                               "depths", "prompt_tokens"})
 
     def __init__(self, spec: Served, base: Served):
         self.spec, self.base = spec, base
@@ -410,10 +404,17 @@ class EndpointEngine:
         return EndpointSession(self, setting)
 
     @staticmethod
-    def measured(options) -> Servers:
-        """What the sweep measures, resolved from the command (its options: --url, --baseline-url): the one sweep loop
-        runs it."""
-        return Servers((options.url, options.baseline_url))
+    def measured(grid: Grid, choice: PairChoice, fetch=None) -> list[tuple[str, Servers]]:
+        """What the sweep measures, resolved from the command: the two servers of its options (--url, --baseline-url),
+        named by --url; one line where one is missing or a pair is given. The one sweep loop runs it."""
+        given = grid.options_of(NAME)
+        if not (given.url and given.baseline_url):
+            raise ConfigError(f"--engine {NAME} measures two servers someone else started: give --url (with "
+                              "speculation) and --baseline-url (the same model without)")
+        if choice.names or choice.target or choice.draft:
+            raise ConfigError(f"--engine {NAME} measures the servers at --url and --baseline-url: give no pair, "
+                              "--target or --draft")
+        return [(given.url, Servers((given.url, given.baseline_url)))]
 
 
 class EndpointSession:

@@ -11,12 +11,13 @@ calibration).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from gguf_bench.engine_registry import Capabilities
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
-from gguf_bench.measure.plan import Cell, Setting, Unit
+from gguf_bench.measure.plan import Cell, Grid, Setting, Unit
+from gguf_bench.models.pairs import PairChoice
 from gguf_bench.results.schema.parts.order import Order
 from gguf_bench.results.schema.records import RunRecord
 
@@ -39,6 +40,11 @@ class Session(Protocol):
 class Engine(Protocol):
     name: str
     capabilities: Capabilities  # what it can do (engine_registry): the plan asks these, never the name
+
+    @staticmethod
+    def measured(grid: Grid, choice: PairChoice, fetch: Callable) -> list[tuple[str, object]]:
+        """What a sweep measures, resolved from the command, each with its name: the pairs on this machine (fetched by
+        `fetch`: plan.local_pairs), or the servers at the engine's URLs (measured.Measured)."""
 
     def open(self, setting: Setting, prompts: PreparedPrompts) -> Session: ...
 

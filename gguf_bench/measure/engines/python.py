@@ -13,7 +13,7 @@ from gguf_bench.engine_registry import of
 from gguf_bench.errors import BenchError
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.pair import LoadedPair
-from gguf_bench.measure.plan import Cell, Setting, shuffled
+from gguf_bench.measure.plan import Cell, Setting, local_pairs, shuffled
 from gguf_bench.measure.trackers import track
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecord
 
@@ -21,6 +21,8 @@ from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunMetrics, R
 class PythonEngine:
     name = PYTHON_ENGINE
     capabilities = of(PYTHON_ENGINE)
+
+    measured = staticmethod(local_pairs)  # what a sweep measures: the pairs on this machine
 
     @classmethod
     def for_grid(cls, grid, files) -> PythonEngine:

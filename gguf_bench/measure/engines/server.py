@@ -39,7 +39,7 @@ from gguf_bench.errors import ConfigError
 from gguf_bench.measure import machine
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.pair import LoadConfig, PairFiles
-from gguf_bench.measure.plan import Cell, Grid, Setting, counterbalanced, shuffled
+from gguf_bench.measure.plan import Cell, Grid, Setting, counterbalanced, local_pairs, shuffled
 from gguf_bench.measure.trackers import Tracked, track
 from gguf_bench.models.heads import block_k_limit, chained_k_limit, mtp_heads, sidecar_file_mismatch
 from gguf_bench.models.offload_plan import Budget
@@ -145,6 +145,8 @@ class ServerEngine:
 
     name = SERVER_ENGINE
     capabilities = of(SERVER_ENGINE)
+
+    measured = staticmethod(local_pairs)  # what a sweep measures: the pairs on this machine
 
     @classmethod
     def for_grid(cls, grid: Grid, files: PairFiles) -> ServerEngine:
