@@ -273,3 +273,25 @@ def test_records_keep_their_order():
     frame = to_frame([rec("target", 10.0, t=5)])
     assert frame.loc[0, "design"] == "shuffled" and frame.loc[0, "started"] == T0 + 5
     assert pd.isna(to_frame([rec("target", 10.0, design=None)]).loc[0, "design"])
+
+
+@pytest.mark.parametrize("design, settings, across, clusters", [
+    ("shuffled", "settings-chunks", True, True),  # two settings loaded one at a time: a repetition is one observation
+    ("shuffled", "settings-alternate", True, False),  # side by side, block by block: every pair counts
+    ("shuffled", "settings-chunks", False, False),  # within one setting (a gain): its runs share every chunk
+    ("blocks", None, False, True),  # llama-server one process at a time: the gain's pairs share two processes
+])
+def test_pairs_measured_in_chunks_of_a_repetition_count_once_per_repetition(design, settings, across, clusters):
+    """summary._paired: two prompts' pairs of one repetition, measured in the same two chunks, are one observation (the
+    repetition's mean log-ratio, its t over the repetitions) wherever in_chunks says so; else each pair is one."""
+    from gguf_bench.results.presentation.summary import _paired
+
+    ratios = {0: (1.10, 1.12), 1: (1.00, 1.01), 2: (1.06, 1.05)}  # per repetition, prompts a and b
+    mine = pd.DataFrame([{"_sweep": "s", "prompt_id": p, "repetition": r, "tokens_per_s": 100 * ratio, "design": design,
+                          "settings_design": settings} for r, both in ratios.items() for p, ratio in zip("ab", both)])
+    theirs = mine.assign(tokens_per_s=100.0)
+    got = _paired(mine, theirs, "tokens_per_s", across=across)
+    logs = np.log([x for both in ratios.values() for x in both])
+    units = logs.reshape(3, 2).mean(axis=1) if clusters else logs
+    assert got["gain_pairs"] == 6 and got["_dof"] == len(units) - 1
+    assert got["_est"] == pytest.approx(units.mean()) and got["_se"] == pytest.approx(units.std(ddof=1) / np.sqrt(len(units)))

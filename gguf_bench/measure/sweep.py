@@ -21,11 +21,12 @@ from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, ce
 from gguf_bench.measure.repeat import selects, undecided
 from gguf_bench.measure.trackers import notes
 from gguf_bench.results.schema.naming import check_new
+from gguf_bench.results.schema.parts.order import SETTINGS_CHUNKS
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, exclusive, read_records
 
 SIDE_BY_SIDE = "settings-alternate"  # parts.order.Order.settings: every setting loaded at once, taking turns
-IN_CHUNKS = "settings-chunks"  # one setting loaded at a time, in a balanced order (A B | B A ...), loaded at each switch
+IN_CHUNKS = SETTINGS_CHUNKS  # one setting loaded at a time, in a balanced order (A B | B A ...), loaded at each switch
 
 
 @dataclass

@@ -47,6 +47,7 @@ from gguf_bench.models.parts import tensor_table
 from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
 from gguf_bench.results.schema.parts.offload import Offload
+from gguf_bench.results.schema.parts.order import BLOCKS
 from gguf_bench.results.schema.parts.server import Server as ServerRecord
 from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, RunMetrics, RunRecord
 from gguf_bench.runtimes import rpc
@@ -224,7 +225,7 @@ class ServerSession:
         self.layers = (_blocks(files.target), _blocks(files.draft) if files.draft else None)
         self.processes: dict[tuple, _Process] = {}  # the processes running, least recently used first
         self.capacity = 1  # how many may run at once (order() decides)
-        self.design = "blocks"
+        self.design = BLOCKS
         self.targets: set[int | None] = set()  # the slot counts whose target alone this order measures (order())
         self._links = ExitStack()  # the delaying proxies of --rpc-delay, for the whole setting
         self.endpoints: tuple[str, ...] | None = None  # what llama-server connects to (None: not yet opened)
@@ -239,7 +240,7 @@ class ServerSession:
             # serves one client at a time: the processes of an RPC setting take turns (blocks)
             self.design, self.capacity = "alternate", need
             return shuffled(cells, self.grid.seed)
-        self.design, self.capacity = ("alternate", 1) if need == 1 else ("blocks", 1)
+        self.design, self.capacity = ("alternate", 1) if need == 1 else (BLOCKS, 1)
         return counterbalanced(cells, _group)
 
     def measure(self, cell: Cell) -> RunRecord:

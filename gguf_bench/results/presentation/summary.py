@@ -22,6 +22,7 @@ from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.evaluation import EvalRecord
 from gguf_bench.results.schema.fields import folds
 from gguf_bench.results.schema.kinds import gain_pct
+from gguf_bench.results.schema.parts.order import BLOCKS, SETTINGS_CHUNKS
 from gguf_bench.results.schema.records import OtherRecord, RunRecord, parse, read_file
 from gguf_bench.results.schema.run_fields import RUN_FIELDS, run_row
 
@@ -45,6 +46,7 @@ BLOCK = ["_sweep", "prompt_id", "repetition"]  # a pair's runs share these (and 
 # one sweep (_sweep: the sweep's name and the file it came from, sweep_of)
 # two settings' runs paired across (over_fastest_alone) share these too
 ACROSS = ["temperature", "depth", "prompt_length", *CONCURRENCY]
+CHUNK = ["_sweep", "repetition"]  # the runs one chunk of a repetition measured (in_chunks): one observation
 NO_REASON = "its drafter proposed no token"  # a row that drafted nothing, of records without a reason
 GAIN_LEVEL = 0.05  # a gain is decided where its 95% interval, corrected for the rows that compete, excludes zero
 FAMILY = ["pair", "host", *CONCURRENCY, "depth", "prompt_length", "temperature", "n_predict", "prompt_id"]
@@ -418,17 +420,17 @@ def advantage(mine: pd.DataFrame, theirs: pd.DataFrame, value: str = "tokens_per
         return all(c in side and side[c].notna().all() for c in ("design", "settings_design"))
     shared = "_sweep" not in mine or bool(set(mine["_sweep"]) & set(theirs["_sweep"]))
     if not mine.empty and not theirs.empty and interleaved(mine) and interleaved(theirs) and shared:
-        return _paired(mine, theirs, value, BLOCK + ACROSS)
+        return _paired(mine, theirs, value, BLOCK + ACROSS, across=True)
     p, est, se, dof = _welch(mine, theirs, value)
     return {"gain_pct": float("nan"), "gain_p": p, "gain_pairs": 0, "gain_busy": 0, "gain_test": "unpaired",
             "_est": est, "_se": se, "_dof": dof}
 
 
-def _estimate(spec: pd.DataFrame, alone: pd.DataFrame, value: str) -> dict:
+def _estimate(spec: pd.DataFrame, alone: pd.DataFrame, value: str, across: bool = False) -> dict:
     """The gain's estimate: paired where both rows' runs were interleaved, else unpaired (gain_tests); busy runs left
-    out (with their pairs)."""
+    out (with their pairs). across: the two rows are of two settings (_paired)."""
     if "design" in spec and spec["design"].notna().all() and alone["design"].notna().all():
-        return _paired(spec, alone, value)
+        return _paired(spec, alone, value, across=across)
     lost = 0
     if "_busy" in spec:
         lost = int(spec["_busy"].sum() + alone["_busy"].sum())
@@ -438,27 +440,45 @@ def _estimate(spec: pd.DataFrame, alone: pd.DataFrame, value: str) -> dict:
             "_est": est, "_se": se, "_dof": dof}
 
 
-def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str, on: Sequence[str] = BLOCK) -> dict:
+def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str, on: Sequence[str] = BLOCK,
+            across: bool = False) -> dict:
     """Each speculative run over the target alone of its block (`on`: same sweep, prompt and repetition): the geometric
     mean of the ratios, and the t statistics of their logarithms (none with fewer than 2 pairs). A pair with a busy run
-    on either side is left out (counted: gain_busy)."""
+    on either side is left out (counted: gain_busy). Where the two sides ran in chunks of one repetition each (in_chunks:
+    one llama-server process at a time, or, `across` settings, one load at a time), a repetition's pairs share the
+    chunk's two loads and are one observation: the t statistics are over the repetitions' mean logarithms."""
     on = [c for c in on if c in spec and c in alone]
     flag = ["_busy"] if "_busy" in spec and "_busy" in alone else []
     both = spec[[*on, value, *flag]].merge(alone[[*on, value, *flag]], on=on, suffixes=("", "_alone"))
     lost = both["_busy"] | both["_busy_alone"] if flag else pd.Series(False, index=both.index)
     both = both[~lost.astype(bool)]
     ratio = pd.to_numeric(both[value], errors="coerce") / pd.to_numeric(both[f"{value}_alone"], errors="coerce")
-    logs = np.log(ratio[(ratio > 0) & np.isfinite(ratio)].to_numpy(dtype=float))
+    good = (ratio > 0) & np.isfinite(ratio)
+    logs = np.log(ratio[good].to_numpy(dtype=float))
     n = len(logs)
     out = {"gain_pct": 100 * np.expm1(logs.mean()) if n else float("nan"), "gain_pairs": n, "gain_test": "paired",
            "gain_busy": int(lost.sum()), "gain_p": float("nan"), "_est": float("nan"), "_se": float("nan"),
            "_dof": float("nan")}
-    if n >= 2:
-        se = logs.std(ddof=1) / np.sqrt(n)
+    chunks = [c for c in CHUNK if c in both]
+    if n and chunks and in_chunks(spec, alone, across):
+        logs = pd.Series(logs).groupby([both.loc[good, c].astype(str).to_numpy() for c in chunks]).mean().to_numpy()
+    if len(logs) >= 2:
+        se = logs.std(ddof=1) / np.sqrt(len(logs))
         se = se if se > 0 else 1e-12  # every ratio the same: an interval of zero width
-        out |= {"gain_p": float(2 * stats.t.sf(abs(logs.mean() / se), n - 1)), "_est": logs.mean(), "_se": se,
-                "_dof": n - 1}
+        out |= {"gain_p": float(2 * stats.t.sf(abs(logs.mean() / se), len(logs) - 1)), "_est": logs.mean(), "_se": se,
+                "_dof": len(logs) - 1}
     return out
+
+
+def in_chunks(mine: pd.DataFrame, theirs: pd.DataFrame, across: bool) -> bool:
+    """Whether two rows' runs were measured in chunks of one repetition each, so that the pairs of a repetition share its
+    two chunks (a load, a process, the machine's state then): llama-server's one process at a time (design 'blocks'),
+    and, between two settings (`across`), one setting loaded at a time ('settings-chunks'). Measured so, the two
+    prompts' pairs of an A/A's repetition decided a difference between identical llama-servers at the first look in 4
+    of 100 sweeps (docs/verdicts.md)."""
+    def values(column: str) -> set:
+        return {v for side in (mine, theirs) if column in side for v in side[column].dropna()}
+    return BLOCKS in values("design") or (across and SETTINGS_CHUNKS in values("settings_design"))
 
 
 def _welch(spec: pd.DataFrame, alone: pd.DataFrame, value: str = "tokens_per_s") -> tuple[float, float, float, float]:
@@ -609,7 +629,8 @@ def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARG
     mine, theirs = (side[~busy(side)] if (~busy(side)).sum() >= 2 else side for side in (mine, theirs))
     if "_sweep" not in runs:  # a pair never crosses sweeps: one sweep is one name in one file (summarize's _sweep)
         mine, theirs = (side.assign(_sweep=_sweep_key(side)) for side in (mine, theirs))
-    e = _estimate(mine, theirs, "tokens_per_s")
+    across = not bool(matching(pd.DataFrame([a]), b, [c for c in SETTING if c not in SPECULATION]).iloc[0])
+    e = _estimate(mine, theirs, "tokens_per_s", across)
     if pd.isna(e["_se"]):
         return Comparison("undecided", nan, nan, nan)
     if family is None:

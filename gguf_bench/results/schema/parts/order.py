@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 from gguf_bench.results.schema.fields import Field
 
+# the designs that measure in chunks of one repetition (a repetition's pairs share their chunks: summary.in_chunks)
+BLOCKS = "blocks"  # Order.design: llama-server's processes one at a time
+SETTINGS_CHUNKS = "settings-chunks"  # Order.settings: the sweep's settings loaded one at a time
+
 
 @dataclass
 class Order:
