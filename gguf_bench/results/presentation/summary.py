@@ -283,7 +283,8 @@ def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str], value: str
 
     Paired where the runs were interleaved (parts.order.Order: both sides have a `design`): each run against the target
     alone of its own block (same setting, sweep, prompt and repetition, measured next to it: BLOCK), the gain the
-    geometric mean of those ratios, the interval a t-interval on their logarithms (`gain_test` 'paired'). Several
+    geometric mean of those ratios, the interval a t-interval on their logarithms (`gain_test` 'paired'; over the
+    repetitions' means where the runs were measured in chunks of a repetition: in_chunks). Several
     sweeps of one grid add their pairs (never a cross product). A pair with a busy run (busy) is left out. Files
     written before runs were interleaved: Welch's t-test of the two rows' runs (busy ones left out), each over its
     prompt's target-alone mean ('unpaired'). Columns: gain_pct (paired only; summarize takes the ratio of means for the
