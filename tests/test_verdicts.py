@@ -295,3 +295,30 @@ def test_pairs_measured_in_chunks_of_a_repetition_count_once_per_repetition(desi
     units = logs.reshape(3, 2).mean(axis=1) if clusters else logs
     assert got["gain_pairs"] == 6 and got["_dof"] == len(units) - 1
     assert got["_est"] == pytest.approx(units.mean()) and got["_se"] == pytest.approx(units.std(ddof=1) / np.sqrt(len(units)))
+
+
+def test_two_settings_loaded_one_at_a_time_are_compared_over_their_repetitions():
+    """summary.compare between two settings measured in chunks (settings-chunks): the interval is the t-interval over
+    the repetitions' mean log-ratios, not over the 6 pairs; the same rows measured side by side use every pair."""
+    from scipy import stats
+
+    from gguf_bench.results.presentation.summary import compare
+
+    alone = {0: (100.0, 101.0), 1: (95.0, 96.0), 2: (104.0, 103.0)}  # per repetition, prompts a and b, at -ngl 0
+    ratio = {0: (1.03, 1.04), 1: (0.99, 1.00), 2: (1.02, 1.02)}  # -ngl 99 over -ngl 0, pair by pair
+    for settings, clusters in (("settings-chunks", True), ("settings-alternate", False)):
+        records = []
+        for rep, speeds in alone.items():
+            for p, a, r in zip("ab", speeds, ratio[rep]):
+                for ngl, tps in ((0, a), (99, a * r)):
+                    records.append(rec("target", tps, rep=rep, prompt=p, ngl=ngl))
+                    records[-1]["order"]["settings"] = settings
+        frame = to_frame([parse(r) for r in records])
+        rows = summarize(frame)
+        fast, slow = (rows[(rows["mode"] == "target") & (rows["ngl"] == n)].iloc[0] for n in ("99", "0"))
+        got = compare(fast, slow, frame, margin=5.0, family=1)
+        logs = np.log([x for both in ratio.values() for x in both])
+        units = logs.reshape(3, 2).mean(axis=1) if clusters else logs
+        half = stats.t.ppf(0.975, len(units) - 1) * units.std(ddof=1) / np.sqrt(len(units))
+        assert got.lo == pytest.approx(100 * np.expm1(units.mean() - half))
+        assert got.hi == pytest.approx(100 * np.expm1(units.mean() + half))
