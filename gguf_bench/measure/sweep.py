@@ -21,12 +21,9 @@ from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, ce
 from gguf_bench.measure.repeat import selects, undecided
 from gguf_bench.measure.trackers import notes
 from gguf_bench.results.schema.naming import check_new
-from gguf_bench.results.schema.parts.order import SETTINGS_CHUNKS
+from gguf_bench.results.schema.parts.order import SETTINGS_ALTERNATE, SETTINGS_CHUNKS
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, exclusive, read_records
-
-SIDE_BY_SIDE = "settings-alternate"  # parts.order.Order.settings: every setting loaded at once, taking turns
-IN_CHUNKS = SETTINGS_CHUNKS  # one setting loaded at a time, in a balanced order (A B | B A ...), loaded at each switch
 
 
 @dataclass
@@ -180,13 +177,13 @@ class Measuring:
                 continue
             units.append(unit)
         design = self._design(units)
-        if design == SIDE_BY_SIDE:  # the loads of an earlier pass that this one does not measure close first
+        if design == SETTINGS_ALTERNATE:  # the loads of an earlier pass that this one does not measure close first
             for key in [k for k in self.open if k not in {_key(u.setting) for u in units}]:
                 self.open.pop(key)[1].close()
         positions: dict[tuple, int] = {}  # each setting's next position in its own order
-        for chunk in interleaved(units, by_block=design == SIDE_BY_SIDE):
+        for chunk in interleaved(units, by_block=design == SETTINGS_ALTERNATE):
             key = _key(chunk.setting)
-            session = self._session(chunk.setting, events, hold=design == SIDE_BY_SIDE)
+            session = self._session(chunk.setting, events, hold=design == SETTINGS_ALTERNATE)
             for record in measure_unit(session, chunk, design, positions.get(key, 0)):
                 positions[key] = positions.get(key, 0) + 1
                 for line in notes(record, self.said):
@@ -201,8 +198,8 @@ class Measuring:
         in_process = all(not capabilities.of(u.setting.engine).server_process for u in units)
         loads = [u.setting.load for u in units]
         if in_process and self.measured.side_by_side(loads, self.grid.n_ctx):
-            return SIDE_BY_SIDE
-        return IN_CHUNKS
+            return SETTINGS_ALTERNATE
+        return SETTINGS_CHUNKS
 
     def _session(self, setting: Setting, events: SweepEvents, hold: bool = False) -> Session:
         """The setting's session: the open one, if it is open; else it loads, the others closing first unless `hold`

@@ -38,7 +38,7 @@ class EngineOptions:
     @classmethod
     def refusal(cls, flags: list[str]) -> str:
         """The one line for `flags` given though this engine does not take them."""
-        return f"{', '.join(flags)}: not an option of --engine {cls.engine}: leave {_them(flags)} out"
+        return f"{', '.join(flags)}: not an option of --engine {cls.engine}: leave {them(flags)} out"
 
     @classmethod
     def declared(cls) -> list[tuple[str, type, object, Flag]]:
@@ -52,5 +52,6 @@ class EngineOptions:
         return frozenset(name for name, *_ in cls.declared())
 
 
-def _them(flags: list[str]) -> str:
+def them(flags: list[str]) -> str:
+    """How a refusal names what to leave out: 'them' for several flags, else 'it'."""
     return "them" if len(flags) > 1 else "it"

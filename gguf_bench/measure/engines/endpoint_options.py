@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gguf_bench.measure.engines.declared import EngineOptions, option
+from gguf_bench.measure.engines.declared import EngineOptions, option, them
 from gguf_bench.measure.engines.server_options import TIMEOUT_HELP, check_timeout
 
 
@@ -30,4 +30,4 @@ class EndpointOptions(EngineOptions):
     @classmethod
     def refusal(cls, flags: list[str]) -> str:
         return (f"{', '.join(flags)}: set by the server's owner when it was started, not by a client; --engine "
-                f"{cls.engine} measures the servers as they run: leave {'them' if len(flags) > 1 else 'it'} out")
+                f"{cls.engine} measures the servers as they run: leave {them(flags)} out")

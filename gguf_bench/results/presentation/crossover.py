@@ -18,11 +18,11 @@ from scipy import stats
 from gguf_bench.results.presentation.report import _VARYING as FLAGS
 from gguf_bench.results.presentation.report import row_label
 from gguf_bench.results.presentation.summary import (
+    BASELINE,
     CONCURRENCY,
     FAMILY,
     GAIN_LEVEL,
     SETTING,
-    SPECULATION,
     compare,
     gain_decided,
     margin_of,
@@ -192,10 +192,9 @@ def _busy_rows(family: pd.DataFrame) -> tuple[list[dict], str] | None:
     if rows.empty:
         return None
     alone = family[family["mode"] == "target"]
-    baseline = [c for c in SETTING if c not in SPECULATION]
     need = {i: family.loc[i] for i in rows.index}
     for _, r in rows[rows["mode"] == "speculative"].iterrows():
-        need |= {i: alone.loc[i] for i in alone[matching(alone, r, baseline)].index}
+        need |= {i: alone.loc[i] for i in alone[matching(alone, r, BASELINE)].index}
     labels = ", ".join(row_label(r) for _, r in rows.iterrows())
     return ([{k: r.get(k) for k in ROW} for r in need.values()],
             f"{labels}: too few good runs (the machine was busy during the others)")

@@ -33,6 +33,7 @@ SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", "placement", *
            "prompt_length", "temperature", "top_k", "top_p", "n_predict", *SPECULATION]
 # a baseline shares these but SPECULATION (depth: tokens of context before the prompt; prompt_length:
 # --prompt-tokens); files that differ in any of them never fold into one row
+BASELINE = [c for c in SETTING if c not in SPECULATION]  # what a row shares with its target alone
 BY = ("prompt", "host")  # what --by can keep apart (host is always kept apart)
 SPREAD = 0.25  # std/mean of a row's runs of one prompt above which they disagree too much to rank the row
 MAIN_SHARE = 0.75  # a CPU-only run whose generating thread got less of the wall time than this shared the CPU
@@ -457,12 +458,12 @@ def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str, on: Sequence[st
     good = (ratio > 0) & np.isfinite(ratio)
     logs = np.log(ratio[good].to_numpy(dtype=float))
     n = len(logs)
-    out = {"gain_pct": 100 * np.expm1(logs.mean()) if n else float("nan"), "gain_pairs": n, "gain_test": "paired",
-           "gain_busy": int(lost.sum()), "gain_p": float("nan"), "_est": float("nan"), "_se": float("nan"),
-           "_dof": float("nan")}
     chunks = [c for c in CHUNK if c in both]
     if n and chunks and in_chunks(spec, alone, across):
         logs = pd.Series(logs).groupby([both.loc[good, c].astype(str).to_numpy() for c in chunks]).mean().to_numpy()
+    out = {"gain_pct": 100 * np.expm1(logs.mean()) if n else float("nan"), "gain_pairs": n, "gain_test": "paired",
+           "gain_busy": int(lost.sum()), "gain_p": float("nan"), "_est": float("nan"), "_se": float("nan"),
+           "_dof": float("nan")}  # the gain the centre of its interval (the repetitions' mean, in chunks)
     if len(logs) >= 2:
         se = logs.std(ddof=1) / np.sqrt(len(logs))
         se = se if se > 0 else 1e-12  # every ratio the same: an interval of zero width
@@ -630,7 +631,7 @@ def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARG
     mine, theirs = (side[~busy(side)] if (~busy(side)).sum() >= 2 else side for side in (mine, theirs))
     if "_sweep" not in runs:  # a pair never crosses sweeps: one sweep is one name in one file (summarize's _sweep)
         mine, theirs = (side.assign(_sweep=_sweep_key(side)) for side in (mine, theirs))
-    across = not bool(matching(pd.DataFrame([a]), b, [c for c in SETTING if c not in SPECULATION]).iloc[0])
+    across = not bool(matching(pd.DataFrame([a]), b, BASELINE).iloc[0])  # two settings: in_chunks may apply
     e = _estimate(mine, theirs, "tokens_per_s", across)
     if pd.isna(e["_se"]):
         return Comparison("undecided", nan, nan, nan)

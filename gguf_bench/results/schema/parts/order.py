@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from gguf_bench.results.schema.fields import Field
 
-# the designs that measure in chunks of one repetition (a repetition's pairs share their chunks: summary.in_chunks)
-BLOCKS = "blocks"  # Order.design: llama-server's processes one at a time
-SETTINGS_CHUNKS = "settings-chunks"  # Order.settings: the sweep's settings loaded one at a time
+BLOCKS = "blocks"  # Order.design: llama-server's processes one at a time, in chunks of one repetition
+SETTINGS_ALTERNATE = "settings-alternate"  # Order.settings: every setting loaded at once, taking turns block by block
+SETTINGS_CHUNKS = "settings-chunks"  # Order.settings: one setting loaded at a time, in chunks of one repetition (A B |
+# B A ...), loaded again at each switch; BLOCKS and SETTINGS_CHUNKS pairs share their chunks (summary.in_chunks)
 
 
 @dataclass
