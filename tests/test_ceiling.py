@@ -5,6 +5,7 @@ tokens/s. Arithmetic on fake numbers and tiny generated GGUF files: nothing is t
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -191,21 +192,38 @@ def test_llc_size_from_sys(tmp_path):
     assert bandwidth.default_size(32 * 2**20) == 1024 * 2**20 and bandwidth.default_size(256 * 2**20) == 2048 * 2**20
 
 
-def test_sysbench_output_parses():
-    out = "Total operations: 48 (  4.79 per second)\n\n49152.00 MiB transferred (4907.44 MiB/sec)\n"
-    assert bandwidth.parse_sysbench(out) == pytest.approx(4907.44 * 2**20 / 1e9)
-    assert bandwidth.parse_sysbench("FATAL: nothing") is None
+def test_likwid_output_parses_and_its_kernel_follows_the_cpu(tmp_path):
+    out = "Data volume (Byte):\t1073741824\nMByte/s:\t\t38947.82\nCycles per update:\t0.55\n"
+    assert bandwidth.parse_likwid(out) == pytest.approx(38.94782)
+    assert bandwidth.parse_likwid("ERROR: nothing") is None
+    (tmp_path / "avx").write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    (tmp_path / "none").write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512ifma\n")
+    assert bandwidth.likwid_kernel(tmp_path / "avx") == "load_avx"
+    assert bandwidth.likwid_kernel(tmp_path / "none") == "load"
+    assert bandwidth.likwid_kernel(tmp_path / "missing") == "load"
+
+
+def test_machine_prints_likwids_figure_beside_its_own_or_says_how_to_install_it(isolated):
+    result = invoke("machine", "--size-mib", "64", "--reps", "2", "-t", "2", "--likwid")
+    if shutil.which("likwid-bench") is None:
+        assert result.exit_code == 1 and "likwid-bench is not installed (apt-get install likwid)" in result.output
+        return
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("likwid-bench read:"))
+    assert "best of 2" in line and "-w N:67108864B:2 -i 1" in line
+    entry = ceiling.stored_machines()[ceiling.this_host()]
+    assert entry["likwid_gbs"] > 0 and entry["likwid_command"].startswith("likwid-bench -t load")
 
 
 def test_machine_measures_prints_and_stores(isolated):
-    result = invoke("machine", "--size-mib", "64", "--reps", "2", "-t", "2", "--no-sysbench")
+    result = invoke("machine", "--size-mib", "64", "--reps", "2", "-t", "2", "--no-likwid")
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.startswith("memory read bandwidth:"))
     assert "2 threads" in line and "over 64 MiB" in line and "best of 2" in line
     stored = json.loads((isolated / "cache" / ceiling.MACHINE_FILE).read_text())["hosts"]
     entry = stored[ceiling.this_host()]
     assert entry["threads"] == 2 and entry["size_bytes"] == 64 * 2**20 and entry["reps"] == 2
-    assert entry["bandwidth_gbs"] > 0 and entry["sysbench_gbs"] is None
+    assert entry["bandwidth_gbs"] > 0 and entry["likwid_gbs"] is None
     assert f"stored for host {ceiling.this_host()}" in result.output
     assert ceiling.stored_machines()[ceiling.this_host()]["bandwidth_gbs"] == entry["bandwidth_gbs"]
 

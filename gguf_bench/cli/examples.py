@@ -22,7 +22,7 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "machine": [
         "gguf-bench machine     # the read bandwidth with every core, stored",
-        "gguf-bench machine -t 4 --size-mib 2048 --no-sysbench",
+        "gguf-bench machine -t 4 --size-mib 2048 --no-likwid",
     ],
     "make-test-pair": [
         "gguf-bench make-test-pair /tmp/tiny --noise 0.05",

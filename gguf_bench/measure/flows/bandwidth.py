@@ -11,8 +11,11 @@ Why a dot product: a read kernel must not be slower than the memory, or the ceil
 above it. On a 2-core AMD EPYC VM (2026-11-29), measured in turn four times, numpy's own sum read 43-44 GB/s and BLAS's
 dot 50-52 GB/s (the same array, the same threads), so the dot is the kernel. Even so, llama.cpp's decode of the F32
 default target read 62 GB/s by its header's bytes a token that hour: a VM's bandwidth moves with its neighbours.
-Its figure is printed beside `sysbench memory --memory-oper=read --memory-scope=local` where sysbench is installed (an
-independent implementation: C reads, each thread its own buffer), which read 44-45 GB/s at the same minutes.
+Its figure is printed beside likwid-bench's where likwid is installed (`likwid-bench -t load_avx`: an independent
+implementation, RRZE's hand-written AVX load loop, pinned threads timed by their cycle counters), over the same bytes,
+the same threads and the same statistic: one pass a repetition, the best of the same repetitions. On that VM
+(2026-11-29, eight times in turn) the two stood 0.97-1.11 apart. sysbench's read, the figure before, averages 30 s of a
+C loop where the kernel keeps its best 25 ms pass, and stood 5-20% below it.
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ class Bandwidth:
     host: str
     time: str  # when (UTC, ISO 8601)
     kernel: str = KERNEL
-    sysbench_gbs: float | None = None  # the independent figure, where sysbench ran
-    sysbench_command: str | None = None
+    likwid_gbs: float | None = None  # the independent figure, where likwid-bench ran (independent_read)
+    likwid_command: str | None = None
 
     def line(self) -> str:
         """'memory read bandwidth: 18.4 GB/s (2 threads, BLAS float32 dot, one slice per thread over 1024 MiB, best
@@ -104,9 +107,9 @@ def default_size(llc: int | None) -> int:
 
 
 def measure(threads: int | None = None, size_bytes: int | None = None, reps: int = DEFAULT_REPS,
-            sysbench: bool | None = None) -> Bandwidth:
+            likwid: bool | None = None) -> Bandwidth:
     """Read bandwidth with `threads` (default: llama.cpp's) over `size_bytes` (default: default_size), the best of
-    `reps` (timed in a child process: `timed_reads`); sysbench's figure beside it (None: where it is installed)."""
+    `reps` (timed in a child process: `timed_reads`); likwid-bench's figure beside it (None: where it is installed)."""
     threads = threads or default_threads()
     if threads < 1 or reps < 1:
         raise ConfigError("--threads and --reps must be at least 1")
@@ -117,11 +120,9 @@ def measure(threads: int | None = None, size_bytes: int | None = None, reps: int
     found = Bandwidth(bandwidth_gbs=n_bytes / best / ceiling.GB, threads=threads, size_bytes=n_bytes,
                       reps=reps, best_s=best, median_s=float(statistics.median(times)), llc_bytes=llc, cpu=_cpu(),
                       host=ceiling.this_host(), time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    if sysbench is not False and shutil.which("sysbench"):
-        gbs, command = sysbench_read(threads, size)
-        found = Bandwidth(**{**asdict(found), "sysbench_gbs": gbs, "sysbench_command": command})
-    elif sysbench:
-        raise BenchError("sysbench is not installed (apt-get install sysbench), or drop --sysbench")
+    if likwid_wanted(likwid):
+        gbs, command = independent_read(threads, n_bytes, reps)
+        found = Bandwidth(**{**asdict(found), "likwid_gbs": gbs, "likwid_command": command})
     return found
 
 
@@ -176,26 +177,46 @@ def _timed(slices) -> float:
     return elapsed
 
 
-def sysbench_read(threads: int, size_bytes: int) -> tuple[float | None, str]:
-    """sysbench's sequential read bandwidth (GB/s) over `size_bytes` split between `threads`, each its own buffer (as
-    the kernel's slices: with one shared buffer, --memory-scope=global, threads read lines another one brought in, and
-    on a 2-core AMD EPYC read 51-67 GB/s where each its own read 44-45), and its command line; None where it did not run
-    or printed no figure."""
-    block = max(1, size_bytes // threads // MIB)
-    command = ["sysbench", "memory", f"--threads={threads}", f"--memory-block-size={block}M", "--memory-scope=local",
-               "--memory-oper=read", "--memory-access-mode=seq", f"--memory-total-size={block * threads * 8}M",
-               "--time=30", "run"]
+def likwid_wanted(likwid: bool | None) -> bool:
+    """Whether likwid-bench's figure goes beside the kernel's: asked for (True: refused in one line where it is not
+    installed), refused (False), or where it is installed (None)."""
+    installed = shutil.which("likwid-bench") is not None
+    if likwid and not installed:
+        raise BenchError("likwid-bench is not installed (apt-get install likwid), or drop --likwid")
+    return installed if likwid is None else likwid
+
+
+def independent_read(threads: int, size_bytes: int, reps: int) -> tuple[float | None, str]:
+    """likwid-bench's read bandwidth (GB/s) as the kernel measures its own: `size_bytes` split between `threads`
+    (pinned, each its slice), one pass a repetition (-i 1), the best of `reps` runs; and one run's command line. None
+    where no run printed a figure."""
+    command = ["likwid-bench", "-t", likwid_kernel(), "-w", f"N:{size_bytes}B:{threads}", "-i", "1"]
+    figures = []
+    for _ in range(reps):
+        try:
+            out = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
+        except (OSError, subprocess.SubprocessError):
+            break
+        figures.append(parse_likwid(out))
+    found = [f for f in figures if f is not None]
+    return (max(found) if found else None), " ".join(command)
+
+
+def likwid_kernel(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """likwid-bench's vector load loop where the CPU has AVX (load_avx: the widest every x86-64 of the last decade
+    has), else its scalar one (load)."""
     try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None, " ".join(command)
-    return parse_sysbench(out), " ".join(command)
+        flags = next((line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return "load_avx" if "avx" in flags else "load"
 
 
-def parse_sysbench(out: str) -> float | None:
-    """GB/s from sysbench memory's '102400.00 MiB transferred (12345.67 MiB/sec)'."""
-    m = re.search(r"\(([\d.]+) MiB/sec\)", out)
-    return float(m[1]) * MIB / ceiling.GB if m else None
+def parse_likwid(out: str) -> float | None:
+    """GB/s from likwid-bench's 'MByte/s:\t\t38947.82' (MByte: 1e6 bytes)."""
+    m = re.search(r"^MByte/s:\s*([\d.]+)", out, re.M)
+    return float(m[1]) / 1000 if m else None
 
 
 def store(found: Bandwidth) -> Path:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from gguf_bench.models.files import cache_dir
 
-GB = 1e9  # bandwidth in GB/s (decimal, as STREAM and sysbench's GB print it)
+GB = 1e9  # bandwidth in GB/s (decimal, as STREAM and likwid-bench print it)
 
 
 def ceiling_pct(tokens_per_s: float | None, bytes_per_token: float | None, bandwidth_gbs: float | None) -> float | None:
