@@ -60,7 +60,7 @@ class Bandwidth:
     host: str
     time: str  # when (UTC, ISO 8601)
     kernel: str = KERNEL
-    likwid_gbs: float | None = None  # the independent figure, where likwid-bench ran (independent_read)
+    likwid_gbs: float | None = None  # the independent figure: likwid-bench's best pass, each right after one of the kernel's
     likwid_command: str | None = None
 
     def line(self) -> str:
@@ -109,38 +109,43 @@ def default_size(llc: int | None) -> int:
 def measure(threads: int | None = None, size_bytes: int | None = None, reps: int = DEFAULT_REPS,
             likwid: bool | None = None) -> Bandwidth:
     """Read bandwidth with `threads` (default: llama.cpp's) over `size_bytes` (default: default_size), the best of
-    `reps` (timed in a child process: `timed_reads`); likwid-bench's figure beside it (None: where it is installed)."""
+    `reps` (timed in a child process: `timed_reads`); likwid-bench's figure beside it (None: where it is installed),
+    one of its passes after each of the kernel's, so that the two are measured in turn."""
     threads = threads or default_threads()
     if threads < 1 or reps < 1:
         raise ConfigError("--threads and --reps must be at least 1")
     llc = llc_bytes()
     size = size_bytes or default_size(llc)
-    n_bytes, times = _in_child(threads, size, reps)
+    check = likwid_wanted(likwid)
+    n_bytes, times, checks = _in_child(threads, size, reps, check)
     best = min(times)
     found = Bandwidth(bandwidth_gbs=n_bytes / best / ceiling.GB, threads=threads, size_bytes=n_bytes,
                       reps=reps, best_s=best, median_s=float(statistics.median(times)), llc_bytes=llc, cpu=_cpu(),
                       host=ceiling.this_host(), time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    if likwid_wanted(likwid):
-        gbs, command = independent_read(threads, n_bytes, reps)
-        found = Bandwidth(**{**asdict(found), "likwid_gbs": gbs, "likwid_command": command})
+    if check:
+        figures = [f for f in checks if f is not None]
+        found = Bandwidth(**{**asdict(found), "likwid_gbs": max(figures) if figures else None,
+                             "likwid_command": " ".join(likwid_command(threads, n_bytes))})
     return found
 
 
-def _in_child(threads: int, size: int, reps: int) -> tuple[int, list[float]]:
+def _in_child(threads: int, size: int, reps: int, check: bool) -> tuple[int, list[float], list[float | None]]:
     """timed_reads in a child Python whose BLAS runs one thread per call (this process's BLAS has its threads already):
-    (bytes read per repetition, each repetition's seconds)."""
-    code = f"import json, sys; from {__name__} import timed_reads; json.dump(timed_reads({threads}, {size}, {reps}), sys.stdout)"
+    (bytes read per repetition, each repetition's seconds, likwid-bench's GB/s after each where `check`)."""
+    code = (f"import json, sys; from {__name__} import timed_reads; "
+            f"json.dump(timed_reads({threads}, {size}, {reps}, {check}), sys.stdout)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, **ONE_BLAS_THREAD})
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise BenchError(f"the bandwidth kernel failed: {last}")
-    n_bytes, times = json.loads(done.stdout)
-    return n_bytes, times
+    n_bytes, times, checks = json.loads(done.stdout)
+    return n_bytes, times, checks
 
 
-def timed_reads(threads: int, size: int, reps: int) -> tuple[int, list[float]]:
-    """The kernel itself (run by _in_child): (bytes of the array, the seconds of each repetition)."""
+def timed_reads(threads: int, size: int, reps: int, check: bool = False) -> tuple[int, list[float], list[float | None]]:
+    """The kernel itself (run by _in_child): (bytes of the array, the seconds of each repetition, and where `check`
+    likwid-bench's figure over the same bytes measured right after each repetition)."""
     import numpy as np
 
     try:
@@ -148,7 +153,12 @@ def timed_reads(threads: int, size: int, reps: int) -> tuple[int, list[float]]:
     except MemoryError:
         raise BenchError(f"cannot allocate {size / MIB:.0f} MiB for the bandwidth kernel: give a smaller --size-mib") from None
     slices = np.array_split(data, threads)
-    return int(data.nbytes), [_timed(slices) for _ in range(reps)]
+    times, checks = [], []
+    for _ in range(reps):
+        times.append(_timed(slices))
+        if check:
+            checks.append(likwid_read(threads, int(data.nbytes)))
+    return int(data.nbytes), times, checks
 
 
 def _timed(slices) -> float:
@@ -186,20 +196,19 @@ def likwid_wanted(likwid: bool | None) -> bool:
     return installed if likwid is None else likwid
 
 
-def independent_read(threads: int, size_bytes: int, reps: int) -> tuple[float | None, str]:
-    """likwid-bench's read bandwidth (GB/s) as the kernel measures its own: `size_bytes` split between `threads`
-    (pinned, each its slice), one pass a repetition (-i 1), the best of `reps` runs; and one run's command line. None
-    where no run printed a figure."""
-    command = ["likwid-bench", "-t", likwid_kernel(), "-w", f"N:{size_bytes}B:{threads}", "-i", "1"]
-    figures = []
-    for _ in range(reps):
-        try:
-            out = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
-        except (OSError, subprocess.SubprocessError):
-            break
-        figures.append(parse_likwid(out))
-    found = [f for f in figures if f is not None]
-    return (max(found) if found else None), " ".join(command)
+def likwid_command(threads: int, size_bytes: int) -> list[str]:
+    """likwid-bench reading `size_bytes` split between `threads` (pinned, each its slice), one pass (-i 1), as one of the
+    kernel's repetitions reads."""
+    return ["likwid-bench", "-t", likwid_kernel(), "-w", f"N:{size_bytes}B:{threads}", "-i", "1"]
+
+
+def likwid_read(threads: int, size_bytes: int) -> float | None:
+    """One likwid-bench pass's GB/s; None where it did not run or printed no figure."""
+    try:
+        out = subprocess.run(likwid_command(threads, size_bytes), capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_likwid(out)
 
 
 def likwid_kernel(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
