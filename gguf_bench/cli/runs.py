@@ -201,9 +201,10 @@ def _margin(pct: float) -> float:
 
 
 def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host: bool = False,
-                  deploy_lines: bool = True) -> None:
-    """The summary table, both engines side by side where both ran, and each pair's deploy line."""
-    console.print(rep.rich_table(summary, title=title, width=console.width, show_host=show_host))
+                  deploy_lines: bool = True, steps: bool = False) -> None:
+    """The summary table (steps: with steps/s and tokens per step), both engines side by side where both ran, and
+    each pair's deploy line."""
+    console.print(rep.rich_table(summary, title=title, width=console.width, show_host=show_host, steps=steps))
     for line in rep.server_greedy_lines(df):
         console.print(fold(line, console.width), markup=False, soft_wrap=True)
     _engines_side_by_side(summary, df)
@@ -445,6 +446,8 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
            spec_bench: Annotated[bool, typer.Option("--spec-bench", help="Spec-Bench's layout: per prompt category the "
                                  "speed-up over the target alone, then τ (mean tokens per round) and the overall "
                                  "speed-up (with --format md, csv, json: that table)")] = False,
+           steps: Annotated[bool, typer.Option("--steps", help="steps/s and tokens per step beside tokens/s (their "
+                                               "product); json and csv always carry both")] = False,
            margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode",
            results_dir_opt: ResultsDirOpt = None) -> None:
     """Summarize stored runs: mean ± std, gain % over the target alone, best draft length; evaluations apart."""
@@ -483,7 +486,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         _write(text + (crossover.markdown(summary, df) if fmt == "md" and summary is not None else ""), output)
     else:
         if summary is not None:
-            _show_summary(summary, df, loaded.runs, show_host="host" in keep)
+            _show_summary(summary, df, loaded.runs, show_host="host" in keep, steps=steps)
         if loaded.evals:
             console.print(fit_title(evals_view.table(loaded.evals), console.width))
     predicted = summary is not None and "predicted_tokens_per_s" in summary  # calibrations shown as pred.

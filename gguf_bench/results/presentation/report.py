@@ -212,6 +212,14 @@ RUN_COLUMNS = {
     **{f"{f.name}_gain": _gain_column(f) for f in RUN_FIELDS if f.gain},  # energy: tokens per joule's gain
 }
 TABLE_ORDER = tuple(sorted((n for n, c in RUN_COLUMNS.items() if c.table), key=lambda n: RUN_COLUMNS[n].place))
+# speed as its two factors, beside tokens/s where `report --steps` asks for them (json and csv always carry both)
+STEP_COLUMNS = {
+    "steps_per_s": RunColumn("steps/s", None, lambda r: number_text(r.get("steps_per_s"), "{:.1f}"),
+                             present=lambda summary: "steps_per_s" in summary, place=31),
+    "tokens_per_step": RunColumn("tok/step", None, lambda r: number_text(r.get("tokens_per_step"), "{:.2f}"),
+                                 present=lambda summary: "tokens_per_step" in summary, place=32),
+}
+STEPS_LEGEND = "steps/s: the target's decode steps a second (a verify batch, or one token) · tok/step: tokens a step"
 # what goes first where a table is too wide: the optional fields' columns (energy, memory), then these
 NARROWING = (*(f.header for f in RUN_FIELDS if f.optional and f.header), "pp t/s", "ovh", "tok/rnd", "runs", "ms/tok",
              "p95 s", "pred.", "accept", *(f.gain for f in RUN_FIELDS if f.optional and f.gain), "TTFT")  # a gain goes
@@ -222,11 +230,14 @@ MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", "ttft",
 MD_SHOWN = ("pair", "ngl", "ngld", "temperature")  # settings the markdown table's own columns show (model, offload, T)
 
 
-def _cells(summary: pd.DataFrame, names: Sequence[str], md: bool = False) -> dict[str, list[str]]:
-    """Heading -> the rows' texts, for the named columns the summary has (in that order)."""
+def _cells(summary: pd.DataFrame, names: Sequence[str], extra: dict[str, RunColumn] | None = None,
+           md: bool = False) -> dict[str, list[str]]:
+    """Heading -> the rows' texts, for the named columns the summary has, and `extra`'s, in the order of their
+    places."""
+    table = {**RUN_COLUMNS, **(extra or {})}
     out = {}
-    for name in names:
-        col = RUN_COLUMNS[name]
+    for name in sorted([*names, *(extra or {})], key=lambda n: table[n].place) if extra else names:
+        col = table[name]
         heading, text = (col.md, col.md_text or col.text) if md else (col.table, col.text)
         if heading and col.present(summary):
             out[heading] = [text(r) for _, r in summary.iterrows()]
@@ -239,11 +250,13 @@ def _varying_cells(summary: pd.DataFrame, varying: Sequence[str]) -> dict[str, l
                           for v in summary[c]] for c in varying}
 
 
-def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_host: bool = False) -> Table:
+def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_host: bool = False,
+               steps: bool = False) -> Table:
     """A table that fits `width` columns without wrapping a cell: what is the same for every row (pair,
     files, offload, temperature, machine) goes into the title and caption; columns that vary (host,
     prompt, GPU layers) get their own; where it is still too wide, the overhead, tokens-per-round and
-    runs columns go first. A terminal of 120 columns or more always gets GPU layers."""
+    runs columns go first. A terminal of 120 columns or more always gets GPU layers. steps: steps/s and
+    tokens per step beside tokens/s (STEP_COLUMNS), kept however narrow the terminal."""
     varying = [c for c in _VARYING if c in summary.columns
                and (summary[c].nunique(dropna=False) > 1 or (c == "host" and show_host))]
     offloads = summary.apply(offload_label, axis=1)
@@ -252,7 +265,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     columns = _varying_cells(summary, varying)
     pred = _predicted(summary)
     shown = [c for c in TABLE_ORDER if (c != "offload" or show_offload) and (c != "predicted" or pred is not None)]
-    columns |= _cells(summary.assign(_pred=pred), shown)
+    columns |= _cells(summary.assign(_pred=pred), shown, STEP_COLUMNS if steps else {})
     # still too wide: drop what does not tell rows apart, never a column that does (pair, host, T, n, prompt, -ngl,
     # -ngld, the context settings, and the layers placed beside them)
     for optional in NARROWING:
@@ -260,8 +273,9 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
             break
         columns.pop(optional, None)
     tight = _width(columns) > width  # still too wide: one space between columns instead of three
-    table = Table(title=_title(summary, varying, title), caption=_caption(summary, show_offload, "ovh" in columns,
-                                                                         "pp t/s" in columns, varying),
+    caption = _caption(summary, show_offload, "ovh" in columns, "pp t/s" in columns, varying)
+    table = Table(title=_title(summary, varying, title),
+                  caption=caption + ("\n" + STEPS_LEGEND if "steps/s" in columns else ""),
                   box=box.SIMPLE_HEAD,
                   show_edge=False, padding=(0, 0) if tight else (0, 1), pad_edge=False, title_justify="left", caption_justify="left")
     for name in columns:
