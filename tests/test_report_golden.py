@@ -52,7 +52,9 @@ def _cases() -> list[tuple[str, list[str], int]]:
     cases += [(f"sweep-python.by-prompt.{form}", [SWEEP, "--by", "prompt", *args], width) for form, args, width in TABLE]
     cases += [("sweep-python.by-prompt.md", [SWEEP, "--by-prompt", "--format", "md"], 120),
               ("sweep-python.by-host.w120", [SWEEP, "--by", "host"], 120),
-              ("sweep-server.by-prompt-host.w120", [SERVER, "--by", "prompt,host"], 120)]
+              ("sweep-server.by-prompt-host.w120", [SERVER, "--by", "prompt,host"], 120),
+              ("sweep-server.steps.w80", [SERVER, "--steps"], 80),  # steps/s and tok/step kept at 80 columns
+              ("sweep-python.steps.w120", [SWEEP, "--steps"], 120)]
     cases += [(f"sweep-python.spec-bench.{form}", [SWEEP, "--spec-bench", *args], width) for form, args, width in
               TABLE + FORMATS[:3]]
     cases += [("all.w120", ["golden"], 120),  # the folder: every golden file at once

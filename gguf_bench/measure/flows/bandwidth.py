@@ -13,9 +13,9 @@ dot 50-52 GB/s (the same array, the same threads), so the dot is the kernel. Eve
 default target read 62 GB/s by its header's bytes a token that hour: a VM's bandwidth moves with its neighbours.
 Its figure is printed beside likwid-bench's where likwid is installed (`likwid-bench -t load_avx`: an independent
 implementation, RRZE's hand-written AVX load loop, pinned threads timed by their cycle counters), over the same bytes,
-the same threads and the same statistic: one pass a repetition, the best of the same repetitions. On that VM
-(2026-11-29, eight times in turn) the two stood 0.97-1.11 apart. sysbench's read, the figure before, averages 30 s of a
-C loop where the kernel keeps its best 25 ms pass, and stood 5-20% below it.
+the same threads and the same statistic: one pass after each of the kernel's repetitions, the best of as many. On that
+VM (2026-11-29, twelve runs in a row) the kernel stood +4% to +13% from it (median +10%). sysbench's read, the figure
+before, averages 30 s of a C loop where the kernel keeps its best 25 ms pass, and stood 5-20% below it.
 """
 
 from __future__ import annotations
