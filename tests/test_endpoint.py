@@ -93,6 +93,26 @@ def test_llama_server_pair_gives_its_own_acceptance_and_a_paired_gain(tiny_pairs
     assert "endpoint" in result.stdout and "draft-simple" in result.stdout and "gain" in result.stdout
 
 
+def test_prompts_are_made_that_many_tokens_long_as_the_server_counts_them(tiny_pairs, server_bin, isolated):
+    """--prompt-tokens against someone else's servers: each prompt sized by the baseline server's own count (its chat
+    template included), both servers process exactly that many tokens, and each length is its own workload; a prompt
+    already that long is one line."""
+    target, draft = tiny_pairs["high"]
+    with llama_server(server_bin, target, draft) as spec, llama_server(server_bin, target) as base:
+        args = ["sweep", "--engine", "endpoint", "--url", spec, "--baseline-url", base, "-n", "4", "-r", "1",
+                "--prompt-ids", "code-short,chat-short"]
+        result = invoke(*args, "--prompt-tokens", "200,120", "--name", "long")
+        short = invoke(*args, "--prompt-tokens", "3", "--name", "short")
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "long.jsonl")
+    assert len(records) == 2 * 2 * 2 and not [r["error"] for r in records if r["error"]]
+    for r in records:
+        assert r["metrics"]["prompt_tokens"] == r["config"]["prompt_length"], r["config"]
+    assert {r["config"]["prompt_id"] for r in records} == {f"{p}@{n}" for p in ("code-short", "chat-short")
+                                                           for n in (120, 200)}
+    assert_user_error(short, "prompt code-short is already", "--prompt-tokens 3")
+
+
 def test_llama_cpp_python_server_gives_tokens_per_s_and_says_acceptance_is_not_available(tiny_pairs, isolated):
     """The generic path, for real: llama-cpp-python's server has no timings, /props or /metrics, and its stream no
     usage; its tokens are -n where it stopped at the length asked, timed by the client; acceptance stays None."""

@@ -35,10 +35,7 @@ def test_each_prompt_is_made_that_long_and_each_length_is_its_own_workload(tiny_
     assert all(row["prompt_tokens"] == row["prompt_length"] for row in report)
 
 
-def test_a_length_the_prompt_already_passes_and_the_endpoint_are_refused_in_one_line(tiny_pairs, isolated):
+def test_a_length_the_prompt_already_passes_is_refused_in_one_line(tiny_pairs, isolated):
     short = invoke("sweep", *pair_args(tiny_pairs["high"]), "-K", "2", "-n", "4", "--prompt-ids", "code-short",
                    "--prompt-tokens", "3", "--name", "short")
     assert_user_error(short, "prompt code-short is already", "--prompt-tokens 3")
-    remote = invoke("sweep", "--engine", "endpoint", "--url", "http://127.0.0.1:9", "--baseline-url",
-                    "http://127.0.0.1:10", "--prompt-tokens", "256")
-    assert_user_error(remote, "--prompt-tokens", "tokenizer", "--prompts FILE.jsonl")

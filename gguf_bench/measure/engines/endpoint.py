@@ -27,13 +27,14 @@ import statistics
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engine_registry import of
 from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure.inputs.depth import check_shorter, closest, filler_text
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled
@@ -47,6 +48,7 @@ from gguf_bench.runtimes.llama_server import spec_counters
 from gguf_bench.runtimes.server_clients import together
 
 NAME = "endpoint"  # its name in engine_registry.KINDS
+CHARS_PER_TOKEN = 4  # the first guess of --prompt-tokens' cut in characters a token (English prose: about 4)
 PROBE_TOKENS = 8  # the greedy request each server answers first: a warm-up, and the same-model check where ids differ
 _METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([-+\d.eE]+)$')  # as runtimes/llama_server reads it
 
@@ -455,6 +457,38 @@ class EndpointSession:
         """Nothing to stop: the servers are someone else's."""
 
 
+# --- prompts of a length (--prompt-tokens), as the server counts them ------------------------------
+
+
+def at_length(served: Served, prompt: Prompt, timeout_s: float) -> Prompt:
+    """The prompt made `prompt.length` tokens long as `served` counts them (the prompt tokens of a one-token request:
+    llama.cpp's prompt_n, else usage), its chat template included: the depth's filler text before the task, as
+    depth.padded puts it, the cut in characters corrected until the count matches (the closest kept). The sweep asks
+    the baseline: the same model, whose prompts are processed without a drafter."""
+    def count(text: str) -> int:
+        answer = run_round(served, [replace(prompt, text=text)], 1, SamplingConfig(), timeout_s)[0][0]
+        n = answer.stored(1)["prompt_n"]
+        if answer.error:
+            raise EndpointError(f"--prompt-tokens {prompt.length}: a request that sizes prompt {prompt.id} failed: "
+                                f"{answer.error}")
+        if n is None:
+            raise EndpointError(f"--prompt-tokens needs the server to count a prompt's tokens, and {served.url} gave "
+                                "no usage.prompt_tokens: give long prompts as they are (--prompts FILE.jsonl)")
+        return int(n)
+    plain, corpus = count(prompt.text), filler_text()
+    check_shorter(prompt.id.rsplit("@", 1)[0], plain, prompt.length)
+
+    def made(cut: int) -> tuple[int, str]:
+        if cut > len(corpus):
+            raise ConfigError(f"--prompt-tokens {prompt.length} is more than the filler text makes at {served.url}; "
+                              "choose fewer")
+        text = corpus[:max(cut, 0)] + "\n\n" + prompt.text
+        return count(text), text
+    first = min(CHARS_PER_TOKEN, len(prompt.text) / plain)  # characters a token: the prompt's own where fewer
+    text = closest(made, prompt.length, round(first * (prompt.length - plain)), lambda cut, n: cut / max(n - plain, 1))
+    return replace(prompt, text=text)
+
+
 # --- the sweep --------------------------------------------------------------------------------
 
 
@@ -462,9 +496,6 @@ def check_grid(grid: Grid) -> None:
     """One line for an axis a client of someone else's server cannot set."""
     if grid.depths != [0]:
         raise ConfigError(f"-d/--depth counts the target's tokens, which a client of an --engine {NAME} does not have")
-    if any(p.length for p in grid.prompts):
-        raise ConfigError(f"--prompt-tokens counts tokens with the target's tokenizer, and --engine {NAME} has no "
-                          "local model: give long prompts as they are (--prompts FILE.jsonl)")
     if grid.parallels not in (None, [1]) or (grid.parallels and not grid.clients):
         raise ConfigError("the server's slots are its owner's (-np when it was started): give --clients, the requests "
                           "sent at the same moment")
@@ -540,7 +571,9 @@ class Servers:
         for line in spec.not_available(speculative=True):
             note(f"{spec.url} gives no {line}: those figures stay empty")
         self.spec, self.name, self.engine_ = spec, pair_of(spec), EndpointEngine(spec, base)
-        return grid, PreparedPrompts({}, [])
+        timeout_s = grid.options_of(NAME).request_timeout_s
+        sized = [at_length(base, p, timeout_s) if p.length else p for p in grid.prompts]  # the faster: no drafter
+        return replace(grid, prompts=sized), PreparedPrompts({}, [])
 
     def static(self, sweep: str) -> dict:
         return {"sweep": sweep, "pair": self.name, "env": environment(), "models": Models(ModelFile(file=self.spec.model))}

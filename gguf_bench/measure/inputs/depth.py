@@ -39,23 +39,46 @@ def padded(name: str, prompt_text: str, length: int, tokens_of, detokenize, toke
     chat template included), so the count is the one the model processes; the filler's cut is corrected until it
     matches (a merge across the join can leave it a token off, then the closest is kept)."""
     plain = tokens_of(prompt_text)
-    if len(plain) >= length:
-        raise ConfigError(f"prompt {name} is already {len(plain)} tokens long, not shorter than --prompt-tokens "
-                          f"{length}: choose more tokens or a shorter prompt")
-    corpus = filler_text()
-    filler = tokenize(corpus[:8 * length + 4096], False)
+    check_shorter(name, len(plain), length)
+    filler = tokenize(filler_text()[:8 * length + 4096], False)
     if len(filler) < length:
         raise ConfigError(f"--prompt-tokens {length} is more than the {len(filler)} tokens of filler text this model "
                           "makes of the bundled corpus; choose fewer")
-    cut, best = length - len(plain), None
-    for _ in range(6):
+
+    def count(cut: int) -> tuple[int, list[int]]:
         tokens = tokens_of(detokenize(filler[:max(cut, 0)]) + "\n\n" + prompt_text)
-        if best is None or abs(len(tokens) - length) < abs(len(best) - length):
-            best = tokens
-        if len(tokens) == length:
+        return len(tokens), tokens
+    return closest(count, length, length - len(plain), lambda cut, n: 1.0)
+
+
+def check_shorter(name: str, plain: int, length: int) -> None:
+    """One line where the prompt is already `length` tokens or longer."""
+    if plain >= length:
+        raise ConfigError(f"prompt {name} is already {plain} tokens long, not shorter than --prompt-tokens "
+                          f"{length}: choose more tokens or a shorter prompt")
+
+
+def closest(count, length: int, cut: int, per_token, tries: int = 12):
+    """What `count(cut)` = (tokens, it) gives at the cut of the filler that makes `length` tokens: the cut corrected
+    by the tokens missing x per_token(cut, tokens) (the filler's units a token: 1 where the cut counts tokens), then,
+    once one cut fell short and one went past, halving the gap between them (a cut in characters may land where the
+    text is denser); the closest kept where no cut matches."""
+    best, short, past = None, None, None
+    for _ in range(tries):
+        n, made = count(cut)
+        if best is None or abs(n - length) < abs(best[0] - length):
+            best = (n, made)
+        if n == length:
             break
-        cut += length - len(tokens)
-    return best
+        if n < length:
+            short = cut if short is None else max(short, cut)
+        else:
+            past = cut if past is None else min(past, cut)
+        if short is not None and past is not None and past - short <= 1:
+            break
+        guess = cut + (round((length - n) * per_token(cut, n)) or (1 if n < length else -1))
+        cut = guess if short is None or past is None or short < guess < past else (short + past) // 2
+    return best[1]
 
 
 def after_filler(prompt: list[int], filler: list[int]) -> list[int]:
