@@ -155,6 +155,8 @@ def test_rows_get_their_share_of_the_stored_bandwidth():
     lines = ceiling.footer_lines(summary(), label, machines)
     assert lines[0].startswith("target alone at 50% of 20.0 GB/s (the memory-bandwidth ceiling: gguf-bench machine")
     assert "K=2 120%" in lines[1] and "not a measurement of decoding" in lines[1]
+    at_100 = summary(tokens_per_s=[10.0, 25.06, 15.0])  # K=2 at 100.24%: printed as 100%, not flagged above it
+    assert len(ceiling.footer_lines(at_100, label, machines)) == 1
 
 
 def test_no_bandwidth_no_columns():
