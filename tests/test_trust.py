@@ -36,6 +36,8 @@ def test_two_sweeps_started_at_once_with_one_name_never_both_write(tiny_pairs, i
     assert "another gguf-bench process is writing twin" in line or "already exists" in line, line
     counts = Counter(r["cell"] for r in stored(isolated / "results" / "twin.jsonl"))
     assert len(counts) == 2 * (2 + 2) and set(counts.values()) == {1}, counts  # 2 prompts x (target, draft, K=1, K=2)
+    listed = sorted(p.name for p in (isolated / "results").iterdir() if not p.name.startswith("."))
+    assert listed == ["twin.jsonl"], listed  # the writer's lock is hidden: a listing shows the results
 
 
 def test_resume_while_the_sweep_still_runs_is_refused(tiny_pairs, isolated):

@@ -94,13 +94,14 @@ _locked: dict[Path, int] = {}
 @contextlib.contextmanager
 def exclusive(path: Path):
     """Be the only gguf-bench process writing results file `path` while the block runs: an exclusive flock on
-    `NAME.jsonl.lock` beside it, released when the block ends (or the process dies). Another process that holds it
-    makes this raise BusyError at once. Re-entrant within one process (a sweep over several pairs)."""
+    `.NAME.jsonl.lock` beside it (hidden: a listing of the results shows the results; the file stays, as flock's
+    design needs), released when the block ends (or the process dies). Another process that holds it makes this raise
+    BusyError at once. Re-entrant within one process (a sweep over several pairs)."""
     key = Path(path).absolute()
     if key in _locked:
         yield
         return
-    lock = key.with_name(key.name + ".lock")
+    lock = key.with_name(f".{key.name}.lock")
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
