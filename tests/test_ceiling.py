@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_helpers import invoke
+from cli_helpers import invoke, pair_args
 
 from gguf_bench.measure.flows import bandwidth
 from gguf_bench.models import reads
@@ -246,3 +247,24 @@ def test_report_json_and_table_carry_the_ceiling(tiny_pairs, isolated, tmp_path)
         assert row["steps_per_s"] * row["tokens_per_step"] == pytest.approx(row["tokens_per_s"])
     table = invoke("report", str(results)).output
     assert "of 10.0 GB/s (the memory-bandwidth ceiling: gguf-bench machine" in table
+
+
+def test_each_run_stores_its_bytes_per_token_so_a_report_without_the_files_has_them(tiny_pairs, isolated):
+    """A sweep's records carry the bytes each run's decode read (from the headers where it ran): a report on a
+    machine without the model files (here: the records' paths moved away) gives the same figures."""
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "-K", "2", "-n", "8", "-t", "1", "--prompt-ids",
+                    "code-short", "--name", "bytes")
+    assert result.exit_code == 0, result.output
+    path = isolated / "results" / "bytes.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if '"mode"' in line]
+    assert {r["mode"] for r in records} == {"target", "draft", "speculative"}
+    assert all(r["metrics"]["bytes_per_token"] > 0 for r in records)
+    here = {row["mode"]: row["bytes_per_token"] for row in json.loads(invoke("report", str(path), "--format", "json").output)}
+    for r in records:
+        for model in r["models"].values():
+            if isinstance(model, dict) and model.get("path"):
+                model["path"] = "/elsewhere/" + Path(model["path"]).name
+    moved = path.with_name("moved.jsonl")
+    moved.write_text("".join(json.dumps(r) + "\n" for r in records))
+    elsewhere = {row["mode"]: row["bytes_per_token"] for row in json.loads(invoke("report", str(moved), "--format", "json").output)}
+    assert elsewhere == pytest.approx(here) and all(v > 0 for v in elsewhere.values())

@@ -34,6 +34,7 @@ from gguf_bench.results.schema.parts.load import Load
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.parts.server import Server as ServerRecord
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunConfig, RunMetrics, RunRecord
+from gguf_bench.results.schema.run_fields import bytes_per_token, decode_steps
 from gguf_bench.results.schema.store import now_iso
 from gguf_bench.runtimes.llama_server import NGRAM_CACHE_K
 
@@ -355,11 +356,15 @@ class Setting:
     def record(self, cell: Cell, metrics: RunMetrics | None = None, offload: Offload | None = None,
                error: str | None = None, load: Load | None = None, server: ServerRecord | None = None) -> RunRecord:
         """The cell's record: what it measured, or why it could not; a speculative run that drafted nothing is marked
-        (proof.marked)."""
+        (proof.marked); the bytes its decode read a token, from the headers of the files it ran (the ceiling's
+        numerator, stored so that a report elsewhere, a Ray driver's too, has it without the files)."""
         metrics = marked(metrics, cell.mode, cell.strategy, cell.k, self.engine, self.files.target)
-        return RunRecord(cell=self.key(cell), time=now_iso(), **self.static, mode=cell.mode,
-                         config=cell.config(self.grid, self.load), metrics=metrics, offload=offload, error=error,
-                         load=load, server=server)
+        record = RunRecord(cell=self.key(cell), time=now_iso(), **self.static, mode=cell.mode,
+                           config=cell.config(self.grid, self.load), metrics=metrics, offload=offload, error=error,
+                           load=load, server=server)
+        if metrics is not None:
+            metrics.bytes_per_token = bytes_per_token(record, decode_steps(record))
+        return record
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,9 @@ class RunMetrics:
     requests: list[dict] | None = None  # each request's own figures (server_clients.Request.stored)
     per_request_tokens_per_s: float | None = None  # mean of the requests' decode speeds
     ttft_s: float | None = None  # mean time to first token, client side (queueing and prompt included)
+    # the bytes its decode read a generated token, from the GGUF headers where it ran (run_fields.bytes_per_token: the
+    # ceiling's numerator); None: not known there (older records: the report computes it where the files are)
+    bytes_per_token: float | None = None
     latency_p50_s: float | None = None  # end-to-end latency, client side
     latency_p95_s: float | None = None
 

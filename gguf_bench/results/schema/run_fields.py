@@ -89,6 +89,15 @@ def bytes_per_token(run: RunRecord, steps: int | None) -> float | None:
                                                    draft_share=share), (m.accepted + steps) / steps)
 
 
+def stored_bytes_per_token(run: RunRecord) -> float | None:
+    """The bytes per token the run stored where it ran (plan.Setting.record), else computed here where its files are
+    (records from before it was stored)."""
+    m = run.metrics
+    if m is not None and m.bytes_per_token is not None:
+        return m.bytes_per_token
+    return bytes_per_token(run, decode_steps(run))
+
+
 def time_to_first_token(run: RunRecord) -> float | None:
     """Seconds from the request to its first token: the client's stopwatch where the engine kept it (llama-server's
     rounds of clients, the endpoint), else the prompt's processing as the engine timed it (the Python loop: the target's
@@ -177,8 +186,8 @@ RUN_FIELDS: tuple[Field, ...] = (
     # speed as two factors (tokens/s = steps/s x tokens per step), and the bytes a token's decode reads (--format json)
     Field("steps_per_s", _steps_per_s, "steps/s", "mean", numeric=True, optional=True),
     Field("tokens_per_step", _tokens_per_step, "tokens", "mean", numeric=True, optional=True),
-    Field("bytes_per_token", lambda r: bytes_per_token(r, decode_steps(r)), "bytes", "mean", numeric=True,
-          optional=True),  # from the GGUF headers, where the files are here (results/predictions/ceiling.py's numerator)
+    Field("bytes_per_token", stored_bytes_per_token, "bytes", "mean", numeric=True,
+          optional=True),  # from the GGUF headers (results/predictions/ceiling.py's numerator)
     # each part's own (parts.RUN_PARTS: the offload, load, server, energy, memory, order): the trackers' columns
     # only where some run has them
     *(f for part in RUN_PARTS for f in part.fields),
