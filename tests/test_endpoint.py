@@ -6,6 +6,7 @@ decoding and without, which gives no acceptance: its records must say so instead
 from __future__ import annotations
 
 import http.server
+import json
 import re
 import shlex
 import subprocess
@@ -14,12 +15,15 @@ import threading
 import time
 import urllib.request
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from cli_helpers import assert_user_error, invoke, stored
 
-from gguf_bench.measure.engines.endpoint import Answer, _chunk, counted
+from gguf_bench.measure.engines.endpoint import Answer, _chunk, at_length, counted, describe
+from gguf_bench.measure.inputs.prompts import choose
+from gguf_bench.runtimes.llama_cpp import Vocabulary
 from gguf_bench.runtimes.llama_server import Launch, Server, Speculation, free_port
 from gguf_bench.runtimes.server_build import find_server
 
@@ -131,6 +135,22 @@ def test_llama_cpp_python_server_gives_tokens_per_s_and_says_acceptance_is_not_a
         assert any("acceptance" in line for line in ep["not_available"])
         assert m["tokens_per_s"] > 0 and m["acceptance"] is None and m["drafted"] is None and m["rounds"] is None
     assert "speculative" in result.stdout  # the row's label: the server's draft length is its own
+
+
+def test_a_server_whose_stream_gives_no_usage_sizes_prompts_by_its_answers_usage(tiny_pairs, isolated):
+    """--prompt-tokens against llama-cpp-python's server (no usage in its stream): each prompt is sized by a plain
+    answer's usage, which the target's own tokenizer confirms here, and the sweep runs at that length."""
+    target, _ = tiny_pairs["high"]
+    prompt = choose("code-short", None)[0]
+    with llama_cpp_server(target) as base, llama_cpp_server(target, lookup=True) as spec:
+        sized = at_length(describe(base, "--baseline-url"), replace(prompt, id="code-short@200", length=200), 60)
+        result = invoke("sweep", "--engine", "endpoint", "--url", spec, "--baseline-url", base, "--prompt-ids",
+                        "code-short", "--prompt-tokens", "200", "-n", "4", "-r", "1", "--name", "sized")
+    with Vocabulary(target) as vocab:
+        assert len(vocab.tokenize(sized.text)) == 200 and sized.text.endswith(prompt.text)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(invoke("report", str(isolated / "results" / "sized.jsonl"), "--format", "json").stdout)
+    assert {row["prompt_length"] for row in rows} == {200} and {row["prompt_tokens"] for row in rows} == {200}
 
 
 def test_r_auto_against_two_servers_repeats_only_open_verdicts_up_to_the_maximum(tiny_pairs, server_bin, isolated):

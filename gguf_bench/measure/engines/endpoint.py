@@ -101,10 +101,12 @@ def base_url(url: str) -> str:
     return url.removesuffix("/v1")
 
 
-def _get(url: str, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
-    """(status, body) of GET url+path; one line where the server cannot be reached."""
+def _http(url: str, path: str, timeout_s: float = 10.0, body: dict | None = None) -> tuple[int, bytes]:
+    """(status, body) of GET url+path, or of a POST of `body` as JSON; one line where the server cannot be reached."""
+    data = json.dumps(body).encode() if body is not None else None
+    call = urllib.request.Request(url + path, data, {"Content-Type": "application/json"} if data else {})
     try:
-        with urllib.request.urlopen(url + path, timeout=timeout_s) as r:
+        with urllib.request.urlopen(call, timeout=timeout_s) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -115,7 +117,7 @@ def _get(url: str, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
 
 def _json(url: str, path: str):
     """GET url+path as JSON, None where it answers otherwise (not found, not JSON)."""
-    status, body = _get(url, path)
+    status, body = _http(url, path)
     try:
         return json.loads(body) if status == 200 else None
     except ValueError:
@@ -125,7 +127,7 @@ def _json(url: str, path: str):
 def describe(url: str, option: str) -> Served:
     """The server at `url` (given as `option`): its model, and what llama.cpp's servers say about themselves."""
     url = base_url(url)
-    status, body = _get(url, "/v1/models")
+    status, body = _http(url, "/v1/models")
     try:
         model = str(json.loads(body)["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
@@ -137,7 +139,7 @@ def describe(url: str, option: str) -> Served:
     if served.llama_cpp:
         slots = _json(url, "/slots")
         served.speculative = any(s.get("speculative") for s in slots) if isinstance(slots, list) and slots else None
-        status, body = _get(url, "/metrics")
+        status, body = _http(url, "/metrics")
         served.metrics = status == 200 and b"llamacpp:" in body
     return served
 
@@ -291,7 +293,7 @@ def counters(served: Served) -> dict | None:
     if not served.metrics:
         return None
     try:
-        status, body = _get(served.url, "/metrics")
+        status, body = _http(served.url, "/metrics")
     except EndpointError:  # gone: the cell's request says so
         return None
     out = {}
@@ -461,20 +463,12 @@ class EndpointSession:
 
 
 def at_length(served: Served, prompt: Prompt, timeout_s: float) -> Prompt:
-    """The prompt made `prompt.length` tokens long as `served` counts them (the prompt tokens of a one-token request:
-    llama.cpp's prompt_n, else usage), its chat template included: the depth's filler text before the task, as
-    depth.padded puts it, the cut in characters corrected until the count matches (the closest kept). The sweep asks
-    the baseline: the same model, whose prompts are processed without a drafter."""
+    """The prompt made `prompt.length` tokens long as `served` counts them (prompt_tokens), its chat template included:
+    the depth's filler text before the task, as depth.padded puts it, the cut in characters corrected until the count
+    matches (the closest kept). The sweep asks the baseline: the same model, whose prompts are processed without a
+    drafter."""
     def count(text: str) -> int:
-        answer = run_round(served, [replace(prompt, text=text)], 1, SamplingConfig(), timeout_s)[0][0]
-        n = answer.stored(1)["prompt_n"]
-        if answer.error:
-            raise EndpointError(f"--prompt-tokens {prompt.length}: a request that sizes prompt {prompt.id} failed: "
-                                f"{answer.error}")
-        if n is None:
-            raise EndpointError(f"--prompt-tokens needs the server to count a prompt's tokens, and {served.url} gave "
-                                "no usage.prompt_tokens: give long prompts as they are (--prompts FILE.jsonl)")
-        return int(n)
+        return prompt_tokens(served, replace(prompt, text=text), timeout_s)
     plain, corpus = count(prompt.text), filler_text()
     check_shorter(prompt.id.rsplit("@", 1)[0], plain, prompt.length)
 
@@ -487,6 +481,27 @@ def at_length(served: Served, prompt: Prompt, timeout_s: float) -> Prompt:
     first = min(CHARS_PER_TOKEN, len(prompt.text) / plain)  # characters a token: the prompt's own where fewer
     text = closest(made, prompt.length, round(first * (prompt.length - plain)), lambda cut, n: cut / max(n - plain, 1))
     return replace(prompt, text=text)
+
+
+def prompt_tokens(served: Served, prompt: Prompt, timeout_s: float) -> int:
+    """The tokens `served` processes for `prompt`: those of a one-token request, not streamed (usage.prompt_tokens, which
+    OpenAI-compatible servers give in an answer more widely than in a stream; llama.cpp's timings.prompt_n else); one
+    line where it fails or does not say."""
+    path, body = request(served, prompt, 1, SamplingConfig())
+    body = {k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}
+    status, answer = _http(served.url, path, timeout_s, body)
+    if status != 200:
+        raise EndpointError(f"--prompt-tokens {prompt.length}: a request that sizes prompt {prompt.id} at {served.url} "
+                            f"answered {status}: {answer[:300].decode(errors='replace')}")
+    try:
+        said = json.loads(answer)
+        n = (said.get("usage") or {}).get("prompt_tokens") or (said.get("timings") or {}).get("prompt_n")
+    except (ValueError, AttributeError):
+        n = None
+    if not n:
+        raise EndpointError(f"--prompt-tokens needs the server to count a prompt's tokens, and {served.url} gave no "
+                            "usage.prompt_tokens: give long prompts as they are (--prompts FILE.jsonl)")
+    return int(n)
 
 
 # --- the sweep --------------------------------------------------------------------------------

@@ -175,7 +175,10 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("per_request_tokens_per_s", _metric("per_request_tokens_per_s"), "tokens/s", "mean", header="req t/s",
           shown_with="parallel", fmt=SPEED, place=60),
     Field("ttft_s", time_to_first_token, "s", "mean", numeric=True),  # every run of every engine (time_to_first_token)
-    Field("prompt_tokens", _measured(lambda r: r.metrics.prompt_tokens), "tokens", "mean", numeric=True),
+    # a server that reports no prompt tokens (llama-cpp-python's stream): its --prompt-tokens length, which that server
+    # counted when the prompt was sized (endpoint.at_length)
+    Field("prompt_tokens", _measured(lambda r: r.metrics.prompt_tokens or r.config.prompt_length or 0), "tokens", "mean",
+          numeric=True),
     # the figures of the other objectives (summary.OBJECTIVES), higher is better: -n tokens over the request's latency,
     # and every token over the wall time, prompts included
     Field("request_latency_s", request_latency, "s", "mean", numeric=True),
