@@ -211,7 +211,6 @@ RUN_COLUMNS = {
     **{f.name: _field_column(f) for f in RUN_FIELDS if f.header or f.md},  # ms/tok, accept, pp t/s, p95 s, ...
     **{f"{f.name}_gain": _gain_column(f) for f in RUN_FIELDS if f.gain},  # energy: tokens per joule's gain
 }
-TABLE_ORDER = tuple(sorted((n for n, c in RUN_COLUMNS.items() if c.table), key=lambda n: RUN_COLUMNS[n].place))
 # speed as its two factors, beside tokens/s where `report --steps` asks for them (json and csv always carry both)
 STEP_COLUMNS = {
     "steps_per_s": RunColumn("steps/s", None, lambda r: number_text(r.get("steps_per_s"), "{:.1f}"),
@@ -219,6 +218,9 @@ STEP_COLUMNS = {
     "tokens_per_step": RunColumn("tok/step", None, lambda r: number_text(r.get("tokens_per_step"), "{:.2f}"),
                                  present=lambda summary: "tokens_per_step" in summary, place=32),
 }
+RUN_COLUMNS |= STEP_COLUMNS
+TABLE_ORDER = tuple(sorted((n for n, c in RUN_COLUMNS.items() if c.table and n not in STEP_COLUMNS),
+                           key=lambda n: RUN_COLUMNS[n].place))
 STEPS_LEGEND = "steps/s: the target's decode steps a second (a verify batch, or one token) · tok/step: tokens a step"
 # what goes first where a table is too wide: the optional fields' columns (energy, memory), then these
 NARROWING = (*(f.header for f in RUN_FIELDS if f.optional and f.header), "pp t/s", "ovh", "tok/rnd", "runs", "ms/tok",
@@ -230,14 +232,11 @@ MD_ORDER = ("model", "offload", "tokens_per_s", "predicted", "gain", "ttft",
 MD_SHOWN = ("pair", "ngl", "ngld", "temperature")  # settings the markdown table's own columns show (model, offload, T)
 
 
-def _cells(summary: pd.DataFrame, names: Sequence[str], extra: dict[str, RunColumn] | None = None,
-           md: bool = False) -> dict[str, list[str]]:
-    """Heading -> the rows' texts, for the named columns the summary has, and `extra`'s, in the order of their
-    places."""
-    table = {**RUN_COLUMNS, **(extra or {})}
+def _cells(summary: pd.DataFrame, names: Sequence[str], md: bool = False) -> dict[str, list[str]]:
+    """Heading -> the rows' texts, for the named columns the summary has (in that order)."""
     out = {}
-    for name in sorted([*names, *(extra or {})], key=lambda n: table[n].place) if extra else names:
-        col = table[name]
+    for name in names:
+        col = RUN_COLUMNS[name]
         heading, text = (col.md, col.md_text or col.text) if md else (col.table, col.text)
         if heading and col.present(summary):
             out[heading] = [text(r) for _, r in summary.iterrows()]
@@ -264,8 +263,9 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     show_offload = width >= 120 or requested or offloads[summary["mode"] == "speculative"].nunique() > 1
     columns = _varying_cells(summary, varying)
     pred = _predicted(summary)
-    shown = [c for c in TABLE_ORDER if (c != "offload" or show_offload) and (c != "predicted" or pred is not None)]
-    columns |= _cells(summary.assign(_pred=pred), shown, STEP_COLUMNS if steps else {})
+    order = sorted([*TABLE_ORDER, *STEP_COLUMNS], key=lambda n: RUN_COLUMNS[n].place) if steps else TABLE_ORDER
+    shown = [c for c in order if (c != "offload" or show_offload) and (c != "predicted" or pred is not None)]
+    columns |= _cells(summary.assign(_pred=pred), shown)
     # still too wide: drop what does not tell rows apart, never a column that does (pair, host, T, n, prompt, -ngl,
     # -ngld, the context settings, and the layers placed beside them)
     for optional in NARROWING:
