@@ -459,16 +459,17 @@ def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str, on: Sequence[st
     logs = np.log(ratio[good].to_numpy(dtype=float))
     n = len(logs)
     chunks = [c for c in CHUNK if c in both]
+    obs = logs  # the observations: a pair each, or a repetition each where the pairs came in chunks
     if n and chunks and in_chunks(spec, alone, across):
-        logs = pd.Series(logs).groupby([both.loc[good, c].astype(str).to_numpy() for c in chunks]).mean().to_numpy()
-    out = {"gain_pct": 100 * np.expm1(logs.mean()) if n else float("nan"), "gain_pairs": n, "gain_test": "paired",
+        obs = pd.Series(logs).groupby([both.loc[good, c].astype(str).to_numpy() for c in chunks]).mean().to_numpy()
+    out = {"gain_pct": 100 * np.expm1(obs.mean()) if n else float("nan"), "gain_pairs": n, "gain_test": "paired",
            "gain_busy": int(lost.sum()), "gain_p": float("nan"), "_est": float("nan"), "_se": float("nan"),
-           "_dof": float("nan")}  # the gain the centre of its interval (the repetitions' mean, in chunks)
-    if len(logs) >= 2:
-        se = logs.std(ddof=1) / np.sqrt(len(logs))
+           "_dof": float("nan")}  # the gain the centre of its interval
+    if len(obs) >= 2:
+        se = obs.std(ddof=1) / np.sqrt(len(obs))
         se = se if se > 0 else 1e-12  # every ratio the same: an interval of zero width
-        out |= {"gain_p": float(2 * stats.t.sf(abs(logs.mean() / se), len(logs) - 1)), "_est": logs.mean(), "_se": se,
-                "_dof": len(logs) - 1}
+        out |= {"gain_p": float(2 * stats.t.sf(abs(obs.mean() / se), len(obs) - 1)), "_est": obs.mean(), "_se": se,
+                "_dof": len(obs) - 1}
     return out
 
 
