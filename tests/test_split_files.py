@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_user_error, invoke, run_cli
 
+from gguf_bench.models import reads
 from gguf_bench.models.candidates import HEADER_SCHEMA, HeaderReader
 from gguf_bench.models.offload_plan import tensor_bytes
 from gguf_bench.models.parts import SPLIT_COUNT, local_header, part_paths, read_part, tensor_table
@@ -282,6 +283,12 @@ def test_twin_measures_and_sweeps_take_a_split_target(split_pair):
                    "--name", "split-sweep")
     assert swept.exit_code == 0, swept.output
     assert "K=2" in swept.stdout and "tiny-target-00001-of-00003.gguf" in swept.stdout  # loaded from part 1
+    results = Path(os.environ["GGUF_BENCH_RESULTS"]) / "split-sweep.jsonl"
+    alone = [r for r in map(json.loads, results.read_text().splitlines()) if r.get("mode") == "target"]
+    whole = reads.file_bytes(str(split_pair["target"]))  # the unsplit file: every part's tensors count
+    for r in alone:  # the bytes a token stored with the run: the split model's, all of its parts
+        m = r["metrics"]
+        assert m["bytes_per_token"] == pytest.approx(whole.step(m["prompt_tokens"] + m["n_tokens"] / 2))
 
 
 @pytest.mark.slow
