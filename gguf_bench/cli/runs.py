@@ -31,6 +31,7 @@ from gguf_bench.cli.options import (
     KOpt,
     KScheduleOpt,
     KsOpt,
+    LoadsOpt,
     MainGpuOpt,
     MaxRepsOpt,
     NCpuMoeDraftOpt,
@@ -91,7 +92,7 @@ from gguf_bench.measure.plan import AUTO_FIRST, Grid, cells_failed, measured, si
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import Split, placing_axes
-from gguf_bench.results.presentation import crossover, specbench, tuning
+from gguf_bench.results.presentation import crossover, html, specbench, tuning
 from gguf_bench.results.presentation import evals as evals_view
 from gguf_bench.results.presentation import report as rep
 from gguf_bench.results.presentation import summary as summ
@@ -109,7 +110,10 @@ from gguf_bench.results.schema.text import fit_title, fold
 
 # sweep's parameters about how it runs and reads, not what is measured: every engine takes them (pairs, --target and
 # --draft too: an engine that measures no files refuses them where it resolves what it measures)
-HOW_IT_RUNS = frozenset({"name", "resume", "results_dir_opt", "pairs", "target", "draft", "margin", "objective"})
+HOW_IT_RUNS = frozenset({"name", "resume", "results_dir_opt", "pairs", "target", "draft", "margin", "objective",
+                         "page"})
+PageOpt = Annotated[Path | None, typer.Option("--html", help="also write the report as one self-contained HTML page "
+                                              "(opens offline: the answer first, then the pictures; docs/page.md)")]
 FAILED_CELLS = 3  # sweep's exit status when it ends with failed cells (1: an error, 2: `check` found a difference)
 
 
@@ -179,11 +183,23 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
 
 
 def _show_runs(runs: list[RunRecord], title: str = "", deploy_lines: bool = True, margin: float | None = None,
-               objective: str = "decode") -> None:
+               objective: str = "decode", page: Path | None = None, source: Path | None = None) -> None:
     """The report of these runs, as every command prints it (verdicts read with `margin` %: summary.MARGIN, of the
-    `objective`'s figure: summary.OBJECTIVES)."""
+    `objective`'s figure: summary.OBJECTIVES); page: the HTML page too (the runs read from `source`)."""
     df = summ.for_objective(summ.to_frame(runs), objective)
-    _show_summary(summ.summarize(df, margin=margin), df, runs, title, deploy_lines=deploy_lines)
+    summary = summ.summarize(df, margin=margin)
+    if page:  # first: the terminal's report then says where it is
+        _write_page(page, summary, df, runs, [str(source)] * len(runs) if source else [], title)
+    _show_summary(summary, df, runs, title, deploy_lines=deploy_lines)
+
+
+def _write_page(page: Path, summary, df, runs: list[RunRecord], sources: list[str], title: str = "",
+                to_err: bool = False) -> None:
+    """The report as one HTML page (results/presentation/html): the same rows as --format json, deploy lines included;
+    'wrote PAGE' on stderr where stdout carries --format's text."""
+    size = html.write(page, deploy.with_deploy(summary, df, runs), df, runs, sources, title or "gguf-bench report")
+    (err if to_err else console).print(f"wrote {page} ({size / 1e6:.1f} MB: the answer, then the pictures; opens "
+                                       "offline)", markup=False, soft_wrap=True)
 
 
 def _objective(name: str) -> str:
@@ -299,13 +315,15 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
-          margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode",
-          results_dir_opt: ResultsDirOpt = None, engine_options: tuple = ()) -> None:
+          margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode", loads: LoadsOpt = "each",
+          results_dir_opt: ResultsDirOpt = None, page: PageOpt = None, engine_options: tuple = ()) -> None:
     """Sweep drafting strategy x draft length x -ngl x -ngld x placement (-ncmoe, -ot, -dev, -ts, -sm, -mg, --rpc-delay
     and the draft's) x context
     settings (-fa, -ctk, -ctv, -b, -ub, -td) x temperature
     x prompt; store every run and print the report."""
     use_results_dir(results_dir_opt)
+    if page:
+        html.check()
     reps = options.repetitions_text(repetitions)
     _refuse_auto_options(ctx, reps)
     grid = Grid(ks=options.draft_lengths(ks), ngls=options.layer_list(ngls, "-ngl"),
@@ -314,7 +332,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
                                    options.positive_ints(prompt_tokens, "--prompt-tokens") if prompt_tokens else None),
                 repetitions=reps or AUTO_FIRST, max_reps=max_reps if reps is None else None,
                 budget_s=options.duration_s(reps_budget, "--reps-budget") if reps_budget and reps is None else None,
-                margin=_margin(margin), objective=_objective(objective), n_predict=n_predict,
+                margin=_margin(margin), objective=_objective(objective), n_predict=n_predict, loads=loads,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
                 vram=vram_budget(vram) if vram else None, engines=options.engines(engine), engine_options=engine_options,
@@ -335,11 +353,11 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
             raise BenchError(f"--engine {local[0]} runs on this machine only, not through --ray")
         if ray_address:  # the units as Ray tasks: each node finds or fetches its own pair, nothing is fetched here
             ray = on_ray(name, grid, out, choice, ray_options(ray_address, ray_gpus_per_task, ray_resources))
-            return _sweep(name, grid, out, resume, [(f"Ray {ray.options.address}", ray)], ray)
+            return _sweep(name, grid, out, resume, [(f"Ray {ray.options.address}", ray)], ray, page)
         measured = engine_registry.kind(grid.engines[0]).engine_class().measured(grid, choice, pair_files)
         if not any(p.rpc for p in grid.placings):  # RPC servers' devices take layers whatever this build can do
             warn_offload(*grid.ngls, *grid.nglds)
-        _sweep(name, grid, out, resume, measured)
+        _sweep(name, grid, out, resume, measured, page=page)
 
 
 def _interrupted(out: Path, name: str, flags: str = "") -> typer.Exit:
@@ -349,7 +367,7 @@ def _interrupted(out: Path, name: str, flags: str = "") -> typer.Exit:
 
 
 def _sweep(name: str, grid: Grid, out: Path, resume: bool, measured: list[tuple[str, object]],
-           ray: OnRay | None = None) -> None:
+           ray: OnRay | None = None, page: Path | None = None) -> None:
     """The one sweep path: sweep.run_sweep over what is measured (local pairs, an engine's served URLs, or the units on
     Ray: `ray`), then the report (_finish)."""
     stops: list[str] = []
@@ -360,11 +378,12 @@ def _sweep(name: str, grid: Grid, out: Path, resume: bool, measured: list[tuple[
                 events.stopped = lambda line, p=label: stops.append(f"{p}: {line}" if len(measured) > 1 else line)
                 run_sweep(name, what, grid, out, resume=resume or i > 0, events=events)
     if ray is None:
-        return _finish(name, grid, out, f"sweep {name} ({out})", stops)
+        return _finish(name, grid, out, f"sweep {name} ({out})", stops, page=page)
     _ray_lines(ray)
     hosts = sorted({r.host for r in read_records(out) if isinstance(r, RunRecord)}) if out.is_file() else []
     _finish(name, grid, out, f"sweep {name} ({out}) on {len(hosts)} hosts: {', '.join(hosts)}", stops,
-            ray.options.address, failed_units=failure_message(ray.summary, name) if ray.summary.failures else None)
+            ray.options.address, failed_units=failure_message(ray.summary, name) if ray.summary.failures else None,
+            page=page)
 
 
 def _ray_lines(ray: OnRay) -> None:
@@ -389,12 +408,13 @@ def _stopping(out: Path, name: str, flags: str = ""):
 
 
 def _finish(name: str, grid: Grid, out: Path, title: str, stops: list[str], ray: str | None = None,
-            failed_units: str | None = None) -> None:
+            failed_units: str | None = None, page: Path | None = None) -> None:
     """Every sweep path's tail: the report of the file, why -r auto stopped, what one repetition cannot decide, then
     the exit status: one line for units that failed (Ray), else that of failed cells."""
     records = [r for r in read_records(out) if isinstance(r, RunRecord)] if out.is_file() else []
     if out.is_file():
-        _show_runs(records, title=title, deploy_lines=ray is None, margin=grid.margin, objective=grid.objective)
+        _show_runs(records, title=title, deploy_lines=ray is None, margin=grid.margin, objective=grid.objective,
+                   page=page, source=out)
         for line in stops:
             console.print(line, markup=False, soft_wrap=True)
         _one_repetition_line(grid, name, ray)
@@ -449,7 +469,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
            steps: Annotated[bool, typer.Option("--steps", help="steps/s and tokens per step beside tokens/s (their "
                                                "product); json and csv always carry both")] = False,
            margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode",
-           results_dir_opt: ResultsDirOpt = None) -> None:
+           results_dir_opt: ResultsDirOpt = None, page: PageOpt = None) -> None:
     """Summarize stored runs: mean ± std, gain % over the target alone, best draft length; evaluations apart."""
     use_results_dir(results_dir_opt)
     if fmt is not None and fmt not in rep.FORMATS:
@@ -458,6 +478,8 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         raise BenchError("--output needs --format (md, csv, json or jsonl)")
     if plot_path:
         check_plot(plot_metric)
+    if page:
+        html.check()
     margin, objective = _margin(margin), _objective(objective)
     keep = set((by or "").split(",")) - {""}
     if keep - set(summ.BY):
@@ -474,6 +496,10 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     summary = summ.summarize(df, by_prompt=by_prompt or "prompt" in keep, margin=margin) if loaded.runs else None
     if summary is not None:
         summary = summ.with_predictions(summary, df, loaded.calibrations)
+    if page:
+        if summary is None:
+            raise BenchError("nothing to put on a page: these results hold no runs (evaluations or calibrations only)")
+        _write_page(page, summary, df, loaded.runs, loaded.sources, to_err=bool(fmt) and output is None)
     if spec_bench:
         return _spec_bench(df, fmt, output)
     if fmt and summary is None and not loaded.evals:  # calibrations alone
