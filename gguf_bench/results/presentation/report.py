@@ -119,7 +119,22 @@ def _gain_text(row: pd.Series) -> str:
         return "no drafts"
     lo, hi = row.get("gain_lo"), row.get("gain_hi")
     interval = "" if lo is None or pd.isna(lo) or pd.isna(row["gain_pct"]) else f" [{lo:+.0f},{hi:+.0f}]"
+    if interval and wide_interval(lo, hi):  # its bounds as numbers would read as a measurement (proof_lines says why)
+        interval = f" [wide: {_pairs(row.get('gain_pairs'))}]"
     return _mark(row) + number_text(row["gain_pct"], "{:+.1f}%") + interval
+
+
+WIDE_INTERVAL = 1000.0  # percentage points: an interval wider than ten times the target alone's speed says nothing its
+# bounds could (the quick start on a busy machine printed ~+64.0% [-100,+12322933]); the table names its pairs instead
+
+
+def wide_interval(lo, hi) -> bool:
+    """Whether a gain's interval is too wide to print as numbers (WIDE_INTERVAL)."""
+    return lo is not None and hi is not None and pd.notna(lo) and pd.notna(hi) and hi - lo > WIDE_INTERVAL
+
+
+def _pairs(pairs) -> str:
+    return f"{int(pairs)} pair{'s' if pairs != 1 else ''}" if pairs is not None and pd.notna(pairs) else "few pairs"
 
 
 def _mark(row: pd.Series, prefix: str = "") -> str:
@@ -505,6 +520,9 @@ def proof_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]
     if not spec.empty and spec.apply(_undecided_gain, axis=1).any():
         lines.append("~ not decided (the interval holds zero and reaches past the margin, or the machine was busy or "
                      "drifted): never recommended")
+    if "gain_lo" in spec and any(wide_interval(lo, hi) for lo, hi in zip(spec["gain_lo"], spec["gain_hi"])):
+        lines.append(f"[wide: N pairs]: an interval over {WIDE_INTERVAL:.0f} points wide, from N quiet pairs of runs: it "
+                     "decides nothing yet; more repetitions on a quiet machine (-r auto) narrow it")
     if (decided.isna() & spec["gain_pct"].notna()).any():
         lines.append("a gain from fewer than 2 runs of each side: no interval can tell it from zero, so none is "
                      "recommended (-r 2 or more)")
