@@ -85,6 +85,7 @@ def _k_figure(frame: pd.DataFrame, spec: pd.DataFrame, work: pd.Series, labels: 
             fig.add_hrect(y0=mean - std, y1=mean + std, fillcolor=GREY, line_width=0, row=1, col=1)
             fig.add_trace(go.Scatter(x=[spec["k"].min(), spec["k"].max()], y=[mean, mean], mode="lines",
                                      line={"color": "grey", "dash": "dash", "width": 1}, customdata=[int(row.name)] * 2,
+                                     meta={"y": "tokens_per_s"},
                                      name=f"{setting[row.name]} (mean ± std)", legendgroup="alone",
                                      showlegend=n == 0 or len(alone) > 1), row=1, col=1)
     margin = frame["margin_pct"].dropna().iloc[0] if "margin_pct" in frame and frame["margin_pct"].notna().any() else 0
@@ -95,10 +96,12 @@ def _k_figure(frame: pd.DataFrame, spec: pd.DataFrame, work: pd.Series, labels: 
         marks = {"symbol": [SYMBOLS[verdict(r)] for _, r in rows.iterrows()], "size": 10,
                  "line": {"width": 2, "color": colour}}
         fig.add_trace(go.Scatter(x=_nums(rows["k"]), y=_nums(rows["tokens_per_s"]), customdata=idx, name=line,
+                                 meta={"x": "k", "y": "tokens_per_s"},
                                  legendgroup=line, mode="lines+markers", line={"color": colour}, marker=marks,
                                  error_y={"type": "data", "array": _nums(rows.get("tokens_per_s_std", rows["k"] * 0)),
                                           "thickness": 1, "width": 3}), row=1, col=1)
         fig.add_trace(go.Scatter(x=_nums(rows["k"]), y=_nums(rows["gain_pct"]), customdata=idx, name=line,
+                                 meta={"x": "k", "y": "gain_pct"},
                                  legendgroup=line, showlegend=False, mode="lines+markers", line={"color": colour},
                                  marker={**marks, "color": [VERDICT_COLOURS[verdict(r)] for _, r in rows.iterrows()]},
                                  text=[_verdict_text(r) for _, r in rows.iterrows()],
@@ -181,6 +184,7 @@ def request_figure(frame: pd.DataFrame, labels: dict):
         part = rows[length == value]
         fig.add_trace(go.Scatter(x=_nums(part["ttft_cost_pct"]), y=_nums(part["gain_pct"]), mode="markers+text",
                                  customdata=[int(j) for j in part.index], name=f"{int(value)}-token prompts",
+                                 meta={"x": "ttft_cost_pct", "y": "gain_pct"},
                                  text=[labels["setting"][j] for j in part.index], textposition="top center",
                                  marker={"size": 11, "color": PALETTE[i % len(PALETTE)],
                                          "symbol": [SYMBOLS[verdict(r)] for _, r in part.iterrows()]},
@@ -211,6 +215,7 @@ def slots_figure(frame: pd.DataFrame, labels: dict):
         colour = "grey" if first["mode"] == "target" else PALETTE[i % len(PALETTE)]
         fig.add_trace(go.Scatter(x=_nums(part["tokens_per_s"]), y=_nums(part["per_request_tokens_per_s"]),
                                  customdata=[int(j) for j in part.index], mode="lines+markers+text",
+                                 meta={"x": "tokens_per_s", "y": "per_request_tokens_per_s"},
                                  name=labels["setting"][int(first.name)], line={"color": colour},
                                  text=[_slots(r) for _, r in part.iterrows()], textposition="top center",
                                  marker={"size": 10, "symbol": [SYMBOLS[verdict(r)] for _, r in part.iterrows()]}))
@@ -254,6 +259,7 @@ def ceiling_figure(frame: pd.DataFrame, labels: dict):
     names = [f"{labels['workload'][j]} · {labels['setting'][j]}" for j in rows.index]
     colours = ["grey" if m == "target" else PALETTE[0] for m in rows["mode"]]
     fig = go.Figure(go.Bar(x=_nums(rows["ceiling_pct"]), y=names, orientation="h", customdata=[int(j) for j in rows.index],
+                           meta={"x": "ceiling_pct"},
                            marker_color=colours, text=[f"{v:.0f}%" for v in rows["ceiling_pct"]], textposition="auto"))
     fig.add_vline(x=100, line={"color": "black", "dash": "dot"})
     _layout(fig, height=max(260, 60 + 26 * len(rows)), showlegend=False,
