@@ -31,7 +31,6 @@ from gguf_bench.cli.options import (
     KOpt,
     KScheduleOpt,
     KsOpt,
-    LoadsOpt,
     MainGpuOpt,
     MaxRepsOpt,
     NCpuMoeDraftOpt,
@@ -218,23 +217,23 @@ def _margin(pct: float) -> float:
 
 def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host: bool = False,
                   deploy_lines: bool = True, steps: bool = False) -> None:
-    """The summary table (steps: with steps/s and tokens per step), both engines side by side where both ran, and
-    each pair's deploy line."""
+    """Each workload's deploy line first (the answer), then the summary table (steps: with steps/s and tokens per step)
+    and both engines side by side where both ran."""
+    if deploy_lines:
+        _deploy_lines(summary, df, runs)
     console.print(rep.rich_table(summary, title=title, width=console.width, show_host=show_host, steps=steps))
     for line in rep.server_greedy_lines(df):
         console.print(fold(line, console.width), markup=False, soft_wrap=True)
     _engines_side_by_side(summary, df)
     for line in crossover.lines(summary, df):
         console.print(fold(line, console.width), markup=False, soft_wrap=True)
-    if deploy_lines:
-        _deploy_lines(summary, df, runs)
 
 
 def _engines_side_by_side(summary, df) -> None:
     """With both engines in the results: each K's tokens/s in both, and whether their greedy texts agree."""
     both = summ.engines_frame(summary)
     if both is not None:
-        console.print(fit_title(rep.engines_table(both, rep.greedy_agreement(df)), console.width))
+        console.print(fit_title(rep.engines_table(both, rep.greedy_agreement(df), console.width), console.width))
 
 
 def _spec_bench(df, fmt: str | None, output: Path | None) -> None:
@@ -315,7 +314,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
-          margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode", loads: LoadsOpt = "each",
+          margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode",
           results_dir_opt: ResultsDirOpt = None, page: PageOpt = None, engine_options: tuple = ()) -> None:
     """Sweep drafting strategy x draft length x -ngl x -ngld x placement (-ncmoe, -ot, -dev, -ts, -sm, -mg, --rpc-delay
     and the draft's) x context
@@ -332,7 +331,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
                                    options.positive_ints(prompt_tokens, "--prompt-tokens") if prompt_tokens else None),
                 repetitions=reps or AUTO_FIRST, max_reps=max_reps if reps is None else None,
                 budget_s=options.duration_s(reps_budget, "--reps-budget") if reps_budget and reps is None else None,
-                margin=_margin(margin), objective=_objective(objective), n_predict=n_predict, loads=loads,
+                margin=_margin(margin), objective=_objective(objective), n_predict=n_predict,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
                 vram=vram_budget(vram) if vram else None, engines=options.engines(engine), engine_options=engine_options,

@@ -310,8 +310,10 @@ def _short(engine: str) -> str:
     return engine_registry.short(engine)
 
 
-def engines_table(both: pd.DataFrame, agreement: list[str]) -> Table:
-    """The side-by-side table (summary.engines_frame) and, under it, whether the two engines' greedy texts agree."""
+def engines_table(both: pd.DataFrame, agreement: list[str], width: int = 120) -> Table:
+    """The side-by-side table (summary.engines_frame) and, under it, whether the two engines' greedy texts agree. Every
+    heading whole: the engines' short names throughout, and where `width` is too narrow the acceptance columns left
+    out (never a heading cut)."""
     first, second = both.attrs["engines"]
     a, b = _short(first), _short(second)
     varying = [c for c in SIDE if both[c].nunique(dropna=False) > 1]
@@ -319,23 +321,39 @@ def engines_table(both: pd.DataFrame, agreement: list[str]) -> Table:
     fixed += [f"T={number_text(both['temperature'].iloc[0], '{:g}')}"] if "temperature" not in varying else []
     fixed += [f"n={both['n_predict'].iloc[0]}"] if "n_predict" not in varying else []
     title = f"{engine_registry.title(first)} vs {engine_registry.title(second)} (tokens/s)"
+    columns: dict[str, list[str]] = {_VARYING.get(c, c): [number_text(v, "{:g}") if c == "temperature" else str(v)
+                                                          for v in both[c]] for c in varying}
+    columns["run"] = [row_label(r) for _, r in both.iterrows()]
+    for e, short in ((first, a), (second, b)):
+        columns[f"{short} t/s"] = [speed_text(v) for v in both[f"tokens_per_s_{e}"]]
+    columns[f"{a}/{b}"] = [number_text(v, "{:.2f}") for v in both["ratio"]]
+    for e, short in ((first, a), (second, b)):
+        columns[f"acc {short}"] = [number_text(v, "{:.1%}") for v in both[f"acceptance_{e}"]]
+    for e, short in ((first, a), (second, b)):
+        columns[f"gain {short}"] = [_engine_gain(r, e) for _, r in both.iterrows()]
+    for optional in (f"acc {b}", f"acc {a}"):  # too wide: acceptance goes first (json and csv keep it)
+        if _width(columns) > width:
+            columns.pop(optional)
+    gains = columns[f"gain {a}"] + columns[f"gain {b}"]
+    marks = [text for mark, text in (("~", "~ not decided"), ("≈", "≈ the same"), ("★", "★ the workload's best K"))
+             if any(mark in g for g in gains)]  # a legend only for the marks that appear
     table = Table(title=" · ".join([title, *fixed]),
-                  caption="\n".join([f"{a}/{b}: {first} over {second} · gain: over the same engine's target alone "
-                                     "(~: not decided, ≈: the same) · ★ the workload's best K", *agreement]),
+                  caption="\n".join([" · ".join([f"{a}: {first}, {b}: {second}", f"{a}/{b}: {a} t/s over {b} t/s",
+                                                  "gain: over the same engine's target alone", *marks]), *agreement]),
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left", caption_justify="left")
-    for name in [_VARYING.get(c, c) for c in varying] + ["run", first, second, f"{a}/{b}", f"acc {a}", f"acc {b}",
-                                                         f"gain {a}", f"gain {b}"]:
+    for name in columns:
         table.add_column(name, justify="left" if name in ("run", "pair", "host") else "right", no_wrap=True)
-    for _, r in both.iterrows():
-        gain = [("" if r["mode"] == "target" else ("≈" if r.get(f"verdict_{e}") == "same" else "~" if
-                                                    r[f"decided_{e}"] is False else "")
-                 + number_text(r[f"gain_pct_{e}"], "{:+.1f}%")) + (" ★" if r[f"best_k_{e}"] is True else "")
-                for e in (first, second)]
-        table.add_row(*[str(r[c]) for c in varying], row_label(r), speed_text(r[f"tokens_per_s_{first}"]),
-                      speed_text(r[f"tokens_per_s_{second}"]), number_text(r["ratio"], "{:.2f}"),
-                      number_text(r[f"acceptance_{first}"], "{:.1%}"), number_text(r[f"acceptance_{second}"], "{:.1%}"),
-                      *gain)
+    for cells in zip(*columns.values()):
+        table.add_row(*cells)
     return table
+
+
+def _engine_gain(r: pd.Series, engine: str) -> str:
+    """One engine's gain in the side-by-side table: marked as the run table marks it, ★ on the workload's best K."""
+    if r["mode"] == "target":
+        return ""
+    mark = "≈" if r.get(f"verdict_{engine}") == "same" else "~" if r[f"decided_{engine}"] is False else ""
+    return mark + number_text(r[f"gain_pct_{engine}"], "{:+.1f}%") + (" ★" if r[f"best_k_{engine}"] is True else "")
 
 
 def greedy_agreement(df: pd.DataFrame) -> list[str]:
