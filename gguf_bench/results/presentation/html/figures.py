@@ -120,7 +120,7 @@ def _figure_name(frame: pd.DataFrame) -> str:
 
 def _verdict_text(row: pd.Series) -> str:
     lo, hi = row.get("gain_lo"), row.get("gain_hi")
-    interval = ("" if pd.isna(lo) or pd.isna(hi) else " [interval too wide to read]" if wide(lo, hi)
+    interval = ("" if pd.isna(lo) or pd.isna(hi) else " [wide: decides nothing yet]" if wide(lo, hi)
                 else f" [{lo:+.0f},{hi:+.0f}]")
     return f"{interval} {VERDICT_NAMES[verdict(row)]}"
 

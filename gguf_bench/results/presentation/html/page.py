@@ -86,11 +86,11 @@ def _row_ref(doc: Document, j: int) -> str:
 
 
 def interval_text(lo, hi, pairs=None) -> str:
-    """' [-4,+10]'; ' [too wide to read: 2 pairs]' for an interval wider than report.WIDE_INTERVAL; '' for none."""
+    """' [-4,+10]'; ' [wide: 2 pairs]' for an interval wider than report.WIDE_INTERVAL; '' for none."""
     if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
         return ""
     if figs.wide(lo, hi):
-        return f" [too wide to read{f': {int(pairs)} pairs' if pairs is not None and pd.notna(pairs) else ''}]"
+        return f" [wide: {int(pairs) if pairs is not None and pd.notna(pairs) else 'few'} pairs]"  # as the table writes it
     return f" [{lo:+.0f},{hi:+.0f}]"
 
 
