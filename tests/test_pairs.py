@@ -248,7 +248,8 @@ def alone_settings(ratio_by_rep, settings="settings-alternate"):
         for ngl, speed in ((0, 20 * d), (99, 20 * d * ratio_by_rep[rep % len(ratio_by_rep)])):
             t = 10.0 * rep + (2 if ngl else 0)
             out.append(rec("target", speed, rep=rep, ngl=ngl, t=t, settings=settings))
-            out.append(rec("speculative", speed * 0.5, k=4, rep=rep, ngl=ngl, t=t + 1, settings=settings))
+            out.append(rec("speculative", speed * (0.5 + 0.01 * (rep % 3)), k=4, rep=rep, ngl=ngl, t=t + 1,
+                           settings=settings))  # a ratio that varies: one of zero width decides nothing
     return out
 
 

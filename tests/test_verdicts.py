@@ -248,10 +248,14 @@ def test_the_caption_says_paired_in_time_only_where_the_pairs_began_close_togeth
     row = spec_row(summary, 4)
     assert row["pair_gap_median_s"] == 1.0 and row["pair_gap_max_s"] == 1.0
     assert "runs paired in time (gaps median 1.0 s, largest 1.0 s)" in "\n".join(proof_lines(summary))
-    apart = [r | {"order": {**r["order"], "started": r["order"]["started"] + (3600 if r["mode"] == "speculative" else 0)}}
+    apart = [r | {"order": {**r["order"], "invocation": "a",
+                            "started": r["order"]["started"] + (3600 if r["mode"] == "speculative" else 0)}}
              for r in close]
     caption = "\n".join(proof_lines(summarize(to_frame(apart))))
     assert "paired in time" not in caption and "far apart in time (gaps median 60.0 min, largest 60.0 min" in caption
+    # records that name no invocation pair only within a session: an hour apart, the two sides are two sessions
+    unnamed = [r | {"order": {k: v for k, v in r["order"].items() if k != "invocation"}} for r in apart]
+    assert spec_row(summarize(to_frame(unnamed)), 4)["gain_pairs"] == 0
 
 
 def test_auto_looks_are_few_and_end_at_the_maximum():

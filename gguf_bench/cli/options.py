@@ -95,10 +95,14 @@ SweepRepsOpt = Annotated[str, typer.Option("--repetitions", "-r", help="measured
                                            "'auto': 2, then only the cells of undecided verdicts again, up to "
                                            "--max-reps")]
 MaxRepsOpt = Annotated[int, typer.Option("--max-reps", help="-r auto: the most repetitions of any cell")]
-VerdictMarginOpt = Annotated[float, typer.Option("--margin", metavar="PCT", help="% within which two settings are the "
-                             "same: a gain whose whole corrected interval lies inside ±PCT is 'the same' (≈), a "
-                             "verdict as 'faster' is; -r auto stops on it, and between settings that are the same the "
-                             "deploy line takes the simpler (no draft, fewer GPU layers, the smaller K)")]
+VerdictMarginOpt = Annotated[float, typer.Option("--margin", metavar="PCT", help="% a less simple setting (a draft, a "
+                             "larger K, more GPU layers) must gain to be chosen: 'faster' only where the whole corrected "
+                             "interval lies above +PCT; inside ±PCT it is 'the same' (≈) and the deploy line takes the "
+                             "simpler one; -r auto stops on either")]
+LoadsOpt = Annotated[str, typer.Option("--loads", metavar="each|once", help="each: a fresh model load (a fresh "
+                     "llama-server process) per repetition, so every interval holds a load's own speed and counts "
+                     "repetitions; once: one load per setting for the whole sweep (models too large to load again: "
+                     "the answer then rests on one load, and says so)")]
 ObjectiveOpt = Annotated[str, typer.Option("--objective", metavar="decode|request|throughput", help="what the gain, "
                           "★, -r auto, the per-slot map and the deploy line read: decode tokens/s; request latency "
                           "(TTFT + -n tokens, lower is better: the gain is the latencies' ratio); served throughput "

@@ -31,6 +31,7 @@ from gguf_bench.cli.options import (
     KOpt,
     KScheduleOpt,
     KsOpt,
+    LoadsOpt,
     MainGpuOpt,
     MaxRepsOpt,
     NCpuMoeDraftOpt,
@@ -314,7 +315,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
           vram: Annotated[str | None, typer.Option("--vram", help="device memory to plan for (24GB, 8000MB): offload "
                           "settings predicted not to fit are skipped, with the reason in their records (default: the "
                           "GPU device's own figure)")] = None,
-          margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode",
+          margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode", loads: LoadsOpt = "each",
           results_dir_opt: ResultsDirOpt = None, page: PageOpt = None, engine_options: tuple = ()) -> None:
     """Sweep drafting strategy x draft length x -ngl x -ngld x placement (-ncmoe, -ot, -dev, -ts, -sm, -mg, --rpc-delay
     and the draft's) x context
@@ -331,7 +332,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
                                    options.positive_ints(prompt_tokens, "--prompt-tokens") if prompt_tokens else None),
                 repetitions=reps or AUTO_FIRST, max_reps=max_reps if reps is None else None,
                 budget_s=options.duration_s(reps_budget, "--reps-budget") if reps_budget and reps is None else None,
-                margin=_margin(margin), objective=_objective(objective), n_predict=n_predict,
+                margin=_margin(margin), objective=_objective(objective), n_predict=n_predict, loads=loads,
                 top_k=top_k, top_p=top_p, seed=seed, n_ctx=ctx_size, threads=threads, with_draft_alone=draft_alone,
                 strategies=strategies(spec_types, ngram_min, ngram_max, p_mins, n_min, k_schedules, k_cap),
                 vram=vram_budget(vram) if vram else None, engines=options.engines(engine), engine_options=engine_options,

@@ -80,7 +80,8 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
             except ConfigError:  # the loop's adaptive schedules and its chain have no llama-server command
                 known[index] = None
         return known[index]
-    for _, rows in summary.groupby([c for c in GROUP if c in summary], sort=False, dropna=False):
+    for _, every in summary.groupby([c for c in GROUP if c in summary], sort=False, dropna=False):
+        rows = own_engine(every)  # the command's engine's own measurements, where a server engine was swept
         order = candidates(rows)
         top = next((i for i in order if line(i)), None)
         if top is None:
@@ -97,6 +98,27 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
                                              f"{setting_label(summary.loc[replaced], varying)} are the same within "
                                              f"{margin:g}%: {why}")
     return out
+
+
+def own_engine(rows: pd.DataFrame) -> pd.DataFrame:
+    """A workload's rows that a deploy line may rest on: where llama-server itself was measured (an engine that runs a
+    server process), only its rows, so that the line's figure is its command's own; else every row (the Python loop's
+    figure, which the line says to check with --engine server)."""
+    if "engine" not in rows:
+        return rows
+    served = rows["engine"].map(lambda e: isinstance(e, str) and capabilities.of(e).server_process)
+    return rows[served] if served.any() and not served.all() else rows
+
+
+def faster_undecided(rows: pd.DataFrame, chosen: pd.Series) -> str:
+    """'; K=16 measured faster (41.2 tokens/s, ~+30.1% [-4,+75]), undecided': the speculative rows of the workload
+    measured faster than the deployed one whose verdict is still open, the fastest first (two at most); '' where none."""
+    spec = rows[(rows["mode"] == "speculative") & (rows["tokens_per_s"] > chosen["tokens_per_s"])
+                & (rows.index != chosen.name)]
+    spec = spec[spec.apply(lambda r: verdict_of(r) in (None, "undecided"), axis=1)] if not spec.empty else spec
+    named = [f"{row_label(r)} measured faster ({r['tokens_per_s']:.2f} tokens/s, ~{gain_text(r)}), undecided"
+             for _, r in spec.sort_values("tokens_per_s", ascending=False).head(2).iterrows() if pd.notna(r["gain_pct"])]
+    return "".join(f"; {n}" for n in named)
 
 
 def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
@@ -122,8 +144,9 @@ def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
         over = f"; {over_text(r)}" if over_text(r) else ""  # over another setting's fastest target alone
         if r["mode"] != "speculative" and isinstance(r.get("deploy_over"), str):  # over another setting's alone
             over = f"; {r['deploy_over']}"
+        simpler += faster_undecided(own_engine(rows), r)
         what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)}{over}{simpler})" if r["mode"] == "speculative"
-                else f"no speculation{where} ({speed}; {_why_alone(rows, r)}{over}{simpler})")
+                else f"no speculation{where} ({speed}; {_why_alone(own_engine(rows), r)}{over}{simpler})")
         note = ("" if capabilities.of(r["engine"]).server_process else
                 f" (measured in {capabilities.of(r['engine']).what}: check it with --engine server)")
         out.append((f"deploy {r['pair']}{f' ({named})' if named else ''}: {what}{note}", r["deploy"]))
@@ -186,7 +209,9 @@ def _why_alone(rows: pd.DataFrame, alone: pd.Series) -> str:
     if pd.isna(best.get("gain_lo")):
         return f"{what}, comes from fewer than 2 pairs: no interval can tell it from zero; measure it with -r 2 or more"
     if best.get("undecided_why"):
-        why = {"busy": "the machine was busy", "drift": "its unpaired runs drifted"}[best["undecided_why"]]
+        why = {"busy": "the machine was busy", "drift": "its unpaired runs drifted",
+               "margin": f"its interval is above zero but not told above the {margin_of(rows):g}% margin",
+               "zero width": "its interval has zero width (every ratio the same)"}[best["undecided_why"]]
         return f"{what}: {why}, so it is not decided"
     if verdict_of(best) == "same":
         return f"{what}: the same as its target alone within {margin_of(rows):g}%"

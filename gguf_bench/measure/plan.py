@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import product
@@ -32,12 +33,14 @@ from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
 from gguf_bench.results.schema.parts.load import Load
 from gguf_bench.results.schema.parts.offload import Offload
+from gguf_bench.results.schema.parts.order import LOADS_EACH, LOADS_ONCE
 from gguf_bench.results.schema.parts.server import Server as ServerRecord
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunConfig, RunMetrics, RunRecord
 from gguf_bench.results.schema.run_fields import bytes_per_token, decode_steps
 from gguf_bench.results.schema.store import now_iso
 from gguf_bench.runtimes.llama_server import NGRAM_CACHE_K
 
+LOADS = (LOADS_EACH, LOADS_ONCE)  # --loads
 SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
 
 
@@ -84,6 +87,12 @@ class Grid:
     # that declares any; an engine left out reads its declared defaults (options_of)
     engine_options: tuple = ()
     trackers: tuple[str, ...] = TRACKERS  # what each cell is measured inside (measure/trackers/: load, memory, energy)
+    # each load (a model load, a llama-server process) serves one repetition ('each': the unit the verdicts count is the
+    # repetition, so a load's own speed is in every interval) or the whole sweep ('once': for models too large to load
+    # again; the answer then rests on one load per setting, and says so)
+    loads: str = LOADS_EACH
+    invocation: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # this run of the command: a pair's two
+    # runs come from one invocation (parts.order.Order.invocation)
 
     def __post_init__(self) -> None:
         for k in self.ks:
@@ -96,6 +105,8 @@ class Grid:
         self._check_concurrency()
         self._check_depths()
         options.repetitions(self.repetitions)
+        if self.loads not in LOADS:
+            raise ConfigError(f"--loads takes {' or '.join(LOADS)}, got '{self.loads}'")
         if self.max_reps is not None and self.max_reps < AUTO_FIRST:
             raise ConfigError(f"--max-reps must be >= {AUTO_FIRST} (the first pass of -r auto), got {self.max_reps}")
         options.n_predict(self.n_predict)
@@ -394,6 +405,16 @@ def interleaved(units: list[Unit], by_block: bool = False) -> list[Unit]:
     return out
 
 
+def per_repetition(units: list[Unit]) -> list[Unit]:
+    """The units cut where their repetition changes (one setting's unit holds every repetition), in order: a chunk of
+    one repetition each, so that --loads each loads a setting again between them."""
+    out = []
+    for unit in units:
+        reps = list(dict.fromkeys(c.repetition for c in unit.cells))
+        out += [Unit(unit.setting, [c for c in unit.cells if c.repetition == r]) for r in reps] if len(reps) > 1 else [unit]
+    return out
+
+
 def _interleaved_blocks(units: list[Unit]) -> list[Unit]:
     """Settings loaded side by side take turns block by block (one prompt of one repetition), A B | B A | A B ...: the
     runs a cross-setting pair compares are seconds apart, and no two pairs share their order (a one-repetition turn
@@ -428,9 +449,19 @@ def expand(files: PairFiles, grid: Grid, static: dict, skip: set[str] = frozense
             cells = cells_for(grid, files.draft is not None, engine)
             total += len(cells)
             todo = [c for c in cells if setting.key(c) not in skip and (only is None or only(setting, c))]
+            todo = with_baselines(cells, todo)
             if todo:
                 units.append(Unit(setting, todo))
     return Plan(units, total, sum(len(u.cells) for u in units))
+
+
+def with_baselines(cells: list[Cell], todo: list[Cell]) -> list[Cell]:
+    """The cells to measure with the target alone of each block that measures anything else, even where an earlier
+    invocation stored it (a --resume adding a K, a re-run of failed cells): a pair lives in one invocation, so the
+    baseline is measured again beside the new runs (summary.sweep_of). In the grid's order."""
+    blocks = {block_key(c) for c in todo if c.mode != Mode.TARGET}
+    chosen = {id(c) for c in todo}
+    return [c for c in cells if id(c) in chosen or (c.mode == Mode.TARGET and block_key(c) in blocks)]
 
 
 def measured(records: list[RunRecord], what: str | None = None) -> list[RunRecord]:

@@ -17,11 +17,11 @@ from gguf_bench import engine_registry as capabilities
 from gguf_bench.measure.engines.protocol import Engine, Session, measure_unit
 from gguf_bench.measure.measured import Measured, as_measured
 from gguf_bench.measure.pair import LoadConfig, PairFiles
-from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, cells_done, interleaved
+from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, cells_done, interleaved, per_repetition
 from gguf_bench.measure.repeat import selects, undecided
 from gguf_bench.measure.trackers import notes
 from gguf_bench.results.schema.naming import check_new
-from gguf_bench.results.schema.parts.order import SETTINGS_ALTERNATE, SETTINGS_CHUNKS
+from gguf_bench.results.schema.parts.order import LOADS_EACH, SETTINGS_ALTERNATE, SETTINGS_CHUNKS
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, exclusive, read_records
 
@@ -150,6 +150,7 @@ class Measuring:
         self.engines: dict[str, Engine] = {}
         self.open: dict[tuple, tuple[Setting, Session]] = {}  # (engine, load) -> the setting and its session, loaded
         self.said: set[str] = set()  # a tracker's line (energy not measured, and why): once, not once per cell
+        self.served: dict[tuple, int] = {}  # (engine, load) -> the repetition its open load serves (--loads each)
 
     @property
     def loaded(self) -> tuple[Setting, Session] | None:
@@ -181,8 +182,10 @@ class Measuring:
             for key in [k for k in self.open if k not in {_key(u.setting) for u in units}]:
                 self.open.pop(key)[1].close()
         positions: dict[tuple, int] = {}  # each setting's next position in its own order
-        for chunk in interleaved(units, by_block=design == SETTINGS_ALTERNATE):
+        for chunk in per_repetition(interleaved(units, by_block=design == SETTINGS_ALTERNATE)):
             key = _key(chunk.setting)
+            if grid.loads == LOADS_EACH:
+                self._fresh(chunk)
             session = self._session(chunk.setting, events, hold=design == SETTINGS_ALTERNATE)
             for record in measure_unit(session, chunk, design, positions.get(key, 0)):
                 positions[key] = positions.get(key, 0) + 1
@@ -211,6 +214,14 @@ class Measuring:
         events.loading(setting.load)
         self.open[key] = (setting, self.engines[setting.engine].open(setting, self.prompts))
         return self.open[key][1]
+
+    def _fresh(self, chunk: Unit) -> None:
+        """--loads each: the chunk's setting loaded again where its open load served another repetition (a fresh model
+        load, fresh llama-server processes), so each repetition meets a load of its own."""
+        key, repetition = _key(chunk.setting), chunk.cells[0].repetition
+        if key in self.open and self.served.get(key) != repetition:
+            self.open.pop(key)[1].close()
+        self.served[key] = repetition
 
     def close(self) -> None:
         while self.open:

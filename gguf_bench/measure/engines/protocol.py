@@ -16,9 +16,9 @@ from typing import Protocol
 
 from gguf_bench.engine_registry import Capabilities
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
-from gguf_bench.measure.plan import Cell, Grid, Setting, Unit
+from gguf_bench.measure.plan import Cell, Grid, Setting, Unit, per_repetition
 from gguf_bench.models.pairs import PairChoice
-from gguf_bench.results.schema.parts.order import Order
+from gguf_bench.results.schema.parts.order import LOADS_EACH, Order
 from gguf_bench.results.schema.records import RunRecord
 
 
@@ -51,12 +51,17 @@ class Engine(Protocol):
 
 def run_unit(engine: Engine, unit: Unit, prompts: PreparedPrompts) -> Iterator[RunRecord]:
     """Each cell of one setting, measured in the engine's order (measure_unit); the setting is closed on every way
-    out."""
-    session = engine.open(unit.setting, prompts)
-    try:
-        yield from measure_unit(session, unit)
-    finally:
-        session.close()
+    out. --loads each: opened again for each repetition (plan.per_repetition), as the local sweep does."""
+    chunks = per_repetition([unit]) if unit.setting.grid.loads == LOADS_EACH else [unit]
+    first = 0
+    for chunk in chunks:
+        session = engine.open(chunk.setting, prompts)
+        try:
+            for record in measure_unit(session, chunk, first=first):
+                first += 1
+                yield record
+        finally:
+            session.close()
 
 
 def measure_unit(session: Session, unit: Unit, settings: str | None = None, first: int = 0) -> Iterator[RunRecord]:
@@ -66,6 +71,7 @@ def measure_unit(session: Session, unit: Unit, settings: str | None = None, firs
     for position, cell in enumerate(session.order(unit.cells), first):
         started = time.time()
         record = session.measure(cell)
-        record.order = Order(session.design, position, unit.setting.grid.seed, round(started, 3),
-                             unit.setting.grid.looks, round(time.time(), 3), settings)
+        grid = unit.setting.grid
+        record.order = Order(session.design, position, grid.seed, round(started, 3), grid.looks, round(time.time(), 3),
+                             settings, grid.invocation, grid.loads)
         yield record

@@ -22,7 +22,7 @@ from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.evaluation import EvalRecord
 from gguf_bench.results.schema.fields import folds
 from gguf_bench.results.schema.kinds import gain_pct
-from gguf_bench.results.schema.parts.order import BLOCKS, SETTINGS_CHUNKS
+from gguf_bench.results.schema.parts.order import BLOCKS, LOADS_EACH, SETTINGS_CHUNKS
 from gguf_bench.results.schema.records import OtherRecord, RunRecord, parse, read_file
 from gguf_bench.results.schema.run_fields import RUN_FIELDS, run_row
 
@@ -215,13 +215,13 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     flagged = blocking.groupby([agg[c] for c in baseline], dropna=False).transform("any")
     agg["baseline_busy"] = agg.groupby(baseline, dropna=False)["unreliable"].transform(
         lambda s: bool(s[agg.loc[s.index, "mode"] == "target"].str.contains("busy").any()))
-    agg = over_fastest_alone(agg, ok, baseline, keys)  # the deploy line's advantage over another setting
-    agg["decided"] = agg.apply(_decided, axis=1)
-    agg["undecided_why"] = agg.apply(_undecided_why, axis=1)
+    agg = over_fastest_alone(agg, ok, baseline, keys, margin)  # the deploy line's advantage over another setting
+    agg["decided"] = agg.apply(lambda r: _decided(r, margin=margin), axis=1)
+    agg["undecided_why"] = agg.apply(lambda r: _undecided_why(r, margin), axis=1)
     agg["verdict"] = agg.apply(lambda r: _verdict(r, margin), axis=1)
     agg["margin_pct"] = margin  # the margin the verdicts were read with (csv, json; the captions name it)
     for name in gained:  # the speed gain's rule for the other gains (energy)
-        agg[f"{name}_decided"] = agg.apply(lambda r, n=name: _decided(r, f"{n}_"), axis=1)
+        agg[f"{name}_decided"] = agg.apply(lambda r, n=name: _decided(r, f"{n}_", margin), axis=1)
     agg["best_k"] = False
     spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna() & ~flagged]  # no best among unreliable rows
     workload = [c for c in FAMILY if c in agg]  # one star per workload, as one deploy line
@@ -321,11 +321,36 @@ def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str], value: str
 
 
 def sweep_of(runs: pd.DataFrame) -> pd.Series:
-    """Per run, the sweep it belongs to: its sweep's name and the file it was read from (to_frame's `source`), so that
-    two files of one name, or one file's runs under two names, are two sweeps."""
+    """Per run, the sweep it belongs to: its sweep's name, the file it was read from (to_frame's `source`) and the
+    invocation that measured it (parts.order.Order.invocation), so that two files of one name, one file's runs under
+    two names, and the runs a --resume or a re-run of failed cells added to a file are apart: a pair never crosses
+    them. Runs stored before invocations were named pair only within a session (sessions)."""
     def column(name: str) -> pd.Series:
         return runs[name].astype(object).where(runs[name].notna(), "") if name in runs else pd.Series("", index=runs.index)
-    return column("sweep").astype(str) + "\x1f" + column("source").astype(str)
+    where = column("sweep").astype(str) + "\x1f" + column("source").astype(str)
+    named = column("invocation").astype(str)
+    return where + "\x1f" + named.where(named != "", sessions(runs, where))
+
+
+SESSION_GAP_S = 600.0  # runs of one sweep stored without an invocation: a pause of more than this between one run's end
+# and the next run's start begins another session (a --resume, a re-run of failed cells), whose runs pair apart
+
+
+def sessions(runs: pd.DataFrame, where: pd.Series) -> pd.Series:
+    """Per run, its session within `where` (its sweep and file), for records without an invocation: its runs in the
+    order they began, cut where SESSION_GAP_S passed between one's end and the next's start ('~0', '~1', ...; '~'
+    where the runs were not timed: one session)."""
+    out = pd.Series("~", index=runs.index, dtype=object)
+    if "started" not in runs:
+        return out
+    start = pd.to_numeric(runs["started"], errors="coerce")
+    end = pd.to_numeric(runs["ended"], errors="coerce").fillna(start) if "ended" in runs else start
+    for _, idx in where[start.notna()].groupby(where[start.notna()]).groups.items():
+        order = start[idx].sort_values(kind="stable").index
+        gap = start[order].to_numpy()[1:] - end[order].cummax().to_numpy()[:-1]
+        number = np.concatenate([[0], np.cumsum(gap > SESSION_GAP_S)])
+        out[order] = [f"~{n}" for n in number]
+    return out
 
 
 def busy(runs: pd.DataFrame) -> pd.Series:
@@ -373,12 +398,13 @@ def _crossed(rows: pd.DataFrame, ok: pd.DataFrame, baseline: list[str]) -> pd.Se
     return out
 
 
-def over_fastest_alone(summary: pd.DataFrame, ok: pd.DataFrame, baseline: list[str], keys: list[str]) -> pd.DataFrame:
+def over_fastest_alone(summary: pd.DataFrame, ok: pd.DataFrame, baseline: list[str], keys: list[str],
+                       margin: float = MARGIN) -> pd.DataFrame:
     """The summary with each speculative row's advantage in tokens/s over its family's fastest target alone where that
     one is another setting's (another -ngl, engine, context; fastest_alone): `over_pct` and its interval `over_lo`,
     `over_hi` (corrected as the row's gain is: gain_family counts these comparisons), `over_test` ('paired': both
     rows' runs were interleaved in one sweep, each run over the other setting's of the same block; 'unpaired':
-    measured apart, Welch's test), `over_pairs`, `over_decided` (its interval above zero, and unpaired only on targets
+    measured apart, Welch's test), `over_pairs`, `over_decided` (its interval above the margin, and unpaired only on targets
     alone that did not drift), `over_alone` (that target alone's tokens/s) and `over_setting` ('ngl=99': where it
     differs). Columns only where some row has such a comparison."""
     columns = ["over_pct", "over_lo", "over_hi", "over_test", "over_pairs", "over_decided", "over_alone", "over_setting"]
@@ -405,7 +431,8 @@ def over_fastest_alone(summary: pd.DataFrame, ok: pd.DataFrame, baseline: list[s
                                                            | matching(summary, alt, baseline))]["drift_pct"].abs()
         steady = est["gain_test"] == "paired" or not (drifted > 100 * DRIFT).any()
         found[i] = {"over_pct": pct, "over_lo": lo, "over_hi": hi, "over_test": est["gain_test"],
-                    "over_pairs": est["gain_pairs"], "over_decided": bool(pd.notna(lo) and lo > 0 and steady),
+                    "over_pairs": est["gain_pairs"], "over_decided": bool(pd.notna(lo) and steady
+                                                      and interval_verdict(lo, hi, margin) == "faster"),
                     "over_alone": alt["_speed"],
                     "over_setting": "; ".join(f"{c}={alt[c]}" for c in baseline if not matching(
                         pd.DataFrame([alt]), row, [c]).iloc[0])}
@@ -466,22 +493,24 @@ def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str, on: Sequence[st
            "gain_busy": int(lost.sum()), "gain_p": float("nan"), "_est": float("nan"), "_se": float("nan"),
            "_dof": float("nan")}  # the gain the centre of its interval
     if len(obs) >= 2:
-        se = obs.std(ddof=1) / np.sqrt(len(obs))
-        se = se if se > 0 else 1e-12  # every ratio the same: an interval of zero width
-        out |= {"gain_p": float(2 * stats.t.sf(abs(obs.mean() / se), len(obs) - 1)), "_est": obs.mean(), "_se": se,
-                "_dof": len(obs) - 1}
+        se = float(obs.std(ddof=1) / np.sqrt(len(obs)))  # 0: every ratio the same, an interval of zero width (it
+        # decides nothing: interval_verdict)
+        p = float(2 * stats.t.sf(abs(obs.mean() / se), len(obs) - 1)) if se > 0 else 1.0
+        out |= {"gain_p": p, "_est": obs.mean(), "_se": se, "_dof": len(obs) - 1}
     return out
 
 
 def in_chunks(mine: pd.DataFrame, theirs: pd.DataFrame, across: bool) -> bool:
     """Whether two rows' runs were measured in chunks of one repetition each, so that the pairs of a repetition share its
     two chunks (a load, a process, the machine's state then): llama-server's one process at a time (design 'blocks'),
-    and, between two settings (`across`), one setting loaded at a time ('settings-chunks'). Measured so, the two
+    a fresh load or process per repetition (--loads each: Order.loads), and, between two settings (`across`), one
+    setting loaded at a time ('settings-chunks'). Measured so, the two
     prompts' pairs of an A/A's repetition decided a difference between identical llama-servers at the first look in 4
     of 100 sweeps (docs/verdicts.md)."""
     def values(column: str) -> set:
         return {v for side in (mine, theirs) if column in side for v in side[column].dropna()}
-    return BLOCKS in values("design") or (across and SETTINGS_CHUNKS in values("settings_design"))
+    return (BLOCKS in values("design") or LOADS_EACH in values("loads")
+            or (across and SETTINGS_CHUNKS in values("settings_design")))
 
 
 def _welch(spec: pd.DataFrame, alone: pd.DataFrame, value: str = "tokens_per_s") -> tuple[float, float, float, float]:
@@ -499,8 +528,8 @@ def _welch(spec: pd.DataFrame, alone: pd.DataFrame, value: str = "tokens_per_s")
         return nan
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     se = float(np.sqrt(va + vb))
-    if se == 0:
-        return 1.0, float(a.mean() - b.mean()), 1e-12, 1.0
+    if se == 0:  # an interval of zero width: decides nothing (interval_verdict)
+        return 1.0, float(a.mean() - b.mean()), 0.0, 1.0
     dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
     p = stats.ttest_ind(a, b, equal_var=False).pvalue
     return (1.0 if pd.isna(p) else float(p)), float(a.mean() - b.mean()), se, float(dof)
@@ -543,10 +572,10 @@ def drift(ok: pd.DataFrame, setting: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=[*setting, "drift_pct", "drift_runs", "drift_min"])
 
 
-def _decided(row: pd.Series, prefix: str = "") -> bool | None:
-    """Whether the row's gain (prefix: another declared field's, NAME_) is told from zero: its corrected interval
-    excludes zero; an unpaired gain also needs a target alone that did not drift; never on a busy baseline. None
-    where no interval could be computed."""
+def _decided(row: pd.Series, prefix: str = "", margin: float = MARGIN) -> bool | None:
+    """Whether the row's gain (prefix: another declared field's, NAME_) is decided: faster by more than the margin or
+    slower (interval_verdict at `margin` %); an unpaired gain also needs a target alone that did not
+    drift; never on a busy baseline. None where no interval could be computed."""
     if row.get("mode") != "speculative":
         return None
     lo, hi = row.get(f"{prefix}gain_lo"), row.get(f"{prefix}gain_hi")
@@ -554,7 +583,7 @@ def _decided(row: pd.Series, prefix: str = "") -> bool | None:
         return None
     if _blocked(row, prefix):
         return False
-    return bool(lo > 0 or hi < 0)
+    return interval_verdict(lo, hi, margin) in ("faster", "slower")
 
 
 def _blocked(row: pd.Series, prefix: str = "") -> bool:
@@ -578,13 +607,18 @@ def _verdict(row: pd.Series, margin: float, prefix: str = "") -> str | None:
 
 
 def interval_verdict(lo: float, hi: float, margin: float) -> str:
-    """A corrected interval of a difference in % -> 'faster' (above zero), 'slower' (below), 'same' (within ±margin:
-    two one-sided tests at the interval's level), else 'undecided'."""
-    if lo > 0:
+    """A corrected interval of a difference in % -> one of VERDICTS. The margin decides (docs/verdicts.md): 'faster'
+    only where the whole interval lies above +margin (a gain that pays for what the less simple setting costs);
+    'same' where it lies within ±margin (two one-sided tests at the interval's level: the simpler setting is chosen);
+    'slower' where it lies below zero; else 'undecided' (above zero but not told above the margin, or holding zero).
+    An interval of zero width (every ratio the same: copies, not measurements) decides nothing."""
+    if not hi > lo:
+        return "undecided"
+    if lo > margin:
         return "faster"
-    if hi < 0:
-        return "slower"
-    return "same" if -margin <= lo and hi <= margin else "undecided"
+    if -margin <= lo and hi <= margin:
+        return "same"
+    return "slower" if hi < 0 else "undecided"
 
 
 def verdict_of(row: pd.Series) -> str | None:
@@ -624,14 +658,14 @@ def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARG
     (_estimate), the interval corrected as a's gain is (its family of rows and looks), or for `family` comparisons
     where given (two targets alone have no gain of their own: workload_family). Busy runs are left out, as from a
     gain's pairs, where at least 2 good runs remain on each side."""
+    if "_sweep" not in runs:  # a pair never crosses sweeps or invocations (sweep_of), judged over every run at once
+        runs = runs.assign(_sweep=sweep_of(runs))
     mine, theirs = (runs[matching(runs, r, RUN_KEYS) & runs["error"].isna()] if "error" in runs else
                     runs[matching(runs, r, RUN_KEYS)] for r in (a, b))
     nan = float("nan")
     if mine.empty or theirs.empty:
         return Comparison("undecided", nan, nan, nan)
     mine, theirs = (side[~busy(side)] if (~busy(side)).sum() >= 2 else side for side in (mine, theirs))
-    if "_sweep" not in runs:  # a pair never crosses sweeps: one sweep is one name in one file (summarize's _sweep)
-        mine, theirs = (side.assign(_sweep=_sweep_key(side)) for side in (mine, theirs))
     across = not bool(matching(pd.DataFrame([a]), b, BASELINE).iloc[0])  # two settings: in_chunks may apply
     e = _estimate(mine, theirs, "tokens_per_s", across)
     if pd.isna(e["_se"]):
@@ -656,13 +690,6 @@ def workload_family(rows: pd.DataFrame, runs: pd.DataFrame) -> int:
         return max(1, int(counted))
     looks = pd.to_numeric(runs.get("looks", pd.Series(dtype=float)), errors="coerce").max()
     return 1 if pd.isna(looks) else max(1, int(looks))
-
-
-def _sweep_key(runs: pd.DataFrame) -> pd.Series:
-    """Per run, its sweep's name and the file it came from (where the frame says), as one text."""
-    parts = [runs[c].astype(object).where(runs[c].notna(), "").map(str) if c in runs else pd.Series("", index=runs.index)
-             for c in ("sweep", "source")]
-    return parts[0] + "\x1f" + parts[1]
 
 
 def simplicity(row: pd.Series) -> tuple:
@@ -698,14 +725,19 @@ def simplest_same(rows: pd.DataFrame, top, runs: pd.DataFrame, margin: float = M
     return chosen, top, why
 
 
-def _undecided_why(row: pd.Series) -> str:
-    """Why a row's interval, which excludes zero, still decides nothing ('' where it decides or has none)."""
+def _undecided_why(row: pd.Series, margin: float = MARGIN) -> str:
+    """Why a row's interval, which excludes zero, still decides nothing ('' where it decides or has none): 'busy',
+    'drift' (its unpaired runs), 'margin' (above zero, not told above the margin), 'zero width'."""
     lo, hi = row.get("gain_lo"), row.get("gain_hi")
     if row.get("decided") is not False or pd.isna(lo) or not (lo > 0 or hi < 0):
         return ""
     if row.get("baseline_busy") is True or "busy" in str(row.get("unreliable") or ""):
         return "busy"
-    return "drift"
+    if _blocked(row):
+        return "drift"
+    if not hi > lo:
+        return "zero width"
+    return "margin" if interval_verdict(lo, hi, margin) == "undecided" else ""
 
 
 def gain_decided(row: pd.Series) -> bool | None:

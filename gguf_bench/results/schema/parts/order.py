@@ -8,6 +8,8 @@ from gguf_bench.results.schema.fields import Field
 
 BLOCKS = "blocks"  # Order.design: llama-server's processes one at a time, in chunks of one repetition
 SETTINGS_ALTERNATE = "settings-alternate"  # Order.settings: every setting loaded at once, taking turns block by block
+LOADS_EACH = "each"  # Order.loads: a fresh load (or server process) per repetition, the unit the verdicts count
+LOADS_ONCE = "once"  # Order.loads: one load (or process) per setting served the sweep
 SETTINGS_CHUNKS = "settings-chunks"  # Order.settings: one setting loaded at a time, in chunks of one repetition (A B |
 # B A ...), loaded again at each switch; BLOCKS and SETTINGS_CHUNKS pairs share their chunks (summary.in_chunks)
 
@@ -28,6 +30,11 @@ class Order:
     settings: str | None = None  # how the sweep's settings (offload, placement, context, threads, engine) took turns:
     # 'settings-alternate': loaded side by side, one repetition of each in turn (A B | B A ...); 'settings-chunks': one
     # repetition at a time in that balanced order, the model loaded again at each switch; None: one setting
+    invocation: str | None = None  # the run of the command that measured it (plan.Grid.invocation): a pair never
+    # crosses invocations (a --resume, a re-run of failed cells measure their baseline again: summary.sweep_of)
+    loads: str | None = None  # LOADS_EACH: the setting was loaded again (a fresh process, a fresh model load) for each
+    # repetition, so a repetition is one observation of a load's own speed (summary.in_chunks); None: one load served
+    # the sweep
 
 
 FIELDS = (
@@ -37,4 +44,6 @@ FIELDS = (
     Field("looks", lambda r: r.order.looks if r.order else None),
     Field("ended", lambda r: r.order.ended if r.order else None),
     Field("settings_design", lambda r: r.order.settings if r.order else None),  # Order.settings
+    Field("invocation", lambda r: r.order.invocation if r.order else None),
+    Field("loads", lambda r: r.order.loads if r.order else None),  # Order.loads
 )
