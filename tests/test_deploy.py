@@ -251,7 +251,7 @@ def test_a_server_that_dies_with_requests_in_flight(tiny_pairs, server_bin, isol
     grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", "def fibonacci(n):")],
                 repetitions=2, n_predict=3500, n_ctx=4096, threads=2, engines=("server",),
                 engine_options=(ServerOptions(server_bin=server_bin),),
-                parallels=[2])
+                parallels=[2], loads="once")  # one server for both repetitions: the second round finds it dead
     killed = threading.Event()
 
     def killer():

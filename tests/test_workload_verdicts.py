@@ -145,7 +145,7 @@ def test_every_gain_is_faster_slower_the_same_or_undecided():
     assert [bool(spec(summary, k)["decided"]) for k in (1, 2, 4, 8)] == [False, True, True, False]  # faster or slower
     assert summary.loc[summary["mode"] == "target", "verdict"].isna().all() and (summary["margin_pct"] == MARGIN).all()
     wide = summarize(to_frame(records), margin=60)  # a margin wider than K=8's interval: the same
-    assert spec(wide, 8)["verdict"] == "same" and spec(wide, 2)["verdict"] == "faster"
+    assert spec(wide, 8)["verdict"] == "same" and spec(wide, 2)["verdict"] == "same"  # +30% does not clear 60%
 
 
 def test_the_same_is_marked_and_its_mark_explained_only_where_it_appears():
@@ -214,8 +214,8 @@ def test_a_sweep_of_one_repetition_says_it_decides_nothing(tiny_pairs, isolated)
     out = invoke("sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", "one", "-n", "8",
                  "--prompt-ids", "code-short", "-K", "2", "--no-draft-alone")
     assert out.exit_code == 0, out.output
-    assert ("1 repetition decides nothing (an interval needs 2 pairs of runs): continue it with `gguf-bench "
-            "sweep ... --name one --resume -r auto` (or -r 2)") in " ".join(out.output.split())
+    assert ("1 repetition decides nothing (a verdict counts loads, one per repetition, and needs 2): continue it with "
+            "`gguf-bench sweep ... --name one --resume -r auto` (or -r 2)") in " ".join(out.output.split())
     again = invoke("sweep", "--target", str(files[0]), "--draft", str(files[1]), "--name", "one", "-n", "8",
                    "--prompt-ids", "code-short", "-K", "2", "--no-draft-alone", "--resume", "-r", "2")
     assert again.exit_code == 0 and "decides nothing" not in again.output

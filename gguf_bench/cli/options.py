@@ -107,6 +107,10 @@ ObjectiveOpt = Annotated[str, typer.Option("--objective", metavar="decode|reques
                           "★, -r auto, the per-slot map and the deploy line read: decode tokens/s; request latency "
                           "(TTFT + -n tokens, lower is better: the gain is the latencies' ratio); served throughput "
                           "(every token over the wall time, prompts included, at the slot count)")]
+AskedMarginOpt = Annotated[float | None, typer.Option("--margin", metavar="PCT", help="as sweep's --margin (default: the "
+                           "margin the sweep stored, else 5)")]
+AskedObjectiveOpt = Annotated[str | None, typer.Option("--objective", metavar="decode|request|throughput", help="as "
+                              "sweep's --objective (default: the objective the sweep stored, else decode)")]
 RepsBudgetOpt = Annotated[str | None, typer.Option("--reps-budget", help="-r auto: start no more passes after this "
                                                    "long (90s, 30m, 2h)")]
 VerifyOpt = Annotated[Verify, typer.Option("--verify", help="batched: the target verifies K+1 tokens in one decode "

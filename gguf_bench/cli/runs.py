@@ -14,6 +14,8 @@ from gguf_bench import engine_registry, options
 from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.engine_flags import engine_flags, given
 from gguf_bench.cli.options import (
+    AskedMarginOpt,
+    AskedObjectiveOpt,
     BatchOpt,
     CacheTypeKOpt,
     CacheTypeVOpt,
@@ -98,6 +100,7 @@ from gguf_bench.results.presentation import report as rep
 from gguf_bench.results.presentation import summary as summ
 from gguf_bench.results.presentation.plots import check_plot, plot
 from gguf_bench.results.schema.naming import results_path, run_path
+from gguf_bench.results.schema.parts.order import LOADS_EACH
 from gguf_bench.results.schema.records import Mode, RunRecord, to_dict
 from gguf_bench.results.schema.store import (
     exclusive,
@@ -429,8 +432,11 @@ def _one_repetition_line(grid: Grid, name: str, ray: str | None = None) -> None:
     if grid.max_reps is not None or grid.repetitions != 1:
         return
     more = f"-r 2 --ray {ray}`" if ray else "-r auto` (or -r 2)"
-    console.print(fold(f"1 repetition decides nothing (an interval needs 2 pairs of runs): continue it with "
-                       f"`gguf-bench sweep ... --name {name} --resume {more}", console.width), markup=False, soft_wrap=True)
+    what = ("1 repetition decides nothing (a verdict counts loads, one per repetition, and needs 2)"
+            if grid.loads == LOADS_EACH else "1 repetition: its pairs share one load of each setting, so any verdict is "
+            "that load's")
+    console.print(fold(f"{what}: continue it with `gguf-bench sweep ... --name {name} --resume {more}", console.width),
+                  markup=False, soft_wrap=True)
 
 
 def _refuse_auto_options(ctx: typer.Context, reps: int | None) -> None:
@@ -468,7 +474,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
                                  "speed-up (with --format md, csv, json: that table)")] = False,
            steps: Annotated[bool, typer.Option("--steps", help="steps/s and tokens per step beside tokens/s (their "
                                                "product); json and csv always carry both")] = False,
-           margin: VerdictMarginOpt = summ.MARGIN, objective: ObjectiveOpt = "decode",
+           margin: AskedMarginOpt = None, objective: AskedObjectiveOpt = None,
            results_dir_opt: ResultsDirOpt = None, page: PageOpt = None) -> None:
     """Summarize stored runs: mean ± std, gain % over the target alone, best draft length; evaluations apart."""
     use_results_dir(results_dir_opt)
@@ -480,7 +486,6 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
         check_plot(plot_metric)
     if page:
         html.check()
-    margin, objective = _margin(margin), _objective(objective)
     keep = set((by or "").split(",")) - {""}
     if keep - set(summ.BY):
         raise BenchError(f"--by takes {' or '.join(summ.BY)}, got '{by}'")
@@ -491,6 +496,9 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     if not loaded.runs and not loaded.evals and not loaded.calibrations:
         raise BenchError("no runs, evaluations or calibrations in these results"
                          + (" (every line was unreadable)" if loaded.unreadable else ""))
+    asked = summ.question(loaded.runs)  # the question the sweeps answered (their margin and objective), unless told
+    margin = _margin(asked.margin if margin is None else margin)
+    objective = _objective(asked.objective if objective is None else objective)
     df = summ.to_frame(loaded.runs, loaded.sources)  # each run's file: two files are two sweeps (summary.BLOCK)
     df = summ.for_objective(df, objective) if loaded.runs else df  # tokens_per_s: the objective's figure
     summary = summ.summarize(df, by_prompt=by_prompt or "prompt" in keep, margin=margin) if loaded.runs else None

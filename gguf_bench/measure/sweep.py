@@ -110,7 +110,7 @@ def _looks(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: int, meas
         open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair], grid.margin,
                           grid.objective)
         if not open_.rows:
-            return f"-r auto: every verdict decided after {done_reps} repetitions"
+            return f"-r auto: the verdicts the deploy lines rest on are decided after {done_reps} repetitions"
         if grid.budget_s is not None and time.monotonic() - start > grid.budget_s:
             return (f"-r auto: the time budget ({grid.budget_s:g} s) is spent after {done_reps} repetitions; still "
                     f"open: {'; '.join(open_.why)}")
@@ -126,7 +126,7 @@ def _looks(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: int, meas
     open_ = undecided([r for r in read_records(out) if isinstance(r, RunRecord) and r.pair == pair], grid.margin,
                       grid.objective)
     if not open_.rows:
-        return f"-r auto: every verdict decided after {counts[-1]} repetitions"
+        return f"-r auto: the verdicts the deploy lines rest on are decided after {counts[-1]} repetitions"
     return f"-r auto: --max-reps {grid.max_reps} reached; still open: {'; '.join(open_.why)}"
 
 

@@ -73,5 +73,5 @@ def measure_unit(session: Session, unit: Unit, settings: str | None = None, firs
         record = session.measure(cell)
         grid = unit.setting.grid
         record.order = Order(session.design, position, grid.seed, round(started, 3), grid.looks, round(time.time(), 3),
-                             settings, grid.invocation, grid.loads)
+                             settings, grid.invocation, grid.loads, grid.margin, grid.objective)
         yield record

@@ -373,6 +373,8 @@ def workload_part(column: str, value) -> str:
         return f"-d {int(value)}" if pd.notna(value) else "-d 0"
     if column == "n_predict":
         return f"-n {value}"
+    if column in ("top_k", "top_p"):
+        return f"{column}={value:g}" if isinstance(value, float) else f"{column}={value}"
     if column == "prompt_length":
         return f"{int(value)}-token prompts" if value else "prompts as written"
     return f"{FLAGS.get(column, column)} {value}"

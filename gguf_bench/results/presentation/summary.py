@@ -50,10 +50,14 @@ ACROSS = ["temperature", "depth", "prompt_length", *CONCURRENCY]
 CHUNK = ["_sweep", "repetition"]  # the runs one chunk of a repetition measured (in_chunks): one observation
 NO_REASON = "its drafter proposed no token"  # a row that drafted nothing, of records without a reason
 GAIN_LEVEL = 0.05  # a gain is decided where its 95% interval, corrected for the rows that compete, excludes zero
-FAMILY = ["pair", "host", *CONCURRENCY, "depth", "prompt_length", "temperature", "n_predict", "prompt_id"]
+FAMILY = ["pair", "host", *CONCURRENCY, "depth", "prompt_length", "temperature", "top_k", "top_p", "n_predict",
+          "prompt_id"]
 # one workload: the rows that compete for one verdict (its deploy line, its ★, its -r auto verdicts; across offloads,
+# top_k and top_p are part of it, as the temperature is: what the user asks of the model, never a setting to rank;
 # context settings, engines, types and K's): a Bonferroni family. prompt_id only where the summary keeps prompts apart
 # (--by prompt)
+ALTERNATIVES = [*FAMILY, "engine"]  # the targets alone a speculative row is weighed against: its workload's, measured by
+# its own engine (a llama-server command is never chosen over the Python loop's target alone, nor the other way)
 MARGIN = 5.0  # % : two settings whose whole corrected interval lies within ±MARGIN are "the same" (docs/verdicts.md)
 VERDICTS = ("faster", "slower", "same", "undecided")  # every comparison ends in one of these
 DRIFT_RUNS = 8  # the fewest target-alone runs whose quarters say how the machine moved
@@ -145,6 +149,25 @@ def objective_of(frame: pd.DataFrame | pd.Series) -> str:
     return o if isinstance(o, str) and o in OBJECTIVES else "decode"
 
 
+@dataclass(frozen=True)
+class Question:
+    """What a sweep's verdicts answer: the margin (%) a less simple setting must clear, and the objective's figure."""
+
+    margin: float = MARGIN
+    objective: str = "decode"
+
+
+def question(runs: list[RunRecord]) -> Question:
+    """The question the runs' sweeps stored (parts.order.Order.margin, .objective), where they all stored the same one;
+    else the defaults (files written before it was stored, or sweeps that asked different questions)."""
+    def one(values: set):
+        return next(iter(values)) if len(values) == 1 else None
+    orders = [r.order for r in runs if r.order is not None]
+    margin = one({o.margin for o in orders if o.margin is not None})
+    objective = one({o.objective for o in orders if o.objective is not None})
+    return Question(MARGIN if margin is None else float(margin), objective if objective in OBJECTIVES else "decode")
+
+
 def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = None,
               objective: str = "decode") -> pd.DataFrame:
     """Fold repetitions (and prompts, unless by_prompt) into mean and std; add gain % and its `verdict` (faster,
@@ -169,6 +192,7 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     decode = {"decode_tokens_per_s": ("decode_tokens_per_s", "mean")} if objective != "decode" else {}  # the decode
     # speed beside the objective's figure (tokens_per_s)
     agg = counted.groupby(keys, dropna=False).agg(runs=("tokens_per_s", "size"), **folds(RUN_FIELDS), **decode)
+    agg["tokens_per_s"] = balanced(counted, keys, "tokens_per_s", agg["tokens_per_s"].to_numpy())
     every = ok.groupby(keys, dropna=False)  # the same groups, in the same order: every run, busy or not
     agg = agg.assign(runs=every.size().to_numpy(), busy_runs=every["_busy"].sum().to_numpy().astype(int),
                      sweeps=every["_sweep"].nunique().to_numpy(),  # how many sweeps (name and file) the row pools
@@ -239,6 +263,21 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
     agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
     return without_twin_quality(agg.drop(columns=["_order", "_default"]).reset_index(drop=True))
+
+
+def balanced(runs: pd.DataFrame, keys: list[str], value: str, plain) -> np.ndarray:
+    """Per row (runs grouped by `keys`, in groupby's order), the mean of its prompts' means of `value`: every prompt
+    weighs the same however many of its runs were left out (busy), so leaving out a slow prompt's runs does not lift
+    the row. `plain` (the runs' mean, in the same order) where every prompt of the row has as many runs."""
+    if "prompt_id" in keys or runs.empty:
+        return np.asarray(plain)
+    x = pd.to_numeric(runs[value], errors="coerce")
+    group = [runs[k] for k in keys]
+    per = x.groupby([*group, runs["prompt_id"]], dropna=False).transform("count")
+    prompts = runs.assign(_p=runs["prompt_id"].where(x.notna())).groupby(keys, dropna=False)["_p"].transform("nunique")
+    weighted = (x / (per * prompts)).groupby(group, dropna=False).sum(min_count=1)
+    uneven = per.groupby(group, dropna=False).agg(lambda c: c.nunique() > 1)
+    return np.where(uneven.to_numpy(), weighted.to_numpy(), np.asarray(plain))
 
 
 def ttft_cost(agg: pd.DataFrame, ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataFrame:
@@ -382,7 +421,7 @@ def fastest_alone(ok: pd.DataFrame, baseline: list[str]) -> pd.DataFrame:
             rows.append(dict(zip(baseline, key)) | {"_speed": speed})
     frame = pd.DataFrame(rows, columns=[*baseline, "_speed"])
     frame = frame[frame["_speed"].notna()].sort_values("_speed", ascending=False, kind="stable")
-    family = [k for k in FAMILY if k in baseline]
+    family = [k for k in ALTERNATIVES if k in baseline]
     return frame.groupby(family, dropna=False, sort=False).head(1) if family else frame.head(1)
 
 
@@ -390,7 +429,7 @@ def _crossed(rows: pd.DataFrame, ok: pd.DataFrame, baseline: list[str]) -> pd.Se
     """Per speculative row, whether its family's fastest target alone (fastest_alone) is another setting's: the deploy
     line then compares the row with that one too (over_fastest_alone), one more comparison of the family."""
     fastest = fastest_alone(ok, baseline)
-    family = [k for k in FAMILY if k in baseline]
+    family = [k for k in ALTERNATIVES if k in baseline]
     out = pd.Series(False, index=rows.index)
     for i, row in rows.iterrows():
         theirs = fastest[matching(fastest, row, family)]
@@ -409,7 +448,7 @@ def over_fastest_alone(summary: pd.DataFrame, ok: pd.DataFrame, baseline: list[s
     differs). Columns only where some row has such a comparison."""
     columns = ["over_pct", "over_lo", "over_hi", "over_test", "over_pairs", "over_decided", "over_alone", "over_setting"]
     fastest = fastest_alone(ok, baseline)
-    family = [k for k in FAMILY if k in baseline]
+    family = [k for k in ALTERNATIVES if k in baseline]
     good = ok[~ok["_busy"]] if "_busy" in ok else ok
     found = {}
     for i, row in summary[summary["mode"] == "speculative"].iterrows():

@@ -35,6 +35,8 @@ class Order:
     loads: str | None = None  # LOADS_EACH: the setting was loaded again (a fresh process, a fresh model load) for each
     # repetition, so a repetition is one observation of a load's own speed (summary.in_chunks); None: one load served
     # the sweep
+    margin: float | None = None  # the question the sweep answered (plan.Grid.margin, .objective), so that `report`
+    objective: str | None = None  # later gives the same answer; None: a file written before it was stored
 
 
 FIELDS = (
