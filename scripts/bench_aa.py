@@ -108,12 +108,14 @@ def busy_loop(on: bool):
             proc.wait()
 
 
-def grid(args, prompts) -> Grid:
+def grid(args, prompts, sweep: int = 0) -> Grid:
+    """The sweep's grid; each sweep its own seed (args.seed + sweep), so its block orders and samples are its own."""
     return Grid(ks=[args.k], ngls=[0], nglds=[0], placings=[Placing(), ARM_B], temperatures=[0.0], prompts=prompts,
                 n_predict=args.n,
                 repetitions=2 if args.max_reps else args.reps, max_reps=args.max_reps, threads=args.threads,
                 with_draft_alone=False, engines=(args.engine,),
-                engine_options=(ServerOptions(server_bin=args.server_bin),), seed=args.seed)
+                engine_options=(ServerOptions(server_bin=args.server_bin),), seed=args.seed + sweep,
+                loads=args.loads)
 
 
 def ms_per_token(files: PairFiles, args, prompts) -> float:
@@ -138,7 +140,7 @@ def ms_per_token(files: PairFiles, args, prompts) -> float:
 def one_sweep(i: int, files: PairFiles, args, prompts, out: Path) -> dict:
     """One real sweep of both arms; per row (target alone, K): arm A over arm B, and the sweep's figures."""
     path = out / f"aa-{i:03d}.jsonl"
-    run_sweep(f"aa-{i:03d}", files, grid(args, prompts), path, False, SweepEvents())
+    run_sweep(f"aa-{i:03d}", files, grid(args, prompts, i), path, False, SweepEvents())
     runs = [r for r in read_records(path) if isinstance(r, RunRecord)]
     frame = to_frame(runs)
     summary = summarize(frame, margin=args.margin)
@@ -156,7 +158,8 @@ def one_sweep(i: int, files: PairFiles, args, prompts, out: Path) -> dict:
     deployed = (Mode.SPECULATIVE if not spec_a.empty and spec_a.iloc[0]["verdict"] == "faster" else Mode.TARGET)
     orders = ok.get("settings_design")
     design = (orders.dropna().iloc[0] if orders is not None and orders.notna().any() else "one setting")
-    return {"verdicts": verdicts, "answer": verdicts[str(deployed)], "reps": reps, "runs": len(ok), "design": design}
+    return {"verdicts": verdicts, "answer": verdicts[str(deployed)], "reps": reps, "runs": len(ok), "design": design,
+            "family": workload_family(summary, ok)}
 
 
 def binomial(k: int, n: int) -> str:
@@ -186,7 +189,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--prompt-ids", default="code-short,chat-short")
     ap.add_argument("--server-bin", type=Path, default=None)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="the first sweep's seed; sweep i uses seed + i")
+    ap.add_argument("--loads", choices=["each", "once"], default="each", help="sweep's --loads")
     ap.add_argument("--out", type=Path, default=None, help="folder for the sweeps' results files")
     args = ap.parse_args()
     if args.engine == "endpoint" and args.max_reps == 8:
@@ -318,6 +322,11 @@ def report(results: list[dict], args, seconds: float) -> None:
             print(f"  the target alone's measured advantage: median {sorted(gains)[len(gains) // 2]:+.1f}%")
     else:
         answered = sum(r["answer"] is not None and r["answer"].verdict == "same" for r in results)
+        compared = [v for r in results for v in r["verdicts"].values() if v is not None]
+        wrong = sum(v.verdict in ("faster", "slower") for v in compared)
+        m = max((r.get("family") or 1) for r in results)
+        print(f"per comparison: decided in {binomial(wrong, len(compared))}, against a nominal level of 5% for one "
+              f"comparison (m = 1) and {5 / m:.2f}% for each of the m = {m} the verdicts were corrected for")
         print(f"A/A: a difference decided (faster or slower, any row) in {binomial(decided, n)} of the sweeps; "
               f"'the same' on every row in {binomial(same, n)}; on the row the answer rests on (arm A's deployed row "
               f"against arm B's: the target alone where K={args.k} is not faster) in {binomial(answered, n)}")

@@ -100,6 +100,17 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
     return out
 
 
+def loads_text(row: pd.Series) -> str:
+    """' over 6 loads': the loads (model loads, llama-server processes) a deployed gain rests on, each one observation
+    of a load's own speed; ' from one load of each setting, ...' where a load served the whole sweep."""
+    n = row.get("load_count")
+    if n is None or pd.isna(n) or pd.isna(row.get("gain_lo")):
+        return ""
+    if int(n) > 1:
+        return f" over {int(n)} loads"
+    return " from one load of each setting: a load's own speed is not in the interval (--loads each measures it)"
+
+
 def own_engine(rows: pd.DataFrame) -> pd.DataFrame:
     """A workload's rows that a deploy line may rest on: where llama-server itself was measured (an engine that runs a
     server process), only its rows, so that the line's figure is its command's own; else every row (the Python loop's
@@ -145,7 +156,8 @@ def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
         if r["mode"] != "speculative" and isinstance(r.get("deploy_over"), str):  # over another setting's alone
             over = f"; {r['deploy_over']}"
         simpler += faster_undecided(own_engine(rows), r)
-        what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)}{over}{simpler})" if r["mode"] == "speculative"
+        what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)}{loads_text(r)}{over}{simpler})"
+                if r["mode"] == "speculative"
                 else f"no speculation{where} ({speed}; {_why_alone(own_engine(rows), r)}{over}{simpler})")
         note = ("" if capabilities.of(r["engine"]).server_process else
                 f" (measured in {capabilities.of(r['engine']).what}: check it with --engine server)")

@@ -7,6 +7,7 @@ but it counts the benchmark's own threads and lingers for minutes after a build 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import replace
@@ -16,7 +17,7 @@ from gguf_bench.results.schema.parts.load import Load
 from gguf_bench.results.schema.records import RunRecord
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-RESOLUTION_TICKS = 4  # per core: two at each end of a block
+RESOLUTION_TICKS = 4  # two at each end of a block, per core; summed over the cores as their square root
 
 
 class LoadTracker:
@@ -71,10 +72,11 @@ def _others(before: float | None, after: float | None, own_s: float) -> float | 
     """The machine's busy seconds over the block less this process's: what other processes used, less what /proc/stat
     cannot resolve, clamped at 0. /proc/stat samples whole clock ticks while process_time is exact, so each end may
     be off by a tick or two per core: a run of a few ticks reads 0 whatever ran beside it, and over a run of seconds
-    the margin is a few hundredths of a core."""
+    the margin is a few hundredths of a core. The cores' sampling errors are independent, so their sum grows with the
+    square root of the cores (a margin linear in them hid 1.5 cores of other work on a 64-core machine)."""
     if before is None or after is None:
         return None
-    return max(0.0, after - before - own_s - RESOLUTION_TICKS * (os.cpu_count() or 1) / _TICK)
+    return max(0.0, after - before - own_s - RESOLUTION_TICKS * math.sqrt(os.cpu_count() or 1) / _TICK)
 
 
 def machine_busy_s() -> float | None:

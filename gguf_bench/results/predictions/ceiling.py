@@ -112,7 +112,9 @@ def with_ceiling(summary, machines: dict[str, dict] | None = None):
     gbs = summary.apply(bandwidth, axis=1).astype(float)
     if gbs.isna().all():
         return summary
-    pct = [ceiling_pct(t, b, g) for t, b, g in zip(summary["tokens_per_s"], summary["bytes_per_token"], gbs)]
+    decode = summary["decode_tokens_per_s"] if "decode_tokens_per_s" in summary else summary["tokens_per_s"]  # never the
+    # --objective's figure (for_objective keeps the decode speed apart): the share does not move with a flag
+    pct = [ceiling_pct(t, b, g) for t, b, g in zip(decode, summary["bytes_per_token"], gbs)]
     return summary.assign(bandwidth_gbs=gbs, ceiling_pct=pd.Series(pct, index=summary.index, dtype=float))
 
 

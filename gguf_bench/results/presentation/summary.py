@@ -196,6 +196,8 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     every = ok.groupby(keys, dropna=False)  # the same groups, in the same order: every run, busy or not
     agg = agg.assign(runs=every.size().to_numpy(), busy_runs=every["_busy"].sum().to_numpy().astype(int),
                      sweeps=every["_sweep"].nunique().to_numpy(),  # how many sweeps (name and file) the row pools
+                     load_count=counted.assign(_load=loads_of(counted)).groupby(keys, dropna=False)["_load"]
+                     .nunique().to_numpy(),  # the loads (processes) its counted runs came from: the verdicts' units
                      **{n: every[n].agg(f).to_numpy() for n, f in LOAD_FOLDS.items() if n in agg})  # the machine over
     # every run of the row, the busy ones included (what the caption says of them)
     agg = agg.drop(columns=[f.name for f in RUN_FIELDS if f.optional and f.fold and agg[f.name].isna().all()])
@@ -263,6 +265,13 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
     agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
     return without_twin_quality(agg.drop(columns=["_order", "_default"]).reset_index(drop=True))
+
+
+def loads_of(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the load (model load, llama-server process) it ran in, as one text: its sweep and invocation, and its
+    repetition where each repetition had a load of its own (parts.order.Order.loads 'each'); else one load a sweep."""
+    fresh = runs["loads"] == LOADS_EACH if "loads" in runs else pd.Series(False, index=runs.index)
+    return runs["_sweep"] + ("\x1f" + runs["repetition"].astype(str)).where(fresh, "")
 
 
 def balanced(runs: pd.DataFrame, keys: list[str], value: str, plain) -> np.ndarray:

@@ -112,9 +112,15 @@ def time_to_first_token(run: RunRecord) -> float | None:
 
 
 def request_latency(run: RunRecord) -> float | None:
-    """The time from sending a request to its last token for -n tokens: its time to first token plus -n tokens at its
-    decode speed (each request's own where several clients shared a round)."""
-    ttft, m = time_to_first_token(run), run.metrics
+    """The time from sending a request to its last token for -n tokens: a round of clients' mean of the latencies its
+    requests stored (sent to last byte, client side); else its time to first token plus -n tokens at its decode
+    speed."""
+    m = run.metrics
+    stored = [r["end_s"] - r["sent_s"] for r in (m.requests or []) if isinstance(r, dict) and not r.get("error")
+              and r.get("end_s") is not None and r.get("sent_s") is not None] if m else []
+    if stored:
+        return sum(stored) / len(stored)
+    ttft = time_to_first_token(run)
     speed = (m.per_request_tokens_per_s or m.tokens_per_s) if m else None
     if ttft is None or not speed or speed != speed or not run.config.n_predict:
         return None
