@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, stored
@@ -80,6 +82,12 @@ def test_run_json_records(tiny_pairs):
     assert records[0]["metrics"]["text"] == spec["text"] and spec["identity"]["identical"] is True
     assert records[2]["config"]["verify"] == "sequential"
     assert records[0]["env"]["llama_cpp_python"].startswith("0.3")
+    # each record names the llama.cpp build it ran: libllama's version, ggml's commit, its system info, the file loaded
+    build = records[0]["build"]
+    assert all(r["build"] == build for r in records) and build["version"] and build["commit"]
+    assert build["system_info"] == records[0]["env"]["system_info"] and "CPU :" in build["system_info"]
+    assert Path(build["path"]).name.startswith("libllama") and build["build_number"] is None
+    assert build["sha256"] == hashlib.sha256(Path(build["path"]).read_bytes()).hexdigest()
     # the time split: inside llama_decode (target, draft), sampling, the rest; the overhead as % of decode
     assert spec["target_decode_s"] > 0 and spec["draft_decode_s"] > 0 and spec["sample_s"] > 0
     parts = spec["target_decode_s"] + spec["draft_decode_s"] + spec["sample_s"] + spec["other_s"]

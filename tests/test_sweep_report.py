@@ -20,6 +20,7 @@ from gguf_bench.errors import ConfigError
 from gguf_bench.options import ALL_LAYERS, int_list, layer_list, layers, temperatures
 from gguf_bench.results.presentation.report import render
 from gguf_bench.results.presentation.summary import summarize, to_frame
+from gguf_bench.results.schema.parts.provenance import Build
 
 runner = CliRunner()
 
@@ -140,6 +141,7 @@ def test_sweep_stores_every_cell_and_resume_does_nothing_twice(tiny_pairs, isola
     assert all(r["env"]["llama_cpp_python"] and r["models"]["target"]["sha256"] for r in records)
     assert "K=3" in first.output
     rows = json.loads(runner.invoke(app, ["report", str(out), "--format", "json"]).stdout)
+    assert {r["build"] for r in rows} == {Build(**records[0]["build"]).label}  # the llama.cpp build, in every row
     starred = [r for r in rows if r["best_k"]]  # a star only on a decided gain above zero (none while busy)
     assert ("★" in first.output) == bool(starred) and all(r["decided"] and r["gain_pct"] > 0 for r in starred)
     again = runner.invoke(app, args + ["--resume"])

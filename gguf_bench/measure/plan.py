@@ -34,6 +34,7 @@ from gguf_bench.placing import Placing
 from gguf_bench.results.schema.parts.load import Load
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.parts.order import LOADS_EACH, LOADS_ONCE
+from gguf_bench.results.schema.parts.provenance import Build
 from gguf_bench.results.schema.parts.server import Server as ServerRecord
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunConfig, RunMetrics, RunRecord
 from gguf_bench.results.schema.run_fields import bytes_per_token, decode_steps
@@ -365,14 +366,15 @@ class Setting:
         return cell_key(self.files.name, self.files, cell.config(self.grid, self.load), cell.mode)
 
     def record(self, cell: Cell, metrics: RunMetrics | None = None, offload: Offload | None = None,
-               error: str | None = None, load: Load | None = None, server: ServerRecord | None = None) -> RunRecord:
+               error: str | None = None, load: Load | None = None, server: ServerRecord | None = None,
+               build: Build | None = None) -> RunRecord:
         """The cell's record: what it measured, or why it could not; a speculative run that drafted nothing is marked
         (proof.marked); the bytes its decode read a token, from the headers of the files it ran (the ceiling's
         numerator, stored so that a report elsewhere, a Ray driver's too, has it without the files)."""
         metrics = marked(metrics, cell.mode, cell.strategy, cell.k, self.engine, self.files.target)
         record = RunRecord(cell=self.key(cell), time=now_iso(), **self.static, mode=cell.mode,
                            config=cell.config(self.grid, self.load), metrics=metrics, offload=offload, error=error,
-                           load=load, server=server)
+                           load=load, server=server, build=build)
         if metrics is not None:
             metrics.bytes_per_token = bytes_per_token(record, decode_steps(record))
         return record

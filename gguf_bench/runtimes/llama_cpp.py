@@ -86,6 +86,32 @@ def llama_versions() -> dict:
     }
 
 
+@functools.cache
+def library_build() -> dict:
+    """The llama.cpp build the Python loop runs (runtimes/build_id.py): libllama's version, ggml's commit (llama.cpp's
+    when built in it; libllama has no build number), llama_print_system_info(), and the libllama file loaded, hashed
+    once per process."""
+    from gguf_bench.runtimes import build_id
+
+    llama_cpp = _llama()
+    lib = llama_cpp.llama_cpp._lib  # the ctypes handle of the libllama it loaded (LLAMA_CPP_LIB_PATH's, or its own)
+    return {"version": _c_text(lib, "llama_version"), "build_number": None, "commit": _c_text(lib, "ggml_commit"),
+            "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
+            **build_id.of_file(Path(lib._name))}
+
+
+def _c_text(lib: ctypes.CDLL, name: str) -> str | None:
+    """A `const char * name(void)` of the library or one it loaded (dlsym searches its dependencies: ggml's symbols
+    through libllama); None where this build has none."""
+    try:
+        fn = getattr(lib, name)
+    except AttributeError:
+        return None
+    fn.argtypes, fn.restype = [], ctypes.c_char_p
+    value = fn()
+    return value.decode("utf-8", "replace") if value else None
+
+
 def use_extra_buffers() -> bool:
     """Whether llama.cpp may move CPU weights into its extra buffer types (AMX tiles, repacked layouts).
 

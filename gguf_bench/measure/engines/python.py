@@ -15,7 +15,9 @@ from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.pair import LoadedPair
 from gguf_bench.measure.plan import Cell, Setting, local_pairs, shuffled
 from gguf_bench.measure.trackers import track
+from gguf_bench.results.schema.parts.provenance import Build
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecord
+from gguf_bench.runtimes.llama_cpp import library_build
 
 
 class PythonEngine:
@@ -41,7 +43,9 @@ class PythonSession:
         self.pair: LoadedPair | None = None
         self.failure: str | None = None
         self.depth: int | None = None  # the filler now in both models' context
+        self.build: Build | None = None  # the libllama this process loaded (hashed once per process)
         try:
+            self.build = Build(**library_build())
             self.pair = LoadedPair(setting.files, setting.load)
         except (BenchError, MemoryError, OSError) as exc:
             self.failure = f"model load failed: {exc}"
@@ -64,7 +68,7 @@ class PythonSession:
 
     def measure(self, cell: Cell) -> RunRecord:
         if self.failure:
-            return self.setting.record(cell, error=self.failure)
+            return self.setting.record(cell, error=self.failure, build=self.build)
         if cell.depth != self.depth:
             self.pair.at_depth(self.prompts.filler_at(cell.depth))  # the same filler in both models, untimed
             self.depth = cell.depth
@@ -80,9 +84,9 @@ class PythonSession:
             if cfg.greedy and cell.mode == Mode.SPECULATIVE:
                 identity = self._identity(cell, prompt, res)
             measured = RunMetrics.from_result(res, self.pair.target.detokenize(res.tokens), identity)
-            return tracked.fill(self.setting.record(cell, measured, self.offload))
+            return tracked.fill(self.setting.record(cell, measured, self.offload, build=self.build))
         except (BenchError, MemoryError) as exc:
-            return self.setting.record(cell, None, self.offload, str(exc))
+            return self.setting.record(cell, None, self.offload, str(exc), build=self.build)
 
     def _identity(self, cell: Cell, prompt: list[int], spec) -> Identity:
         """Whether a greedy speculative run gave the target alone's text; if not, where and why (after timing). The

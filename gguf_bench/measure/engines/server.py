@@ -48,9 +48,10 @@ from gguf_bench.models.twin import is_twin_file
 from gguf_bench.options import layers_label
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.parts.order import BLOCKS
+from gguf_bench.results.schema.parts.provenance import Build
 from gguf_bench.results.schema.parts.server import Server as ServerRecord
 from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, RunMetrics, RunRecord
-from gguf_bench.runtimes import rpc
+from gguf_bench.runtimes import build_id, rpc
 from gguf_bench.runtimes.llama_cpp import read_info, use_extra_buffers
 from gguf_bench.runtimes.llama_server import (
     NGRAM_MOD_MATCH,
@@ -162,6 +163,8 @@ class ServerEngine:
         self.binary, self.env = find_server(binary, need_rpc)
         self.version = probe(self.binary, self.env)
         self.help = help_text(self.binary, self.env)
+        # the build every record names: its --version and binary now, its system_info from the first process's log
+        self.build = Build(**build_id.of_server(self.binary, self.version, []))
         self.devices: dict[tuple[str, ...], list[rpc.Device]] = {}  # per --rpc list: the devices it gives llama-server
 
     def check_files(self, strategies: list[Strategy], files: PairFiles, ks: list[int] | None = None) -> None:
@@ -258,13 +261,14 @@ class ServerSession:
     def _measure(self, proc: _Process, cell: Cell) -> RunRecord:
         record = self.setting.record
         if proc.failure:
-            return record(cell, error=proc.failure)
+            return record(cell, error=proc.failure, build=self.engine.build)
         if proc.died:
-            return record(cell, None, proc.offload, f"llama-server died earlier in this group: {proc.died}", server=proc.info)
+            return record(cell, None, proc.offload, f"llama-server died earlier in this group: {proc.died}", server=proc.info,
+                          build=self.engine.build)
         measured, error, tracked = self._one(proc, cell) if cell.parallel is None else self._round(proc, cell)
         if error and _exited(proc.server):
             proc.died = error
-        measured_record = record(cell, measured, proc.offload, error, server=proc.info)
+        measured_record = record(cell, measured, proc.offload, error, server=proc.info, build=self.engine.build)
         return tracked.fill(measured_record) if tracked else measured_record
 
     def close(self) -> None:
@@ -291,6 +295,8 @@ class ServerSession:
         if first.mode == Mode.SPECULATIVE and not server.speculative:  # never report a plain run as a speculative one
             proc.failure = f"llama-server started without a draft context (/slots: speculative false); its log: {server.log_path}"
             return proc
+        if self.engine.build.system_info is None:  # llama_print_system_info(), as the server logs it at start
+            self.engine.build.system_info = build_id.system_info_from_log(server.load_log())
         layers = self.layers if first.mode == Mode.SPECULATIVE else (self.layers[0], None)
         names = rpc.buffer_names(self.engine.devices.get(placing.rpc, []), placing.rpc, self.endpoints)
         target_pl, draft_pl = (_renamed(p, names) for p in server.placements(*layers))

@@ -40,7 +40,7 @@ from gguf_bench.results.schema.parts.memory import DeviceMemory
 from gguf_bench.results.schema.parts.node import Node
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.parts.order import Order
-from gguf_bench.results.schema.parts.provenance import Environment, Models
+from gguf_bench.results.schema.parts.provenance import Build, Environment, Models
 from gguf_bench.results.schema.parts.server import Server
 
 # --- runs --------------------------------------------------------------------------------------
@@ -210,6 +210,7 @@ class RunRecord:
     energy: Energy | None = None  # None: no energy counter was readable (never a zero)
     memory: list[DeviceMemory] | None = None  # None: no device told its memory (NVML)
     order: Order | None = None  # None: a file written before runs were interleaved (their order is not known)
+    build: Build | None = None  # the llama.cpp build it went through (None: a file written before runs named it)
     kind: Kind = Kind.RUN
 
     def __post_init__(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gguf_bench.results.schema.fields import Field
-from gguf_bench.results.schema.parts import endpoint, energy, load, memory, node, offload, order, server
+from gguf_bench.results.schema.parts import endpoint, energy, load, memory, node, offload, order, provenance, server
 
 
 @dataclass(frozen=True)
@@ -33,4 +33,5 @@ RUN_PARTS: tuple[Part, ...] = (
     Part("energy", energy.Energy, energy.FIELDS),
     Part("memory", memory.DeviceMemory, memory.FIELDS),  # a list: one per device
     Part("order", order.Order, order.FIELDS),
+    Part("build", provenance.Build, provenance.BUILD_FIELDS),
 )
