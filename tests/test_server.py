@@ -3,6 +3,7 @@ own sources, on its ggml): records, greedy text against the Python loop, resume,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import time
 import pytest
 from cli_helpers import GGUF_BENCH, assert_user_error, invoke, pair_args, processes_running, stored
 
+from gguf_bench.errors import BenchError
 from gguf_bench.measure.engines.server_options import ServerOptions
 from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Grid
@@ -158,6 +160,59 @@ def test_missing_and_old_binaries_are_one_line(tiny_pairs, tmp_path, isolated):
     result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "4", "-p", PROMPT, "--engine", "server",
                     "--server-bin", str(old))
     assert_user_error(result, "too old", "--spec-draft-n-max", "build-server")
+
+
+# llama.cpp's unified binary as its installers ship it (app/llama.cpp: `llama serve` runs llama-server's main with the
+# rest of the line, `llama --version` prints the build, `llama --help` lists the commands), standing in here for one
+# built from the vendored tree: its `serve` is the suite's own llama-server
+LLAMA_APP = """#!/bin/sh
+{env}case "$1" in
+  serve|server) shift; exec {server} "$@" ;;
+  version|--version) exec {server} --version ;;
+  ""|help|--help) printf 'Usage: llama <command> [options]\\n\\nAvailable commands:\\n  serve           HTTP API server\\n' ;;
+  *) echo "error: unknown command '$1'" >&2; exit 1 ;;
+esac
+"""
+
+
+def _script(path, text: str):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_unified_llama_binary_runs_as_llama_serve(tiny_pairs, server_bin, tmp_path, isolated, monkeypatch):
+    """With no llama-server on PATH and none built, llama.cpp's `llama` on PATH is found and run as `llama serve`, its
+    version read by `llama serve --version`; a `llama` of another program is passed over; --server-bin naming it runs
+    it the same way, and the same binary under another name is one line saying what to call it."""
+    binary, env = find_server(server_bin)
+    exports = "".join(f"export {k}={v}\n" for k, v in env.items())
+    other = _script(tmp_path / "other" / "llama", "#!/bin/sh\necho 'usage: llama [-h] {model,stack,download}'\n")
+    monkeypatch.setenv("PATH", f"{other.parent}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
+    with pytest.raises(BenchError, match="no llama-server found"):
+        find_server(None)
+    llama = _script(tmp_path / "app" / "llama", LLAMA_APP.format(env=exports, server=binary))
+    monkeypatch.setenv("PATH", f"{llama.parent}{os.pathsep}{other.parent}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    assert find_server(None) == (llama, {}) and find_server(llama)[0] == llama
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-K", "2", "-n", "8", "-t", "2", "-p", PROMPT,
+                    "--engine", "server", "--name", "app")
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "app.jsonl")
+    assert sorted(r["mode"] for r in records) == ["speculative", "target"] and all(r["error"] is None for r in records)
+    spec = next(r for r in records if r["mode"] == "speculative")
+    assert spec["server"]["command"][:4] == [str(llama), "serve", "-m", str(tiny_pairs["high"][0])]
+    assert spec["server"]["speculative"] is True and spec["metrics"]["drafted"] > 0
+    assert "0c1e570" in spec["server"]["version"]  # `llama serve --version`
+    # the build it names: the version line's, the binary that ran (the unified one), the server's system_info
+    build = spec["build"]
+    assert build["path"] == str(llama) and build["commit"].startswith("0c1e570") and build["version"]
+    assert build["sha256"] == hashlib.sha256(llama.read_bytes()).hexdigest() and "CPU :" in build["system_info"]
+    renamed = _script(tmp_path / "renamed" / "llama-b1234", llama.read_text())
+    result = invoke("run", *pair_args(tiny_pairs["high"]), "-n", "4", "-p", PROMPT, "--engine", "server",
+                    "--server-bin", str(renamed))
+    assert_user_error(result, "unified binary", "`llama`")
 
 
 def test_strategies_the_server_cannot_run_are_refused(tiny_pairs, server_bin, isolated):

@@ -19,6 +19,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +36,8 @@ from gguf_bench.placing import rpc_flag
 from gguf_bench.runtimes import placement
 
 SPEC_FLAGS = ("--spec-type", "--spec-draft-n-max")
+UNIFIED = "llama"  # llama.cpp's one binary, as its installers ship it: `llama serve` takes llama-server's flags
+SERVE = "serve"  # its llama-server subcommand (app/llama.cpp: 'serve', alias 'server')
 BENCH_ONLY = ("-lv", "4", "--metrics", "--cache-ram", "0", "--no-webui")  # what a benchmark needs and a deployment does not
 DEPLOY_PORT = 8080  # llama-server's own default port: a deploy line's --port (a benchmark's is a free one)
 START_TIMEOUT_S = 300.0
@@ -181,7 +184,7 @@ class Launch:
     # name their devices
 
     def argv(self) -> list[str]:
-        cmd = [str(self.binary), "-m", str(self.target), *rpc_flag(self.rpc)]
+        cmd = [*server_command(self.binary), "-m", str(self.target), *rpc_flag(self.rpc)]
         if self.draft is not None and self.speculation.needs_draft_file:
             cmd += ["-md", str(self.draft), "-ngld", self.ngld, "-td", str(self.threads_draft or self.threads)]
             cmd += self.placing_draft
@@ -417,10 +420,40 @@ def spec_counters(before: dict, after: dict) -> tuple[int, int, int] | tuple[Non
     return tuple(int(after[name] - before.get(name, 0.0)) for name in SPEC_COUNTERS)
 
 
-def help_text(binary: Path, env: dict[str, str] | None = None) -> str:
-    """`llama-server --help`, which lists the flags and --spec-type values this build knows."""
+def is_unified(binary: Path) -> bool:
+    """Whether `binary` is llama.cpp's unified `llama` (by its name, as its installers and its CMake target
+    `llama-app` name it), whose llama-server is `llama serve`."""
+    return binary.name in (UNIFIED, UNIFIED + ".exe")
+
+
+def server_command(binary: Path) -> list[str]:
+    """What starts llama-server with `binary`: itself, or `llama serve` (is_unified); every flag follows it."""
+    return [str(binary), SERVE] if is_unified(binary) else [str(binary)]
+
+
+def unified_on_path() -> Path | None:
+    """A `llama` on PATH that is llama.cpp's unified binary (its `--help` lists the `serve` command: another program
+    called llama, such as llama-stack's, is passed over), else None."""
+    found = shutil.which(UNIFIED)
+    if found is None:
+        return None
     try:
-        out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
+        out = subprocess.run([found, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return Path(found) if _lists_serve(out.stdout + out.stderr) else None
+
+
+def _lists_serve(help_out: str) -> bool:
+    """Whether a `--help` is the unified binary's list of commands, `serve` among them."""
+    return "Available commands:" in help_out and re.search(rf"^\s+{SERVE}\s", help_out, re.MULTILINE) is not None
+
+
+def help_text(binary: Path, env: dict[str, str] | None = None) -> str:
+    """`llama-server --help` (or `llama serve --help`), which lists the flags and --spec-type values this build
+    knows."""
+    try:
+        out = subprocess.run([*server_command(binary), "--help"], capture_output=True, text=True, timeout=60,
                              env={**os.environ, **(env or {})})
     except OSError as exc:
         raise ServerError(f"cannot run {binary}: {exc.strerror or exc}") from None
@@ -433,10 +466,13 @@ def probe(binary: Path, env: dict[str, str] | None = None) -> str:
     """Check that `binary` runs and knows the flags gguf-bench passes; return its version line."""
     text = help_text(binary, env)
     lacking = [f for f in SPEC_FLAGS if f not in text]
+    if lacking and not is_unified(binary) and _lists_serve(text):
+        raise ServerError(f"{binary} looks like llama.cpp's unified binary (its --help lists `{SERVE}`): name it, or a "
+                          f"link to it, `{UNIFIED}`, and gguf-bench runs `{UNIFIED} {SERVE}`")
     if lacking:
         raise ServerError(f"{binary} is too old or not llama-server: its --help lacks {', '.join(lacking)} (llama.cpp "
                           "renamed the speculative flags in 2026); run `gguf-bench build-server` or pass a newer --server-bin")
-    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60,
+    version = subprocess.run([*server_command(binary), "--version"], capture_output=True, text=True, timeout=60,
                              env={**os.environ, **(env or {})})
     lines = [line for line in (version.stdout + version.stderr).splitlines() if line.startswith("version")]
     return lines[0].strip() if lines else "version unknown"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.placing import endpoint_parts, rpc_flag
-from gguf_bench.runtimes.llama_server import die_with_parent, stop
+from gguf_bench.runtimes.llama_server import die_with_parent, server_command, stop
 from gguf_bench.runtimes.server_build import RPC_SERVER, rpc_binary
 
 CONNECT_TIMEOUT_S = 3.0
@@ -47,7 +47,7 @@ def check_reachable(endpoints: tuple[str, ...]) -> None:
 
 def list_devices(binary: Path, env: dict[str, str], endpoints: tuple[str, ...]) -> list[Device]:
     """The devices a llama-server given `--rpc endpoints` would use, in its order (`--list-devices`: the CPU aside)."""
-    argv = [str(binary), *rpc_flag(endpoints), "--list-devices"]
+    argv = [*server_command(binary), *rpc_flag(endpoints), "--list-devices"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, **env},
                              stdin=subprocess.DEVNULL)

@@ -37,6 +37,7 @@ from pathlib import Path
 from gguf_bench.errors import BenchError
 from gguf_bench.models.files import cache_dir
 from gguf_bench.runtimes import build, tree_build
+from gguf_bench.runtimes.llama_server import unified_on_path
 
 BINARY = "llama-server"
 FIT_PARAMS = "llama-fit-params"  # tools/fit-params
@@ -161,7 +162,8 @@ def _compile(names: list[str], log: Path, jobs: int | None) -> None:
 
 def find_server(explicit: Path | None, rpc: bool = False) -> tuple[Path, dict[str, str]]:
     """The llama-server to run and the environment it needs: --server-bin, else the `build-tree` build's that
-    LLAMA_CPP_LIB_PATH names, else `llama-server` on PATH, else the one `build-server` made. rpc (a setting with
+    LLAMA_CPP_LIB_PATH names, else `llama-server` on PATH, else llama.cpp's unified `llama` on PATH (run as `llama
+    serve`: llama_server.server_command), else the one `build-server` made. rpc (a setting with
     --rpc): --server-bin, else the one `build-server --rpc` made."""
     if explicit is not None:
         if not explicit.is_file() or not os.access(explicit, os.X_OK):
@@ -177,10 +179,12 @@ def find_server(explicit: Path | None, rpc: bool = False) -> tuple[Path, dict[st
     on_path = shutil.which(BINARY)
     if on_path:
         return Path(on_path), {}
+    if (unified := unified_on_path()) is not None:  # llama.cpp's one `llama` binary: `llama serve`
+        return unified, {}
     if (binary := cached_binary()) is not None:
         return binary, library_env()
-    raise BenchError("no llama-server found (not on PATH, not built): run `gguf-bench build-server` "
-                     "(about 15 minutes on 2 cores, once), or pass --server-bin PATH")
+    raise BenchError("no llama-server found (neither llama-server nor llama.cpp's `llama` on PATH, not built): run "
+                     "`gguf-bench build-server` (about 15 minutes on 2 cores, once), or pass --server-bin PATH")
 
 
 def rpc_binary(name: str) -> Path:

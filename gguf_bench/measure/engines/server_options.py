@@ -18,8 +18,9 @@ TIMEOUT_HELP = "seconds one request of a concurrent round may take before its cl
 class ServerOptions(EngineOptions):
     engine: ClassVar[str] = SERVER_ENGINE
 
-    server_bin: Path | None = option(None, "--server-bin", help="the llama-server to run (default: llama-server on "
-                                     "PATH, else the one `gguf-bench build-server` made)", commands=("run", "sweep", "tune"))
+    server_bin: Path | None = option(None, "--server-bin", help="the llama-server to run, or llama.cpp's unified "
+                                     "`llama` (run as `llama serve`) (default: llama-server on PATH, else `llama` on PATH, "
+                                     "else the one `gguf-bench build-server` made)", commands=("run", "sweep", "tune"))
     request_timeout_s: float = option(600.0, "--request-timeout", help=TIMEOUT_HELP)
     warm_pool: bool = option(False, "--warm-pool", help="keep one process for all prompts of an n-gram type whose "
                              "state outlives a request (ngram-mod, ngram-map-k(4v), ngram-cache), so later prompts "
