@@ -61,6 +61,42 @@ def test_build_tree_takes_one_backend():
     assert_user_error(invoke("build-tree", "--cpu", "--cuda-arch", "90"), "--cuda-arch goes with --cuda")
 
 
+def test_cmake_options_name_the_variant_and_its_folder(isolated):
+    """--cmake options: -DNAME=VALUE (or NAME=VALUE, or with a type), a name's last value, sorted by name; they go last
+    on the configure line (the user's value in place of a tree's own) and into the tree's folder, so two variants and
+    the plain tree sit side by side, whatever order the options came in."""
+    options = tree_build.cmake_options(["-DGGML_OPENMP=OFF", "GGML_NATIVE=OFF", "-DGGML_OPENMP:BOOL=ON"])
+    assert options == {"GGML_NATIVE": "OFF", "GGML_OPENMP": "ON"} and list(options) == ["GGML_NATIVE", "GGML_OPENMP"]
+    assert tree_build.cmake_options(["GGML_OPENMP=ON", "GGML_NATIVE=OFF"]) == options
+    plain, off = tree_build.tree_dir("cpu", "1"), tree_build.tree_dir("cpu", "1", {"GGML_OPENMP": "OFF"})
+    assert plain.name == "tree-cpu" and off.name == "tree-cpu-GGML_OPENMP=OFF" and off.parent == plain.parent
+    assert tree_build.tree_dir("cpu", "1", options).name == "tree-cpu-GGML_NATIVE=OFF,GGML_OPENMP=ON"
+    odd = tree_build.tree_dir("cpu", "1", {"CMAKE_C_FLAGS": "-O2 -march=x86-64-v3"})  # a space: hashed, never a path
+    assert odd.name.startswith("tree-cpu-cmake-") and " " not in odd.name
+    flags = tree_build.cmake_flags("cpu", generator=False, options={"CMAKE_BUILD_TYPE": "RelWithDebInfo", "GGML_OPENMP": "OFF"})
+    assert flags[-2:] == ["-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DGGML_OPENMP=OFF"] and "-DCMAKE_BUILD_TYPE=Release" not in flags
+    assert "llama-app" not in tree_build.targets() and tree_build.targets({"LLAMA_BUILD_APP": "ON"})[-1] == "llama-app"
+    assert tree_build.programs({"LLAMA_BUILD_APP": "on"})[-1] == "llama"  # the unified binary: `llama serve`
+
+
+def test_build_tree_cmake_options_are_checked_and_find_their_own_tree(tmp_path):
+    """Bad --cmake input is one line before anything compiles; a tree built with the options is found (nothing
+    compiled), and the same folder asked for with other options is not that build."""
+    assert_user_error(invoke("build-tree", "--cpu", "--cmake", "GGML_OPENMP"), "--cmake GGML_OPENMP", "-DNAME=VALUE")
+    assert_user_error(invoke("build-tree", "--cpu", "--cmake", "-DBUILD_SHARED_LIBS=OFF"), "BUILD_SHARED_LIBS",
+                      "set by build-tree")
+    assert_user_error(invoke("build-tree", "--cpu", "--cmake", "-DGGML_CUDA=ON"), "use --cuda")
+    bin_ = _fake_tree(tmp_path / "off")
+    (bin_ / tree_build.MARKER).write_text('built with -DGGML_OPENMP=OFF\ncmake options: {"GGML_OPENMP": "OFF"}\n')
+    assert tree_build.built_with(tmp_path / "off") == {"GGML_OPENMP": "OFF"}
+    assert tree_build.complete(tmp_path / "off", {"GGML_OPENMP": "OFF"})  # else the command below would compile
+    result = invoke("build-tree", "--cpu", "--cmake", "-DGGML_OPENMP=OFF", "--out", str(tmp_path / "off"))
+    assert result.exit_code == 0 and f"LLAMA_CPP_LIB_PATH={bin_.resolve()}" in result.stdout, result.output
+    assert "compiling" not in result.stderr
+    assert not tree_build.complete(tmp_path / "off", {"GGML_OPENMP": "ON"}) and not tree_build.complete(tmp_path / "off")
+    assert not tree_build.complete(tmp_path / "off", {"GGML_OPENMP": "OFF", "LLAMA_BUILD_APP": "ON"})  # no bin/llama
+
+
 MAPS = ("from gguf_bench.runtimes.llama_cpp import backends; backends(); from pathlib import Path; "
         "print('\\n'.join(sorted({line.split()[-1] for line in Path('/proc/self/maps').read_text().splitlines() "
         "if '/libllama.so' in line or '/libggml' in line})))")

@@ -96,22 +96,30 @@ def build_tree(cpu: Annotated[bool, typer.Option("--cpu", help="ggml's CPU backe
                out: Annotated[Path | None, typer.Option("--out", "-o", help="the build tree (default: "
                                                         "~/.cache/gguf-bench/llama.cpp-<version>/tree-<backend>)")] = None,
                jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="parallel compile jobs (default: all "
-                                                        "cores)")] = None) -> None:
+                                                        "cores)")] = None,
+               cmake: Annotated[list[str] | None, typer.Option("--cmake", help="a CMake option of the variant to build, "
+                                                               "-DNAME=VALUE (repeat it: --cmake -DGGML_OPENMP=OFF "
+                                                               "--cmake -DLLAMA_BUILD_APP=ON); the options name the "
+                                                               "tree's folder, so variants sit side by side")] = None) -> None:
     """Compile llama.cpp's shared libraries, llama-server, llama-fit-params and llama-gguf-split in one CMake build of
     the installed llama-cpp-python's own sources (ggml and its backend compiled once); then LLAMA_CPP_LIB_PATH=<tree>/bin
-    points both engines at it. A second call with everything built does nothing."""
+    points both engines at it. A second call with everything built does nothing. --cmake builds a variant (OpenMP off,
+    say) in a folder of its own, to compare two builds."""
     if cpu + cuda + vulkan != 1:
         raise BenchError("choose one backend: --cpu, --cuda or --vulkan")
     backend = "cpu" if cpu else "cuda" if cuda else "vulkan"
     if cuda_arch and not cuda:
         raise BenchError("--cuda-arch goes with --cuda")
-    tree = out or tree_build.tree_dir(backend)
-    if not tree_build.complete(tree):
+    options = tree_build.cmake_options(cmake or [])
+    tree = out or tree_build.tree_dir(backend, options=options)
+    if not tree_build.complete(tree, options):
         log = tree / "build.log"
-        err.print(f"compiling {', '.join(tree_build.TARGETS)} ({backend}) in {tree} (log: {log})", markup=False)
+        variant = f", {tree_build.variant(options)}" if options else ""
+        err.print(f"compiling {', '.join(tree_build.targets(options))} ({backend}{variant}) in {tree} (log: {log})",
+                  markup=False)
         started = time.monotonic()
         with err.status(f"compiling llama.cpp ({backend}) ..."):
-            tree_build.build_tree(backend, tree, jobs, cuda_arch)
+            tree_build.build_tree(backend, tree, jobs, cuda_arch, options=options)
         err.print(f"built in {time.monotonic() - started:.0f} s", markup=False)
     console.print(f"LLAMA_CPP_LIB_PATH={tree_build.lib_dir(tree.resolve())}", markup=False, soft_wrap=True)
 
