@@ -57,7 +57,7 @@ def test_a_deploy_line_per_slot_count_each_its_own_best():
     df = to_frame(records)
     heads = [head for head, _ in deploy.lines(deploy.with_deploy(summarize(df), df, [parse(r) for r in records]))]
     assert len(heads) == 3, heads
-    assert heads[0].startswith("deploy P: K=4 at 1 slot (40.00 tokens/s, gain +33.3% [+22,+46])")
+    assert heads[0].startswith("deploy P: K=4 at 1 slot (40.00 tokens/s, gain +33.3% [+22,+46] from one load of each")
     assert heads[1].startswith("deploy P: K=2 at 2 slots (69.00 tokens/s, gain +15.0% [+")
     assert heads[2].startswith("deploy P: no speculation at 4 slots (90.00 tokens/s; no speculative setting gained)")
 

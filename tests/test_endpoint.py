@@ -162,7 +162,8 @@ def test_r_auto_against_two_servers_repeats_only_open_verdicts_up_to_the_maximum
         result = invoke("sweep", "--engine", "endpoint", "--url", spec, "--baseline-url", base, "--prompt-ids",
                         "code-short,chat-short", "-n", "8", "-r", "auto", "--max-reps", "3", "--name", "auto")
     assert result.exit_code == 0, result.output
-    assert re.search(r"^-r auto: (the verdicts the deploy lines rest on are decided|--max-reps 3 reached)", result.stdout, re.M), result.stdout
+    stop = r"^-r auto: (the verdicts the deploy lines rest on are decided|--max-reps 3 reached)"
+    assert re.search(stop, result.stdout, re.M), result.stdout
     records = stored(isolated / "results" / "auto.jsonl")
     reps = [(r["mode"], r["config"]["repetition"]) for r in records]
     assert all(reps.count((m, rep)) == 2 for m in ("target", "speculative") for rep in (0, 1))  # 2 prompts each

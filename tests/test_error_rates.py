@@ -26,15 +26,16 @@ KS = (2, 4)
 def run(mode: str, tps: float, k: int, rep: int, prompt: str, t: float, loads: str | None = "each",
         invocation: str | None = "a", engine: str | None = None, busy: bool = False) -> dict:
     """One stored run of a simulated sweep (the fields the verdicts read); busy: other processes kept 1.5 cores busy."""
-    return ({"load": {"wall_s": 1.0, "others_cpu_s": 1.5, "cpu_count": 2}} if busy else {}) | {"pair": "P", "sweep": "s", "mode": mode, "error": None,
+    busy_load = {"load": {"wall_s": 1.0, "others_cpu_s": 1.5, "cpu_count": 2}} if busy else {}
+    return busy_load | {"pair": "P", "sweep": "s", "mode": mode, "error": None,
             "config": {"k": k, "ngl": 0, "ngld": 0, "temperature": 0.0, "n_predict": 64, "prompt_id": prompt,
                        "repetition": rep, **({"engine": engine} if engine else {})},
             "metrics": {"tokens_per_s": tps, "ms_per_token": 1000 / tps, "acceptance": 0.8, "n_tokens": 64,
                         "drafted": 8 if mode == "speculative" else 0},
             "offload": {"target": "0/19", "draft": "0/19"},
             "models": {"target": {"file": "t.gguf", "path": "/m/t.gguf"}, "draft": {"file": "d.gguf", "path": "/m/d.gguf"}},
-            "order": {"design": "alternate" if engine == "server" else "shuffled", "position": 0, "started": T0 + t, "ended": T0 + t + 2, "loads": loads,
-                      "invocation": invocation}}
+            "order": {"design": "alternate" if engine == "server" else "shuffled", "position": 0, "started": T0 + t,
+                      "ended": T0 + t + 2, "loads": loads, "invocation": invocation}}
 
 
 def sweep(rng: np.random.Generator, gains: dict[int, float], reps: int = 6, load_sd: float = 0.016,

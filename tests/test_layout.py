@@ -94,8 +94,9 @@ def test_layers_import_only_downwards():
     assert not wrong, "imports from a higher layer: " + ", ".join(sorted(wrong))
 
 
-RESULTS_LAYERS = {"schema": 0, "predictions": 1, "presentation": 2}  # results by job: what is stored, what is
-# predicted from it, what the user reads; each imports only its own and lower jobs
+RESULTS_LAYERS = {"schema": 0, "predictions": 1, "decision": 2, "presentation": 3}  # results by job: what is stored,
+# what is predicted from it, what is decided from it (verdicts), what the user reads; each imports only its own and
+# lower jobs
 
 
 def test_results_jobs_import_only_downwards():
@@ -192,6 +193,11 @@ def test_record_fields_are_read_by_name_only_in_the_records_module():
                "gguf_bench.results.presentation.specbench", "gguf_bench.measure.deploy",  # pandas columns of report's summary
                "gguf_bench.results.presentation.crossover", "gguf_bench.results.presentation.checks",
                "gguf_bench.results.predictions.ceiling",  # pandas columns of report's summary
-               "gguf_bench.results.predictions.server_costs"}  # a round's stored requests (server_clients.Request.stored)
+               "gguf_bench.results.predictions.server_costs",  # a round's stored requests (server_clients.Request.stored)
+               "gguf_bench.results.decision.verdicts", "gguf_bench.results.decision.units",  # pandas columns of the
+               "gguf_bench.results.decision.estimates", "gguf_bench.results.decision.comparisons",  # records' rows
+               "gguf_bench.results.presentation.answer",  # pandas columns of report's summary
+               "gguf_bench.results.presentation.html.page", "gguf_bench.results.presentation.html.document",
+               "gguf_bench.results.presentation.html.figures"}  # the --format json rows the page embeds
     found = {mod: sorted(set(string_keys(path)) & containers) for mod, path in modules().items() if mod not in allowed}
     assert not any(found.values()), {m: keys for m, keys in found.items() if keys}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gguf_bench.measure import deploy
+from gguf_bench.results.presentation import answer as deploy
 from gguf_bench.results.presentation import report as rep
 from gguf_bench.results.presentation.crossover import workload_part
 from gguf_bench.results.presentation.plots import position_acceptance
