@@ -186,6 +186,9 @@ def test_record_fields_are_read_by_name_only_in_the_records_module():
     allowed = {"gguf_bench.results.schema.records", "gguf_bench.results.schema.legacy",
                "gguf_bench.results.schema.run_fields",  # the record's flat row: a round's stored requests ("error")
                "gguf_bench.results.presentation.report", "gguf_bench.results.presentation.plots",
+               "gguf_bench.results.presentation.columns", "gguf_bench.results.presentation.captions",  # report's
+               "gguf_bench.results.presentation.engines_table", "gguf_bench.results.presentation.terminal",  # printers
+               "gguf_bench.results.presentation.text_formats",
                "gguf_bench.results.presentation.summary",  # pandas columns of the records' rows
                "gguf_bench.models.registry",  # the registry reads models.yaml (its "models" section), not records
                "gguf_bench.runtimes.llama_server", "gguf_bench.runtimes.server_clients",  # llama-server's JSON ("timings")
