@@ -188,7 +188,7 @@ def test_record_fields_are_read_by_name_only_in_the_records_module():
                "gguf_bench.results.presentation.report", "gguf_bench.results.presentation.plots",
                "gguf_bench.results.presentation.columns", "gguf_bench.results.presentation.captions",  # report's
                "gguf_bench.results.presentation.engines_table", "gguf_bench.results.presentation.terminal",  # printers
-               "gguf_bench.results.presentation.text_formats",
+               "gguf_bench.results.presentation.text_formats", "gguf_bench.results.presentation.calibrations",
                "gguf_bench.results.presentation.summary",  # pandas columns of the records' rows
                "gguf_bench.models.registry",  # the registry reads models.yaml (its "models" section), not records
                "gguf_bench.runtimes.llama_server", "gguf_bench.runtimes.server_clients",  # llama-server's JSON ("timings")

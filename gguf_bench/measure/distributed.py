@@ -26,7 +26,7 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -207,10 +207,8 @@ class Unit:
 
 
 def unit_grid(grid: Grid, load: LoadConfig) -> Grid:
-    """The grid of one unit: the same cells under one setting (offload and context settings)."""
-    return replace(grid, ngls=[load.ngl], nglds=[load.ngld], flash_attns=[load.flash_attn], cache_types_k=[load.cache_type_k],
-                   cache_types_v=[load.cache_type_v], batch_sizes=[load.batch_size], ubatch_sizes=[load.ubatch_size],
-                   threads_drafts=[load.threads_draft])
+    """The grid of one unit: the same cells under one setting (every axis of a load: plan.LOAD_AXES, placements too)."""
+    return grid.narrowed(load)
 
 
 def plan_units(pairs: list[PairSource], grid: Grid, records: list[Record]) -> list[Unit]:

@@ -14,7 +14,7 @@ import math
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 
 from gguf_bench import engine_registry as capabilities
@@ -42,6 +42,11 @@ from gguf_bench.results.schema.store import now_iso
 from gguf_bench.runtimes.llama_server import NGRAM_CACHE_K
 
 LOADS = (LOADS_EACH, LOADS_ONCE)  # --loads
+# the grid's lists that make a load, each with the LoadConfig field it fills, in the product's order: declared once, so
+# the product (Grid.settings) and the narrowing to one setting (Grid.narrowed: Ray's units) cannot drift apart
+LOAD_AXES = (("ngls", "ngl"), ("nglds", "ngld"), ("placings", "placing"), ("placings_draft", "placing_draft"),
+             ("flash_attns", "flash_attn"), ("cache_types_k", "cache_type_k"), ("cache_types_v", "cache_type_v"),
+             ("batch_sizes", "batch_size"), ("ubatch_sizes", "ubatch_size"), ("threads_drafts", "threads_draft"))
 SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
 
 
@@ -172,10 +177,15 @@ class Grid:
         return [(n, c) for n in self.parallels for c in (self.clients or [n])]
 
     def _combinations(self) -> list[LoadConfig]:
-        return [LoadConfig(ngl, ngld, self.n_ctx, self.threads, self.seed, fa, ctk, ctv, b, ub, td, pt, pd)
-                for ngl in self.ngls for ngld in self.nglds for pt in self.placings for pd in self.placings_draft
-                for fa in self.flash_attns for ctk in self.cache_types_k for ctv in self.cache_types_v
-                for b in self.batch_sizes for ub in self.ubatch_sizes for td in self.threads_drafts]
+        """Every load the grid's LOAD_AXES make, one product (the first axis slowest)."""
+        lists = [getattr(self, axis) for axis, _ in LOAD_AXES]
+        return [LoadConfig(n_ctx=self.n_ctx, threads=self.threads, seed=self.seed,
+                           **{field_name: v for (_, field_name), v in zip(LOAD_AXES, values)})
+                for values in product(*lists)]
+
+    def narrowed(self, load: LoadConfig) -> Grid:
+        """The grid of one setting: every LOAD_AXES list narrowed to `load`'s value (a Ray unit's grid)."""
+        return replace(self, **{axis: [getattr(load, field_name)] for axis, field_name in LOAD_AXES})
 
     def settings(self) -> list[LoadConfig]:
         """Each setting a model pair is loaded with: -ngl x -ngld x the context settings, less the combinations llama.cpp

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
@@ -26,10 +25,17 @@ from gguf_bench.results.predictions.costmodel import (
     modeled,
     recommend,
 )
+from gguf_bench.results.presentation.calibrations import (  # noqa: F401 (report imports them from here)
+    CALIBRATION_COLUMNS,
+    _calibration_cells,
+    calibration_frame,
+    calibration_markdown,
+    calibration_table,
+)
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.records import Mode, RunRecord
 from gguf_bench.results.schema.run_fields import request_tokens_per_s
-from gguf_bench.results.schema.text import columns_width, number_text, right_table, spaced_layout, speed_text
+from gguf_bench.results.schema.text import columns_width, number_text, right_table, speed_text
 
 
 def tune_strategies(spec_types: str, k_schedules: str, ngram_min: int, ngram_max: int, k_cap: int | None,
@@ -155,45 +161,6 @@ def predicted_frame(records: Sequence[CalibrationRecord]):
                "predicted_gain_pct",
                "predicted_baseline_tokens_per_s", "predicted_best", "prompts"]
     return pd.DataFrame(rows, columns=columns)
-
-CALIBRATION_COLUMNS = ["pair", "ngl", "ngld", "n_predict", "prompts", "k", "predicted_tokens_per_s",
-                       "predicted_baseline_tokens_per_s", "predicted_gain_pct"]
-
-
-def calibration_frame(records: Sequence[CalibrationRecord]):
-    """Each calibrated pair and setting (its latest calibration) at its best K, the highest predicted gain first: what
-    `report` shows of calibrations (tune's, drafts --measure's) that no measured run sits beside."""
-    df = predicted_frame(records)
-    best = df[df["predicted_best"]][CALIBRATION_COLUMNS]
-    return best.sort_values("predicted_gain_pct", ascending=False, kind="stable").reset_index(drop=True)
-
-
-def calibration_table(frame, width: int = 80) -> Table:
-    """calibration_frame as a table: a row per pair and setting."""
-    columns = _calibration_cells(frame)
-    table = Table(title="calibrations: tokens/s predicted at the best K, and for the target alone",
-                  **spaced_layout(columns, width))
-    for col in columns:
-        table.add_column(col, justify="left" if col == "pair" else "right", no_wrap=col != "pair",
-                         overflow="fold")
-    for cells in zip(*columns.values()):
-        table.add_row(*cells)
-    return table
-
-
-def calibration_markdown(frame) -> str:
-    columns = _calibration_cells(frame)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in zip(*columns.values())]) + "\n"
-
-
-def _calibration_cells(frame) -> dict[str, list[str]]:
-    rows = list(frame.itertuples())
-    return {"pair": [r.pair for r in rows], "setting": [f"-ngl {r.ngl} -ngld {r.ngld}" for r in rows],
-            "n": [str(r.n_predict) for r in rows], "K": [str(r.k) for r in rows],
-            "tokens/s": [speed_text(r.predicted_tokens_per_s) for r in rows],
-            "alone": [speed_text(r.predicted_baseline_tokens_per_s) for r in rows],
-            "gain %": [number_text(r.predicted_gain_pct, "{:+.1f}") for r in rows]}
 
 
 def effective_settings(ngls: Sequence[int], nglds: Sequence[int], gpu: bool, target_layers: int,

@@ -1,0 +1,40 @@
+"""A load's axes are declared once (plan.LOAD_AXES): the product of a grid's settings and the narrowing of a grid to one
+setting (Ray's units: distributed.unit_grid) read the same list, so a unit measures its own setting's cells and no
+other's. Before, unit_grid re-listed eight axes and left out the placements: a sweep over two -ot placements handed
+each Ray unit both. Bookkeeping only: nothing loads."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from gguf_bench.measure.distributed import unit_grid
+from gguf_bench.measure.inputs.prompts import builtin
+from gguf_bench.measure.pair import PairFiles
+from gguf_bench.measure.plan import LOAD_AXES, Grid, expand
+from gguf_bench.placing import Placing
+
+FILES = PairFiles(Path("t.gguf"), Path("d.gguf"), "P")
+
+
+def grid() -> Grid:
+    return Grid(ks=[2, 4], ngls=[0], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), repetitions=2,
+                placings=[Placing(), Placing(overrides=((r"token_embd\.weight", "CPU"),))], ubatch_sizes=[256, 512])
+
+
+def test_every_load_axis_is_a_grid_list_and_a_load_field():
+    g = grid()
+    load = g.settings()[0]
+    assert all(isinstance(getattr(g, axis), list) and hasattr(load, name) for axis, name in LOAD_AXES)
+
+
+def test_ray_units_over_two_placements_and_two_ubatches_give_the_local_cells_each_once():
+    g = grid()
+    local = Counter(u.setting.key(c) for u in expand(FILES, g, {}).units for c in u.cells)
+    assert len(g.settings()) == 4 and set(local.values()) == {1}
+    on_units = Counter()
+    for load in g.settings():
+        narrowed = unit_grid(g, load)
+        assert narrowed.settings() == [load]  # the unit's own setting, and only it
+        on_units.update(u.setting.key(c) for u in expand(FILES, narrowed, {}).units for c in u.cells)
+    assert on_units == local
