@@ -104,7 +104,8 @@ def test_server_that_dies_mid_group_keeps_every_record(tiny_pairs, server_bin, i
     target, draft = tiny_pairs["high"]
     files = PairFiles(target, draft, "tiny")
     grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", PROMPT)], repetitions=3,
-                n_predict=8, threads=2, engines=("server",), engine_options=(ServerOptions(server_bin=server_bin),))
+                n_predict=8, threads=2, engines=("server",), engine_options=(ServerOptions(server_bin=server_bin),),
+                loads="once")  # one process per setting for all three repetitions: the later ones find it dead
     records, killed = [], False
     for record in iter_records("s", files, grid):
         records.append(record)

@@ -200,7 +200,7 @@ def test_sweep_records_a_failed_setting_and_goes_on(tmp_path, tiny_pairs, isolat
     assert summary["failed"].sum() == 3
 
 
-def passes(tiny_pairs, reps=(1, 2)):
+def passes(tiny_pairs, reps=(1, 2), loads_per="once"):
     """Two settings (-ngl 0, 1; a CPU build runs both on the CPU) through sweep.Measuring, one pass per entry of
     `reps` (-r auto's way: each pass the repetitions up to it, the earlier ones done): the records of each pass and
     the -ngl of each load."""
@@ -211,7 +211,8 @@ def passes(tiny_pairs, reps=(1, 2)):
 
     loads = []
     events = SweepEvents(loading=lambda load: loads.append(load.ngl))
-    grid = Grid(ks=[2], ngls=[0, 1], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), n_predict=8)
+    grid = Grid(ks=[2], ngls=[0, 1], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), n_predict=8,
+                loads=loads_per)
     measuring = Measuring("passes", PairFiles(*tiny_pairs["high"], "p"), grid, events)
     out, done = [], set()
     try:
@@ -252,6 +253,17 @@ def test_two_settings_that_cannot_be_held_at_once_alternate_in_chunks(tiny_pairs
     assert [(r.config.ngl, r.config.repetition) for r in first + second][::3] == [
         (0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (1, 2)]
     assert all(r.error is None and r.order.settings == "settings-chunks" for r in first + second)
+    # --loads each (the default): every repetition meets fresh loads, the turn's setting too, in the same order
+    (first, second), loads = passes(tiny_pairs, reps=(1, 3), loads_per="each")
+    assert loads == [0, 1, 1, 0, 0, 1] and {r.order.loads for r in first + second} == {"each"}
+
+
+def test_loads_each_loads_every_setting_again_for_each_repetition(tiny_pairs):
+    """Side by side, --loads each: each repetition loads both settings afresh (A B | B A), so a repetition is one
+    observation of each load's own speed; every record says so (Order.loads)."""
+    (first, second), loads = passes(tiny_pairs, loads_per="each")
+    assert loads == [0, 1, 1, 0]
+    assert {r.order.loads for r in first + second} == {"each"} and len({r.order.invocation for r in first + second}) == 1
 
 
 def test_sweep_r_auto_over_two_settings_keeps_them_taking_turns(tiny_pairs, isolated):
@@ -259,7 +271,7 @@ def test_sweep_r_auto_over_two_settings_keeps_them_taking_turns(tiny_pairs, isol
     and those the later passes select, measures one setting's cells then the other's, in the order its index says
     (even: -ngl 0 first, odd: -ngl 1 first), every record saying 'settings-alternate'."""
     result = runner.invoke(app, sweep_args(tiny_pairs["middle"], "auto2", "-K", "2", "-n", "8", "-ngl", "0,1", "-r",
-                                           "auto", "--max-reps", "3", "--prompt-ids", "code-short"))
+                                           "auto", "--max-reps", "3", "--prompt-ids", "code-short", "--loads", "once"))
     assert result.exit_code == 0, result.output
     assert result.output.count("loading models with") == 2 and "-r auto: " in result.output
     records = stored(isolated / "results" / "auto2.jsonl")
@@ -272,10 +284,10 @@ def test_sweep_r_auto_over_two_settings_keeps_them_taking_turns(tiny_pairs, isol
 
 
 def test_sweep_r_auto_loads_its_one_setting_once(tiny_pairs, isolated):
-    """However many passes -r auto takes, a one-setting sweep loads the pair once, stops with its reason, and repeats
-    only up to --max-reps."""
+    """However many passes -r auto takes, a one-setting sweep under --loads once loads the pair once, stops with its
+    reason, and repeats only up to --max-reps."""
     result = runner.invoke(app, sweep_args(tiny_pairs["middle"], "auto", "-K", "1,2", "-n", "8", "-r", "auto",
-                                           "--max-reps", "3"))
+                                           "--max-reps", "3", "--loads", "once"))
     assert result.exit_code == 0, result.output
     assert result.output.count("loading models with") == 1 and "-r auto: " in result.output
     reps = Counter(r["config"]["repetition"] for r in stored(isolated / "results" / "auto.jsonl"))
@@ -387,7 +399,7 @@ def test_a_gain_the_repetitions_cannot_tell_from_zero_is_marked_and_not_deployed
                                                                                          "+33.3% [+24,+42]"]
     assert any(line.startswith("~ not decided") for line in proof_lines(rows))
     assert any("Welch's test" in line and "2 rows" in line for line in proof_lines(rows))
-    assert deploy_headline(alone + noise + real).startswith("deploy P: K=4 (40.00 tokens/s, gain +33.3% [+24,+42])")
+    assert deploy_headline(alone + noise + real).startswith("deploy P: K=4 (40.00 tokens/s, gain +33.3% [+24,+42] from one")
     # the noise alone: the target alone is the line, and it says why
     assert deploy_headline(alone + noise).startswith("deploy P: no speculation (30.00 tokens/s; the fastest speculative "
                                                      "row, K=2 at 31.00 tokens/s, +3.3% [-")
@@ -419,7 +431,7 @@ def test_a_row_that_drafted_nothing_is_no_gain_no_best_k_and_no_deploy_line():
     from gguf_bench.results.presentation.report import proof_lines
     assert "no drafts: K=4 drafted no token, so it measured the target alone: the prompt is short" in proof_lines(
         s.reset_index())
-    assert deploy_headline(alone + k2 + k4).startswith("deploy P: K=2 (36.00 tokens/s, gain +20.0% [+11,+29])")
+    assert deploy_headline(alone + k2 + k4).startswith("deploy P: K=2 (36.00 tokens/s, gain +20.0% [+11,+29] from one")
 
 
 def test_server_greedy_text_says_where_it_parts_from_its_target_alone():

@@ -83,7 +83,8 @@ def test_resume_with_another_grid_says_how_much_of_the_file_it_matches(tiny_pair
     other = invoke("sweep", *base, "-K", "2", "--resume")
     assert other.exit_code == 0, other.output
     text = " ".join(other.output.split())
-    assert "resuming: 1 cells already done, 1 to go; 1 of the 2 cells in the file are not in this grid" in text, text
+    assert "resuming: 1 cells already done, 2 to go; 1 of the 2 cells in the file are not in this grid" in text, text
+    assert "1 target-alone cells already done are measured again beside the new cells" in text, text  # K=2's baseline
     longer = invoke("sweep", *base, "-K", "1", "-n", "12", "--resume")
     text = " ".join(longer.output.split())
     assert "resuming: 0 cells already done, 2 to go; 3 of the 3 cells in the file are not in this grid" in text, text

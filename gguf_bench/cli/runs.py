@@ -94,7 +94,7 @@ from gguf_bench.measure.plan import AUTO_FIRST, Grid, cells_failed, measured, si
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import Split, placing_axes
-from gguf_bench.results.presentation import crossover, html, specbench, tuning
+from gguf_bench.results.presentation import calibrations, crossover, html, specbench
 from gguf_bench.results.presentation import evals as evals_view
 from gguf_bench.results.presentation import report as rep
 from gguf_bench.results.presentation import summary as summ
@@ -511,8 +511,8 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     if spec_bench:
         return _spec_bench(df, fmt, output)
     if fmt and summary is None and not loaded.evals:  # calibrations alone
-        cals = tuning.calibration_frame(loaded.calibrations)
-        return _write(tuning.calibration_markdown(cals) if fmt == "md" else rep.render(cals, fmt), output)
+        cals = calibrations.calibration_frame(loaded.calibrations)
+        return _write(calibrations.calibration_markdown(cals) if fmt == "md" else rep.render(cals, fmt), output)
     if fmt:
         if summary is not None and fmt != "md":  # each pair's best cell carries its llama-server command line
             summary = deploy.with_deploy(summary, df, loaded.runs)
@@ -526,7 +526,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     predicted = summary is not None and "predicted_tokens_per_s" in summary  # calibrations shown as pred.
     cal_table = not fmt and loaded.calibrations and summary is None  # calibrations alone: their own table
     if cal_table:
-        console.print(tuning.calibration_table(tuning.calibration_frame(loaded.calibrations), console.width))
+        console.print(calibrations.calibration_table(calibrations.calibration_frame(loaded.calibrations), console.width))
     unshown = [str(o.kind) for o in loaded.others] + ([] if predicted or cal_table else
                                                      [str(c.kind) for c in loaded.calibrations])
     if unshown:

@@ -448,23 +448,25 @@ class Plan:
     units: list[Unit]
     total: int  # cells of the grid
     todo: int  # cells to measure now (the rest are done in the results file)
+    again: int = 0  # of those, cells done in the file and measured again: the baselines of new cells (with_baselines)
 
 
 def expand(files: PairFiles, grid: Grid, static: dict, skip: set[str] = frozenset(),
            only: Callable[[Setting, Cell], bool] | None = None) -> Plan:
     """The grid as settings x cells, leaving out the cells whose keys are in `skip` (and, with `only`, the cells it
     does not select); settings with nothing to run are left out."""
-    units, total = [], 0
+    units, total, again = [], 0, 0
     for load in grid.settings():
         for engine in grid.engines:
             setting = Setting(files, grid, load, engine, static)
             cells = cells_for(grid, files.draft is not None, engine)
             total += len(cells)
-            todo = [c for c in cells if setting.key(c) not in skip and (only is None or only(setting, c))]
-            todo = with_baselines(cells, todo)
+            todo = with_baselines(cells, [c for c in cells if setting.key(c) not in skip
+                                          and (only is None or only(setting, c))])
+            again += sum(setting.key(c) in skip for c in todo)
             if todo:
                 units.append(Unit(setting, todo))
-    return Plan(units, total, sum(len(u.cells) for u in units))
+    return Plan(units, total, sum(len(u.cells) for u in units), again)
 
 
 def with_baselines(cells: list[Cell], todo: list[Cell]) -> list[Cell]:

@@ -168,7 +168,10 @@ class Measuring:
         for engine in dict.fromkeys(u.setting.engine for u in plan.units):  # each checked before anything loads
             if engine not in self.engines:
                 self.engines[engine] = self.measured.engine(engine, self.grid)
-        events.start(plan.todo, plan.total - plan.todo, len(skip))
+        events.start(plan.todo, plan.total - plan.todo + plan.again, len(skip))
+        if plan.again:
+            events.note(f"{plan.again} target-alone cells already done are measured again beside the new cells: a pair "
+                        "lives in one invocation")
         units = []
         for unit in plan.units:  # in the plan's order: interleaved turns it so that the setting open now goes first
             setting = unit.setting

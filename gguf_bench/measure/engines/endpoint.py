@@ -37,7 +37,7 @@ from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.inputs.depth import check_shorter, closest, filler_text
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.inputs.prompts import Prompt
-from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled
+from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled, with_baselines
 from gguf_bench.models.pairs import PairChoice, PairFiles
 from gguf_bench.results.schema.parts.endpoint import Endpoint
 from gguf_bench.results.schema.parts.provenance import ModelFile, Models
@@ -597,8 +597,9 @@ class Servers:
         # the served model stands where a pair's files would: it names the cells (plan.cell_key)
         setting = Setting(PairFiles(Path(self.spec.model), None, self.name), grid, grid.settings()[0], NAME, static)
         cells = endpoint_cells(grid, self.spec, self.engine_.base)
-        todo = [c for c in cells if setting.key(c) not in skip and (only is None or only(setting, c))]
-        return Plan([Unit(setting, todo)] if todo else [], len(cells), len(todo))
+        todo = with_baselines(cells, [c for c in cells if setting.key(c) not in skip
+                                      and (only is None or only(setting, c))])  # a pair lives in one invocation
+        return Plan([Unit(setting, todo)] if todo else [], len(cells), len(todo), sum(setting.key(c) in skip for c in todo))
 
     def engine(self, name: str, grid: Grid) -> EndpointEngine:
         return self.engine_

@@ -21,6 +21,7 @@ from gguf_bench.models.twin import twin_of, twin_pair
 from gguf_bench.results.predictions.costmodel import Prediction
 from gguf_bench.results.predictions.server_costs import ServerCalibration, calibrations, check_predictable
 from gguf_bench.results.presentation.checks import check_summary, gain_fields, measured_verdict
+from gguf_bench.results.schema.parts.order import LOADS_ONCE  # calibrations: one load a setting
 from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, RunRecord
 from gguf_bench.results.schema.store import append_record
 
@@ -57,7 +58,7 @@ class ServerTuneJob:
         return sorted({ks[0], ks[len(ks) // 2], ks[-1]})
 
     def grid(self, ks: Sequence[int], with_target_alone: bool = True) -> Grid:
-        return Grid(ks=list(ks), ngls=[self.ngl], nglds=[self.ngld], temperatures=[0.0], prompts=list(self.prompts),
+        return Grid(loads=LOADS_ONCE, ks=list(ks), ngls=[self.ngl], nglds=[self.ngld], temperatures=[0.0], prompts=list(self.prompts),
                     repetitions=self.reps, n_predict=self.n_predict, n_ctx=self.ctx_size, threads=self.threads,
                     with_draft_alone=False, with_target_alone=with_target_alone,
                     strategies=[Strategy(t) for t in self.spec_types], engines=(SERVER_ENGINE,),

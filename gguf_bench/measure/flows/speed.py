@@ -22,6 +22,7 @@ from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.twin import twin_folder, twin_pair
 from gguf_bench.results.schema.naming import fresh_name
+from gguf_bench.results.schema.parts.order import LOADS_ONCE  # calibrations: one load a setting
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunRecord
 from gguf_bench.results.schema.store import append_record, ensure_results_dir, exclusive
 
@@ -99,7 +100,8 @@ def measure_speeds(pair: tuple[str, str, str], registry: Path | None, placements
 
 def speed_grid(setting: Placement, run: SpeedRun) -> Grid:
     """One setting; the target alone and the draft alone (the grid's K=1 speculative cell is skipped)."""
-    return Grid(ks=[1], ngls=[setting[0]], nglds=[setting[1]], temperatures=[0.0], prompts=prompts.builtin([PROMPT_ID]),
+    return Grid(loads=LOADS_ONCE, ks=[1], ngls=[setting[0]], nglds=[setting[1]], temperatures=[0.0],
+                prompts=prompts.builtin([PROMPT_ID]),
                 repetitions=1, n_predict=run.n_predict, n_ctx=run.n_ctx, threads=run.threads, with_draft_alone=True,
                 engines=(PYTHON_ENGINE,))
 

@@ -35,6 +35,7 @@ from gguf_bench.results.predictions.costmodel import (
 from gguf_bench.results.presentation.checks import check_summary, gain_fields, measured_verdict
 from gguf_bench.results.presentation.tuning import check_ks, check_rows, effective_settings
 from gguf_bench.results.schema.calibration import CalibrationRecord
+from gguf_bench.results.schema.parts.order import LOADS_ONCE  # calibrations: one load a setting
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.store import append_record, read_records, results_dir
 from gguf_bench.runtimes.llama_cpp import gpu_offload_supported, read_info
@@ -73,7 +74,7 @@ class TuneJob:
     def grid(self, cal: Calibration, ks: list[int], **kw) -> Grid:
         """A sweep grid of one calibrated setting, greedy, without the draft alone (what --check measures)."""
         placing, placing_draft = split_label(cal.placement)
-        return Grid(ks=ks, ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
+        return Grid(loads=LOADS_ONCE, ks=ks, ngls=[options.layers(cal.ngl)], nglds=[options.layers(cal.ngld)], temperatures=[0.0],
                     prompts=list(self.prompts), n_predict=self.n_predict, n_ctx=self.ctx_size, threads=self.threads,
                     with_draft_alone=False, depths=[cal.depth], placings=[placing], placings_draft=[placing_draft], **kw)
 
@@ -151,7 +152,7 @@ def with_real_acceptance(cal: Calibration, pair: str) -> Calibration:
 
 def _sized(job: TuneJob, events: TuneEvents) -> TuneJob:
     """The job with a context that holds the depth, the longest prompt and the output."""
-    grid = Grid(ks=list(job.ks), ngls=[0], nglds=[0], temperatures=[0.0], prompts=list(job.prompts),
+    grid = Grid(loads=LOADS_ONCE, ks=list(job.ks), ngls=[0], nglds=[0], temperatures=[0.0], prompts=list(job.prompts),
                 n_predict=job.n_predict, n_ctx=job.ctx_size, depths=[job.depth])
     grid, note = sized_context(job.files, grid, PreparedPrompts.for_target(job.files.target, job.prompts, job.depth))
     if note:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from gguf_bench.results.presentation.tuning import predicted_frame
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.text import number_text, spaced_layout, speed_text
 
@@ -18,8 +19,6 @@ CALIBRATION_COLUMNS = ["pair", "ngl", "ngld", "n_predict", "prompts", "k", "pred
 def calibration_frame(records: Sequence[CalibrationRecord]):
     """Each calibrated pair and setting (its latest calibration) at its best K, the highest predicted gain first: what
     `report` shows of calibrations (tune's, drafts --measure's) that no measured run sits beside."""
-    from gguf_bench.results.presentation.tuning import predicted_frame  # tuning imports this module
-
     df = predicted_frame(records)
     best = df[df["predicted_best"]][CALIBRATION_COLUMNS]
     return best.sort_values("predicted_gain_pct", ascending=False, kind="stable").reset_index(drop=True)

@@ -25,13 +25,6 @@ from gguf_bench.results.predictions.costmodel import (
     modeled,
     recommend,
 )
-from gguf_bench.results.presentation.calibrations import (  # noqa: F401 (report imports them from here)
-    CALIBRATION_COLUMNS,
-    _calibration_cells,
-    calibration_frame,
-    calibration_markdown,
-    calibration_table,
-)
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.records import Mode, RunRecord
 from gguf_bench.results.schema.run_fields import request_tokens_per_s
