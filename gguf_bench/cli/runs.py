@@ -235,7 +235,7 @@ def _show_summary(summary, df, runs: list[RunRecord], title: str = "", show_host
 
 def _engines_side_by_side(summary, df) -> None:
     """With both engines in the results: each K's tokens/s in both, and whether their greedy texts agree."""
-    both = summ.engines_frame(summary)
+    both = rep.engines_frame(summary)
     if both is not None:
         console.print(fit_title(rep.engines_table(both, rep.greedy_agreement(df), console.width), console.width))
 

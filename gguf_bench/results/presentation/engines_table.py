@@ -9,13 +9,11 @@ from rich import box
 from rich.table import Table
 
 from gguf_bench import engine_registry
+from gguf_bench.results.decision.terms import CONTEXT
 from gguf_bench.results.presentation.columns import (
     _VARYING,
     _width,
     row_label,
-)
-from gguf_bench.results.presentation.summary import (
-    SIDE,
 )
 from gguf_bench.results.schema.kinds import run_label
 from gguf_bench.results.schema.text import number_text, speed_text
@@ -119,3 +117,28 @@ def server_greedy_lines(df: pd.DataFrame) -> list[str]:
                 f"from its target alone at token {int(r['differs_at'])}" for _, r in parted.iterrows()]
     return out
 
+
+# both engines' rows
+SIDE = ["pair", "host", "ngl", "ngld", "placement", *CONTEXT, "depth", "prompt_length", "temperature", "n_predict"]
+# must share these
+
+
+def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
+    """Per setting and run (target alone, each strategy and K): two engines' tokens/s, acceptance and gain over their
+    own target alone, and which K is each engine's best; None unless the summary holds two engines. The first two
+    engine names in sorted order are compared (python and server: the python loop first); `attrs["engines"]` names
+    them, and each figure's column ends in its engine's name."""
+    names = sorted(summary.get("engine", pd.Series(dtype=str)).dropna().unique())
+    if len(names) < 2:
+        return None
+    first, second = names[:2]
+    rows = summary[summary["mode"] != "draft"]
+    keys = SIDE + ["mode", "strategy", "k"]
+    cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k", "decided", *(["verdict"] if "verdict" in summary else [])]
+    a = rows[rows["engine"] == first][keys + cols]
+    b = rows[rows["engine"] == second][keys + cols]
+    both = a.merge(b, on=keys, how="outer", suffixes=(f"_{first}", f"_{second}"))
+    both["ratio"] = both[f"tokens_per_s_{first}"] / both[f"tokens_per_s_{second}"]
+    both = both.sort_values(keys, key=lambda c: c.map({"target": 0, "speculative": 1}) if c.name == "mode" else c)
+    both.attrs["engines"] = (first, second)
+    return both

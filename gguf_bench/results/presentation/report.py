@@ -62,8 +62,10 @@ from gguf_bench.results.presentation.columns import (  # noqa: F401
     wide_interval,
 )
 from gguf_bench.results.presentation.engines_table import (  # noqa: F401
+    SIDE,
     _engine_gain,
     _short,
+    engines_frame,
     engines_table,
     greedy_agreement,
     server_greedy_lines,

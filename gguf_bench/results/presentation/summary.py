@@ -201,9 +201,37 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     baseline = [c for c in setting if c not in SPECULATION]  # what a row shares with its target alone
     ok = df[df["error"].isna()]
     ok = ok.assign(_sweep=sweep_of(ok), _busy=busy(ok))
-    failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
     # a busy run's figures are left out of its row (and its pairs, gain_tests), unless every run of the row was busy
     counted = ok[~ok["_busy"] | ok.groupby(keys, dropna=False)["_busy"].transform("all").astype(bool)]
+    agg = _rows(df, ok, counted, keys, objective)
+    gained = [f.name for f in RUN_FIELDS if f.gain and f.name in agg]  # other figures with a gain (tokens per joule)
+    agg = _gains(agg, ok, counted, setting, keys, gained)
+    agg["unreliable"] = agg.apply(_unreliable, axis=1)
+    # a flag that withholds the star: busy always; spread only where the gains are unpaired (an older file): a paired
+    # gain's interval is of its block-by-block ratios, which a drift that spreads the runs leaves alone
+    paired = agg.groupby(baseline, dropna=False)["gain_test"].transform(lambda s: bool((s == "paired").any()))
+    blocking = agg["unreliable"].str.contains("busy") | (agg["unreliable"].str.contains("spread") & ~paired)
+    flagged = blocking.groupby([agg[c] for c in baseline], dropna=False).transform("any")
+    agg["baseline_busy"] = agg.groupby(baseline, dropna=False)["unreliable"].transform(
+        lambda s: bool(s[agg.loc[s.index, "mode"] == "target"].str.contains("busy").any()))
+    agg = over_fastest_alone(agg, ok, baseline, keys, margin)  # the deploy line's advantage over another setting
+    agg["decided"] = agg.apply(lambda r: _decided(r, margin=margin), axis=1)
+    agg["undecided_why"] = agg.apply(lambda r: _undecided_why(r, margin), axis=1)
+    agg["verdict"] = agg.apply(lambda r: _verdict(r, margin), axis=1)
+    agg["margin_pct"] = margin  # the margin the verdicts were read with (csv, json; the captions name it)
+    for name in gained:  # the speed gain's rule for the other gains (energy)
+        agg[f"{name}_decided"] = agg.apply(lambda r, n=name: _decided(r, f"{n}_", margin), axis=1)
+    agg = _starred(agg, ok, flagged, margin)
+    agg["_order"] = agg["mode"].map({"target": 0, "draft": 1, "speculative": 2})
+    agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
+    agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
+    return without_twin_quality(agg.drop(columns=["_order", "_default"]).reset_index(drop=True))
+
+
+def _rows(df: pd.DataFrame, ok: pd.DataFrame, counted: pd.DataFrame, keys: list[str], objective: str) -> pd.DataFrame:
+    """summarize's rows before any gain: each row's folded figures (its balanced speed), its runs, busy runs, sweeps,
+    loads and failures, the machine over its runs, its draft lengths, spread and why it drafted nothing."""
+    failed = df[df["error"].notna()].groupby(keys, dropna=False).size().rename("failed")
     decode = {"decode_tokens_per_s": ("decode_tokens_per_s", "mean")} if objective != "decode" else {}  # the decode
     # speed beside the objective's figure (tokens_per_s)
     agg = counted.groupby(keys, dropna=False).agg(runs=("tokens_per_s", "size"), **folds(RUN_FIELDS), **decode)
@@ -220,13 +248,19 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
         agg = agg.join(df.groupby(keys, dropna=False)["twin"].any())
     agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(counted, keys))
     agg = agg.join(_no_drafts(ok, keys)).reset_index()
-    agg["runs"] = agg["runs"].fillna(0).astype(int)
-    agg["failed"] = agg["failed"].fillna(0).astype(int)
-    agg["busy_runs"] = agg["busy_runs"].fillna(0).astype(int)
-    agg["sweeps"] = agg["sweeps"].fillna(0).astype(int)
-    gained = [f.name for f in RUN_FIELDS if f.gain and f.name in agg]  # other figures with a gain (tokens per joule)
+    for count in ("runs", "failed", "busy_runs", "sweeps"):
+        agg[count] = agg[count].fillna(0).astype(int)
     if objective != "decode":
         agg["objective"] = objective
+    return agg
+
+
+def _gains(agg: pd.DataFrame, ok: pd.DataFrame, counted: pd.DataFrame, setting: list[str], keys: list[str],
+           gained: list[str]) -> pd.DataFrame:
+    """The rows with each one's target alone (baseline_tokens_per_s), its gain and interval (gain_tests: paired where
+    interleaved, else the ratio of the means), the pairs' gaps in time, the target alone's drift, the other declared
+    gains (`gained`: tokens per joule) by the same rule, and the time-to-first-token cost."""
+    baseline = [c for c in setting if c not in SPECULATION]
     base = agg[agg["mode"] == "target"][baseline + ["tokens_per_s", "tokens_per_s_std", "ttft_s", *gained]].rename(
         columns={"tokens_per_s": "baseline_tokens_per_s", "tokens_per_s_std": "baseline_std",
                  "ttft_s": "_baseline_ttft_s", **{name: f"_baseline_{name}" for name in gained}})
@@ -247,22 +281,12 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
             (agg[f"{name}_gain_test"] == "paired") & agg[f"{name}_gain_pct"].notna(),
             gain_pct(agg[name], agg.pop(f"_baseline_{name}"))).where(
             agg["no_drafts"].isna())
-    agg = ttft_cost(agg, ok, setting, keys)
-    agg["unreliable"] = agg.apply(_unreliable, axis=1)
-    # a flag that withholds the star: busy always; spread only where the gains are unpaired (an older file): a paired
-    # gain's interval is of its block-by-block ratios, which a drift that spreads the runs leaves alone
-    paired = agg.groupby(baseline, dropna=False)["gain_test"].transform(lambda s: bool((s == "paired").any()))
-    blocking = agg["unreliable"].str.contains("busy") | (agg["unreliable"].str.contains("spread") & ~paired)
-    flagged = blocking.groupby([agg[c] for c in baseline], dropna=False).transform("any")
-    agg["baseline_busy"] = agg.groupby(baseline, dropna=False)["unreliable"].transform(
-        lambda s: bool(s[agg.loc[s.index, "mode"] == "target"].str.contains("busy").any()))
-    agg = over_fastest_alone(agg, ok, baseline, keys, margin)  # the deploy line's advantage over another setting
-    agg["decided"] = agg.apply(lambda r: _decided(r, margin=margin), axis=1)
-    agg["undecided_why"] = agg.apply(lambda r: _undecided_why(r, margin), axis=1)
-    agg["verdict"] = agg.apply(lambda r: _verdict(r, margin), axis=1)
-    agg["margin_pct"] = margin  # the margin the verdicts were read with (csv, json; the captions name it)
-    for name in gained:  # the speed gain's rule for the other gains (energy)
-        agg[f"{name}_decided"] = agg.apply(lambda r, n=name: _decided(r, f"{n}_", margin), axis=1)
+    return ttft_cost(agg, ok, setting, keys)
+
+
+def _starred(agg: pd.DataFrame, ok: pd.DataFrame, flagged: pd.Series, margin: float) -> pd.DataFrame:
+    """The rows with `best_k`: per workload with a choice to make, the fastest speculative row decided faster (or a
+    simpler row the same as it), never among unreliable rows, twins' or rows that drafted nothing."""
     agg["best_k"] = False
     spec = agg[(agg["mode"] == "speculative") & agg["tokens_per_s"].notna() & ~flagged]  # no best among unreliable rows
     workload = [c for c in FAMILY if c in agg]  # one star per workload, as one deploy line
@@ -276,12 +300,7 @@ def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = 
     if not spec.empty:
         for _, rows in spec.groupby(workload, dropna=False):  # the fastest, or a simpler row the same as it
             agg.loc[simplest_same(rows, rows["tokens_per_s"].idxmax(), ok, margin)[0], "best_k"] = True
-    agg["_order"] = agg["mode"].map({"target": 0, "draft": 1, "speculative": 2})
-    agg["_default"] = agg["strategy"] != "draft"  # the draft model with fixed K first, then the other strategies
-    agg = agg.sort_values(setting + ["_order", "_default", "strategy", "k"])
-    return without_twin_quality(agg.drop(columns=["_order", "_default"]).reset_index(drop=True))
-
-
+    return agg
 
 def ttft_cost(agg: pd.DataFrame, ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataFrame:
     """The summary with each speculative row's time to first token over its target alone's, in % (+41: the first token
@@ -410,29 +429,4 @@ def offload_label(row: pd.Series) -> str:
     if row["mode"] == "draft":
         return str(row["draft_offload"])
     return f"{row['target_offload']} + {row['draft_offload']}"
-
-# both engines' rows
-SIDE = ["pair", "host", "ngl", "ngld", "placement", *CONTEXT, "depth", "prompt_length", "temperature", "n_predict"]
-# must share these
-
-
-def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
-    """Per setting and run (target alone, each strategy and K): two engines' tokens/s, acceptance and gain over their
-    own target alone, and which K is each engine's best; None unless the summary holds two engines. The first two
-    engine names in sorted order are compared (python and server: the python loop first); `attrs["engines"]` names
-    them, and each figure's column ends in its engine's name."""
-    names = sorted(summary.get("engine", pd.Series(dtype=str)).dropna().unique())
-    if len(names) < 2:
-        return None
-    first, second = names[:2]
-    rows = summary[summary["mode"] != "draft"]
-    keys = SIDE + ["mode", "strategy", "k"]
-    cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k", "decided", *(["verdict"] if "verdict" in summary else [])]
-    a = rows[rows["engine"] == first][keys + cols]
-    b = rows[rows["engine"] == second][keys + cols]
-    both = a.merge(b, on=keys, how="outer", suffixes=(f"_{first}", f"_{second}"))
-    both["ratio"] = both[f"tokens_per_s_{first}"] / both[f"tokens_per_s_{second}"]
-    both = both.sort_values(keys, key=lambda c: c.map({"target": 0, "speculative": 1}) if c.name == "mode" else c)
-    both.attrs["engines"] = (first, second)
-    return both
 
