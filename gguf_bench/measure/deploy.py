@@ -21,9 +21,9 @@ from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.engines.server import speculation
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.placing import parse_label, split_label
-from gguf_bench.results.decision.verdicts import own_engine  # noqa: E402
+from gguf_bench.results.decision.verdicts import own_engine
 from gguf_bench.results.predictions.costmodel import Calibration
-from gguf_bench.results.presentation.answer import lines  # noqa: E402,F401 (deploy.lines: the lines of with_deploy's rows)
+from gguf_bench.results.presentation.answer import lines  # noqa: F401 (deploy.lines: the lines of with_deploy's rows)
 from gguf_bench.results.presentation.crossover import OTHER as BESIDE
 from gguf_bench.results.presentation.crossover import (
     busy_above,

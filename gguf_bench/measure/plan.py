@@ -461,9 +461,9 @@ def expand(files: PairFiles, grid: Grid, static: dict, skip: set[str] = frozense
             setting = Setting(files, grid, load, engine, static)
             cells = cells_for(grid, files.draft is not None, engine)
             total += len(cells)
-            todo = with_baselines(cells, [c for c in cells if setting.key(c) not in skip
-                                          and (only is None or only(setting, c))])
-            again += sum(setting.key(c) in skip for c in todo)
+            done = {id(c) for c in cells if setting.key(c) in skip}
+            todo = with_baselines(cells, [c for c in cells if id(c) not in done and (only is None or only(setting, c))])
+            again += sum(id(c) in done for c in todo)
             if todo:
                 units.append(Unit(setting, todo))
     return Plan(units, total, sum(len(u.cells) for u in units), again)

@@ -34,7 +34,6 @@ class Comparison:
     hi: float
 
 
-
 def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARGIN,
             family: int | None = None) -> Comparison:
     """Two summary rows' runs (runs: to_frame's, without errors) against each other: paired where both were
@@ -66,7 +65,6 @@ def compare(a: pd.Series, b: pd.Series, runs: pd.DataFrame, margin: float = MARG
     return Comparison("undecided" if blocked else interval_verdict(lo, hi, margin), float(est), float(lo), float(hi))
 
 
-
 def workload_family(rows: pd.DataFrame, runs: pd.DataFrame) -> int:
     """The comparisons a workload's verdicts are corrected for (gain_family: its rows x -r auto's looks), for a
     comparison between two of its targets alone; where it has no gain, -r auto's looks alone (1 for a fixed -r)."""
@@ -75,7 +73,6 @@ def workload_family(rows: pd.DataFrame, runs: pd.DataFrame) -> int:
         return max(1, int(counted))
     looks = pd.to_numeric(runs.get("looks", pd.Series(dtype=float)), errors="coerce").max()
     return 1 if pd.isna(looks) else max(1, int(looks))
-
 
 
 def simplest_same(rows: pd.DataFrame, top, runs: pd.DataFrame, margin: float = MARGIN) -> tuple:

@@ -70,7 +70,6 @@ def gain_tests(ok: pd.DataFrame, setting: list[str], keys: list[str], value: str
     return frame[columns]
 
 
-
 def fastest_alone(ok: pd.DataFrame, baseline: list[str]) -> pd.DataFrame:
     """Per family (FAMILY), the fastest target alone that busy runs left reliable (at least 2 good runs, or none busy):
     its baseline keys and `_speed` (the mean of its good runs, as the summary row's)."""
@@ -87,7 +86,6 @@ def fastest_alone(ok: pd.DataFrame, baseline: list[str]) -> pd.DataFrame:
     return frame.groupby(family, dropna=False, sort=False).head(1) if family else frame.head(1)
 
 
-
 def _crossed(rows: pd.DataFrame, ok: pd.DataFrame, baseline: list[str]) -> pd.Series:
     """Per speculative row, whether its family's fastest target alone (fastest_alone) is another setting's: the deploy
     line then compares the row with that one too (over_fastest_alone), one more comparison of the family."""
@@ -98,7 +96,6 @@ def _crossed(rows: pd.DataFrame, ok: pd.DataFrame, baseline: list[str]) -> pd.Se
         theirs = fastest[matching(fastest, row, family)]
         out[i] = not theirs.empty and not bool(matching(theirs.iloc[:1], row, baseline).iloc[0])
     return out
-
 
 
 def over_fastest_alone(summary: pd.DataFrame, ok: pd.DataFrame, baseline: list[str], keys: list[str],
@@ -144,7 +141,6 @@ def over_fastest_alone(summary: pd.DataFrame, ok: pd.DataFrame, baseline: list[s
     return summary.join(pd.DataFrame.from_dict(found, orient="index", columns=columns))
 
 
-
 def advantage(mine: pd.DataFrame, theirs: pd.DataFrame, value: str = "tokens_per_s") -> dict:
     """A row's good runs against another setting's target alone (over_fastest_alone): paired run by run where both were
     interleaved in one sweep (every run has parts.order.Order's `design`, and `settings_design`: the sweep's settings took
@@ -159,7 +155,6 @@ def advantage(mine: pd.DataFrame, theirs: pd.DataFrame, value: str = "tokens_per
             "_est": est, "_se": se, "_dof": dof}
 
 
-
 def _estimate(spec: pd.DataFrame, alone: pd.DataFrame, value: str, across: bool = False) -> dict:
     """The gain's estimate: paired where both rows' runs were interleaved, else unpaired (gain_tests); busy runs left
     out (with their pairs). across: the two rows are of two settings (_paired)."""
@@ -172,7 +167,6 @@ def _estimate(spec: pd.DataFrame, alone: pd.DataFrame, value: str, across: bool 
     p, est, se, dof = _welch(spec, alone, value)
     return {"gain_pct": float("nan"), "gain_p": p, "gain_pairs": 0, "gain_busy": lost, "gain_test": "unpaired",
             "_est": est, "_se": se, "_dof": dof}
-
 
 
 def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str, on: Sequence[str] = BLOCK,
@@ -206,7 +200,6 @@ def _paired(spec: pd.DataFrame, alone: pd.DataFrame, value: str, on: Sequence[st
     return out
 
 
-
 def _welch(spec: pd.DataFrame, alone: pd.DataFrame, value: str = "tokens_per_s") -> tuple[float, float, float, float]:
     """Welch's t-test of the two rows' runs, each over its prompt's target-alone mean: (p, difference of the means, its
     standard error, Welch's degrees of freedom); NaN where a prompt has fewer than 2 runs in either row; p 1 where
@@ -229,7 +222,6 @@ def _welch(spec: pd.DataFrame, alone: pd.DataFrame, value: str = "tokens_per_s")
     return (1.0 if pd.isna(p) else float(p)), float(a.mean() - b.mean()), se, float(dof)
 
 
-
 def pair_gaps(ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataFrame:
     """Per speculative row (keys), how far apart in time its runs and their target alone's (same setting, prompt and
     repetition: gain_tests' pairs) began (parts.order.Order.started), in seconds: `pair_gap_median_s`, `pair_gap_max_s`
@@ -245,7 +237,6 @@ def pair_gaps(ok: pd.DataFrame, setting: list[str], keys: list[str]) -> pd.DataF
                     pd.to_numeric(both["started_alone"], errors="coerce")).abs()
     gaps = both.groupby(keys, dropna=False)["_gap"].agg(pair_gap_median_s="median", pair_gap_max_s="max")
     return gaps.reset_index()[columns]
-
 
 
 def drift(ok: pd.DataFrame, setting: list[str]) -> pd.DataFrame:

@@ -27,7 +27,6 @@ def matching(frame: pd.DataFrame, row: pd.Series, keys: Sequence[str]) -> pd.Ser
     return match
 
 
-
 def sweep_of(runs: pd.DataFrame) -> pd.Series:
     """Per run, the sweep it belongs to: its sweep's name, the file it was read from (to_frame's `source`) and the
     invocation that measured it (parts.order.Order.invocation), so that two files of one name, one file's runs under
@@ -38,7 +37,6 @@ def sweep_of(runs: pd.DataFrame) -> pd.Series:
     where = column("sweep").astype(str) + "\x1f" + column("source").astype(str)
     named = column("invocation").astype(str)
     return where + "\x1f" + named.where(named != "", sessions(runs, where))
-
 
 
 def sessions(runs: pd.DataFrame, where: pd.Series) -> pd.Series:
@@ -58,7 +56,6 @@ def sessions(runs: pd.DataFrame, where: pd.Series) -> pd.Series:
     return out
 
 
-
 def busy(runs: pd.DataFrame) -> pd.Series:
     """Per run, whether the machine had other work during it: other processes (a VM's neighbours among them) kept more
     than OTHERS_CORES cores busy, the hypervisor stole more than STEAL_CORES cores, or on a CPU-only run the generating
@@ -76,13 +73,11 @@ def busy(runs: pd.DataFrame) -> pd.Series:
     return (out | (cpu_only & (number("main_cpu_share") < MAIN_SHARE))).astype(bool)
 
 
-
 def loads_of(runs: pd.DataFrame) -> pd.Series:
     """Per run, the load (model load, llama-server process) it ran in, as one text: its sweep and invocation, and its
     repetition where each repetition had a load of its own (parts.order.Order.loads 'each'); else one load a sweep."""
     fresh = runs["loads"] == LOADS_EACH if "loads" in runs else pd.Series(False, index=runs.index)
     return runs["_sweep"] + ("\x1f" + runs["repetition"].astype(str)).where(fresh, "")
-
 
 
 def balanced(runs: pd.DataFrame, keys: list[str], value: str, plain) -> np.ndarray:
@@ -98,7 +93,6 @@ def balanced(runs: pd.DataFrame, keys: list[str], value: str, plain) -> np.ndarr
     weighted = (x / (per * prompts)).groupby(group, dropna=False).sum(min_count=1)
     uneven = per.groupby(group, dropna=False).agg(lambda c: c.nunique() > 1)
     return np.where(uneven.to_numpy(), weighted.to_numpy(), np.asarray(plain))
-
 
 
 def in_chunks(mine: pd.DataFrame, theirs: pd.DataFrame, across: bool) -> bool:

@@ -26,7 +26,6 @@ class Question:
     objective: str = "decode"
 
 
-
 def question(runs: list[RunRecord]) -> Question:
     """The question the runs' sweeps stored (parts.order.Order.margin, .objective), where they all stored the same one;
     else the defaults (files written before it was stored, or sweeps that asked different questions)."""
@@ -36,7 +35,6 @@ def question(runs: list[RunRecord]) -> Question:
     margin = one({o.margin for o in orders if o.margin is not None})
     objective = one({o.objective for o in orders if o.objective is not None})
     return Question(MARGIN if margin is None else float(margin), objective if objective in OBJECTIVES else "decode")
-
 
 
 def _decided(row: pd.Series, prefix: str = "", margin: float = MARGIN) -> bool | None:
@@ -53,14 +51,12 @@ def _decided(row: pd.Series, prefix: str = "", margin: float = MARGIN) -> bool |
     return interval_verdict(lo, hi, margin) in ("faster", "slower")
 
 
-
 def _blocked(row: pd.Series, prefix: str = "") -> bool:
     """Whether the row's runs can decide nothing whatever their interval: a busy machine, or an unpaired gain on a
     target alone that drifted."""
     if row.get("baseline_busy") is True or "busy" in str(row.get("unreliable") or ""):
         return True
     return row.get(f"{prefix}gain_test") == "unpaired" and abs(row.get("drift_pct") or 0) > 100 * DRIFT
-
 
 
 def _verdict(row: pd.Series, margin: float, prefix: str = "") -> str | None:
@@ -73,7 +69,6 @@ def _verdict(row: pd.Series, margin: float, prefix: str = "") -> str | None:
     if lo is None or hi is None or pd.isna(lo) or pd.isna(hi) or _blocked(row, prefix):
         return "undecided"
     return interval_verdict(lo, hi, margin)
-
 
 
 def interval_verdict(lo: float, hi: float, margin: float) -> str:
@@ -91,7 +86,6 @@ def interval_verdict(lo: float, hi: float, margin: float) -> str:
     return "slower" if hi < 0 else "undecided"
 
 
-
 def verdict_of(row: pd.Series) -> str | None:
     """A summary row's verdict (VERDICTS; None for a row that is not speculative or has no test)."""
     v = row.get("verdict")
@@ -101,14 +95,12 @@ def verdict_of(row: pd.Series) -> str | None:
     return None if d is None else ("faster" if row.get("gain_pct", 0) > 0 else "slower") if d else "undecided"
 
 
-
 def margin_of(frame: pd.DataFrame | pd.Series) -> float:
     """The equivalence margin (%) a summary's verdicts were read with (MARGIN where it does not say)."""
     m = frame.get("margin_pct")
     if isinstance(m, pd.Series):
         m = m.dropna().iloc[0] if m.notna().any() else None
     return MARGIN if m is None or pd.isna(m) else float(m)
-
 
 
 def simplicity(row: pd.Series) -> tuple:
@@ -139,7 +131,6 @@ def _undecided_why(row: pd.Series, margin: float = MARGIN) -> str:
     if not hi > lo:
         return "zero width"
     return "margin" if interval_verdict(lo, hi, margin) == "undecided" else ""
-
 
 
 def gain_decided(row: pd.Series) -> bool | None:

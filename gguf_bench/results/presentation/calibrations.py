@@ -24,7 +24,6 @@ def calibration_frame(records: Sequence[CalibrationRecord]):
     return best.sort_values("predicted_gain_pct", ascending=False, kind="stable").reset_index(drop=True)
 
 
-
 def calibration_table(frame, width: int = 80) -> Table:
     """calibration_frame as a table: a row per pair and setting."""
     columns = _calibration_cells(frame)
@@ -38,12 +37,10 @@ def calibration_table(frame, width: int = 80) -> Table:
     return table
 
 
-
 def calibration_markdown(frame) -> str:
     columns = _calibration_cells(frame)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in zip(*columns.values())]) + "\n"
-
 
 
 def _calibration_cells(frame) -> dict[str, list[str]]:

@@ -28,12 +28,10 @@ def rounds_by_length(counts) -> str:
     return " ".join(f"{n}:{c}" for n, c in enumerate(counts) if c) if isinstance(counts, list) else ""
 
 
-
 def row_label(row: pd.Series) -> str:
     """Short: 'target alone', 'draft alone', 'K=4', 'ngram(1-4) K=16', 'draft p-min 0.8 K=16' (the files are in the
     table's caption; the draft model with fixed K is the plain 'K=4')."""
     return run_label(row["mode"], row.get("strategy") or "", row["k"])
-
 
 
 def model_label(row: pd.Series) -> str:
@@ -52,7 +50,6 @@ TWIN_NOTE = ("synthetic weights with the real model's shapes (gguf-bench twin): 
 
 def _stem(name) -> str:
     return str(name).removesuffix(".gguf")
-
 
 
 def _tps(row: pd.Series) -> str:
@@ -83,7 +80,6 @@ class RunColumn:
     place: int = 0  # where the terminal table puts it (TABLE_ORDER)
 
 
-
 def _gain_text(row: pd.Series) -> str:
     """'+12.3% [+8, +17]': the gain and its 95% interval; '~+2.8% [-4, +10]': a gain that is not decided
     (gain_decided); 'no drafts': nothing was drafted."""
@@ -106,10 +102,8 @@ def wide_interval(lo, hi) -> bool:
     return lo is not None and hi is not None and pd.notna(lo) and pd.notna(hi) and hi - lo > WIDE_INTERVAL
 
 
-
 def _pairs(pairs) -> str:
     return f"{int(pairs)} pair{'s' if pairs != 1 else ''}" if pairs is not None and pd.notna(pairs) else "few pairs"
-
 
 
 def _mark(row: pd.Series, prefix: str = "") -> str:
@@ -122,12 +116,10 @@ def _mark(row: pd.Series, prefix: str = "") -> str:
     return "~" if _undecided_gain(row) else ""
 
 
-
 def ttft_measured(row: pd.Series) -> bool:
     """Whether a row's prompts are long enough for its TTFT cost to be shown (summary.TTFT_PROMPT_TOKENS)."""
     tokens = row.get("prompt_tokens")
     return tokens is not None and pd.notna(tokens) and tokens >= TTFT_PROMPT_TOKENS
-
 
 
 def _ttft_text(row: pd.Series) -> str:
@@ -142,12 +134,10 @@ def _ttft_text(row: pd.Series) -> str:
     return f"{cost:+.0f}%" + ("" if lo is None or pd.isna(lo) else f" [{lo:+.0f},{hi:+.0f}]")
 
 
-
 def _ttft_present(summary: pd.DataFrame) -> bool:
     spec = summary[summary["mode"] == "speculative"]
     return "ttft_cost_pct" in summary and "prompt_tokens" in summary and bool(
         (spec["prompt_tokens"] >= TTFT_PROMPT_TOKENS).any())
-
 
 
 def _undecided_gain(row: pd.Series) -> bool:
@@ -156,11 +146,9 @@ def _undecided_gain(row: pd.Series) -> bool:
     return gain_decided(row) is False and row.get("verdict") != "same"
 
 
-
 def _run_text(row: pd.Series) -> str:
     return (row_label(row) + (" ★" if row["best_k"] else "") + (" !" if row.get("unreliable") else "")
             + (" ⧉" if row.get("twin") is True else ""))
-
 
 
 def _model_md(row: pd.Series) -> str:
@@ -168,11 +156,9 @@ def _model_md(row: pd.Series) -> str:
     return model_label(row) + flags + (f" (unreliable: {row['unreliable']})" if row.get("unreliable") else "")
 
 
-
 def _offload_md(row: pd.Series) -> str:
     asked = f" (asked -ngl {row['ngl']} -ngld {row['ngld']})" if "ngl" in row and short_of_request(row) else ""
     return offload_label(row) + asked
-
 
 
 def _field_column(f: Field) -> RunColumn:
@@ -181,7 +167,6 @@ def _field_column(f: Field) -> RunColumn:
     def present(summary: pd.DataFrame) -> bool:
         return f.name in summary and (f.shown_with is None or (f.shown_with in summary and summary[f.shown_with].notna().any()))
     return RunColumn(f.header, f.md, lambda r: f.text(r.get(f.name)), present=present, place=f.place)
-
 
 
 def _gain_column(f: Field) -> RunColumn:
@@ -241,12 +226,10 @@ def _cells(summary: pd.DataFrame, names: Sequence[str], md: bool = False) -> dic
     return out
 
 
-
 def _varying_cells(summary: pd.DataFrame, varying: Sequence[str]) -> dict[str, list[str]]:
     """Heading -> the rows' texts of the settings that tell rows apart (_VARYING's)."""
     return {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else _count(v) if c in CONCURRENCY else str(v)
                           for v in summary[c]] for c in varying}
-
 
 
 def _predicted(summary: pd.DataFrame) -> pd.Series | None:

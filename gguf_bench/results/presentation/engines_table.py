@@ -24,7 +24,6 @@ def _short(engine: str) -> str:
     return engine_registry.short(engine)
 
 
-
 def engines_table(both: pd.DataFrame, agreement: list[str], width: int = 120) -> Table:
     """The side-by-side table (summary.engines_frame) and, under it, whether the two engines' greedy texts agree. Every
     heading whole: the engines' short names throughout, and where `width` is too narrow the acceptance columns left
@@ -63,14 +62,12 @@ def engines_table(both: pd.DataFrame, agreement: list[str], width: int = 120) ->
     return table
 
 
-
 def _engine_gain(r: pd.Series, engine: str) -> str:
     """One engine's gain in the side-by-side table: marked as the run table marks it, ★ on the workload's best K."""
     if r["mode"] == "target":
         return ""
     mark = "≈" if r.get(f"verdict_{engine}") == "same" else "~" if r[f"decided_{engine}"] is False else ""
     return mark + number_text(r[f"gain_pct_{engine}"], "{:+.1f}%") + (" ★" if r[f"best_k_{engine}"] is True else "")
-
 
 
 def greedy_agreement(df: pd.DataFrame) -> list[str]:
@@ -95,7 +92,6 @@ def greedy_agreement(df: pd.DataFrame) -> list[str]:
             out.append(f"greedy text, {prompt}: the engines part at character {at} of {max(len(a), len(b))} "
                        f"({first} {a[at:at + 20]!r} vs {second} {b[at:at + 20]!r})")
     return out
-
 
 
 def server_greedy_lines(df: pd.DataFrame) -> list[str]:

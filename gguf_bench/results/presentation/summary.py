@@ -110,7 +110,6 @@ class Loaded:
     sources: list[str] = field(default_factory=list)  # the file each of `runs` came from (to_frame's `source`)
 
 
-
 def load(paths: list[Path], default_dir: Path) -> Loaded:
     """Every record of the .jsonl files and folders given, split by kind. A run found twice (the same sweep, cell and
     start: a file copied beside itself, a folder given with one of its files) is kept once, from the first file."""
@@ -141,7 +140,6 @@ def load(paths: list[Path], default_dir: Path) -> Loaded:
     return out
 
 
-
 def _run_key(rec: RunRecord) -> tuple:
     """What makes a run the same run wherever it is found: its sweep, cell and start (records without a start time or a
     cell: every stored field)."""
@@ -151,14 +149,12 @@ def _run_key(rec: RunRecord) -> tuple:
     return (repr(rec),)
 
 
-
 def to_frame(records: list, sources: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per run (records as RunRecord or stored dicts; other kinds are left out), with the file each came from
     (`source`: Loaded.sources; None where not given)."""
     runs = [r if isinstance(r, RunRecord) else parse(r) for r in records]
     where = list(sources) if sources is not None else [None] * len(runs)
     return pd.DataFrame([run_row(r) | {"source": w} for r, w in zip(runs, where) if isinstance(r, RunRecord)])
-
 
 
 def for_objective(df: pd.DataFrame, objective: str = "decode") -> pd.DataFrame:
@@ -173,14 +169,12 @@ def for_objective(df: pd.DataFrame, objective: str = "decode") -> pd.DataFrame:
     return df.assign(decode_tokens_per_s=df["tokens_per_s"], tokens_per_s=value, objective=objective)
 
 
-
 def objective_of(frame: pd.DataFrame | pd.Series) -> str:
     """The objective a frame or a summary row was read under (for_objective; 'decode' where it does not say)."""
     o = frame.get("objective")
     if isinstance(o, pd.Series):
         o = o.dropna().iloc[0] if o.notna().any() else None
     return o if isinstance(o, str) and o in OBJECTIVES else "decode"
-
 
 
 def summarize(df: pd.DataFrame, by_prompt: bool = False, margin: float | None = None,
@@ -316,7 +310,6 @@ def ttft_cost(agg: pd.DataFrame, ok: pd.DataFrame, setting: list[str], keys: lis
     return agg.assign(ttft_cost_pct=agg["ttft_cost_pct"].where(paired, ratio).where(agg["mode"] == "speculative"))
 
 
-
 def _no_drafts(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
     """Per speculative setting whose runs drafted no token at all: why (the runs' own reason, measure/proof.py); None
     for the others. Such a row measured the target alone under another name."""
@@ -329,7 +322,6 @@ def _no_drafts(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
     return reason.where(none).rename("no_drafts")
 
 
-
 def _draft_lengths(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
     """Per setting, the rounds per draft length summed over its runs (a list: index = tokens drafted); None where
     no run counted them (the target or draft alone, files written before the counts, the server engine)."""
@@ -338,7 +330,6 @@ def _draft_lengths(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
         return [sum(c) for c in zip_longest(*lists, fillvalue=0)] if lists else None
     column = ok["draft_lengths"] if "draft_lengths" in ok else pd.Series(None, index=ok.index, dtype=object)
     return ok.assign(draft_lengths=column).groupby(keys, dropna=False)["draft_lengths"].agg(summed)
-
 
 
 def _spread(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
@@ -351,7 +342,6 @@ def _spread(ok: pd.DataFrame, keys: list[str]) -> pd.Series:
                          "dof": (n - 1) / n}, index=ok.index)  # a prompt's n runs carry n - 1 degrees of freedom
     sums = runs.join(ok[keys]).groupby(keys, dropna=False)[["sq", "dof"]].sum()
     return ((sums["sq"] / sums["dof"].where(sums["dof"] > 0)) ** 0.5).rename("spread")
-
 
 
 def _unreliable(row: pd.Series) -> str:
@@ -367,7 +357,6 @@ def _unreliable(row: pd.Series) -> str:
     return ",".join(why)
 
 
-
 def _too_busy(row: pd.Series) -> bool:
     """Whether busy runs left the row too few good ones to judge it (_unreliable)."""
     def count(name: str) -> int:
@@ -376,7 +365,6 @@ def _too_busy(row: pd.Series) -> bool:
     if row.get("mode") == "speculative":
         return count("busy_runs") + count("gain_busy") > 0 and pd.isna(row.get("gain_lo"))
     return count("busy_runs") > 0 and count("runs") - count("busy_runs") < 2
-
 
 
 def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, calibrations: list[CalibrationRecord]) -> pd.DataFrame:
@@ -411,7 +399,6 @@ def with_predictions(summary: pd.DataFrame, df: pd.DataFrame, calibrations: list
     return out if out["predicted_tokens_per_s"].notna().any() else summary
 
 
-
 def without_twin_quality(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary with the speculative rows of twins stripped of acceptance, tokens per round and gain: a twin's
     draft accepts by chance, and no figure of a twin is shown as the real model's."""
@@ -420,7 +407,6 @@ def without_twin_quality(summary: pd.DataFrame) -> pd.DataFrame:
     spec = (summary["twin"] == True) & (summary["mode"] == "speculative")  # noqa: E712 (NaN where no twin ran)
     return summary.assign(**{c: summary[c].where(~spec) for c in ("acceptance", "tokens_per_round", "gain_pct", "gain_lo",
                                                                   "gain_hi", "decided", "verdict") if c in summary})
-
 
 
 def offload_label(row: pd.Series) -> str:

@@ -34,13 +34,11 @@ def to_markdown(summary: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-
 def render_results(summary: pd.DataFrame | None, evals: list[EvalRecord], fmt: str) -> str:
     """What --format writes: the run summary; evaluations too in md (a second table), and alone when there are no runs."""
     if summary is None:
         return evals_view.markdown(evals) if fmt == "md" else render(evals_view.frame(evals), fmt)
     return render(summary, fmt) + ("\n" + evals_view.markdown(evals) if fmt == "md" and evals else "")
-
 
 
 def render(summary: pd.DataFrame, fmt: str) -> str:
