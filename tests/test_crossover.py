@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from gguf_bench.measure import deploy
-from gguf_bench.results.presentation import crossover
+from gguf_bench.results.presentation import answer, crossover
 from gguf_bench.results.presentation.summary import summarize, to_frame
 from gguf_bench.results.schema.records import parse
 
@@ -55,7 +55,7 @@ def test_each_slot_count_gets_its_best_setting_and_the_crossover_is_named():
 def test_a_deploy_line_per_slot_count_each_its_own_best():
     records = records_paying_up_to_two_slots()
     df = to_frame(records)
-    heads = [head for head, _ in deploy.lines(deploy.with_deploy(summarize(df), df, [parse(r) for r in records]))]
+    heads = [head for head, _ in answer.lines(deploy.with_deploy(summarize(df), df, [parse(r) for r in records]))]
     assert len(heads) == 3, heads
     assert heads[0].startswith("deploy P: K=4 at 1 slot (40.00 tokens/s, gain +33.3% [+22,+46] from one load of each")
     assert heads[1].startswith("deploy P: K=2 at 2 slots (69.00 tokens/s, gain +15.0% [+")

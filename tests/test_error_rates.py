@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gguf_bench.measure import deploy
+from gguf_bench.results.presentation import answer
 from gguf_bench.results.presentation.summary import summarize, to_frame
 from gguf_bench.results.schema.records import parse
 
@@ -169,7 +170,7 @@ def test_with_both_engines_the_line_deploys_the_servers_own_measurement():
                 t += 3
     row = deployed(records)
     assert row["engine"] == "server" and row["mode"] == "speculative" and abs(row["tokens_per_s"] - 40.8) < 1
-    [(head, _)] = deploy.lines(deploy.with_deploy(summarize(to_frame(records)), to_frame(records),
+    [(head, _)] = answer.lines(deploy.with_deploy(summarize(to_frame(records)), to_frame(records),
                                                   [parse(r) for r in records]))
     assert "(40.8" in head or "(40.9" in head or "(41.0" in head, head
     assert "over engine" not in head and "check it with --engine server" not in head, head
@@ -183,5 +184,5 @@ def test_a_busy_faster_setting_makes_the_line_none_yet_and_names_it():
                 for p in PROMPTS]
     df = to_frame(records)
     summary = deploy.with_deploy(summarize(df), df, [parse(r) for r in records])
-    [(head, command)] = deploy.lines(summary)
+    [(head, command)] = answer.lines(summary)
     assert "none yet" in head and "K=8" in head and command == "", head

@@ -114,6 +114,14 @@ def test_results_jobs_import_only_downwards():
     assert not wrong, "results: a job imports a later one: " + ", ".join(sorted(wrong))
 
 
+def test_measurement_imports_no_printer():
+    """measure/ decides through results/decision/ (-r auto's open verdicts, the deploy line's choice, tune's check);
+    what it prints is the cli's: no module under measure/ imports results/presentation/."""
+    wrong = [f"{mod} -> {dep}" for mod, path in modules().items() if package_of(mod) == "measure"
+             for dep in imports(path) if dep.startswith("gguf_bench.results.presentation")]
+    assert not wrong, wrong
+
+
 def test_no_import_cycles():
     graph_ = graph()  # the registry's arrows too
     cycles, state = [], {}
@@ -194,7 +202,9 @@ def test_record_fields_are_read_by_name_only_in_the_records_module():
                "gguf_bench.runtimes.llama_server", "gguf_bench.runtimes.server_clients",  # llama-server's JSON ("timings")
                "gguf_bench.measure.engines.endpoint",  # an OpenAI-compatible server's JSON ("timings", "error")
                "gguf_bench.results.presentation.specbench", "gguf_bench.measure.deploy",  # pandas columns of report's summary
-               "gguf_bench.results.presentation.crossover", "gguf_bench.results.presentation.checks",
+               "gguf_bench.results.presentation.crossover", "gguf_bench.results.decision.tune_verdict",
+               "gguf_bench.results.decision.choice", "gguf_bench.results.decision.wording",  # the summary table's columns
+               "gguf_bench.results.decision.table",
                "gguf_bench.results.predictions.ceiling",  # pandas columns of report's summary
                "gguf_bench.results.predictions.server_costs",  # a round's stored requests (server_clients.Request.stored)
                "gguf_bench.results.decision.verdicts", "gguf_bench.results.decision.units",  # pandas columns of the

@@ -13,6 +13,7 @@ import pytest
 from gguf_bench.measure import deploy
 from gguf_bench.measure.repeat import undecided
 from gguf_bench.measure.trackers.load import LoadTracker, machine_steal_s
+from gguf_bench.results.presentation import answer
 from gguf_bench.results.presentation.report import left_out_lines
 from gguf_bench.results.presentation.summary import gain_decided, load, summarize, to_frame
 from gguf_bench.results.schema.parts.load import Load
@@ -165,7 +166,7 @@ def test_a_fastest_setting_measured_busy_decides_nothing_across_it():
     df = to_frame(records)
     summary = deploy.with_deploy(summarize(df), df, [parse(r) for r in records])
     assert not summary["deploy"].notna().any()
-    [(head, command)] = deploy.lines(summary)
+    [(head, command)] = answer.lines(summary)
     assert command == ""
     assert head.startswith("deploy P: none yet: the fastest measured setting, -ngl 99 target alone at 60.2 tokens/s, "
                            "was measured on a busy machine"), head
@@ -211,7 +212,7 @@ def two_settings(settings, sweeps=("s", "s")):
 def deployed(records):
     df = to_frame(records)
     summary = deploy.with_deploy(summarize(df), df, [parse(r) for r in records])
-    return summary, deploy.lines(summary)
+    return summary, answer.lines(summary)
 
 
 def test_the_advantage_over_another_settings_target_alone_is_paired_when_their_runs_took_turns():

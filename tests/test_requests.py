@@ -13,6 +13,7 @@ from rich.console import Console
 from gguf_bench.errors import BenchError
 from gguf_bench.measure import deploy
 from gguf_bench.measure.repeat import undecided
+from gguf_bench.results.presentation import answer
 from gguf_bench.results.presentation.report import render, rich_table
 from gguf_bench.results.presentation.summary import TTFT_PROMPT_TOKENS, for_objective, summarize, to_frame
 from gguf_bench.results.schema.records import parse
@@ -64,7 +65,7 @@ def spec_row(summary):
 def heads(records, objective="decode"):
     df = for_objective(to_frame(records), objective)
     summary = deploy.with_deploy(summarize(df), df, [parse(r) for r in records])
-    return summary, [head for head, _ in deploy.lines(summary)]
+    return summary, [head for head, _ in answer.lines(summary)]
 
 
 # --- 1. the time to first token of every run, and the speculative row's prompt cost ---------------------------------

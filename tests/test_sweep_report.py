@@ -377,11 +377,12 @@ def proof_rec(mode, tps, k=0, rep=0, drafted=None, prompt="p1"):
 
 def deploy_headline(records) -> str:
     from gguf_bench.measure import deploy
+    from gguf_bench.results.presentation import answer
     from gguf_bench.results.schema.records import parse
 
     df = to_frame(records)
     runs = [parse(r) for r in records]
-    return deploy.lines(deploy.with_deploy(summarize(df), df, runs))[0][0]
+    return answer.lines(deploy.with_deploy(summarize(df), df, runs))[0][0]
 
 
 def test_a_gain_the_repetitions_cannot_tell_from_zero_is_marked_and_not_deployed():

@@ -18,6 +18,7 @@ from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import LoadConfig, LoadedPair, PairFiles
 from gguf_bench.options import ALL_LAYERS
 from gguf_bench.results.predictions import costmodel as tn
+from gguf_bench.results.predictions import tune_checks
 from gguf_bench.results.presentation import tuning
 from gguf_bench.results.schema.records import parse, to_dict
 
@@ -203,12 +204,12 @@ def test_predicted_frame_has_report_columns_and_keeps_the_latest_record():
 
 
 def test_effective_settings_without_and_with_gpu_offload():
-    settings, warnings = tuning.effective_settings([0, 16, ALL_LAYERS], [0, ALL_LAYERS], gpu=False, target_layers=18,
+    settings, warnings = tune_checks.effective_settings([0, 16, ALL_LAYERS], [0, ALL_LAYERS], gpu=False, target_layers=18,
                                                draft_layers=18)
     assert settings == [(0, 0)]
     assert len(warnings) == 1 and "cannot offload" in warnings[0] and "-ngl 16 -ngld 0" in warnings[0]
-    assert tuning.effective_settings([0], [0], gpu=False, target_layers=18, draft_layers=18) == ([(0, 0)], [])
-    settings, warnings = tuning.effective_settings([0, 16, 30, ALL_LAYERS], [0], gpu=True, target_layers=18, draft_layers=18)
+    assert tune_checks.effective_settings([0], [0], gpu=False, target_layers=18, draft_layers=18) == ([(0, 0)], [])
+    settings, warnings = tune_checks.effective_settings([0, 16, 30, ALL_LAYERS], [0], gpu=True, target_layers=18, draft_layers=18)
     assert settings == [(0, 0), (16, 0), (ALL_LAYERS, 0)]
     assert len(warnings) == 1 and "-ngl all" in warnings[0]
 
@@ -220,7 +221,7 @@ def test_check_rows_put_measured_next_to_predicted():
             {"mode": "speculative", "config": {"k": 2}, "metrics": {"tokens_per_s": 12.0}, "error": None},
             {"mode": "speculative", "config": {"k": 2}, "metrics": {"tokens_per_s": 14.0}, "error": None},
             {"mode": "speculative", "config": {"k": 3}, "metrics": None, "error": "boom"}]
-    rows = tuning.check_rows(cal, [parse(r) for r in recs])
+    rows = tune_checks.check_rows(cal, [parse(r) for r in recs])
     assert [r["k"] for r in rows] == [0, 2]
     k2 = rows[1]
     assert k2["measured_tokens_per_s"] == 13.0 and k2["runs"] == 2
@@ -228,7 +229,7 @@ def test_check_rows_put_measured_next_to_predicted():
     assert k2["predicted_tokens_per_s"] == pytest.approx(cal.predict(2).tokens_per_s)
     assert k2["error_pct"] == pytest.approx(100 * (k2["predicted_tokens_per_s"] / 13.0 - 1))
     assert rows[0]["predicted_tokens_per_s"] == pytest.approx(cal.predict(1).baseline_tokens_per_s)
-    assert tuning.check_ks(cal, 3) == [2, 3] and tuning.check_ks(cal, 2) == [1, 2, 3]
+    assert tune_checks.check_ks(cal, 3) == [2, 3] and tune_checks.check_ks(cal, 2) == [1, 2, 3]
 
 
 # --- real llama.cpp on tiny pairs ---------------------------------------------------------------------
@@ -668,7 +669,7 @@ def test_a_check_whose_gain_is_not_decided_recommends_the_target_alone_and_says_
 def test_a_check_on_a_busy_machine_decides_nothing():
     """The steady +30% of K=2, measured while other processes kept the cores busy: not decided, so the verdict is the
     target alone, and it says why."""
-    from gguf_bench.results.presentation.checks import check_summary, measured_verdict
+    from gguf_bench.results.decision.tune_verdict import check_summary, measured_verdict
     from gguf_bench.results.schema.records import to_dict
 
     quiet = check_runs([20.0, 17.0, 14.0, 19.0], {2: [0.30, 0.31, 0.29, 0.30]})
@@ -679,7 +680,7 @@ def test_a_check_on_a_busy_machine_decides_nothing():
 
 
 def test_a_checked_row_that_drafted_nothing_has_no_gain_and_says_so():
-    from gguf_bench.results.presentation.checks import check_summary, gain_fields
+    from gguf_bench.results.decision.tune_verdict import check_summary, gain_fields
     from gguf_bench.results.schema.records import to_dict
 
     runs = check_runs([20.0, 19.0], {2: [0.3, 0.3]})

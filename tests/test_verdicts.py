@@ -12,6 +12,7 @@ from gguf_bench.measure import deploy
 from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Cell, Unit, auto_looks, counterbalanced, shuffled
 from gguf_bench.measure.repeat import undecided
+from gguf_bench.results.presentation import answer
 from gguf_bench.results.presentation.report import drift_lines, proof_lines
 from gguf_bench.results.presentation.summary import gain_decided, summarize, to_frame
 from gguf_bench.results.schema.records import Mode, parse
@@ -133,7 +134,7 @@ def test_the_deploy_line_is_the_fastest_measured_setting():
         assert (chosen["ngl"], chosen["mode"]) == want
         assert chosen["tokens_per_s"] >= summary[summary["mode"] == "target"]["tokens_per_s"].max()
         assert "-ngl 99" in chosen["deploy"]
-        [(head, _)] = deploy.lines(summary)
+        [(head, _)] = answer.lines(summary)
         assert ("no speculation" in head) == (want[1] == "target"), head
 
 
@@ -288,7 +289,7 @@ def test_records_keep_their_order():
 def test_pairs_measured_in_chunks_of_a_repetition_count_once_per_repetition(design, settings, across, clusters):
     """summary._paired: two prompts' pairs of one repetition, measured in the same two chunks, are one observation (the
     repetition's mean log-ratio, its t over the repetitions) wherever in_chunks says so; else each pair is one."""
-    from gguf_bench.results.presentation.summary import _paired
+    from gguf_bench.results.decision.estimates import _paired
 
     ratios = {0: (1.10, 1.12), 1: (1.00, 1.01), 2: (1.06, 1.05)}  # per repetition, prompts a and b
     mine = pd.DataFrame([{"_sweep": "s", "prompt_id": p, "repetition": r, "tokens_per_s": 100 * ratio, "design": design,

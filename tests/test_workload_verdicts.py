@@ -11,7 +11,7 @@ from cli_helpers import invoke
 
 from gguf_bench.measure import deploy
 from gguf_bench.measure.repeat import undecided
-from gguf_bench.results.presentation import crossover
+from gguf_bench.results.presentation import answer, crossover
 from gguf_bench.results.presentation.report import proof_lines, rich_table
 from gguf_bench.results.presentation.summary import FAMILY, MARGIN, compare, summarize, to_frame
 from gguf_bench.results.schema.records import parse
@@ -51,7 +51,7 @@ ALONE = [20.0, 20.4, 19.8, 20.2, 20.1, 19.9]
 def deploy_heads(records, **kw):
     df = to_frame(records)
     summary = deploy.with_deploy(summarize(df, **kw), df, [parse(r) for r in records])
-    return summary, [head for head, _ in deploy.lines(summary)]
+    return summary, [head for head, _ in answer.lines(summary)]
 
 
 def spec(summary, k, **where):
@@ -109,7 +109,7 @@ def test_by_prompt_each_prompt_is_its_own_workload():
     records = blocks(ALONE[:4], {4: [0.20, 0.21, 0.22], 8: [0.40, 0.41, 0.42]}, prompts=("p1", "p2"))
     df = to_frame(records)
     summary = deploy.with_deploy(summarize(df, by_prompt=True), df, [parse(r) for r in records])
-    heads = [h for h, _ in deploy.lines(summary)]
+    heads = [h for h, _ in answer.lines(summary)]
     assert [h.split(":")[0] for h in heads] == ["deploy P (prompt p1)", "deploy P (prompt p2)"]
     assert summary["best_k"].sum() == 2
 

@@ -94,7 +94,7 @@ from gguf_bench.measure.plan import AUTO_FIRST, Grid, cells_failed, measured, si
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice
 from gguf_bench.placing import Split, placing_axes
-from gguf_bench.results.presentation import calibrations, crossover, html, specbench
+from gguf_bench.results.presentation import answer, calibrations, crossover, html, specbench
 from gguf_bench.results.presentation import evals as evals_view
 from gguf_bench.results.presentation import report as rep
 from gguf_bench.results.presentation import summary as summ
@@ -262,7 +262,7 @@ def _write(text: str, output: Path | None) -> None:
 
 def _deploy_lines(summary, df, runs: list) -> None:
     """Each pair's best cell as the llama-server command that reproduces it (measure/deploy.py)."""
-    for headline, command_line in deploy.lines(deploy.with_deploy(summary, df, runs)):
+    for headline, command_line in answer.lines(deploy.with_deploy(summary, df, runs)):
         console.print(fold(headline, console.width), markup=False, soft_wrap=True)  # broken at a separator only
         if command_line:  # none where a busy machine's row decides nothing
             console.print(command_line, markup=False, soft_wrap=True)  # one line, to paste

@@ -21,26 +21,14 @@ from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.engines.server import speculation
 from gguf_bench.measure.pair import PairFiles
 from gguf_bench.placing import parse_label, split_label
-from gguf_bench.results.decision.verdicts import own_engine
+from gguf_bench.results.decision.choice import OTHER as BESIDE
+from gguf_bench.results.decision.choice import busy_above, candidates
+from gguf_bench.results.decision.comparisons import compare, simplest_same, workload_family
+from gguf_bench.results.decision.terms import FAMILY, FLAGS, SETTING
+from gguf_bench.results.decision.units import matching
+from gguf_bench.results.decision.verdicts import margin_of, own_engine, simplicity
+from gguf_bench.results.decision.wording import setting_label
 from gguf_bench.results.predictions.costmodel import Calibration
-from gguf_bench.results.presentation.answer import lines  # noqa: F401 (deploy.lines: the lines of with_deploy's rows)
-from gguf_bench.results.presentation.crossover import OTHER as BESIDE
-from gguf_bench.results.presentation.crossover import (
-    busy_above,
-    candidates,
-    setting_label,
-)
-from gguf_bench.results.presentation.report import _VARYING as FLAGS
-from gguf_bench.results.presentation.summary import (
-    FAMILY,
-    SETTING,
-    compare,
-    margin_of,
-    matching,
-    simplest_same,
-    simplicity,
-    workload_family,
-)
 from gguf_bench.results.schema.records import Mode, RunRecord
 from gguf_bench.runtimes.llama_cpp import read_info
 from gguf_bench.runtimes.llama_server import Launch, deploy_argv
@@ -48,14 +36,14 @@ from gguf_bench.runtimes.server_build import MARKER, find_server, library_env
 
 KEYS = SETTING + ["mode", "strategy", "k"]
 GROUP = FAMILY  # a deploy line per workload: pair, slots and clients, depth, temperature, length (and prompt, where the
-# summary keeps prompts apart); the rows -r auto decides between (crossover.open_verdicts) are one line's
+# summary keeps prompts apart); the rows -r auto decides between (choice.open_verdicts) are one line's
 
 
 def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) -> pd.DataFrame:
     """The summary with a `deploy` column: on the best row of each workload (GROUP) the command line that reproduces
     it, empty elsewhere, and a `deploy_note` where a simpler row took the best one's place. The best row is the fastest
     measured one (every -ngl, placement, context setting, engine, type and K), speculation only where it is decidedly
-    faster than the fastest target alone there (crossover.candidates), among rows not flagged busy that llama-server
+    faster than the fastest target alone there (choice.candidates), among rows not flagged busy that llama-server
     can run (a fixed K, no n-gram-then-model chain); else the fastest target alone; rows of a busy machine, nothing.
     Where a simpler deployable row is the same as it within the summary's margin (summary.simplest_same: no draft
     over a draft, fewer GPU layers, the smaller K), that one."""
@@ -114,7 +102,7 @@ def _over_other_alone(chosen: pd.Series, rows: pd.DataFrame, runs: pd.DataFrame,
 
 
 def _busy_note(rows: pd.DataFrame, busy: pd.Series) -> str:
-    """Why a workload has no deploy line: its fastest row (crossover.busy_above) was measured on a busy machine."""
+    """Why a workload has no deploy line: its fastest row (choice.busy_above) was measured on a busy machine."""
     varying = [c for c in BESIDE if c in rows and rows[c].nunique(dropna=False) > 1]
     measured = rows[rows["mode"].isin(["target", "speculative"])]["tokens_per_s"]
     which = "the fastest measured setting" if busy["tokens_per_s"] >= measured.max() else "a faster setting"

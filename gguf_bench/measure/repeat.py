@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gguf_bench.measure.plan import Cell, Setting
-from gguf_bench.results.presentation.crossover import is_one_of, open_verdicts
-from gguf_bench.results.presentation.summary import for_objective, summarize, to_frame
+from gguf_bench.results.decision.choice import is_one_of, open_verdicts
+from gguf_bench.results.decision.table import for_objective, summarize, to_frame
 from gguf_bench.results.schema.records import RunRecord
 from gguf_bench.results.schema.run_fields import run_row
 
@@ -34,7 +34,7 @@ class Undecided:
 
 def undecided(records: list[RunRecord], margin: float | None = None, objective: str = "decode") -> Undecided:
     """The rows whose verdicts are still open in these records (one pair's), and why, per workload
-    (crossover.open_verdicts): a verdict is closed when it is faster, slower or the same within `margin` % (default
+    (choice.open_verdicts): a verdict is closed when it is faster, slower or the same within `margin` % (default
     summary.MARGIN), each of the `objective`'s figure (summary.OBJECTIVES)."""
     if all(r.error for r in records):  # nothing measured: nothing to decide
         return Undecided([], [])

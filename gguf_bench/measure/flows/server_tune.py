@@ -18,9 +18,9 @@ from gguf_bench.measure.pair import PairFiles
 from gguf_bench.measure.plan import Grid
 from gguf_bench.measure.sweep import SweepEvents, iter_records
 from gguf_bench.models.twin import twin_of, twin_pair
+from gguf_bench.results.decision.tune_verdict import check_summary, gain_fields, measured_verdict
 from gguf_bench.results.predictions.costmodel import Prediction
 from gguf_bench.results.predictions.server_costs import ServerCalibration, calibrations, check_predictable
-from gguf_bench.results.presentation.checks import check_summary, gain_fields, measured_verdict
 from gguf_bench.results.schema.parts.order import LOADS_ONCE  # calibrations: one load a setting
 from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, RunRecord
 from gguf_bench.results.schema.store import append_record

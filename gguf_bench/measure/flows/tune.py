@@ -22,6 +22,7 @@ from gguf_bench.measure.plan import Grid, measured
 from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.twin import twin_pair
 from gguf_bench.placing import Placing, split_label
+from gguf_bench.results.decision.tune_verdict import check_summary, gain_fields, measured_verdict
 from gguf_bench.results.predictions.costmodel import (
     DEFAULT_REPS,
     Calibration,
@@ -32,8 +33,7 @@ from gguf_bench.results.predictions.costmodel import (
     cost_outlook,
     recommend,
 )
-from gguf_bench.results.presentation.checks import check_summary, gain_fields, measured_verdict
-from gguf_bench.results.presentation.tuning import check_ks, check_rows, effective_settings
+from gguf_bench.results.predictions.tune_checks import check_ks, check_rows, effective_settings
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.parts.order import LOADS_ONCE  # calibrations: one load a setting
 from gguf_bench.results.schema.records import RunRecord

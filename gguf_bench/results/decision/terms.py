@@ -41,3 +41,10 @@ OBJECTIVE_NAMES = {"decode": "decode tokens/s", "request": "request latency", "t
 RUN_KEYS = [*SETTING, "prompt_id", "mode", "strategy", "k"]  # what finds a summary row's runs (prompt_id where kept)
 SESSION_GAP_S = 600.0  # runs of one sweep stored without an invocation: a pause of more than this between one run's end
 # and the next run's start begins another session (a --resume, a re-run of failed cells), whose runs pair apart
+# each column that tells settings or workloads apart, with the flag (or word) a line names it by: '-ngl 99', 'T 0.7'
+FLAGS = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np", "clients": "clients", "depth": "-d",
+            "prompt_length": "prompt tok",
+            "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
+            "ngl": "-ngl", "ngld": "-ngld", "placement": "placement",
+            "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
+            "batch_size": "-b", "ubatch_size": "-ub", "threads_draft": "-td"}

@@ -12,7 +12,7 @@ from gguf_bench import engine_registry
 from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results.predictions import ceiling
 from gguf_bench.results.presentation.columns import (
-    _VARYING,
+    FLAGS,
     TWIN_NOTE,
     WIDE_INTERVAL,
     _stem,
@@ -75,7 +75,7 @@ def _title(summary: pd.DataFrame, varying: list[str], title: str) -> str:
         fixed.append(f"{summary['prompt_length'].iloc[0]}-token prompts")
     for c, default in CONTEXT_DEFAULTS.items():  # a context setting every row shares, where it is not llama.cpp's default
         if c not in varying and c in summary.columns and summary[c].iloc[0] != default:
-            fixed.append(f"{_VARYING[c]} {summary[c].iloc[0]}")
+            fixed.append(f"{FLAGS[c]} {summary[c].iloc[0]}")
     return " · ".join(([title] if title else []) + fixed)
 
 
@@ -121,7 +121,7 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
     if summary.get("schedule_predicted_tokens_per_s", pd.Series(dtype=float)).notna().any():
         lines.append("pred. of a 'cost' row: what the cost schedule predicted for the rounds it chose")
     sized = summary[summary["strategy"].fillna("").str.contains("cost")] if "draft_lengths" in summary else summary[:0]
-    counted = [(" ".join([f"{_VARYING[c]} {r[c]}" for c in varying] + [row_label(r)]), rounds_by_length(r["draft_lengths"]))
+    counted = [(" ".join([f"{FLAGS[c]} {r[c]}" for c in varying] + [row_label(r)]), rounds_by_length(r["draft_lengths"]))
                for _, r in sized.iterrows()]
     if any(text for _, text in counted):
         lines.append("rounds per draft length (tokens drafted:rounds, all runs) of the 'cost' rows:")
@@ -145,7 +145,7 @@ def proof_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]
     lines = []
     if "no_drafts" in spec:
         for _, r in spec[spec["no_drafts"].notna()].iterrows():
-            label = " ".join([f"{_VARYING[c]} {r[c]}" for c in varying] + [row_label(r)])
+            label = " ".join([f"{FLAGS[c]} {r[c]}" for c in varying] + [row_label(r)])
             why = "" if r["no_drafts"] == NO_REASON else f": {r['no_drafts']}"
             lines.append(f"no drafts: {label} drafted no token, so it measured the target alone{why}")
     decided = spec.apply(gain_decided, axis=1) if not spec.empty else pd.Series(dtype=object)
@@ -206,7 +206,7 @@ def drift_lines(summary: pd.DataFrame, varying: Sequence[str] = ()) -> list[str]
     alone = summary[(summary["mode"] == "target") & (summary["drift_pct"].abs() > 100 * DRIFT)]
     out = []
     for _, r in alone.iterrows():
-        where = " ".join(f"{_VARYING[c]} {r[c]}" for c in varying if c in _VARYING and c != "prompt_id")
+        where = " ".join(f"{FLAGS[c]} {r[c]}" for c in varying if c in FLAGS and c != "prompt_id")
         spec = summary[(summary["mode"] == "speculative") & matching(summary, r, [c for c in SETTING if c in summary
                                                                                    and c not in SPECULATION])]
         unpaired = (spec.get("gain_test") == "unpaired").any()

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from gguf_bench.results.decision.terms import FLAGS
+from gguf_bench.results.decision.wording import row_label  # noqa: F401 (report.row_label)
 from gguf_bench.results.presentation.summary import (
     CONCURRENCY,
     TTFT_PROMPT_TOKENS,
@@ -16,7 +18,6 @@ from gguf_bench.results.presentation.summary import (
     offload_label,
 )
 from gguf_bench.results.schema.fields import Field
-from gguf_bench.results.schema.kinds import run_label
 from gguf_bench.results.schema.run_fields import RUN_FIELDS
 from gguf_bench.results.schema.text import number_text, speed_text
 
@@ -26,12 +27,6 @@ FORMATS = ("md", "csv", "json", "jsonl")
 def rounds_by_length(counts) -> str:
     """'0:12 1:3 4:20': the draft lengths that occurred, with their rounds."""
     return " ".join(f"{n}:{c}" for n, c in enumerate(counts) if c) if isinstance(counts, list) else ""
-
-
-def row_label(row: pd.Series) -> str:
-    """Short: 'target alone', 'draft alone', 'K=4', 'ngram(1-4) K=16', 'draft p-min 0.8 K=16' (the files are in the
-    table's caption; the draft model with fixed K is the plain 'K=4')."""
-    return run_label(row["mode"], row.get("strategy") or "", row["k"])
 
 
 def model_label(row: pd.Series) -> str:
@@ -58,12 +53,6 @@ def _tps(row: pd.Series) -> str:
     std = row["tokens_per_s_std"]
     return speed_text(row["tokens_per_s"]) + ("" if pd.isna(std) else f" ± {speed_text(std)}")
 
-_VARYING = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np", "clients": "clients", "depth": "-d",
-            "prompt_length": "prompt tok",
-            "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
-            "ngl": "-ngl", "ngld": "-ngld", "placement": "placement",
-            "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
-            "batch_size": "-b", "ubatch_size": "-ub", "threads_draft": "-td"}
 
 
 @dataclass(frozen=True)
@@ -227,8 +216,8 @@ def _cells(summary: pd.DataFrame, names: Sequence[str], md: bool = False) -> dic
 
 
 def _varying_cells(summary: pd.DataFrame, varying: Sequence[str]) -> dict[str, list[str]]:
-    """Heading -> the rows' texts of the settings that tell rows apart (_VARYING's)."""
-    return {_VARYING[c]: [number_text(v, "{:g}") if c == "temperature" else _count(v) if c in CONCURRENCY else str(v)
+    """Heading -> the rows' texts of the settings that tell rows apart (FLAGS's)."""
+    return {FLAGS[c]: [number_text(v, "{:g}") if c == "temperature" else _count(v) if c in CONCURRENCY else str(v)
                           for v in summary[c]] for c in varying}
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from gguf_bench import engine_registry
 from gguf_bench.results.decision.terms import CONTEXT
 from gguf_bench.results.presentation.columns import (
-    _VARYING,
+    FLAGS,
     _width,
     row_label,
 )
@@ -35,7 +35,7 @@ def engines_table(both: pd.DataFrame, agreement: list[str], width: int = 120) ->
     fixed += [f"T={number_text(both['temperature'].iloc[0], '{:g}')}"] if "temperature" not in varying else []
     fixed += [f"n={both['n_predict'].iloc[0]}"] if "n_predict" not in varying else []
     title = f"{engine_registry.title(first)} vs {engine_registry.title(second)} (tokens/s)"
-    columns: dict[str, list[str]] = {_VARYING.get(c, c): [number_text(v, "{:g}") if c == "temperature" else str(v)
+    columns: dict[str, list[str]] = {FLAGS.get(c, c): [number_text(v, "{:g}") if c == "temperature" else str(v)
                                                           for v in both[c]] for c in varying}
     columns["run"] = [row_label(r) for _, r in both.iterrows()]
     for e, short in ((first, a), (second, b)):

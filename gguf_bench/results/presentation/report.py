@@ -23,7 +23,7 @@ from gguf_bench.results.presentation.captions import (  # noqa: F401
     proof_lines,
 )
 from gguf_bench.results.presentation.columns import (  # noqa: F401
-    _VARYING,
+    FLAGS,
     FORMATS,
     MD_ORDER,
     MD_SHOWN,

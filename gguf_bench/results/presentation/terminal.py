@@ -12,7 +12,7 @@ from gguf_bench.results.presentation.captions import (
     _title,
 )
 from gguf_bench.results.presentation.columns import (
-    _VARYING,
+    FLAGS,
     NARROWING,
     RUN_COLUMNS,
     STEP_COLUMNS,
@@ -36,7 +36,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
     prompt, GPU layers) get their own; where it is still too wide, the overhead, tokens-per-round and
     runs columns go first. A terminal of 120 columns or more always gets GPU layers. steps: steps/s and
     tokens per step beside tokens/s (STEP_COLUMNS), kept however narrow the terminal."""
-    varying = [c for c in _VARYING if c in summary.columns
+    varying = [c for c in FLAGS if c in summary.columns
                and (summary[c].nunique(dropna=False) > 1 or (c == "host" and show_host))]
     offloads = summary.apply(offload_label, axis=1)
     requested = "ngl" in varying or "ngld" in varying  # the groups differ by what was asked: show what was placed

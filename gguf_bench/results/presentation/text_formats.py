@@ -11,7 +11,7 @@ from gguf_bench.errors import BenchError
 from gguf_bench.results.predictions import ceiling
 from gguf_bench.results.presentation import evals as evals_view
 from gguf_bench.results.presentation.columns import (
-    _VARYING,
+    FLAGS,
     FORMATS,
     MD_ORDER,
     MD_SHOWN,
@@ -25,7 +25,7 @@ def to_markdown(summary: pd.DataFrame) -> str:
     """The published llama.cpp notebook's table: model, GPU layers offload, tokens/s, gain %; led by the settings that
     tell rows apart and that those columns do not show (-np, clients, prompt, engine, host, ...), as the table is."""
     predicted = "predicted_tokens_per_s" in summary
-    varying = [c for c in _VARYING if c in summary.columns and c not in MD_SHOWN
+    varying = [c for c in FLAGS if c in summary.columns and c not in MD_SHOWN
                and summary[c].nunique(dropna=False) > 1]
     columns = _varying_cells(summary, varying)
     columns |= _cells(summary, [c for c in MD_ORDER if c != "predicted" or predicted], md=True)

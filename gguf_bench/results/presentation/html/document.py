@@ -25,7 +25,7 @@ SETTING_ONLY = [c for c in SETTING if c not in FAMILY]  # what tells settings ap
 
 @dataclass
 class Answer:
-    """One workload's deploy line (deploy.lines), with what it rests on and its other speculative rows by verdict."""
+    """One workload's deploy line (answer.lines), with what it rests on and its other speculative rows by verdict."""
 
     row: int  # index into rows
     workload: str
@@ -83,12 +83,12 @@ def workload_label(frame: pd.DataFrame, row: pd.Series) -> str:
 
 def setting_label(frame: pd.DataFrame, row: pd.Series) -> str:
     """'engine server -ngl 99 K=4': the settings that differ between rows of a workload, then its drafting."""
-    parts = [f"{rep._VARYING.get(c, c)} {row[c]}" for c in varying(frame, SETTING_ONLY)]
+    parts = [f"{rep.FLAGS.get(c, c)} {row[c]}" for c in varying(frame, SETTING_ONLY)]
     return " ".join([*parts, rep.row_label(row)])
 
 
 def answers(summary: pd.DataFrame, frame: pd.DataFrame, labels: dict[str, list[str]]) -> list[Answer]:
-    """deploy.lines' (headline, command) per workload, beside the row it deploys and the workload's other verdicts."""
+    """answer.lines(): (headline, command) per workload, beside the row it deploys and the workload's other verdicts."""
     blocked = summary.get("deploy_busy", pd.Series(None, index=summary.index, dtype=object)).notna()
     chosen = [summary.index.get_loc(i) for i in summary.index[summary["deploy"].notna() | blocked]]
     workload = frame.groupby([c for c in FAMILY if c in frame], dropna=False, sort=False).ngroup()
@@ -149,7 +149,7 @@ def provenance(runs: Sequence[RunRecord], sources: Sequence[str], summary: pd.Da
     return {"files": files, "models": list(models.values()), "builds": list(builds.values()),
             "machines": list(machines.values()), "order": orders or ["not stored (a file from before runs were "
                                                                       "interleaved)"],
-            "pairing": rep.proof_lines(summary, varying(summary, list(rep._VARYING))),
+            "pairing": rep.proof_lines(summary, varying(summary, list(rep.FLAGS))),
             "left_out": rep.left_out_lines(summary) or ["no run left out"]}
 
 

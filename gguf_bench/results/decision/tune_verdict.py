@@ -1,5 +1,5 @@
-"""tune --check's verdict: the rule `report` decides by (results/presentation/summary.py) on the check's own runs, and what they say
-to run by the deploy rule (crossover.candidates)."""
+"""tune --check's verdict: the rule `report` decides by (results/decision/table.py) on the check's own runs, and what they say
+to run by the deploy rule (choice.candidates)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import pandas as pd
 
 from gguf_bench.errors import BenchError
-from gguf_bench.results.presentation.crossover import candidates, gain_text
-from gguf_bench.results.presentation.report import row_label
-from gguf_bench.results.presentation.summary import for_objective, gain_decided, summarize, to_frame
+from gguf_bench.results.decision.choice import candidates
+from gguf_bench.results.decision.table import for_objective, summarize, to_frame
+from gguf_bench.results.decision.verdicts import gain_decided
+from gguf_bench.results.decision.wording import gain_text, row_label
 from gguf_bench.results.schema.records import RunRecord
 
 
@@ -41,7 +42,7 @@ def gain_fields(summary: pd.DataFrame, k: int, strategy: str | None = None) -> d
 
 
 def measured_verdict(summary: pd.DataFrame) -> dict:
-    """What --check's runs say to run, by the deploy rule (crossover.candidates): the fastest measured speculative row
+    """What --check's runs say to run, by the deploy rule (choice.candidates): the fastest measured speculative row
     whose gain is decided and that is faster than the fastest target alone, else the fastest target alone (with why)."""
     order = candidates(summary)
     if order and summary.loc[order[0], "mode"] == "speculative":
