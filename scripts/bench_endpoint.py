@@ -29,8 +29,9 @@ from gguf_bench.results.presentation.crossover import gain_text
 from gguf_bench.results.schema.records import Mode
 from gguf_bench.results.schema.store import read_records
 from gguf_bench.runtimes.llama_cpp import use_extra_buffers
-from gguf_bench.runtimes.llama_server import Launch, Server, Speculation, spec_counters
+from gguf_bench.runtimes.llama_server import Launch, Server, Speculation
 from gguf_bench.runtimes.server_build import find_server
+from gguf_bench.runtimes.server_metrics import spec_counters
 
 
 def gb(results: Path, *args: str) -> str:

@@ -109,7 +109,7 @@ def test_measured_drafts_rank_by_predicted_tokens_per_s_not_by_gain(tmp_path):
     """Each calibration times the target alone anew. A draft calibrated while the target ran slow shows the larger
     gain over that slow target alone, yet predicts fewer tokens/s: it ranks second (by gain it would be first). The
     gains shown are over one target alone for all: the median of the calibrations' own."""
-    from gguf_bench.measure.flows.drafts import Measured, MeasuredDrafts, best_first
+    from gguf_bench.measure.flows.drafts import CalibratedDraft, MeasuredDrafts, best_first
     from gguf_bench.measure.pair import PairFiles
     from gguf_bench.models.candidates import Candidate
     from gguf_bench.results.predictions import costmodel as tn
@@ -117,11 +117,11 @@ def test_measured_drafts_rank_by_predicted_tokens_per_s_not_by_gain(tmp_path):
 
     text = tn.Text("p", (True,) * 24, 24, False)  # every draft token accepted
 
-    def measured(name: str, t_target: float) -> Measured:
+    def measured(name: str, t_target: float) -> CalibratedDraft:
         tm = tn.Timings(t_draft=0.01, t_draft2=0.01, t_verify=(t_target,) * 5, round_overhead=0.0)
         cals = [tn.Calibration(name, "0", "0", 24, (1, 2, 4), tm, (text,), (1.0,) * 4)]
         files = PairFiles(tmp_path / "t.gguf", tmp_path / f"{name}.gguf", name)
-        return Measured(Ranked(Candidate(name, "search", "draft-simple"), 0.1), files, cals, tn.recommend(cals), 256)
+        return CalibratedDraft(Ranked(Candidate(name, "search", "draft-simple"), 0.1), files, cals, tn.recommend(cals), 256)
 
     slow, fast = measured("timed-slow", 0.2), measured("timed-fast", 0.1)
     assert slow.rec.fastest.gain_pct > fast.rec.fastest.gain_pct

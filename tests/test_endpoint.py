@@ -21,11 +21,13 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_user_error, invoke, stored
 
-from gguf_bench.measure.engines.endpoint import Answer, _chunk, at_length, counted, describe
+from gguf_bench.measure.engines.endpoint import _chunk, at_length, describe
+from gguf_bench.measure.engines.endpoint_figures import counted
 from gguf_bench.measure.inputs.prompts import choose
 from gguf_bench.runtimes.llama_cpp import Vocabulary
 from gguf_bench.runtimes.llama_server import Launch, Server, Speculation, free_port
 from gguf_bench.runtimes.server_build import find_server
+from gguf_bench.runtimes.streamed import StreamedRequest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "server.md"
 
@@ -236,17 +238,17 @@ def test_a_server_that_dies_mid_sweep_fails_its_cells_and_the_sweep_exits_3(tiny
 
 
 def test_a_stream_fills_its_answer_and_the_last_chunk_finishes_it():
-    answer = Answer(0, "p")
+    answer = StreamedRequest(0, "p", 8)
     chunks = [b'data: {"choices":[{"text":"a","index":0,"finish_reason":null}]}',
               b'data: {"choices":[{"text":"bc","index":0,"finish_reason":null}]}',
               b'data: {"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":3},'
               b'"timings":{"predicted_n":3,"predicted_ms":30.0,"draft_n":4,"draft_n_accepted":2}}', b"data: [DONE]"]
     assert [_chunk(c.removeprefix(b"data: "), answer, 0.0) for c in chunks] == [False, False, False, True]
-    assert answer.text == "abc" and answer.finish == "length" and answer.first_s <= answer.end_s
-    assert answer.n_tokens(8) == (3, "timings") and answer.decode_s == pytest.approx(0.03)
-    assert (answer.draft("draft_n"), answer.draft("draft_n_accepted")) == (4, 2)
-    plain = Answer(1, "p", first_s=1.0, end_s=2.0, finish="stop")
-    assert plain.n_tokens(8) == (None, "") and plain.draft("draft_n") is None  # not told: never guessed
+    assert answer.text == "abc" and answer.finish == "length" and answer.first_token_s <= answer.end_s
+    assert (answer.predicted_n, answer.tokens_from) == (3, "timings") and answer.decode_s == pytest.approx(0.03)
+    assert (answer.draft_n, answer.draft_n_accepted) == (4, 2)
+    plain = StreamedRequest(1, "p", 8, first_token_s=1.0, end_s=2.0, finish="stop")
+    assert (plain.predicted_n, plain.tokens_from) == (None, "") and plain.draft_n is None  # not told: never guessed
 
 
 def test_metrics_count_for_a_cell_only_where_they_are_its_own():
@@ -258,10 +260,10 @@ def test_metrics_count_for_a_cell_only_where_they_are_its_own():
     after = {"spec_decode_num_drafts_total": 13, "spec_decode_num_draft_tokens_total": 52,
              "spec_decode_num_accepted_tokens_total": 25, "spec_decode_num_accepted_tokens_per_pos_total[0]": 11,
              "spec_decode_num_accepted_tokens_per_pos_total[1]": 7}
-    mine = [Answer(0, "p", timings={"draft_n": 12, "draft_n_accepted": 5})]
+    mine = [StreamedRequest(0, "p", timings={"draft_n": 12, "draft_n_accepted": 5})]
     got = counted(before, after, mine)
     assert got.rounds == 3 and got.accepted_at == [3, 2]
-    crowded = [Answer(0, "p", timings={"draft_n": 8, "draft_n_accepted": 5})]  # another client drafted 4 meanwhile
+    crowded = [StreamedRequest(0, "p", timings={"draft_n": 8, "draft_n_accepted": 5})]  # another client drafted 4 meanwhile
     assert counted(before, after, crowded).rounds is None and counted(None, after, mine).rounds is None
 
 

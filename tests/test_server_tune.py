@@ -141,7 +141,7 @@ def test_rounds_the_servers_metrics_did_not_count_are_not_measured_not_no_drafts
     None, the run is not marked 'no drafts', and tune stops in one line saying they were not measured."""
     from gguf_bench.measure.proof import marked
     from gguf_bench.results.schema.records import Mode
-    from gguf_bench.runtimes.llama_server import spec_counters
+    from gguf_bench.runtimes.server_metrics import spec_counters
 
     assert spec_counters({}, {"n_decode_total": 40.0}) == (None, None, None)
     counters = {"spec_decode_num_drafts_total": 12.0, "spec_decode_num_draft_tokens_total": 48.0,

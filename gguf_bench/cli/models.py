@@ -262,7 +262,7 @@ def _local_files(sources: list[str], registry: Path | None) -> list[Path]:
 
 
 def _plan_table(rows: list[offload_plan.PlanRow], target: offload_plan.Shape, title: str,
-                found: tuple[speed.Measured, speed.SpeedRun] | None) -> Table:
+                found: tuple[speed.PlacementSpeeds, speed.SpeedRun] | None) -> Table:
     """One line per target placement, grouped under its draft placement (its cells on the group's first line)."""
     caption = ("MiB on the devices; compute is an estimate, the other terms are arithmetic on the header; free: on "
                "the device with the least left. -ngld none: the draft on the CPU (-devd none). -ncmoe: the first "
@@ -301,7 +301,7 @@ def _measurable(row: offload_plan.PlanRow) -> bool:
 
 
 def _measure_rows(rows: list[offload_plan.PlanRow], pair: tuple[str, str, str], registry: Path | None, run: speed.SpeedRun,
-                  out: Path) -> tuple[speed.Measured, speed.SpeedRun] | None:
+                  out: Path) -> tuple[speed.PlacementSpeeds, speed.SpeedRun] | None:
     """Each row that fits, measured on twins of the pair (name, target source, draft source): speed.measure_speeds;
     None when no row fits."""
     placements = list(dict.fromkeys((r.target.layers, r.draft.layers) for r in rows if _measurable(r)))
@@ -317,12 +317,12 @@ def _measure_rows(rows: list[offload_plan.PlanRow], pair: tuple[str, str, str], 
     return found, run
 
 
-def _speed_cells(row: offload_plan.PlanRow, found: speed.Measured) -> list[str]:
+def _speed_cells(row: offload_plan.PlanRow, found: speed.PlacementSpeeds) -> list[str]:
     got = found.speeds.get((row.target.layers, row.draft.layers)) if _measurable(row) else None
     return [f"{v:.1f}" if v else "–" for v in ((got.target, got.draft) if got else (None, None))]
 
 
-def _measure_notes(found: speed.Measured, rows: list[offload_plan.PlanRow]) -> None:
+def _measure_notes(found: speed.PlacementSpeeds, rows: list[offload_plan.PlanRow]) -> None:
     """Why a fitting row has no speed, and where the runs are stored."""
     for r in rows:
         got = found.speeds.get((r.target.layers, r.draft.layers)) if _measurable(r) else None

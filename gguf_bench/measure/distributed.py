@@ -193,7 +193,7 @@ def pair_sources(pairs: list[str] | None, target: Path | None, draft: Path | Non
 
 
 @dataclass(frozen=True)
-class Unit:
+class PairUnit:
     """One pair under one offload setting: one Ray task."""
 
     index: int
@@ -211,7 +211,7 @@ def unit_grid(grid: Grid, load: LoadConfig) -> Grid:
     return grid.narrowed(load)
 
 
-def plan_units(pairs: list[PairSource], grid: Grid, records: list[Record]) -> list[Unit]:
+def plan_units(pairs: list[PairSource], grid: Grid, records: list[Record]) -> list[PairUnit]:
     """Every pair x offload setting, with the keys of its cells already in `records`.
 
     Cell keys hold the files' names: for a registry pair the driver takes them from the pair's earlier
@@ -226,11 +226,11 @@ def plan_units(pairs: list[PairSource], grid: Grid, records: list[Record]) -> li
         for load in grid.settings():
             cells = cells_for(unit_grid(grid, load))
             if known is None:
-                units.append(Unit(len(units), pair, load, frozenset(), len(cells)))
+                units.append(PairUnit(len(units), pair, load, frozenset(), len(cells)))
                 continue
             files = PairFiles(Path(known[0]), Path(known[1]), pair.name)
             keys = {cell_key(pair.name, files, c.config(grid, load), c.mode) for c in cells}
-            units.append(Unit(len(units), pair, load, frozenset(keys & done), len(keys - done)))
+            units.append(PairUnit(len(units), pair, load, frozenset(keys & done), len(keys - done)))
     return units
 
 
@@ -244,7 +244,7 @@ class Written:
     key: str
 
 
-def unit_records(name: str, unit: Unit, grid: Grid, ledger: Any = None) -> Iterator[RunRecord | Written]:
+def unit_records(name: str, unit: PairUnit, grid: Grid, ledger: Any = None) -> Iterator[RunRecord | Written]:
     """The body of a unit's Ray task: one item per cell not in `unit.skip`, in a fixed order.
 
     A cell the driver has already written (asked of `ledger`, on a retry) gets a placeholder

@@ -21,7 +21,9 @@ from gguf_bench.results.schema.store import environment, models_record
 Only = Callable[[Setting, Cell], bool] | None
 
 
-class Measured(Protocol):
+class SweepSubject(Protocol):
+    """What one sweep measures (a local pair, or the servers at --url and --baseline-url), as the sweep loop asks it."""
+
     name: str  # the results' pair: every record's `pair`, and what --resume finds a sweep's cells by (set by prepare)
 
     def check_stored(self, stored: list, out: Path) -> None:
@@ -92,6 +94,6 @@ class LocalPair:
         return machine.side_by_side(self.files, loads, n_ctx, self.budget)
 
 
-def as_measured(what: PairFiles | Measured) -> Measured:
+def as_measured(what: PairFiles | SweepSubject) -> SweepSubject:
     """A pair's files as the local pair they are; anything else as it is."""
     return LocalPair(what) if isinstance(what, PairFiles) else what

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gguf_bench import engine_registry as capabilities
 from gguf_bench.measure.engines.protocol import Engine, Session, measure_unit
-from gguf_bench.measure.measured import Measured, as_measured
+from gguf_bench.measure.measured import SweepSubject, as_measured
 from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.plan import SKIPPED, Grid, Setting, Unit, auto_looks, cells_done, interleaved, per_repetition
 from gguf_bench.measure.repeat import selects, undecided
@@ -38,7 +38,7 @@ class SweepEvents:
     stopped: Callable[[str], None] = lambda line: None  # -r auto: why it stopped repeating (the sweep's last line)
 
 
-def run_sweep(name: str, what: PairFiles | Measured | Runs, grid: Grid, out: Path, resume: bool,
+def run_sweep(name: str, what: PairFiles | SweepSubject | Runs, grid: Grid, out: Path, resume: bool,
               events: SweepEvents = SweepEvents()) -> Path:
     """Run every cell of `what` (a pair's files, or what an engine resolved from the command, measured here; or units
     that run elsewhere: distributed.OnRay) not already in `out`; append each record as soon as it is measured; with -r
@@ -66,7 +66,7 @@ class Runs:
 class Here(Runs):
     """The units in this process: every setting's, taking turns (Measuring), then -r auto's looks."""
 
-    def __init__(self, name: str, measured: Measured, grid: Grid, out: Path):
+    def __init__(self, name: str, measured: SweepSubject, grid: Grid, out: Path):
         self.name, self.measured, self.grid, self.out = name, measured, grid, out
 
     def records(self, stored: list, events: SweepEvents) -> Iterator[RunRecord]:
@@ -130,7 +130,7 @@ def _looks(grid: Grid, pair: str, out: Path, events: SweepEvents, ran: int, meas
     return f"-r auto: --max-reps {grid.max_reps} reached; still open: {'; '.join(open_.why)}"
 
 
-def iter_records(name: str, what: PairFiles | Measured, grid: Grid, skip: set[str] = frozenset(),
+def iter_records(name: str, what: PairFiles | SweepSubject, grid: Grid, skip: set[str] = frozenset(),
                  events: SweepEvents = SweepEvents()) -> Iterator[RunRecord]:
     """Measure each cell whose key is not in `skip`, loading each setting once."""
     with closing(Measuring(name, what, grid, events)) as measuring:
@@ -143,7 +143,7 @@ class Measuring:
     planner's figures hold them all; else one at a time, the last one open staying open from a repetition (and a pass)
     to the next, which starts with it (A B | B A), so -r auto repeating one setting's cells loads it once in all."""
 
-    def __init__(self, name: str, what: PairFiles | Measured, grid: Grid, events: SweepEvents):
+    def __init__(self, name: str, what: PairFiles | SweepSubject, grid: Grid, events: SweepEvents):
         self.measured = as_measured(what)
         self.grid, self.prompts = self.measured.prepare(grid, events.note)  # every check before anything loads
         self.static = self.measured.static(name)

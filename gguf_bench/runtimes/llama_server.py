@@ -33,7 +33,7 @@ from pathlib import Path
 
 from gguf_bench.errors import BenchError
 from gguf_bench.placing import rpc_flag
-from gguf_bench.runtimes import placement
+from gguf_bench.runtimes import placement, server_metrics
 
 SPEC_FLAGS = ("--spec-type", "--spec-draft-n-max")
 UNIFIED = "llama"  # llama.cpp's one binary, as its installers ship it: `llama serve` takes llama-server's flags
@@ -43,10 +43,6 @@ DEPLOY_PORT = 8080  # llama-server's own default port: a deploy line's --port (a
 START_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 600.0
 _PORT_IN_USE = re.compile(r"couldn't bind|address already in use|bind.*failed", re.IGNORECASE)
-_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([-+\d.eE]+)$')
-# /metrics' speculative counters: verification rounds, draft tokens, accepted draft tokens
-SPEC_COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
-                 "spec_decode_num_accepted_tokens_total")
 
 
 
@@ -238,7 +234,7 @@ class Completion:
     predicted_ms: float
     stop_type: str
     # verification steps (spec_decode_num_drafts_total over the request), draft tokens, accepted ones; None: the
-    # server's /metrics lacks a speculative counter (spec_counters), so they were not measured (never 0 drafts)
+    # server's /metrics lacks a speculative counter (server_metrics.spec_counters), so they were not measured (never 0 drafts)
     rounds: int | None = 0
     drafted: int | None = 0
     accepted: int | None = 0
@@ -352,13 +348,9 @@ class Server:
     def _get(self, path: str):
         return json.loads(self._request(path))
 
-    def metrics(self) -> dict:
-        """The Prometheus counters, without the `llamacpp:` prefix; per-position ones as 'name[i]'."""
-        out: dict[str, float] = {}
-        for line in self._request("/metrics").decode().splitlines():
-            if m := _METRIC.match(line.strip()):
-                out[m[1] + (f"[{m[2]}]" if m[2] is not None else "")] = float(m[3])
-        return out
+    def metrics(self) -> dict[str, float]:
+        """The Prometheus counters, without the `llamacpp:` prefix; per-position ones as 'name[i]' (server_metrics)."""
+        return server_metrics.parse(self._request("/metrics").decode())
 
     def complete(self, prompt: Sequence[int], n_predict: int, sampling: Sampling = GREEDY,
                  cache_prompt: bool = False) -> Completion:
@@ -368,17 +360,14 @@ class Server:
         body = completion_body(prompt, n_predict, sampling, cache_prompt=cache_prompt)
         answer = json.loads(self._request("/completion", body))
         after = self.metrics()
-        delta = _delta(before, after)
         t = answer["timings"]
-        n_pos = max((int(k[k.index("[") + 1:-1]) + 1 for k in delta if k.startswith("spec_decode_num_accepted_tokens_per_pos")),
-                    default=0)
-        rounds, drafted, accepted = spec_counters(before, after)
+        rounds, drafted, accepted = server_metrics.spec_counters(before, after)
         return Completion(
             tokens=list(answer.get("tokens") or []), text=answer.get("content", ""), prompt_n=int(t["prompt_n"]),
             prompt_ms=float(t["prompt_ms"]), cache_n=int(t.get("cache_n", 0)), predicted_n=int(t["predicted_n"]),
             predicted_ms=float(t["predicted_ms"]), stop_type=str(answer.get("stop_type", "")),
             rounds=rounds, drafted=drafted, accepted=accepted,
-            accepted_at=[int(delta.get(f"spec_decode_num_accepted_tokens_per_pos_total[{i}]", 0)) for i in range(n_pos)])
+            accepted_at=server_metrics.accepted_at(before, after))
 
     def placements(self, target_layers: int, draft_layers: int | None) -> tuple[placement.Placement, placement.Placement | None]:
         """Where llama.cpp put each model, from the server's load log (the target loads first, then the draft)."""
@@ -405,19 +394,6 @@ def completion_body(prompt: Sequence[int], n_predict: int, sampling: Sampling = 
 def _strip_time(line: str) -> str:
     """'0.00.346.055 E srv    load_model: failed to ...' -> 'srv    load_model: failed to ...'."""
     return re.sub(r"^[\d.]+ [A-Z] ", "", line.strip())
-
-
-def _delta(before: dict, after: dict) -> dict:
-    return {k: v - before.get(k, 0.0) for k, v in after.items()}
-
-
-def spec_counters(before: dict, after: dict) -> tuple[int, int, int] | tuple[None, None, None]:
-    """(rounds, draft tokens, accepted draft tokens): the change of /metrics' speculative counters from `before` to
-    `after`. All None where the server does not list one of them (a build that names them otherwise): not measured,
-    which is not 0 drafts."""
-    if not all(name in after for name in SPEC_COUNTERS):
-        return None, None, None
-    return tuple(int(after[name] - before.get(name, 0.0)) for name in SPEC_COUNTERS)
 
 
 def is_unified(binary: Path) -> bool:

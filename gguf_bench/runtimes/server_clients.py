@@ -1,8 +1,9 @@
 """Several clients at once against one running llama-server (runtimes/llama_server.py).
 
 A round sends one streaming /completion request per client, all released together by a barrier, and waits for every
-answer. Each request is timed from the client's side (time to first token, end-to-end latency) and by the server
-(its `timings`: predicted_n, predicted_ms, prompt_ms, draft_n, draft_n_accepted). The server's /metrics counters are
+answer. Each request is recorded as runtimes/streamed.StreamedRequest: timed from the client's side (time to first
+token, end-to-end latency) and by the server (its `timings`: predicted_n, predicted_ms, prompt_ms, draft_n,
+draft_n_accepted). The server's /metrics counters are
 per process, so with requests in flight they are read around the whole round only (its verification steps).
 
 Every request is bounded: a socket timeout per read and a deadline for the whole answer. A request that passes its
@@ -17,54 +18,17 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 from gguf_bench.runtimes import sse
-from gguf_bench.runtimes.llama_server import Sampling, Server, ServerError, completion_body, spec_counters
-
-
-@dataclass
-class Request:
-    """One client's request of a round: client-side times are seconds from the round's start."""
-
-    client: int
-    prompt_id: str
-    sent_s: float = 0.0
-    first_token_s: float | None = None  # when its first generated token arrived
-    end_s: float | None = None  # when its last byte arrived
-    prompt_n: int = 0
-    prompt_ms: float = 0.0
-    predicted_n: int = 0
-    predicted_ms: float = 0.0
-    draft_n: int = 0
-    draft_n_accepted: int = 0
-    tokens: list[int] = field(default_factory=list)
-    text: str = ""
-    error: str | None = None
-
-    @property
-    def ttft_s(self) -> float | None:
-        return self.first_token_s - self.sent_s if self.first_token_s is not None else None
-
-    @property
-    def latency_s(self) -> float | None:
-        return self.end_s - self.sent_s if self.end_s is not None else None
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        """The server's decode speed for this request (predicted_n over predicted_ms, as the single-stream engine)."""
-        return 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else None
-
-    def stored(self) -> dict:
-        """What a record keeps of it: everything but the tokens (the text is enough to read)."""
-        out = asdict(self)
-        del out["tokens"]
-        return out
+from gguf_bench.runtimes.llama_server import Sampling, Server, ServerError, completion_body
+from gguf_bench.runtimes.server_metrics import spec_counters
+from gguf_bench.runtimes.streamed import StreamedRequest
 
 
 @dataclass
 class Round:
-    requests: list[Request]
+    requests: list[StreamedRequest]
     wall_s: float  # from the release to the last answer
     rounds: int | None = 0  # verification steps of all requests (the server's counters over the round); None: not read
 
@@ -96,9 +60,9 @@ def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predic
               timeout_s: float, cache_prompt: bool = False) -> Round:
     """Send every prompt at the same moment, one client each, and wait for all of them (each bounded by timeout_s)."""
     before = server.metrics()
-    requests = [Request(i, pid) for i, (pid, _) in enumerate(prompts)]
+    requests = [StreamedRequest(i, pid, n_predict) for i, (pid, _) in enumerate(prompts)]
 
-    def client(req: Request, tokens: list[int], start: float) -> None:
+    def client(req: StreamedRequest, tokens: list[int], start: float) -> None:
         body = completion_body(tokens, n_predict, sampling, stream=True, cache_prompt=cache_prompt)
         try:
             _stream(server, body, req, start, timeout_s)
@@ -113,7 +77,7 @@ def run_round(server: Server, prompts: Sequence[tuple[str, list[int]]], n_predic
     return Round(requests, wall, rounds)
 
 
-def _stream(server: Server, body: dict, req: Request, start: float, timeout_s: float) -> None:
+def _stream(server: Server, body: dict, req: StreamedRequest, start: float, timeout_s: float) -> None:
     """One streaming /completion (runtimes/sse.py): an event per chunk of tokens, the last one with stop and timings."""
     req.sent_s = time.perf_counter() - start
 
@@ -125,7 +89,7 @@ def _stream(server: Server, body: dict, req: Request, start: float, timeout_s: f
             req.text += chunk.get("content", "")
         if chunk.get("stop"):
             req.end_s = time.perf_counter() - start
-            _timings(req, chunk.get("timings") or {})
+            req.timings = chunk.get("timings") or {}
         return bool(chunk.get("stop"))
     try:
         sse.post_events(server.base + "/completion", body, timeout_s, event)
@@ -144,9 +108,3 @@ def _failed(server: Server, exc: sse.StreamFailed, n_tokens: int) -> str:
         return (f"llama-server closed the connection after {n_tokens} tokens"
                 + ("" if server.alive() else f" (it exited with code {server.proc.returncode})"))
     return f"the request failed after {n_tokens} tokens: {exc}{exited}"
-
-
-def _timings(req: Request, t: dict) -> None:
-    req.prompt_n, req.prompt_ms = int(t.get("prompt_n", 0)), float(t.get("prompt_ms", 0.0))
-    req.predicted_n, req.predicted_ms = int(t.get("predicted_n", 0)), float(t.get("predicted_ms", 0.0))
-    req.draft_n, req.draft_n_accepted = int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0))

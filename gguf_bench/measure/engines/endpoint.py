@@ -23,17 +23,17 @@ from __future__ import annotations
 import functools
 import json
 import re
-import statistics
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.engine_registry import of
 from gguf_bench.errors import BenchError, ConfigError
+from gguf_bench.measure.engines.endpoint_figures import counted, round_metrics, single_metrics, why_unmeasured
 from gguf_bench.measure.inputs.depth import check_shorter, closest, filler_text
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.inputs.prompts import Prompt
@@ -41,16 +41,15 @@ from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled, w
 from gguf_bench.models.pairs import PairChoice, PairFiles
 from gguf_bench.results.schema.parts.endpoint import Endpoint
 from gguf_bench.results.schema.parts.provenance import ModelFile, Models
-from gguf_bench.results.schema.records import Mode, RunMetrics, RunRecord
+from gguf_bench.results.schema.records import Mode, RunRecord
 from gguf_bench.results.schema.store import environment
-from gguf_bench.runtimes import sse
-from gguf_bench.runtimes.llama_server import spec_counters
+from gguf_bench.runtimes import server_metrics, sse
 from gguf_bench.runtimes.server_clients import together
+from gguf_bench.runtimes.streamed import StreamedRequest
 
 NAME = "endpoint"  # its name in engine_registry.KINDS
 CHARS_PER_TOKEN = 4  # the first guess of --prompt-tokens' cut in characters a token (English prose: about 4)
 PROBE_TOKENS = 8  # the greedy request each server answers first: a warm-up, and the same-model check where ids differ
-_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([-+\d.eE]+)$')  # as runtimes/llama_server reads it
 
 
 class EndpointError(BenchError):
@@ -140,7 +139,7 @@ def describe(url: str, option: str) -> Served:
         slots = _json(url, "/slots")
         served.speculative = any(s.get("speculative") for s in slots) if isinstance(slots, list) and slots else None
         status, body = _http(url, "/metrics")
-        served.metrics = status == 200 and b"llamacpp:" in body
+        served.metrics = status == 200 and server_metrics.PREFIX.encode() in body
     return served
 
 
@@ -179,54 +178,7 @@ def probe(served: Served, prompt: Prompt, timeout_s: float) -> str:
     return answer.text
 
 
-# --- one streamed request --------------------------------------------------------------------
-
-
-@dataclass
-class Answer:
-    """One client's streamed request, timed by the client (seconds from its round's start); what the server said of it
-    (usage, timings) where it said anything."""
-
-    client: int
-    prompt_id: str
-    sent_s: float = 0.0
-    first_s: float | None = None  # the first chunk carrying text
-    end_s: float | None = None  # the chunk that finished it
-    text: str = ""
-    finish: str | None = None
-    usage: dict | None = None
-    timings: dict | None = None  # llama.cpp's
-    error: str | None = None
-
-    def n_tokens(self, n_predict: int) -> tuple[int | None, str]:
-        """Its generated tokens and where the count comes from: llama.cpp's timings, `usage`, or -n where it stopped at
-        the length asked; (None, '') where the server did not say."""
-        if self.timings and "predicted_n" in self.timings:
-            return int(self.timings["predicted_n"]), "timings"
-        if self.usage and self.usage.get("completion_tokens") is not None:
-            return int(self.usage["completion_tokens"]), "usage"
-        return (n_predict, "length") if self.finish == "length" else (None, "")
-
-    @property
-    def decode_s(self) -> float | None:
-        """llama.cpp's predicted_ms (first generated token to last), else the client's first chunk to its last."""
-        if self.timings and "predicted_ms" in self.timings:
-            return float(self.timings["predicted_ms"]) / 1000.0
-        return self.end_s - self.first_s if self.first_s is not None and self.end_s is not None else None
-
-    def draft(self, key: str) -> int | None:
-        """llama.cpp's draft_n / draft_n_accepted (absent when nothing was drafted); None without timings."""
-        return int(self.timings.get(key, 0)) if self.timings is not None else None
-
-    def stored(self, n_predict: int) -> dict:
-        """What a record keeps of it (the keys of server_clients.Request.stored; None where not given)."""
-        t = self.timings or {}
-        return {"client": self.client, "prompt_id": self.prompt_id, "sent_s": self.sent_s, "first_token_s": self.first_s,
-                "end_s": self.end_s, "prompt_n": t.get("prompt_n", (self.usage or {}).get("prompt_tokens")),
-                "prompt_ms": t.get("prompt_ms"), "predicted_n": self.n_tokens(n_predict)[0],
-                "predicted_ms": 1000.0 * self.decode_s if self.decode_s is not None else None,
-                "draft_n": self.draft("draft_n"), "draft_n_accepted": self.draft("draft_n_accepted"), "text": self.text,
-                "error": self.error}
+# --- one streamed request (runtimes/streamed.StreamedRequest) ---------------------------------
 
 
 def request(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig) -> tuple[str, dict]:
@@ -241,8 +193,8 @@ def request(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig)
     return "/v1/completions", body | {"prompt": prompt.text}
 
 
-def stream(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig, timeout_s: float, answer: Answer,
-           start: float) -> None:
+def stream(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig, timeout_s: float,
+           answer: StreamedRequest, start: float) -> None:
     """One streaming request into `answer` (runtimes/sse.py); a failure is its error (never raised)."""
     path, body = request(served, prompt, n_predict, cfg)
     answer.sent_s = time.perf_counter() - start
@@ -257,7 +209,7 @@ def stream(served: Served, prompt: Prompt, n_predict: int, cfg: SamplingConfig, 
         answer.error = f"{served.url} ended its stream without finishing the answer"
 
 
-def _chunk(data: bytes, answer: Answer, start: float) -> bool:
+def _chunk(data: bytes, answer: StreamedRequest, start: float) -> bool:
     """One server-sent event's data into `answer`; True at the end of the stream."""
     if data == b"[DONE]":
         return True
@@ -267,8 +219,8 @@ def _chunk(data: bytes, answer: Answer, start: float) -> bool:
     now = time.perf_counter() - start
     for choice in chunk.get("choices") or []:
         piece = choice["text"] if "text" in choice else (choice.get("delta") or {}).get("content")
-        if piece is not None and answer.first_s is None and not choice.get("finish_reason"):
-            answer.first_s = now
+        if piece is not None and answer.first_token_s is None and not choice.get("finish_reason"):
+            answer.first_token_s = now
         answer.text += piece or ""
         if choice.get("finish_reason"):
             answer.finish, answer.end_s = choice["finish_reason"], now
@@ -278,9 +230,9 @@ def _chunk(data: bytes, answer: Answer, start: float) -> bool:
 
 
 def run_round(served: Served, prompts: list[Prompt], n_predict: int, cfg: SamplingConfig,
-              timeout_s: float) -> tuple[list[Answer], float]:
+              timeout_s: float) -> tuple[list[StreamedRequest], float]:
     """Every prompt at the same moment, one client each, released together; (the answers, the round's wall time)."""
-    answers = [Answer(i, p.id) for i, p in enumerate(prompts)]
+    answers = [StreamedRequest(i, p.id, n_predict) for i, p in enumerate(prompts)]
     calls = [functools.partial(stream, served, p, n_predict, cfg, timeout_s, a) for a, p in zip(answers, prompts)]
     return answers, together(calls, timeout_s)
 
@@ -296,95 +248,7 @@ def counters(served: Served) -> dict | None:
         status, body = _http(served.url, "/metrics")
     except EndpointError:  # gone: the cell's request says so
         return None
-    out = {}
-    for line in body.decode("utf-8", "replace").splitlines() if status == 200 else []:
-        if m := _METRIC.match(line.strip()):
-            out[m[1] + (f"[{m[2]}]" if m[2] is not None else "")] = float(m[3])
-    return out or None
-
-
-@dataclass(frozen=True)
-class Counted:
-    """What /metrics adds for a cell, where its counters over the cell are the cell's own requests'."""
-
-    rounds: int | None = None
-    accepted_at: list[int] = field(default_factory=list)  # rounds that accepted draft position i
-
-
-def counted(before: dict | None, after: dict | None, answers: list[Answer]) -> Counted:
-    """The cell's verification steps and per-position acceptance, where /metrics' draft and accepted tokens over the
-    cell equal its requests' timings (else another client's requests are in them: not the cell's, not read)."""
-    if before is None or after is None:
-        return Counted()
-    rounds, drafted, accepted = spec_counters(before, after)
-    mine = [a.draft("draft_n") for a in answers], [a.draft("draft_n_accepted") for a in answers]
-    if rounds is None or None in mine[0] + mine[1] or (drafted, accepted) != (sum(mine[0]), sum(mine[1])):
-        return Counted()
-    name = "spec_decode_num_accepted_tokens_per_pos_total"
-    n_pos = max((int(k[len(name) + 1:-1]) + 1 for k in after if k.startswith(name + "[")), default=0)
-    return Counted(rounds, [int(after.get(f"{name}[{i}]", 0) - before.get(f"{name}[{i}]", 0)) for i in range(n_pos)])
-
-
-# --- a cell's figures -------------------------------------------------------------------------
-
-
-def _sum(values: list[int | None]) -> int | None:
-    return None if None in values else sum(values)
-
-
-def _drafts(answers: list[Answer], got: Counted) -> dict:
-    """The speculative figures every record shares: None where the server did not give them."""
-    drafted, accepted = _sum([a.draft("draft_n") for a in answers]), _sum([a.draft("draft_n_accepted") for a in answers])
-    return {"rounds": got.rounds, "drafted": drafted, "accepted": accepted, "accepted_at": got.accepted_at,
-            "acceptance": accepted / drafted if drafted else None,
-            "tokens_per_round": (accepted + got.rounds) / got.rounds if got.rounds and accepted is not None else None}
-
-
-def single_metrics(a: Answer, n_predict: int, got: Counted, label: str | None) -> RunMetrics:
-    """One request alone: the server's decode speed (or the client's, where it gives no timings)."""
-    n, _ = a.n_tokens(n_predict)
-    t = a.timings or {}
-    prompt_n = t.get("prompt_n", (a.usage or {}).get("prompt_tokens"))
-    return RunMetrics(
-        prompt_tokens=int(prompt_n or 0), prompt_s=float(t.get("prompt_ms", 0.0)) / 1000.0, n_tokens=n,
-        decode_s=a.decode_s, tokens_per_s=n / a.decode_s, ms_per_token=1000.0 * a.decode_s / n,
-        end_to_end_s=a.end_s - a.sent_s, stopped_by_eog=a.finish == "stop", text=a.text, strategy=label,
-        ttft_s=a.first_s - a.sent_s if a.first_s is not None else None, **_drafts([a], got))
-
-
-def round_metrics(answers: list[Answer], wall_s: float, n_predict: int, got: Counted, label: str | None) -> RunMetrics:
-    """A round of clients: every finished request's tokens over the round's wall time (prompt processing and queueing
-    included), each request's own figures, and the latencies the clients saw."""
-    done = [a for a in answers if not a.error]
-    n_tokens = sum(a.n_tokens(n_predict)[0] for a in done)
-    speeds = [a.n_tokens(n_predict)[0] / a.decode_s for a in done if a.decode_s]
-    latencies = sorted(a.end_s - a.sent_s for a in done)
-    ttfts = [a.first_s - a.sent_s for a in done if a.first_s is not None]
-    per_request = statistics.fmean(speeds) if speeds else None
-    return RunMetrics(
-        prompt_tokens=sum(int(a.stored(n_predict)["prompt_n"] or 0) for a in done), n_tokens=n_tokens, decode_s=wall_s,
-        tokens_per_s=n_tokens / wall_s if done else None, ms_per_token=1000.0 / per_request if per_request else None,
-        end_to_end_s=wall_s, text=done[0].text if done else None, strategy=label,
-        requests=[a.stored(n_predict) for a in answers], per_request_tokens_per_s=per_request,
-        ttft_s=statistics.fmean(ttfts) if ttfts else None,
-        latency_p50_s=statistics.median(latencies) if latencies else None,
-        latency_p95_s=statistics.quantiles(latencies, n=20, method="inclusive")[-1] if len(latencies) > 1 else
-        (latencies[0] if latencies else None), **_drafts(done, got))
-
-
-def why_unmeasured(answers: list[Answer], n_predict: int) -> str | None:
-    """Why a cell has no figures: a failed request, or a server that told neither its token count nor its time."""
-    failed = [a for a in answers if a.error]
-    if failed:
-        return (failed[0].error if len(answers) == 1 else
-                f"{len(failed)} of {len(answers)} requests failed: {failed[0].error}")
-    for a in answers:
-        if a.n_tokens(n_predict)[0] is None:
-            return (f"the server gave no token count (no usage in its stream, and it stopped before -n: finish "
-                    f"'{a.finish}'): its tokens/s is not known")
-        if not a.decode_s:
-            return "the answer came in one chunk: no time between its first token and its last to divide by"
-    return None
+    return (server_metrics.parse(body.decode("utf-8", "replace")) if status == 200 else None) or None
 
 
 # --- the engine -------------------------------------------------------------------------------
@@ -440,12 +304,12 @@ class EndpointSession:
         answers, wall = run_round(served, self._round(cell), self.grid.n_predict, cell.sampling(self.grid),
                                   self.grid.options_of(NAME).request_timeout_s)
         got = counted(before, counters(served) if speculative else None, answers)
-        error = why_unmeasured(answers, self.grid.n_predict)
+        error = why_unmeasured(answers)
         label = cell.strategy.name if speculative and served.spec_types else None
-        metrics = None if error else (single_metrics(answers[0], self.grid.n_predict, got, label) if cell.clients is None
-                                      else round_metrics(answers, wall, self.grid.n_predict, got, label))
+        metrics = None if error else (single_metrics(answers[0], got, label) if cell.clients is None
+                                      else round_metrics(answers, wall, got, label))
         record = self.setting.record(cell, metrics, error=error)
-        counts = [a.n_tokens(self.grid.n_predict)[1] for a in answers if not a.error]
+        counts = [a.tokens_from for a in answers if not a.error]
         record.endpoint = served.record("server timings" if served.llama_cpp else "client",
                                         counts[0] if counts else "", speculative)
         return record
@@ -569,7 +433,7 @@ def served_pair(urls: tuple[str, str], grid: Grid) -> tuple[Served, Served]:
 
 
 class Servers:
-    """What an endpoint sweep measures (measure/measured.Measured): the two servers, described once they are checked;
+    """What an endpoint sweep measures (measure/measured.SweepSubject): the two servers, described once they are checked;
     their cells, one setting (the servers as their owner started them)."""
 
     def __init__(self, urls: tuple[str, str]):

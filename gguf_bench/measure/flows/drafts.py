@@ -60,7 +60,7 @@ class MeasureJob(TuneJob):
 
 
 @dataclass
-class Measured:
+class CalibratedDraft:
     """One candidate, calibrated: the size-based ranking row beside what its calibration predicts."""
 
     row: Ranked
@@ -79,13 +79,13 @@ class Measured:
 @dataclass
 class MeasuredDrafts:
     target: Path
-    measured: list[Measured]  # best first: by the predicted tokens/s at each one's best K
+    measured: list[CalibratedDraft]  # best first: by the predicted tokens/s at each one's best K
     failed: list[tuple[Ranked, str]] = field(default_factory=list)  # could not be calibrated, and why
     skipped: list[tuple[Ranked, str]] = field(default_factory=list)  # ranked but not measured, and why
     deploy: str | None = None  # the winner's llama-server line (the target alone when no draft gains)
 
     @property
-    def winner(self) -> Measured | None:
+    def winner(self) -> CalibratedDraft | None:
         return self.measured[0] if self.measured else None
 
     @property
@@ -93,11 +93,11 @@ class MeasuredDrafts:
         """The target alone: the median over every calibration of this run (each times the same target anew)."""
         return statistics.median(m.rec.baseline_tokens_per_s for m in self.measured)
 
-    def gain_pct(self, m: Measured) -> float:
+    def gain_pct(self, m: CalibratedDraft) -> float:
         """m's predicted gain at its best K over the target alone of the whole run."""
         return 100.0 * (m.rec.fastest.tokens_per_s / self.baseline_tokens_per_s - 1.0)
 
-    def beats_target_alone(self, m: Measured) -> bool:
+    def beats_target_alone(self, m: CalibratedDraft) -> bool:
         return m.rec.fastest.tokens_per_s > self.baseline_tokens_per_s
 
     @property
@@ -107,7 +107,7 @@ class MeasuredDrafts:
         scatters = [m.rec.scatter for m in self.measured if m.rec.scatter is not None]
         return ScatterGuard(max(scatters) if scatters else None, DECODE_TIMINGS)
 
-    def recommends(self, m: Measured) -> bool:
+    def recommends(self, m: CalibratedDraft) -> bool:
         """Whether m is recommended over the target alone: predicted faster by more than the guard's scatter."""
         return self.beats_target_alone(m) and self.guard.passes(self.gain_pct(m))
 
@@ -183,7 +183,7 @@ def one_candidate(name: str, item: T, failed: list[tuple[T, str]], note: Callabl
         note(f"{name} {what}, skipped: {exc}")
 
 
-def best_first(measured: Sequence[Measured]) -> list[Measured]:
+def best_first(measured: Sequence[CalibratedDraft]) -> list[CalibratedDraft]:
     """By the predicted tokens/s at each one's best K, not by the gain over the target alone as timed in its own
     calibration, which drifts from one calibration to the next: every pair has the same target."""
     return sorted(measured, key=lambda m: -m.rec.fastest.tokens_per_s)
@@ -196,17 +196,17 @@ def _fetch(named: Named, progress: ProgressFactory | None, events: MeasureEvents
 
 
 def _calibrated(job: MeasureJob, row: Ranked, files: PairFiles, stored: list[CalibrationRecord],
-                events: MeasureEvents) -> Measured:
+                events: MeasureEvents) -> CalibratedDraft:
     tune_job = job.tune_job(files)
     done = [r for r in stored if _same(r, job, files.name)]
     if done:
         events.note(f"{files.name}: calibrated before ({job.out.name}), not again")
         cals = [Calibration.from_record(done[-1])]
-        return Measured(row, files, cals, recommend(cals), done[-1].config.n_ctx, resumed=True)
+        return CalibratedDraft(row, files, cals, recommend(cals), done[-1].config.n_ctx, resumed=True)
     tune_events = TuneEvents(step=events.step, note=events.note, warn=events.note)
     tuned = tune(tune_job, [job.ngl], [job.ngld], [DEFAULT_STRATEGY], check=False, events=tune_events)
     events.note(f"{files.name}: calibrated")
-    return Measured(row, files, tuned.calibrations, tuned.rec, tuned.job.ctx_size)
+    return CalibratedDraft(row, files, tuned.calibrations, tuned.rec, tuned.job.ctx_size)
 
 
 def _stored(out: Path) -> list[CalibrationRecord]:
@@ -222,7 +222,7 @@ def _same(record: CalibrationRecord, job: MeasureJob, pair: str) -> bool:
             and not cfg.placement)
 
 
-def deploy_line(m: Measured, gains: bool, threads: int | None) -> str:
+def deploy_line(m: CalibratedDraft, gains: bool, threads: int | None) -> str:
     """The llama-server line of the measured winner: its best K, or the target alone when no K is predicted to gain."""
     rec = m.rec
     if gains:

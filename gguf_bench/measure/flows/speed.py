@@ -64,7 +64,9 @@ class Speeds:
 
 
 @dataclass(frozen=True)
-class Measured:
+class PlacementSpeeds:
+    """What plan --measure measured: the speeds at each placement, the records they come from and their file."""
+
     speeds: dict[Placement, Speeds]  # by the plan's own placement
     records: list[RunRecord]
     out: Path
@@ -81,7 +83,7 @@ def results_file(name: str | None) -> Path:
 
 
 def measure_speeds(pair: tuple[str, str, str], registry: Path | None, placements: list[Placement], run: SpeedRun,
-                   out: Path, events: SweepEvents = SweepEvents()) -> Measured:
+                   out: Path, events: SweepEvents = SweepEvents()) -> PlacementSpeeds:
     """Twins of the pair (its name, and its target's and draft's sources as models/headers.source_prefix reads them)
     in a temporary folder; each distinct setting the placements run at measured once, its records appended to `out`
     as they come; the folder (models/twin.twin_folder) is deleted on every way out."""
@@ -95,7 +97,7 @@ def measure_speeds(pair: tuple[str, str, str], registry: Path | None, placements
             by_setting[setting] = speeds_of(got)
             records += got
     measured(records, "measuring the twins")  # every run failed (a load, memory): that is the one error
-    return Measured({p: by_setting[run.runs_at(p)] for p in placements}, records, out)
+    return PlacementSpeeds({p: by_setting[run.runs_at(p)] for p in placements}, records, out)
 
 
 def speed_grid(setting: Placement, run: SpeedRun) -> Grid:
