@@ -206,7 +206,7 @@ def test_record_fields_are_read_by_name_only_in_the_records_module():
                "gguf_bench.results.decision.choice", "gguf_bench.results.decision.wording",  # the summary table's columns
                "gguf_bench.results.decision.table",
                "gguf_bench.results.predictions.ceiling",  # pandas columns of report's summary
-               "gguf_bench.results.predictions.server_costs",  # a round's stored requests (server_clients.Request.stored)
+               "gguf_bench.results.predictions.server_costs",  # a round's stored requests (streamed.StreamedRequest.stored)
                "gguf_bench.results.decision.verdicts", "gguf_bench.results.decision.units",  # pandas columns of the
                "gguf_bench.results.decision.estimates", "gguf_bench.results.decision.comparisons",  # records' rows
                "gguf_bench.results.presentation.answer",  # pandas columns of report's summary
