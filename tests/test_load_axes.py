@@ -38,3 +38,24 @@ def test_ray_units_over_two_placements_and_two_ubatches_give_the_local_cells_eac
         assert narrowed.settings() == [load]  # the unit's own setting, and only it
         on_units.update(u.setting.key(c) for u in expand(FILES, narrowed, {}).units for c in u.cells)
     assert on_units == local
+
+
+def test_two_server_binaries_are_two_settings_and_the_python_loop_runs_once():
+    """--server-bin A,B (the server engine's option) makes the grid's server_bins axis: each build a setting of the
+    server engine, its cells keyed by its binary; the Python loop runs no binary, so its cells come once, unkeyed by
+    it. A unit narrowed to one build (Grid.narrowed) keeps that build only."""
+    from gguf_bench.measure.engines.server_options import ServerOptions
+
+    a, b = Path("/builds/a/llama-server"), Path("/builds/b/llama")
+    g = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), engines=("python", "server"),
+             engine_options=(ServerOptions(server_bin=Path(f"{a},{b}")),))
+    assert g.server_bins == [a, b] and [lo.server_bin for lo in g.settings()] == [a, b]
+    units = expand(FILES, g, {}).units
+    assert [(u.setting.engine, u.setting.load.server_bin) for u in units] == [("python", None), ("server", a), ("server", b)]
+    bins = {u.setting.engine: {c.config(g, u.setting.load).server_bin for c in u.cells} for u in units[:2]}
+    assert bins == {"python": {None}, "server": {str(a)}}
+    assert len({u.setting.key(c) for u in units for c in u.cells}) == sum(len(u.cells) for u in units)
+    assert [g.narrowed(lo).server_bins for lo in g.settings()] == [[a], [b]]
+    one = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), engines=("server",),
+               engine_options=(ServerOptions(server_bin=a),))
+    assert one.server_bins == [None] and one.settings()[0].server_bin is None  # one binary: the engine's own, as before

@@ -210,6 +210,9 @@ def tune_server(a: TuneArgs) -> None:
     if a.objective != "decode" or a.prompt_length:
         raise BenchError("tune --engine server predicts decode tokens/s on the built-in prompts: --objective request "
                          "and --prompt-tokens are for --engine python (sweep --engine server measures both)")
+    if any(o.load_axes() for o in a.engine_options):  # --server-bin A,B
+        raise BenchError("tune --engine server calibrates one build: give --server-bin one binary (sweep --engine "
+                         "server --server-bin A,B measures several builds as settings)")
     ngl, ngld = _server_options(a.ngls, a.nglds, a.parallel, a.depth, a.k_schedules, a.plot)
     types = [SERVER_NAMES.get(t, t) for t in parse_spec_types(a.spec_types)]
     for t in types:

@@ -5,7 +5,9 @@ Shared by `run`, `sweep`, `eval` and `compare`; holds no printing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from gguf_bench.decoding.loop import GenerationResult, OnRound, Verify, generate_regular, generate_speculative
 from gguf_bench.decoding.sampling import SamplingConfig
@@ -15,7 +17,7 @@ from gguf_bench.errors import ConfigError
 from gguf_bench.measure.costs import measure_costs, stored_costs
 from gguf_bench.measure.inputs.depth import AtDepth, fill
 from gguf_bench.models.gguf import check_compatible as check_vocabularies
-from gguf_bench.models.pairs import PairFiles
+from gguf_bench.models.pairs import PairChoice, PairFiles
 from gguf_bench.options import CACHE_TYPES, CONTEXT_DEFAULTS, FLASH_ATTN, layers_label
 from gguf_bench.placing import Placing
 from gguf_bench.results.schema.parts.offload import Offload
@@ -39,12 +41,16 @@ class LoadConfig:
     threads_draft: int | None = None  # the draft model's threads (None: --threads)
     placing: Placing = Placing()  # the target's experts, tensor overrides and devices (-ncmoe, -ot, -dev)
     placing_draft: Placing = Placing()  # the draft's (-ncmoed, -otd, -devd)
+    # the llama.cpp build a server-engine load runs, where a sweep's --server-bin lists several (A,B: each binary a
+    # setting of its own, like two -ngl values); None: the one binary of the sweep (or none: the Python loop)
+    server_bin: Path | None = None
 
     @property
     def label(self) -> str:
-        """'-ngl 10 -ngld all', then the placement and context settings given ('-ncmoe 2 -fa on -ctk q8_0')."""
+        """'-ngl 10 -ngld all', then the placement, context settings and binary given ('-ncmoe 2 -fa on -ctk q8_0')."""
         given = [f"{flag} {v}" for flag, v in (("-fa", self.flash_attn), ("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v),
-                                               ("-b", self.batch_size), ("-ub", self.ubatch_size), ("-td", self.threads_draft))
+                                               ("-b", self.batch_size), ("-ub", self.ubatch_size), ("-td", self.threads_draft),
+                                               ("--server-bin", self.server_bin))
                  if v is not None]
         placed = [self.placement_label] if self.placement_label else []
         return " ".join([f"-ngl {layers_label(self.ngl)} -ngld {layers_label(self.ngld)}", *placed, *given])
@@ -99,6 +105,13 @@ class LoadConfig:
         for flag, t in (("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v)):
             if t is not None and t not in CACHE_TYPES:
                 raise ConfigError(f"bad {flag} cache type '{t}': choose from {', '.join(CACHE_TYPES)}")
+
+    def run_by(self, server_process: bool, first: Path | None) -> LoadConfig | None:
+        """This load as an engine runs it: one that runs no binary (the Python loop) runs the loads of the first
+        --server-bin only, without it (the builds are the server's settings); None for the others."""
+        if self.server_bin is None or server_process:
+            return self
+        return replace(self, server_bin=None) if self.server_bin == first else None
 
     def impossible(self) -> str | None:
         """Why llama.cpp cannot run these settings together, or None (a sweep leaves such combinations out)."""
@@ -220,3 +233,13 @@ def open_pair(files: PairFiles, load: LoadConfig) -> LoadedPair:
     """Check that the draft can draft for the target, then load both."""
     check_compatible(files)
     return LoadedPair(files, load)
+
+
+def local_pairs(grid, choice: PairChoice, fetch: Callable) -> list[tuple[str, PairFiles]]:
+    """What a sweep of the Python loop or llama-server measures, resolved from the command: the pairs on this machine,
+    each found or fetched by `fetch` (the CLI's, with its progress bar: cli/progress.pair_files), with its name. grid: the
+    sweep's plan.Grid (not imported here: plan imports this module), whose strategies say whether a draft is needed."""
+    need_draft = any(s.uses_model for s in grid.strategies)
+    files = ([fetch(None, choice.target, choice.draft, choice.registry, need_draft)] if (choice.target or choice.draft)
+             else [fetch(p, None, None, choice.registry) for p in (choice.names or [None])])
+    return [(f.name, f) for f in files]

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import product
+from pathlib import Path
 
 from gguf_bench import engine_registry as capabilities
 from gguf_bench import options
@@ -28,7 +29,6 @@ from gguf_bench.measure.pair import LoadConfig, PairFiles
 from gguf_bench.measure.proof import marked
 from gguf_bench.measure.trackers import TRACKERS
 from gguf_bench.models.offload_plan import Budget
-from gguf_bench.models.pairs import PairChoice
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
 from gguf_bench.results.schema.parts.load import Load
@@ -46,7 +46,8 @@ LOADS = (LOADS_EACH, LOADS_ONCE)  # --loads
 # the product (Grid.settings) and the narrowing to one setting (Grid.narrowed: Ray's units) cannot drift apart
 LOAD_AXES = (("ngls", "ngl"), ("nglds", "ngld"), ("placings", "placing"), ("placings_draft", "placing_draft"),
              ("flash_attns", "flash_attn"), ("cache_types_k", "cache_type_k"), ("cache_types_v", "cache_type_v"),
-             ("batch_sizes", "batch_size"), ("ubatch_sizes", "ubatch_size"), ("threads_drafts", "threads_draft"))
+             ("batch_sizes", "batch_size"), ("ubatch_sizes", "ubatch_size"), ("threads_drafts", "threads_draft"),
+             ("server_bins", "server_bin"))
 SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
 
 
@@ -84,6 +85,8 @@ class Grid:
     # where the weights go beyond -ngl (placing.py: -ncmoe, -ot, -dev; the draft's -ncmoed, -otd, -devd), swept like -ngl
     placings: list[Placing] = field(default_factory=lambda: [Placing()])
     placings_draft: list[Placing] = field(default_factory=lambda: [Placing()])
+    # llama.cpp builds (server engine: --server-bin A,B, each binary a setting; [None]: its one binary), from the options
+    server_bins: list[Path | None] = field(default_factory=lambda: [None])
     # several users at once (server engine only): llama-server's slots (-np) and the clients that send together
     # (None: as many as slots); parallels None is one request at a time on one slot
     parallels: list[int] | None = None
@@ -101,6 +104,9 @@ class Grid:
     # runs come from one invocation (parts.order.Order.invocation)
 
     def __post_init__(self) -> None:
+        for axis, values in (a for o in self.engine_options for a in o.load_axes().items()):  # --server-bin A,B
+            if getattr(self, axis) == [None]:  # a grid narrowed to one value (Grid.narrowed) keeps it
+                object.__setattr__(self, axis, values)
         for k in self.ks:
             options.draft_length(k)
         strategies = list(dict.fromkeys(s.canonical() for s in self.strategies))  # settings a strategy ignores don't multiply cells
@@ -253,7 +259,8 @@ class Cell:
                          parallel=self.parallel, clients=self.clients, depth=self.depth or None,
                          prompt_length=self.prompt.length,
                          placement=load.placing.label(), placement_draft=load.placing_draft.label(draft=True),
-                         rpc_delay_ms=load.placing.rpc_delay_ms if load.placing.rpc else None)
+                         rpc_delay_ms=load.placing.rpc_delay_ms if load.placing.rpc else None,
+                         server_bin=str(load.server_bin) if load.server_bin else None)
 
     def sampling(self, grid: Grid) -> SamplingConfig:
         """Each repetition draws with its own seed (seed + repetition)."""
@@ -456,8 +463,10 @@ def expand(files: PairFiles, grid: Grid, static: dict, skip: set[str] = frozense
     """The grid as settings x cells, leaving out the cells whose keys are in `skip` (and, with `only`, the cells it
     does not select); settings with nothing to run are left out."""
     units, total, again = [], 0, 0
-    for load in grid.settings():
+    for each in grid.settings():
         for engine in grid.engines:
+            if (load := each.run_by(capabilities.of(engine).server_process, grid.server_bins[0])) is None:
+                continue
             setting = Setting(files, grid, load, engine, static)
             cells = cells_for(grid, files.draft is not None, engine)
             total += len(cells)
@@ -484,12 +493,3 @@ def measured(records: list[RunRecord], what: str | None = None) -> list[RunRecor
     if records and len(failed) == len(records):
         raise BenchError(f"{what}: {failed[0].error}" if what else str(failed[0].error))
     return records
-
-
-def local_pairs(grid: Grid, choice: PairChoice, fetch: Callable) -> list[tuple[str, PairFiles]]:
-    """What a sweep of the Python loop or llama-server measures, resolved from the command: the pairs on this machine,
-    each found or fetched by `fetch` (the CLI's, with its progress bar: cli/progress.pair_files), with its name."""
-    need_draft = any(s.uses_model for s in grid.strategies)
-    files = ([fetch(None, choice.target, choice.draft, choice.registry, need_draft)] if (choice.target or choice.draft)
-             else [fetch(p, None, None, choice.registry) for p in (choice.names or [None])])
-    return [(f.name, f) for f in files]

@@ -46,6 +46,11 @@ class EngineOptions:
         hints = typing.get_type_hints(cls)
         return [(f.name, hints[f.name], f.default, f.metadata["flag"]) for f in fields(cls) if "flag" in f.metadata]
 
+    def load_axes(self) -> dict[str, list]:
+        """The grid's load axes (plan.LOAD_AXES: a Grid list by its name) that these options make, several values each
+        (the server's --server-bin A,B: one setting per binary); {} where they make none."""
+        return {}
+
     @classmethod
     def names(cls) -> frozenset[str]:
         """The fields that have flags (the command's parameter names)."""

@@ -12,8 +12,8 @@ from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.engine_registry import of
 from gguf_bench.errors import BenchError
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
-from gguf_bench.measure.pair import LoadedPair
-from gguf_bench.measure.plan import Cell, Setting, local_pairs, shuffled
+from gguf_bench.measure.pair import LoadedPair, local_pairs
+from gguf_bench.measure.plan import Cell, Setting, shuffled
 from gguf_bench.measure.trackers import track
 from gguf_bench.results.schema.parts.provenance import Build
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunMetrics, RunRecord

@@ -24,22 +24,20 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 import subprocess
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
-from gguf_bench.decoding.divergence import Identity, first_difference
+from gguf_bench.decoding.divergence import Identity
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, SERVER_CHAIN, Strategy
 from gguf_bench.engine_registry import of
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure import machine
+from gguf_bench.measure.engines.server_figures import greedy_identity, metrics, round_metrics
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
-from gguf_bench.measure.pair import LoadConfig, PairFiles
-from gguf_bench.measure.plan import Cell, Grid, Setting, counterbalanced, local_pairs, shuffled
+from gguf_bench.measure.pair import LoadConfig, PairFiles, local_pairs
+from gguf_bench.measure.plan import Cell, Grid, Setting, counterbalanced, shuffled
 from gguf_bench.measure.trackers import Tracked, track
 from gguf_bench.models.heads import block_k_limit, chained_k_limit, mtp_heads, sidecar_file_mismatch
 from gguf_bench.models.offload_plan import Budget
@@ -55,7 +53,6 @@ from gguf_bench.runtimes import build_id, rpc
 from gguf_bench.runtimes.llama_cpp import read_info, use_extra_buffers
 from gguf_bench.runtimes.llama_server import (
     NGRAM_MOD_MATCH,
-    Completion,
     Launch,
     Sampling,
     Server,
@@ -67,10 +64,7 @@ from gguf_bench.runtimes.llama_server import (
 from gguf_bench.runtimes.placement import Placement
 from gguf_bench.runtimes.rpc_link import links
 from gguf_bench.runtimes.server_build import find_server
-from gguf_bench.runtimes.server_clients import Round, run_round
-
-SAMPLE_AND_COMPARE = "sample-and-compare"  # how llama-server verifies a draft
-
+from gguf_bench.runtimes.server_clients import run_round
 
 LOOP_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple"}  # the loop's strategies as llama-server's types
 
@@ -142,8 +136,27 @@ def _architecture(path: Path) -> str:
     return str(tensor_table(path)[0].get("general.architecture", "unknown"))
 
 
+@dataclass
+class Binary:
+    """One llama-server build (llama-server, or the unified `llama` run as `llama serve`): the file, the environment it
+    runs in, what it says of itself, and the build its records name (its system_info from its first process's log)."""
+
+    path: Path
+    env: dict[str, str]
+    version: str  # its --version text
+    help: str
+    build: Build
+
+    @classmethod
+    def found(cls, given: Path | None, need_rpc: bool = False) -> Binary:
+        """--server-bin's binary (one line where it is not an executable), else the one found (server_build)."""
+        path, env = find_server(given, need_rpc)
+        version = probe(path, env)
+        return cls(path, env, version, help_text(path, env), Build(**build_id.of_server(path, version, [])))
+
+
 class ServerEngine:
-    """Finds and checks the binary once; then opens settings."""
+    """Finds and checks the binary once (each one, where --server-bin lists several builds); then opens settings."""
 
     name = SERVER_ENGINE
     capabilities = of(SERVER_ENGINE)
@@ -152,23 +165,33 @@ class ServerEngine:
 
     @classmethod
     def for_grid(cls, grid: Grid, files: PairFiles) -> ServerEngine:
-        """The engine a grid needs, checked against the files and placements it will run."""
-        engine = cls(grid.options_of(SERVER_ENGINE).server_bin, need_rpc=any(p.rpc for p in grid.placings))
+        """The engine a grid needs (its one binary, or each of its builds: Grid.server_bins), checked against the files
+        and placements it will run."""
+        builds = tuple(b for b in grid.server_bins if b is not None)
+        engine = cls(None if builds else grid.options_of(SERVER_ENGINE).server_bin,
+                     need_rpc=any(p.rpc for p in grid.placings), builds=builds)
         engine.check_files(grid.strategies, files, grid.ks)
         engine.check_placements(grid)
         return engine
 
-    def __init__(self, binary: Path | None = None, need_rpc: bool = False):
-        """need_rpc: some setting has --rpc (the RPC build, unless --server-bin)."""
-        self.binary, self.env = find_server(binary, need_rpc)
-        self.version = probe(self.binary, self.env)
-        self.help = help_text(self.binary, self.env)
-        # the build every record names: its --version and binary now, its system_info from the first process's log
-        self.build = Build(**build_id.of_server(self.binary, self.version, []))
+    def __init__(self, binary: Path | None = None, need_rpc: bool = False, builds: tuple[Path, ...] = ()):
+        """need_rpc: some setting has --rpc (the RPC build, unless --server-bin). builds: --server-bin A,B, each load's
+        own (LoadConfig.server_bin), each found and probed now; the first is the default."""
+        self.builds = {given: Binary.found(given, need_rpc) for given in builds}
+        first = next(iter(self.builds.values()), None) or Binary.found(binary, need_rpc)
+        self.default = first
+        self.binary, self.env, self.version, self.help, self.build = (first.path, first.env, first.version, first.help,
+                                                                      first.build)
         self.devices: dict[tuple[str, ...], list[rpc.Device]] = {}  # per --rpc list: the devices it gives llama-server
 
+    def binary_of(self, load: LoadConfig) -> Binary:
+        """The build a load runs: its own --server-bin where the sweep lists several, else the engine's one."""
+        return self.builds[load.server_bin] if load.server_bin is not None else self.default
+
     def check_files(self, strategies: list[Strategy], files: PairFiles, ks: list[int] | None = None) -> None:
-        check_files(strategies, files, self.help)
+        """One line for a type a binary lacks (each build's --help) or these files cannot serve."""
+        for binary in self.builds.values() or [self.default]:
+            check_files(strategies, files, binary.help)
         check_draft_k(strategies, list(ks or []), files)
 
     def check_placements(self, grid: Grid) -> None:
@@ -190,11 +213,13 @@ class ServerEngine:
         return ServerSession(self, setting, prompts)
 
     def launch(self, files: PairFiles, load: LoadConfig, spec: Speculation, parallel: int = 1,
-               endpoints: tuple[str, ...] | None = None) -> Launch:
-        """endpoints: the RPC servers to connect to in place of the setting's (its delaying proxies)."""
-        return Launch(self.binary, files.target, files.draft, spec, str(layers_label(load.ngl)), str(layers_label(load.ngld)),
-                      load.n_ctx, load.threads or os.cpu_count() or 1, repack=use_extra_buffers(), batch=load.n_batch,
-                      ubatch=load.n_ubatch, threads_draft=load.threads_draft, flash_attn=load.flash_attn,
+               endpoints: tuple[str, ...] | None = None, binary: Path | None = None) -> Launch:
+        """endpoints: the RPC servers to connect to in place of the setting's (its delaying proxies); binary: the load's
+        build (binary_of), else the engine's."""
+        return Launch(binary or self.binary, files.target, files.draft, spec, str(layers_label(load.ngl)),
+                      str(layers_label(load.ngld)), load.n_ctx, load.threads or os.cpu_count() or 1,
+                      repack=use_extra_buffers(), batch=load.n_batch, ubatch=load.n_ubatch,
+                      threads_draft=load.threads_draft, flash_attn=load.flash_attn,
                       cache_type_k=load.cache_type_k, cache_type_v=load.cache_type_v, parallel=parallel,
                       placing=tuple(load.placing.flags()), placing_draft=tuple(load.placing_draft.flags(draft=True)),
                       rpc=load.placing.rpc if endpoints is None else endpoints)
@@ -221,6 +246,7 @@ class ServerSession:
     def __init__(self, engine: ServerEngine, setting: Setting, prompts: PreparedPrompts):
         self.engine, self.setting, self.prompts, self.grid = engine, setting, prompts, setting.grid
         self.options = setting.grid.options_of(SERVER_ENGINE)  # its own: --warm-pool, --request-timeout
+        self.binary = engine.binary_of(setting.load)  # the build it runs (each of --server-bin A,B: a setting)
         files = setting.files
         self.twin = is_twin_file(files.target)  # generates to -n whatever token comes
         # the layers llama.cpp's load log counts (every block, MTP ones too, and the output): where a build logs no
@@ -261,14 +287,14 @@ class ServerSession:
     def _measure(self, proc: _Process, cell: Cell) -> RunRecord:
         record = self.setting.record
         if proc.failure:
-            return record(cell, error=proc.failure, build=self.engine.build)
+            return record(cell, error=proc.failure, build=self.binary.build)
         if proc.died:
             return record(cell, None, proc.offload, f"llama-server died earlier in this group: {proc.died}", server=proc.info,
-                          build=self.engine.build)
+                          build=self.binary.build)
         measured, error, tracked = self._one(proc, cell) if cell.parallel is None else self._round(proc, cell)
         if error and _exited(proc.server):
             proc.died = error
-        measured_record = record(cell, measured, proc.offload, error, server=proc.info, build=self.engine.build)
+        measured_record = record(cell, measured, proc.offload, error, server=proc.info, build=self.binary.build)
         return tracked.fill(measured_record) if tracked else measured_record
 
     def close(self) -> None:
@@ -286,24 +312,25 @@ class ServerSession:
             self.endpoints = self._links.enter_context(links(placing.rpc, placing.rpc_delay_ms))
         spec = speculation(first.mode, first.strategy if first.mode == Mode.SPECULATIVE else None, first.k)
         proc = _Process(key)
-        launch = self.engine.launch(self.setting.files, self.setting.load, spec, first.parallel or 1, self.endpoints)
+        launch = self.engine.launch(self.setting.files, self.setting.load, spec, first.parallel or 1, self.endpoints,
+                                    self.binary.path)
         try:
-            proc.server = server = Server(launch, self.engine.env)
+            proc.server = server = Server(launch, self.binary.env)
         except ServerError as exc:
             proc.failure = f"llama-server failed to start: {_gone(placing.rpc) or exc}"
             return proc
         if first.mode == Mode.SPECULATIVE and not server.speculative:  # never report a plain run as a speculative one
             proc.failure = f"llama-server started without a draft context (/slots: speculative false); its log: {server.log_path}"
             return proc
-        if self.engine.build.system_info is None:  # llama_print_system_info(), as the server logs it at start
-            self.engine.build.system_info = build_id.system_info_from_log(server.load_log())
+        if self.binary.build.system_info is None:  # llama_print_system_info(), as the server logs it at start
+            self.binary.build.system_info = build_id.system_info_from_log(server.load_log())
         layers = self.layers if first.mode == Mode.SPECULATIVE else (self.layers[0], None)
         names = rpc.buffer_names(self.engine.devices.get(placing.rpc, []), placing.rpc, self.endpoints)
         target_pl, draft_pl = (_renamed(p, names) for p in server.placements(*layers))
         proc.offload = Offload(target_pl.layers, draft_pl.layers if draft_pl else "-", target_pl, draft_pl)
         pool = ("warm" if self.options.warm_pool else "cold") if spec.pooled else None
         command = replace(launch, port=server.launch.port, rpc=placing.rpc).argv()  # the servers' own addresses
-        proc.info = ServerRecord(command=command, version=self.engine.version,
+        proc.info = ServerRecord(command=command, version=self.binary.version,
                                  build_info=str(server.props.get("build_info")), speculative=server.speculative, pool=pool)
         if (warm_up := self._warm_up(first, spec, pool)) is not None:
             try:
@@ -367,7 +394,7 @@ class ServerSession:
             return None
         if key not in greedy and self.capacity > 1 and cell.parallel in self.targets:  # its process is one of those held
             self._reference(cell)
-        return _identity(greedy[key], tokens) if key in greedy else None
+        return greedy_identity(greedy[key], tokens) if key in greedy else None
 
     def _reference(self, cell: Cell) -> None:
         """The target alone's greedy text for a speculative cell measured before its target alone (plan.shuffled forces
@@ -465,57 +492,3 @@ def _process_key(cell: Cell, warm_pool: bool) -> tuple | None:
     if strategy is not None and not warm_pool and speculation(cell.mode, strategy, cell.k).pooled:
         return None
     return cell.mode, strategy, cell.k, cell.parallel
-
-
-def metrics(comp: Completion, cell: Cell, identity: Identity | None) -> RunMetrics:
-    speculative = cell.mode == Mode.SPECULATIVE
-    decode_s = comp.predicted_ms / 1000.0
-    return RunMetrics(
-        prompt_tokens=comp.prompt_n, prompt_s=comp.prompt_ms / 1000.0, n_tokens=comp.predicted_n, decode_s=decode_s,
-        tokens_per_s=comp.tokens_per_s, ms_per_token=1000.0 * decode_s / comp.predicted_n if comp.predicted_n else None,
-        end_to_end_s=(comp.prompt_ms + comp.predicted_ms) / 1000.0, stopped_by_eog=comp.stop_type == "eos",
-        verify=SAMPLE_AND_COMPARE if speculative else None, rounds=comp.rounds, drafted=comp.drafted,
-        accepted=comp.accepted, acceptance=comp.accepted / comp.drafted if comp.drafted else None,
-        tokens_per_round=(comp.accepted + comp.rounds) / comp.rounds if comp.rounds else None,
-        accepted_at=comp.accepted_at, text=comp.text,
-        strategy=cell.strategy.label(cell.k) if speculative else None, identity=identity)
-
-
-def round_metrics(rnd: Round, cell: Cell, identity: Identity | None) -> RunMetrics:
-    """A concurrent round: the aggregate (every finished request's tokens over the round's wall time, prompt processing
-    and queueing included), each request's own figures, and the latency percentiles seen by the clients."""
-    done = [r for r in rnd.requests if not r.error]
-    n_tokens = sum(r.predicted_n for r in done)
-    speeds = [r.tokens_per_s for r in done if r.tokens_per_s]
-    latencies = [r.latency_s for r in done if r.latency_s is not None]
-    ttfts = [r.ttft_s for r in done if r.ttft_s is not None]
-    drafted, accepted = sum(r.draft_n for r in done), sum(r.draft_n_accepted for r in done)
-    speculative = cell.mode == Mode.SPECULATIVE
-    per_request = statistics.fmean(speeds) if speeds else None
-    return RunMetrics(
-        prompt_tokens=sum(r.prompt_n for r in done), prompt_s=sum(r.prompt_ms for r in done) / 1000.0, n_tokens=n_tokens,
-        decode_s=rnd.wall_s, tokens_per_s=n_tokens / rnd.wall_s if rnd.wall_s > 0 and done else None,
-        ms_per_token=1000.0 / per_request if per_request else None, end_to_end_s=rnd.wall_s,
-        verify=SAMPLE_AND_COMPARE if speculative else None, rounds=rnd.rounds, drafted=drafted, accepted=accepted,
-        acceptance=accepted / drafted if drafted else None,
-        tokens_per_round=(accepted + rnd.rounds) / rnd.rounds if rnd.rounds and len(done) == len(rnd.requests) else None,
-        text=done[0].text if done else None, strategy=cell.strategy.label(cell.k) if speculative else None,
-        identity=identity, requests=[r.stored() for r in rnd.requests], per_request_tokens_per_s=per_request,
-        ttft_s=statistics.fmean(ttfts) if ttfts else None, latency_p50_s=_percentile(latencies, 50),
-        latency_p95_s=_percentile(latencies, 95))
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile, linearly interpolated (numpy's default), None for no values."""
-    return float(np.percentile(values, q)) if values else None
-
-
-def _identity(regular: list[int], speculative: list[int]) -> Identity:
-    at = first_difference(regular, speculative)
-    if at is None:
-        return Identity(True)
-    return Identity(False, at, regular[at] if at < len(regular) else None,
-                    speculative[at] if at < len(speculative) else None, verify=SAMPLE_AND_COMPARE,
-                    why="llama-server's output parts from its own target alone here (not replayed: the server's "
-                        "batches are not logged)")
-

@@ -6,8 +6,9 @@ from __future__ import annotations
 CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
 CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
 SPECULATION = ["verify"]  # settings of speculative runs only (a target alone has none): a row's, not its baseline's
-SETTING = ["pair", "engine", "host", *CONCURRENCY, "ngl", "ngld", "placement", *CONTEXT, "threads", "n_ctx", "depth",
-           "prompt_length", "temperature", "top_k", "top_p", "n_predict", *SPECULATION]
+SETTING = ["pair", "engine", "server_bin", "host", *CONCURRENCY, "ngl", "ngld", "placement", *CONTEXT, "threads", "n_ctx",
+           "depth", "prompt_length", "temperature", "top_k", "top_p", "n_predict", *SPECULATION]  # server_bin: the build,
+# where a sweep's --server-bin lists several (empty: its one build, the Python loop, older records)
 # a baseline shares these but SPECULATION (depth: tokens of context before the prompt; prompt_length:
 # --prompt-tokens); files that differ in any of them never fold into one row
 BASELINE = [c for c in SETTING if c not in SPECULATION]  # what a row shares with its target alone
@@ -43,7 +44,7 @@ SESSION_GAP_S = 600.0  # runs of one sweep stored without an invocation: a pause
 # and the next run's start begins another session (a --resume, a re-run of failed cells), whose runs pair apart
 # each column that tells settings or workloads apart, with the flag (or word) a line names it by: '-ngl 99', 'T 0.7'
 FLAGS = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np", "clients": "clients", "depth": "-d",
-            "prompt_length": "prompt tok",
+            "prompt_length": "prompt tok", "server_bin": "build",
             "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
             "ngl": "-ngl", "ngld": "-ngld", "placement": "placement",
             "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",

@@ -88,16 +88,20 @@ class RunConfig:
     # a setting with --rpc: the one-way delay (ms) of gguf-bench's proxy in front of each RPC server, 0 for none (the
     # placement carries it too, as --rpc-delay, so it is not in the key twice); None: no RPC server
     rpc_delay_ms: int | None = None
+    # the llama-server (or unified `llama`) binary, as --server-bin gave it, where a sweep lists several (A,B: a setting
+    # like -ngl); None: the sweep's one binary, the Python loop, every older record (the `build` part says what ran)
+    server_bin: str | None = None
 
     def cell_fields(self) -> dict:
         """What identifies the cell: the stored config without `category`, and without a default strategy, verify
         mode, engine or context setting (so that keys of files written before those existed stay the same)."""
         optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients", "depth",
-                    "prompt_length", "placement", "placement_draft")
+                    "prompt_length", "placement", "placement_draft", "server_bin")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category", "rpc_delay_ms")}
         if self.strategy is not None:
             out["strategy"] = self.strategy.params()
-        for name in ("verify", "engine", "parallel", "clients", "depth", "prompt_length", "placement", "placement_draft"):
+        for name in ("verify", "engine", "parallel", "clients", "depth", "prompt_length", "placement", "placement_draft",
+                     "server_bin"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         for name, default in CONTEXT_DEFAULTS.items():

@@ -1,0 +1,64 @@
+"""Two llama.cpp builds as two settings of one sweep (`--server-bin A,B`, issue 74): each load's server runs its own
+binary, each record names the binary it ran, the summary keeps the builds apart (its `build` column) with each build's
+speculative rows against its own target alone, and the deploy line's command is the chosen build's. The second build
+here is the suite's own llama-server behind llama.cpp's unified `llama` (run as `llama serve`: tests/test_server.py's
+stand-in), a file of its own with a sha256 of its own."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from cli_helpers import assert_user_error, invoke, pair_args, stored
+from test_server import LLAMA_APP, _script
+
+from gguf_bench.runtimes.server_build import find_server
+
+
+def _unified(server_bin, tmp_path):
+    binary, env = find_server(server_bin)
+    exports = "".join(f"export {k}={v}\n" for k, v in env.items())
+    return _script(tmp_path / "app" / "llama", LLAMA_APP.format(env=exports, server=binary))
+
+
+def test_two_builds_are_two_settings_of_one_sweep(tiny_pairs, server_bin, tmp_path, isolated):
+    llama = _unified(server_bin, tmp_path)
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "--engine", "both", "--server-bin", f"{server_bin},{llama}",
+                    "-K", "2", "-n", "8", "-t", "2", "-r", "2", "--prompt-ids", "code-short", "--name", "builds")
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "builds.jsonl")
+    assert all(r["error"] is None for r in records), [r["error"] for r in records if r["error"]]
+    server = [r for r in records if r["config"].get("engine") == "server"]
+    python = [r for r in records if r["config"].get("engine") is None]
+    # the Python loop runs no binary: its cells once, named by its own libllama, no --server-bin setting
+    assert len(python) == 6 and all(r["config"]["server_bin"] is None for r in python)
+    assert all(r["build"]["path"] not in (str(server_bin), str(llama)) for r in python)
+    # each build: its target alone and K=2, twice; each record names the binary it ran, and ran it
+    assert sorted((r["config"]["server_bin"], r["mode"]) for r in server) == sorted(
+        (str(b), m) for b in (server_bin, llama) for m in ("target", "speculative") for _ in range(2))
+    for r in server:
+        assert r["build"]["path"] == r["config"]["server_bin"] and r["build"]["sha256"]
+        assert r["server"]["command"][0] == r["config"]["server_bin"]
+    assert {r["server"]["command"][1] for r in server if r["config"]["server_bin"] == str(llama)} == {"serve"}
+    assert len({r["build"]["sha256"] for r in server}) == 2
+    # the summary: a row per build and drafting, each speculative row's gain over its own build's target alone
+    report = invoke("report", str(isolated / "results" / "builds.jsonl"), "--format", "csv")
+    assert report.exit_code == 0, report.output
+    rows = [r for r in csv.DictReader(io.StringIO(report.stdout)) if r["engine"] == "server"]
+    assert sorted((r["server_bin"], r["mode"]) for r in rows) == sorted(
+        (str(b), m) for b in (server_bin, llama) for m in ("target", "speculative"))
+    assert all(r["gain_pct"] for r in rows if r["mode"] == "speculative")
+    # the terminal table names the builds; the deploy line's command is the chosen build's own binary
+    assert "build" in result.stdout and str(llama) in result.stdout and str(server_bin) in result.stdout
+    commands = [line for line in result.stdout.splitlines() if " -m " in line and "--spec-type" in line]
+    assert commands and all(c.startswith((f"{server_bin} ", f"{llama} serve ")) for c in commands), commands
+
+
+def test_a_server_bin_of_the_list_that_does_not_exist_is_one_line(tiny_pairs, server_bin, tmp_path, isolated):
+    missing = tmp_path / "nowhere" / "llama-server"
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "--engine", "server", "--server-bin",
+                    f"{server_bin},{missing}", "-K", "2", "-n", "4", "--name", "bad")
+    assert_user_error(result, f"--server-bin {missing}", "not an executable file")
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "--engine", "server", "--server-bin",
+                    f"{server_bin},{server_bin}", "-K", "2", "-n", "4", "--name", "twice")
+    assert_user_error(result, "twice")
