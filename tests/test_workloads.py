@@ -197,6 +197,29 @@ def test_runs_at_depth_keep_greedy_output_and_say_their_depth(tiny_pairs, isolat
         if r["mode"] == "speculative" and r["metrics"]["identity"]:
             assert r["metrics"]["identity"]["identical"] or r["metrics"]["identity"]["position"] is not None
     assert "-d" in result.output and "300" in result.output
+    # the filler may come from a cache, the timed prompt never does: each request processed its prompt (less the BOS,
+    # which the filler holds) and timed its first token, in both engines (the server's warm-up sent the same text)
+    processed = {(r["config"].get("depth") or 0, r["mode"]): r["metrics"]["prompt_tokens"] for r in records}
+    assert processed[(300, "target")] == processed[(300, "speculative")] == processed[(0, "target")] - 1, processed
+    assert all((r["metrics"].get("prompt_s") or 0) > 0 for r in records), [r["metrics"].get("prompt_s") for r in records]
+
+
+def test_a_round_at_depth_processes_each_prompt_after_the_cached_filler(tiny_pairs, isolated, server_bin):
+    """Two clients on two slots at -d 300, two repetitions: every request of every round processed its own prompt
+    after the filler (the same count for a prompt every time, never the filler again, never one cached token), and
+    each round timed its first tokens."""
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "-K", "3", "-n", "8", "-d", "300", "-c", "512",
+                    "--parallel", "2", "--clients", "2", "--prompt-ids", "code-short,chat-short", "--engine", "server",
+                    "--server-bin", str(server_bin), "--name", "deepround", "--no-draft-alone", "-t", "2", "-r", "2")
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "deepround.jsonl")
+    counts: dict[str, set] = {}
+    for r in records:
+        assert r["metrics"]["ttft_s"] and r["metrics"]["ttft_s"] > 0, r["metrics"]
+        for q in r["metrics"]["requests"]:
+            counts.setdefault(q["prompt_id"], set()).add(q["prompt_n"])
+    assert set(counts) == {"code-short", "chat-short"} and all(len(c) == 1 for c in counts.values()), counts
+    assert all(1 < n < 300 for c in counts.values() for n in c), counts
 
 
 def test_a_depth_past_the_training_context_is_one_line(tiny_pairs, isolated):

@@ -353,11 +353,13 @@ class Server:
         return server_metrics.parse(self._request("/metrics").decode())
 
     def complete(self, prompt: Sequence[int], n_predict: int, sampling: Sampling = GREEDY,
-                 cache_prompt: bool = False) -> Completion:
+                 cache_prompt: bool = False, slot: int | None = None) -> Completion:
         """Generate from a token-id prompt, cold (no prompt cache), with every sampler field set: top-k, then the
-        temperature, then top-p on the tempered distribution (the loop's order), nothing else."""
+        temperature, then top-p on the tempered distribution (the loop's order), nothing else; on `slot` (id_slot)
+        where given, else on the slot llama-server picks."""
         before = self.metrics()
-        body = completion_body(prompt, n_predict, sampling, cache_prompt=cache_prompt)
+        body = completion_body(prompt, n_predict, sampling, cache_prompt=cache_prompt) | (
+            {} if slot is None else {"id_slot": slot})
         answer = json.loads(self._request("/completion", body))
         after = self.metrics()
         t = answer["timings"]

@@ -108,3 +108,12 @@ def _failed(server: Server, exc: sse.StreamFailed, n_tokens: int) -> str:
         return (f"llama-server closed the connection after {n_tokens} tokens"
                 + ("" if server.alive() else f" (it exited with code {server.proc.returncode})"))
     return f"the request failed after {n_tokens} tokens: {exc}{exited}"
+
+
+def fill_slots(server: Server, filler: list[int], slots: int, sampling: Sampling) -> None:
+    """At a depth (`filler` not empty), the filler alone in the prompt cache of each of the first `slots` slots: a
+    one-token request of it on each (id_slot), untimed. Each timed request then finds the filler cached and processes
+    its own prompt, every time; without this a slot held the last request's whole text (the warm-up sends the same)
+    and llama-server processed one token of the prompt."""
+    for slot in range(slots if filler else 0):
+        server.complete(filler, 1, sampling, cache_prompt=True, slot=slot)

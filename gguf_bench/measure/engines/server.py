@@ -2,9 +2,9 @@
 
 llama-server fixes its drafting when it starts, so the cells of one offload setting are grouped by what the process
 needs (the target alone, or one strategy and K) and each group gets its own process; inside a group the prompts,
-temperatures and repetitions go through `/completion` one after another, cold (no prompt cache). The prompts are the
-loop's very token ids (measure/inputs/prepared.py). Greedy speculative output
-is compared with the same engine's target alone; the text of both engines is compared by `report`.
+temperatures and repetitions go through `/completion` one after another, cold (no prompt cache; at a depth only the
+filler is cached: server_clients.fill_slots). The prompts are the loop's very token ids (measure/inputs/prepared.py).
+Greedy speculative output is compared with the same engine's target alone; both engines' text is compared by `report`.
 
 It runs every llama-server --spec-type (strategy.SERVER_SPEC_TYPES, sized from -K as llama_server.SIZE_FLAGS says;
 the loop's `draft` and `ngram` are llama-server's draft-simple and ngram-simple). The types whose n-gram state outlives
@@ -13,8 +13,7 @@ a request (ngram-mod's pool, shared by all slots, and the map and cache types) g
 clients as asked send their prompts at the same moment to a server with that many slots (runtimes/server_clients.py).
 
 What it cannot do the way the Python loop does, and says so instead of measuring something else:
-- only a fixed K (no adaptive schedule) and no n-gram-then-model chain;
-- n-gram drafting is llama-server's own (ngram-simple: one pattern length, --ngram-max), not the loop's longest match;
+- only a fixed K (no adaptive schedule) and no n-gram-then-model chain; its own n-gram drafting (ngram-simple);
 - at T > 0 it verifies by sample-and-compare (`common_sampler_sample_and_accept_n`), not by rejection sampling:
   its acceptance at T > 0 is lower by design, and records say `verify: sample-and-compare`;
 - no time split (llama_decode vs the rest), no draft-alone runs, no per-position "reached" counts.
@@ -64,7 +63,7 @@ from gguf_bench.runtimes.llama_server import (
 from gguf_bench.runtimes.placement import Placement
 from gguf_bench.runtimes.rpc_link import links
 from gguf_bench.runtimes.server_build import find_server
-from gguf_bench.runtimes.server_clients import run_round
+from gguf_bench.runtimes.server_clients import fill_slots, run_round
 
 LOOP_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple"}  # the loop's strategies as llama-server's types
 
@@ -356,6 +355,7 @@ class ServerSession:
         """One request, alone on one slot."""
         sampling, server = _sampling(cell, self.grid, self.twin), proc.server
         try:
+            fill_slots(server, self.prompts.filler_at(cell.depth), cell.parallel or 1, sampling)
             with track(self.grid.trackers, server.proc.pid) as tracked:
                 comp = server.complete(self.prompts.whole(cell.prompt.id, cell.depth), self.grid.n_predict, sampling,
                                        cache_prompt=cell.depth > 0)
@@ -372,6 +372,7 @@ class ServerSession:
                    for pid in (ids[(start + i) % len(ids)] for i in range(cell.clients))]
         server = proc.server
         try:
+            fill_slots(server, self.prompts.filler_at(cell.depth), cell.parallel or 1, sampling)
             with track(self.grid.trackers, server.proc.pid) as tracked:
                 rnd = run_round(server, prompts, self.grid.n_predict, sampling,
                                 self.options.request_timeout_s, cache_prompt=cell.depth > 0)
