@@ -62,3 +62,20 @@ def test_a_server_bin_of_the_list_that_does_not_exist_is_one_line(tiny_pairs, se
     result = invoke("sweep", *pair_args(tiny_pairs["high"]), "--engine", "server", "--server-bin",
                     f"{server_bin},{server_bin}", "-K", "2", "-n", "4", "--name", "twice")
     assert_user_error(result, "twice")
+
+
+def test_builds_are_shown_by_what_tells_them_apart():
+    """The printers name two builds by the parts that differ; paths that share nothing but the root stay whole; one
+    build leaves the runs as they are."""
+    import pandas as pd
+
+    from gguf_bench.results.presentation.summary import build_names, with_build_names
+
+    on, off = "/c/llama.cpp/tree-cpu/bin/llama-server", "/c/llama.cpp/tree-cpu-GGML_OPENMP=OFF/bin/llama-server"
+    assert build_names([on, off]) == {on: "tree-cpu", off: "tree-cpu-GGML_OPENMP=OFF"}
+    assert build_names(["/a/llama-server", "/b/c/llama"]) == {"/a/llama-server": "/a/llama-server", "/b/c/llama": "/b/c/llama"}
+    assert build_names(["x/llama-server", "x/y/llama-server"]) == {"x/llama-server": "x", "x/y/llama-server": "x/y"}
+    df = pd.DataFrame({"server_bin": [on, off, on, ""], "k": [0, 0, 4, 0]})
+    assert list(with_build_names(df)["server_bin"]) == ["tree-cpu", "tree-cpu-GGML_OPENMP=OFF", "tree-cpu", ""]
+    one = pd.DataFrame({"server_bin": [on, on]})
+    assert with_build_names(one) is one

@@ -189,7 +189,7 @@ def _show_runs(runs: list[RunRecord], title: str = "", deploy_lines: bool = True
                objective: str = "decode", page: Path | None = None, source: Path | None = None) -> None:
     """The report of these runs, as every command prints it (verdicts read with `margin` %: summary.MARGIN, of the
     `objective`'s figure: summary.OBJECTIVES); page: the HTML page too (the runs read from `source`)."""
-    df = summ.for_objective(summ.to_frame(runs), objective)
+    df = summ.with_build_names(summ.for_objective(summ.to_frame(runs), objective))  # builds by their short names
     summary = summ.summarize(df, margin=margin)
     if page:  # first: the terminal's report then says where it is
         _write_page(page, summary, df, runs, [str(source)] * len(runs) if source else [], title)
@@ -501,6 +501,7 @@ def report(paths: Annotated[list[Path] | None, typer.Argument(help="results .jso
     objective = _objective(asked.objective if objective is None else objective)
     df = summ.to_frame(loaded.runs, loaded.sources)  # each run's file: two files are two sweeps (summary.BLOCK)
     df = summ.for_objective(df, objective) if loaded.runs else df  # tokens_per_s: the objective's figure
+    df = df if fmt in ("csv", "json", "jsonl") else summ.with_build_names(df)  # the data formats keep builds' paths
     summary = summ.summarize(df, by_prompt=by_prompt or "prompt" in keep, margin=margin) if loaded.runs else None
     if summary is not None:
         summary = summ.with_predictions(summary, df, loaded.calibrations)

@@ -44,7 +44,7 @@ class Engine(Protocol):
     @staticmethod
     def measured(grid: Grid, choice: PairChoice, fetch: Callable) -> list[tuple[str, object]]:
         """What a sweep measures, resolved from the command, each with its name: the pairs on this machine (fetched by
-        `fetch`: plan.local_pairs), or the servers at the engine's URLs (measured.SweepSubject)."""
+        `fetch`: pair.local_pairs), or the servers at the engine's URLs (measured.SweepSubject)."""
 
     def open(self, setting: Setting, prompts: PreparedPrompts) -> Session: ...
 

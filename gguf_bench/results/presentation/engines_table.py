@@ -30,7 +30,7 @@ def engines_table(both: pd.DataFrame, agreement: list[str], width: int = 120) ->
     out (never a heading cut)."""
     first, second = both.attrs["engines"]
     a, b = _short(first), _short(second)
-    varying = [c for c in SIDE if both[c].nunique(dropna=False) > 1]
+    varying = [c for c in [*SIDE, "server_bin"] if c in both and both[c].nunique(dropna=False) > 1]  # builds: the 2nd's
     fixed = [f"{both['pair'].iloc[0]}"] if "pair" not in varying else []
     fixed += [f"T={number_text(both['temperature'].iloc[0], '{:g}')}"] if "temperature" not in varying else []
     fixed += [f"n={both['n_predict'].iloc[0]}"] if "n_predict" not in varying else []
@@ -132,7 +132,7 @@ def engines_frame(summary: pd.DataFrame) -> pd.DataFrame | None:
     keys = SIDE + ["mode", "strategy", "k"]
     cols = ["tokens_per_s", "acceptance", "gain_pct", "best_k", "decided", *(["verdict"] if "verdict" in summary else [])]
     a = rows[rows["engine"] == first][keys + cols]
-    b = rows[rows["engine"] == second][keys + cols]
+    b = rows[rows["engine"] == second][keys + cols + [c for c in ["server_bin"] if c in rows]]  # one row a build
     both = a.merge(b, on=keys, how="outer", suffixes=(f"_{first}", f"_{second}"))
     both["ratio"] = both[f"tokens_per_s_{first}"] / both[f"tokens_per_s_{second}"]
     both = both.sort_values(keys, key=lambda c: c.map({"target": 0, "speculative": 1}) if c.name == "mode" else c)

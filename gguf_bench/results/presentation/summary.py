@@ -4,6 +4,9 @@ joined to the rows they predict, and the offload text of a row.
 
 from __future__ import annotations
 
+import os
+from pathlib import PurePath
+
 import pandas as pd
 
 from gguf_bench.options import CONTEXT_DEFAULTS
@@ -52,3 +55,22 @@ def offload_label(row: pd.Series) -> str:
         return str(row["draft_offload"])
     return f"{row['target_offload']} + {row['draft_offload']}"
 
+
+def with_build_names(df: pd.DataFrame) -> pd.DataFrame:
+    """The runs with each build (server_bin, where a sweep's --server-bin listed several) named by what tells it apart
+    from the others, for the printers: '/x/tree-cpu/bin/llama-server' and '/x/tree-cpu-GGML_OPENMP=OFF/bin/llama-server'
+    read 'tree-cpu' and 'tree-cpu-GGML_OPENMP=OFF'. Records keep the path (and the build part its sha256), and the
+    deploy command runs it; the frame is unchanged with one build."""
+    paths = [p for p in df.get("server_bin", pd.Series(dtype=object)).dropna().unique() if p]
+    return df if len(paths) < 2 else df.assign(server_bin=df["server_bin"].map(lambda p: build_names(paths).get(p, p)))
+
+
+def build_names(paths: list[str]) -> dict[str, str]:
+    """Each path less the folders all share at the start and the parts all share at the end; the whole path where
+    that leaves two names alike or one empty."""
+    parts = [PurePath(p).parts for p in paths]
+    lead = len(os.path.commonprefix(parts))
+    lead = lead if lead > 1 else 0  # no folder but the root in common: the whole paths
+    tail = len(os.path.commonprefix([q[lead:][::-1] for q in parts]))
+    names = {p: str(PurePath(*q[lead:len(q) - tail])) if len(q) > lead + tail else "" for p, q in zip(paths, parts)}
+    return names if all(names.values()) and len(set(names.values())) == len(names) else {p: p for p in paths}

@@ -167,7 +167,7 @@ class RunMetrics:
     costs_source: str | None = None
     # a round of several clients (server engine, --parallel/--clients): tokens_per_s is the aggregate (every client's
     # tokens over the round's wall time, prompt processing included); these are per request
-    requests: list[dict] | None = None  # each request's own figures (server_clients.Request.stored)
+    requests: list[dict] | None = None  # each request's own figures (streamed.StreamedRequest.stored)
     per_request_tokens_per_s: float | None = None  # mean of the requests' decode speeds
     ttft_s: float | None = None  # mean time to first token, client side (queueing and prompt included)
     # the bytes its decode read a generated token, from the GGUF headers where it ran (run_fields.bytes_per_token: the
