@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 from cli_helpers import assert_user_error, invoke, pair_args, stored
 from test_server import LLAMA_APP, _script
@@ -52,6 +53,11 @@ def test_two_builds_are_two_settings_of_one_sweep(tiny_pairs, server_bin, tmp_pa
     assert "build" in result.stdout and str(llama) in result.stdout and str(server_bin) in result.stdout
     commands = [line for line in result.stdout.splitlines() if " -m " in line and "--spec-type" in line]
     assert commands and all(c.startswith((f"{server_bin} ", f"{llama} serve ")) for c in commands), commands
+    # the deploy line names its build and its advantage over the same setting on the other build, paired
+    head = " ".join(result.stdout.split("deploy ", 1)[1].split(" -m ")[0].split())
+    chosen, other = (server_bin, llama) if commands[0].startswith(f"{server_bin} ") else (llama, server_bin)
+    assert f" on build {chosen} (" in head and re.search(rf"[+-]\d+% (\[[+-]\d+,[+-]\d+\] )?over (target alone|K=2) on "
+                                                          rf"build {re.escape(str(other))}", head), head
 
 
 def test_a_server_bin_of_the_list_that_does_not_exist_is_one_line(tiny_pairs, server_bin, tmp_path, isolated):

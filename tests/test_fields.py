@@ -38,7 +38,7 @@ def test_a_measured_quantity_is_spelled_where_it_is_declared_and_measured_only()
     fields in their part's module only (their tracker fills parts.energy.Energy, which they read)."""
     where = spelled("latency_p95_s")  # declared in the record and its field; each engine that measures it, once
     assert where.pop("results/schema/records.py") == 1 and where.pop("results/schema/run_fields.py") <= 2
-    assert where == {"measure/engines/server.py": 1, "measure/engines/endpoint.py": 1}
+    assert where == {"measure/engines/server_figures.py": 1, "measure/engines/endpoint_figures.py": 1}
     for name in ("joules_per_token", "joules_per_accepted", "tokens_per_joule", "energy_j"):
         assert set(spelled(name)) == {"results/schema/parts/energy.py"}, name
 

@@ -14,7 +14,8 @@ from cli_helpers import invoke, pair_args, stored
 
 from gguf_bench import engine_registry
 from gguf_bench.engine_registry import Capabilities, EngineKind
-from gguf_bench.measure.plan import Cell, Setting, local_pairs, shuffled
+from gguf_bench.measure.pair import local_pairs
+from gguf_bench.measure.plan import Cell, Setting, shuffled
 from gguf_bench.results.schema.records import Mode, RunMetrics, RunRecord
 
 N_TOKENS = 32

@@ -47,7 +47,7 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
     can run (a fixed K, no n-gram-then-model chain); else the fastest target alone; rows of a busy machine, nothing.
     Where a simpler deployable row is the same as it within the summary's margin (summary.simplest_same: no draft
     over a draft, fewer GPU layers, the smaller K), that one."""
-    out = summary.assign(deploy=None, deploy_note=None, deploy_over=None)
+    out = summary.assign(deploy=None, deploy_note=None, deploy_over=None, deploy_builds=None)
     margin = margin_of(summary)
     known: dict = {}  # row index -> its command line, None where llama-server cannot run it
 
@@ -72,12 +72,13 @@ def with_deploy(summary: pd.DataFrame, df: pd.DataFrame, runs: list[RunRecord]) 
         chosen, replaced, why = simplest_same(summary.loc[[top, *simpler]], top, df, margin)
         out.at[chosen, "deploy"] = line(chosen)
         out.at[chosen, "deploy_over"] = _over_other_alone(summary.loc[chosen], rows, df, margin)
+        out.at[chosen, "deploy_builds"] = _over_other_builds(summary.loc[chosen], rows, df, margin)
         if replaced is not None:
             varying = [c for c in BESIDE if c in rows and rows[c].nunique(dropna=False) > 1]
             out.at[chosen, "deploy_note"] = (f"{setting_label(summary.loc[chosen], varying)} and "
                                              f"{setting_label(summary.loc[replaced], varying)} are the same within "
                                              f"{margin:g}%: {why}")
-    return out
+    return out if out["deploy_builds"].notna().any() else out.drop(columns="deploy_builds")  # one build: as before
 
 
 def _over_other_alone(chosen: pd.Series, rows: pd.DataFrame, runs: pd.DataFrame, margin: float) -> str | None:
@@ -99,6 +100,26 @@ def _over_other_alone(chosen: pd.Series, rows: pd.DataFrame, runs: pd.DataFrame,
     verdict = {"faster": "", "slower": ", slower", "same": f", the same within {margin:g}%",
                "undecided": ", not told apart"}[told.verdict]
     return f"{told.pct:+.0f}% [{told.lo:+.0f},{told.hi:+.0f}] over {name} alone{verdict}"
+
+
+def _over_other_builds(chosen: pd.Series, rows: pd.DataFrame, runs: pd.DataFrame, margin: float) -> str | None:
+    """Where the workload's rows ran on several builds (--server-bin A,B): the deployed row's advantage over the same
+    setting on each other build, paired run by run (summary.compare), with its verdict: '+29% [+20,+38] over K=8 on
+    build B'. None with one build."""
+    if "server_bin" not in rows or rows["server_bin"].nunique(dropna=False) < 2:
+        return None
+    ok = runs[runs["error"].isna()] if "error" in runs else runs
+    same = [c for c in KEYS if c != "server_bin" and c in rows]
+    texts = []
+    for _, other in rows[matching(rows, chosen, same) & (rows["server_bin"] != chosen["server_bin"])].iterrows():
+        told = compare(chosen, other, ok, margin, workload_family(rows, ok))
+        if pd.isna(told.pct):
+            continue
+        interval = "" if pd.isna(told.lo) else f" [{told.lo:+.0f},{told.hi:+.0f}]"
+        verdict = {"faster": "", "slower": ", slower", "same": f", the same within {margin:g}%",
+                   "undecided": ", not told apart"}[told.verdict]
+        texts.append(f"{told.pct:+.0f}%{interval} over {setting_label(other, [])} on build {other['server_bin']}{verdict}")
+    return "; ".join(texts) or None
 
 
 def _busy_note(rows: pd.DataFrame, busy: pd.Series) -> str:

@@ -61,6 +61,10 @@ def lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
         if r["mode"] != "speculative" and isinstance(r.get("deploy_over"), str):  # over another setting's alone
             over = f"; {r['deploy_over']}"
         simpler += faster_undecided(own_engine(rows), r)
+        if isinstance(r.get("deploy_builds"), str):  # over the same setting on the other builds (--server-bin A,B)
+            over += f"; {r['deploy_builds']}"
+        if "server_bin" in rows and rows["server_bin"].nunique(dropna=False) > 1:
+            where = f" on build {r['server_bin']}{where}"
         what = (f"{row_label(r)}{where} ({speed}, gain {gain_text(r)}{loads_text(r)}{over}{simpler})"
                 if r["mode"] == "speculative"
                 else f"no speculation{where} ({speed}; {_why_alone(own_engine(rows), r)}{over}{simpler})")

@@ -30,7 +30,9 @@ def engines_table(both: pd.DataFrame, agreement: list[str], width: int = 120) ->
     out (never a heading cut)."""
     first, second = both.attrs["engines"]
     a, b = _short(first), _short(second)
-    varying = [c for c in [*SIDE, "server_bin"] if c in both and both[c].nunique(dropna=False) > 1]  # builds: the 2nd's
+    varying = [c for c in SIDE if both[c].nunique(dropna=False) > 1]
+    builds = both.get("server_bin", pd.Series(dtype=object)).replace("", None).dropna()  # the server's, where several
+    varying += ["server_bin"] if builds.nunique() > 1 else []
     fixed = [f"{both['pair'].iloc[0]}"] if "pair" not in varying else []
     fixed += [f"T={number_text(both['temperature'].iloc[0], '{:g}')}"] if "temperature" not in varying else []
     fixed += [f"n={both['n_predict'].iloc[0]}"] if "n_predict" not in varying else []
