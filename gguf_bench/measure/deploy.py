@@ -94,12 +94,19 @@ def _over_other_alone(chosen: pd.Series, rows: pd.DataFrame, runs: pd.DataFrame,
     varying = [c for c in BESIDE if c in rows and rows[c].nunique(dropna=False) > 1]
     name = " ".join(f"{FLAGS.get(c, c)} {other[c]}" for c in varying) or "another setting"
     ok = runs[runs["error"].isna()] if "error" in runs else runs
-    told = compare(chosen, other, ok, margin, workload_family(rows, ok))
+    return _advantage_text(compare(chosen, other, ok, margin, workload_family(rows, ok)), f"{name} alone", margin)
+
+
+def _advantage_text(told, over: str, margin: float) -> str | None:
+    """'+3% [-2,+9] over -ngl 0 alone, not told apart': a paired comparison (summary.compare) with its verdict at the
+    margin; 'no interval' where it has none; None where it has no figure."""
+    if pd.isna(told.pct):
+        return None
     if pd.isna(told.lo):
-        return f"{told.pct:+.0f}% over {name} alone, no interval" if pd.notna(told.pct) else None
+        return f"{told.pct:+.0f}% over {over}, no interval"
     verdict = {"faster": "", "slower": ", slower", "same": f", the same within {margin:g}%",
                "undecided": ", not told apart"}[told.verdict]
-    return f"{told.pct:+.0f}% [{told.lo:+.0f},{told.hi:+.0f}] over {name} alone{verdict}"
+    return f"{told.pct:+.0f}% [{told.lo:+.0f},{told.hi:+.0f}] over {over}{verdict}"
 
 
 def _over_other_builds(chosen: pd.Series, rows: pd.DataFrame, runs: pd.DataFrame, margin: float) -> str | None:
@@ -110,16 +117,11 @@ def _over_other_builds(chosen: pd.Series, rows: pd.DataFrame, runs: pd.DataFrame
         return None
     ok = runs[runs["error"].isna()] if "error" in runs else runs
     same = [c for c in KEYS if c != "server_bin" and c in rows]
-    texts = []
-    for _, other in rows[matching(rows, chosen, same) & (rows["server_bin"] != chosen["server_bin"])].iterrows():
-        told = compare(chosen, other, ok, margin, workload_family(rows, ok))
-        if pd.isna(told.pct):
-            continue
-        interval = "" if pd.isna(told.lo) else f" [{told.lo:+.0f},{told.hi:+.0f}]"
-        verdict = {"faster": "", "slower": ", slower", "same": f", the same within {margin:g}%",
-                   "undecided": ", not told apart"}[told.verdict]
-        texts.append(f"{told.pct:+.0f}%{interval} over {setting_label(other, [])} on build {other['server_bin']}{verdict}")
-    return "; ".join(texts) or None
+    others = rows[matching(rows, chosen, same) & (rows["server_bin"] != chosen["server_bin"])]
+    texts = [_advantage_text(compare(chosen, other, ok, margin, workload_family(rows, ok)),
+                             f"{setting_label(other, [])} on build {other['server_bin']}", margin)
+             for _, other in others.iterrows()]
+    return "; ".join(t for t in texts if t) or None
 
 
 def _busy_note(rows: pd.DataFrame, busy: pd.Series) -> str:

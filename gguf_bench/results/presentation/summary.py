@@ -62,7 +62,7 @@ def with_build_names(df: pd.DataFrame) -> pd.DataFrame:
     read 'tree-cpu' and 'tree-cpu-GGML_OPENMP=OFF'. Records keep the path (and the build part its sha256), and the
     deploy command runs it; the frame is unchanged with one build."""
     paths = [p for p in df.get("server_bin", pd.Series(dtype=object)).dropna().unique() if p]
-    return df if len(paths) < 2 else df.assign(server_bin=df["server_bin"].map(lambda p: build_names(paths).get(p, p)))
+    return df if len(paths) < 2 else df.assign(server_bin=df["server_bin"].replace(build_names(paths)))
 
 
 def build_names(paths: list[str]) -> dict[str, str]:
