@@ -285,7 +285,7 @@ def test_options_the_servers_owner_sets_are_refused_not_ignored(isolated):
 def test_resume_against_other_servers_is_refused_not_mixed(isolated):
     """--resume keys name the served model, not the server: a file measured against other URLs (or by another engine)
     is refused in one line, and left as it was."""
-    from gguf_bench.results.schema.parts.endpoint import Endpoint
+    from gguf_bench.results.schema.parts.endpoint_identity import Endpoint
     from gguf_bench.results.schema.records import Mode, RunRecord
     from gguf_bench.results.schema.store import append_record
 

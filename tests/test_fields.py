@@ -35,12 +35,12 @@ def test_every_flat_column_is_declared_once():
 
 def test_a_measured_quantity_is_spelled_where_it_is_declared_and_measured_only():
     """The issue's targets: a server figure in the record, its declaration and the engine that measures it; the energy
-    fields in their part's module only (their tracker fills parts.energy.Energy, which they read)."""
+    fields in their part's module only (their tracker fills parts.energy_spent.Energy, which they read)."""
     where = spelled("latency_p95_s")  # declared in the record and its field; each engine that measures it, once
     assert where.pop("results/schema/records.py") == 1 and where.pop("results/schema/run_fields.py") <= 2
     assert where == {"measure/engines/server_figures.py": 1, "measure/engines/endpoint_figures.py": 1}
     for name in ("joules_per_token", "joules_per_accepted", "tokens_per_joule", "energy_j"):
-        assert set(spelled(name)) == {"results/schema/parts/energy.py"}, name
+        assert set(spelled(name)) == {"results/schema/parts/energy_spent.py"}, name
 
 
 def test_the_record_walks_its_table_of_parts():

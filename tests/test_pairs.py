@@ -16,7 +16,7 @@ from gguf_bench.measure.trackers.load import LoadTracker, machine_steal_s
 from gguf_bench.results.presentation import answer
 from gguf_bench.results.presentation.report import left_out_lines
 from gguf_bench.results.presentation.summary import gain_decided, load, summarize, to_frame
-from gguf_bench.results.schema.parts.load import Load
+from gguf_bench.results.schema.parts.machine_load import Load
 from gguf_bench.results.schema.records import parse
 
 T0 = 1_800_000_000.0

@@ -259,7 +259,7 @@ def test_plan_gives_the_fewest_cpu_moe_layers_that_fit_every_layer_best_first(mo
 
 
 def test_plan_and_sweep_read_a_budget_per_device_and_refuse_bad_ones(moe_pair, monkeypatch):
-    from gguf_bench.measure import machine
+    from gguf_bench.measure import capacity
     from gguf_bench.runtimes.llama_cpp import Device
 
     assert Budget.parse("24GB") == Budget.one(24 * 10**9) and not Budget.parse("24GB").named
@@ -268,26 +268,26 @@ def test_plan_and_sweep_read_a_budget_per_device_and_refuse_bad_ones(moe_pair, m
                         ("A=1GB,2GB", "NAME=SIZE once per device"), ("A=", "NAME=SIZE"), ("A=lots", "bad --vram size of A 'lots'")):
         assert_user_error(invoke("plan", *pair_args(moe_pair), "--vram", bad), needle)
     gpus = [Device("Vulkan0", "a", "GPU", 8 * 2**30, 8 * 2**30), Device("Vulkan1", "b", "GPU", 8 * 2**30, 8 * 2**30)]
-    monkeypatch.setattr(machine, "gpu_devices", lambda: gpus)  # a build with two GPU devices (names only)
-    assert machine.vram_budget("Vulkan1=2GB,Vulkan0=1GB").devices == (("Vulkan0", 10**9), ("Vulkan1", 2 * 10**9))
+    monkeypatch.setattr(capacity, "gpu_devices", lambda: gpus)  # a build with two GPU devices (names only)
+    assert capacity.vram_budget("Vulkan1=2GB,Vulkan0=1GB").devices == (("Vulkan0", 10**9), ("Vulkan1", 2 * 10**9))
     with pytest.raises(ConfigError, match="this build has no device 'CUDA1'; it has Vulkan0, Vulkan1"):
-        machine.vram_budget("Vulkan0=8GB,CUDA1=24GB")
+        capacity.vram_budget("Vulkan0=8GB,CUDA1=24GB")
     assert_user_error(invoke("sweep", *pair_args(moe_pair), "--vram", "Vulkan0=8GB,CUDA1=24GB", "-K", "1"),
                       "no device 'CUDA1'")
 
 
 def test_sweep_check_passes_the_placings_of_each_setting(moe_pair):
-    from gguf_bench.measure import machine
+    from gguf_bench.measure import capacity
     from gguf_bench.measure.pair import LoadConfig, PairFiles
 
     t, _ = _header(moe_pair[0])
     d, _ = _header(moe_pair[1])
     files = PairFiles(*moe_pair, "moe")
     budget = Budget.one(device_bytes(t, ALL_LAYERS, 512, placing=Placing(n_cpu_moe=2)).total + device_bytes(d, 0, 512).total)
-    why = machine.does_not_fit(files, LoadConfig(ngl=ALL_LAYERS, n_ctx=512), 512, budget)
+    why = capacity.does_not_fit(files, LoadConfig(ngl=ALL_LAYERS, n_ctx=512), 512, budget)
     assert why.startswith("-ngl all -ngld 0: predicted") and "> " in why
     two = LoadConfig(ngl=ALL_LAYERS, n_ctx=512, placing=Placing(n_cpu_moe=2))
-    assert machine.does_not_fit(files, two, 512, budget) is None
+    assert capacity.does_not_fit(files, two, 512, budget) is None
     off = LoadConfig(ngl=ALL_LAYERS, ngld=ALL_LAYERS, n_ctx=512, placing=Placing(n_cpu_moe=2),
                      placing_draft=Placing(devices=("none",)))
-    assert machine.does_not_fit(files, off, 512, budget) is None  # the draft on the CPU takes nothing there
+    assert capacity.does_not_fit(files, off, 512, budget) is None  # the draft on the CPU takes nothing there

@@ -326,7 +326,7 @@ def test_a_235b_split_is_one_model_for_its_record_size_checksum_and_memory_check
     import hashlib
 
     from gguf_bench.errors import BenchError
-    from gguf_bench.measure import machine
+    from gguf_bench.measure import capacity
     from gguf_bench.measure.costs import _same_file
     from gguf_bench.measure.inputs.prompts import Prompt
     from gguf_bench.measure.plan import Grid
@@ -348,9 +348,9 @@ def test_a_235b_split_is_one_model_for_its_record_size_checksum_and_memory_check
     listed = invoke("models", "--registry", str(registry))
     assert listed.exit_code == 0 and listed.stdout.count(f" {_size_text(sum(sizes))}  cached") == 2, listed.stdout
     grid = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=[Prompt("p", "x")])
-    monkeypatch.setattr(machine, "available_memory", lambda: sum(sizes) - 1)
+    monkeypatch.setattr(capacity, "available_memory", lambda: sum(sizes) - 1)
     with pytest.raises(BenchError, match=r"needs about .* of memory \(every part of a split model\)") as refused:
-        machine.check_memory(PairFiles(parts[0], None, "235b"), grid)
+        capacity.check_memory(PairFiles(parts[0], None, "235b"), grid)
     assert "\n" not in str(refused.value)
-    monkeypatch.setattr(machine, "available_memory", lambda: sum(sizes))
-    machine.check_memory(PairFiles(parts[2], None, "235b"), grid)  # the whole model fits: taken
+    monkeypatch.setattr(capacity, "available_memory", lambda: sum(sizes))
+    capacity.check_memory(PairFiles(parts[2], None, "235b"), grid)  # the whole model fits: taken

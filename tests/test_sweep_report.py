@@ -245,9 +245,9 @@ def test_two_settings_that_cannot_be_held_at_once_alternate_in_chunks(tiny_pairs
     """Where the planner's figures do not hold both loads: one loaded at a time, repetition by repetition in the
     balanced order A B | B A | A B; the setting a repetition (or a pass) ends with starts the next, so three
     repetitions over two passes load 0, 1, 0, 1: four loads, not one per chunk (six)."""
-    from gguf_bench.measure import machine
+    from gguf_bench.measure import capacity
 
-    monkeypatch.setattr(machine, "side_by_side", lambda files, loads, n_ctx, budget: False)
+    monkeypatch.setattr(capacity, "side_by_side", lambda files, loads, n_ctx, budget: False)
     (first, second), loads = passes(tiny_pairs, reps=(1, 3))
     assert loads == [0, 1, 0, 1]
     assert [(r.config.ngl, r.config.repetition) for r in first + second][::3] == [

@@ -20,7 +20,7 @@ from gguf_bench.measure.trackers import device_memory, devices, energy
 from gguf_bench.measure.trackers.nvml import open_nvml
 from gguf_bench.results.presentation.report import render, rich_table
 from gguf_bench.results.presentation.summary import summarize, to_frame
-from gguf_bench.results.schema.parts.energy import Energy
+from gguf_bench.results.schema.parts.energy_spent import Energy
 from gguf_bench.results.schema.parts.memory import DeviceMemory
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.records import Mode, RunConfig, RunMetrics, RunRecord, parse, to_dict

@@ -146,7 +146,7 @@ def hand_record(mode, tps, k=0, rep=0, load1=0.2, main=1.0, wall=2.0, others=0.0
 def test_report_flags_spread_and_load_and_stars_no_best_beside_them():
     from gguf_bench.results.presentation.report import rich_table
     from gguf_bench.results.presentation.summary import summarize, to_frame
-    from gguf_bench.results.schema.parts.load import Load
+    from gguf_bench.results.schema.parts.machine_load import Load
     from gguf_bench.results.schema.records import RunRecord, parse
 
     quiet = [hand_record("target", 10), hand_record("target", 10.4, rep=1), hand_record("speculative", 14, k=2),

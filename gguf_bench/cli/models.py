@@ -17,8 +17,8 @@ from gguf_bench.cli.app import command, console, err
 from gguf_bench.cli.options import MARGIN, MarginOpt, RegistryOpt, ResultsDirOpt, ThreadsOpt
 from gguf_bench.cli.progress import DownloadProgress, QuietStatus, warn_offload
 from gguf_bench.errors import BenchError
+from gguf_bench.measure.capacity import vram_budget
 from gguf_bench.measure.flows import speed
-from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.sweep import SweepEvents
 from gguf_bench.models import offload_plan
 from gguf_bench.models.download import fetch, locate

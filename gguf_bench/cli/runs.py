@@ -86,10 +86,10 @@ from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.strategy import strategies
 from gguf_bench.errors import BenchError, ResultsError
 from gguf_bench.measure import deploy
+from gguf_bench.measure.capacity import vram_budget
 from gguf_bench.measure.distributed import OnRay, failure_message, on_ray, ray_options
 from gguf_bench.measure.inputs import prompts, workloads
 from gguf_bench.measure.inputs.prompts import at_lengths
-from gguf_bench.measure.machine import vram_budget
 from gguf_bench.measure.plan import AUTO_FIRST, Grid, cells_failed, measured, single_run_grid
 from gguf_bench.measure.sweep import SweepEvents, iter_records, run_sweep
 from gguf_bench.models.pairs import PairChoice

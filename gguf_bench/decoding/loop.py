@@ -26,6 +26,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from gguf_bench import decode_window
 from gguf_bench.decoding.protocols import Drafter, LanguageModel, Schedule
 from gguf_bench.decoding.sampling import Sampler, SamplingConfig, sampler_for
 from gguf_bench.errors import ConfigError
@@ -71,11 +72,12 @@ class GenerationResult:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.n_tokens / self.decode_s if self.decode_s > 0 else float("nan")
+        """The decode window's tokens (all but the first, which the prompt's logits gave) over its time."""
+        return decode_window.tokens_per_s(self.n_tokens, self.decode_s)
 
     @property
     def ms_per_token(self) -> float:
-        return 1000 * self.decode_s / self.n_tokens if self.n_tokens else float("nan")
+        return decode_window.ms_per_token(self.n_tokens, self.decode_s)
 
     @property
     def acceptance(self) -> float:

@@ -1,6 +1,6 @@
 """The llama-server command line that reproduces a measured cell: what to deploy.
 
-For a server-engine record it is the very command the benchmark ran (parts.server.Server.command) less what only a
+For a server-engine record it is the very command the benchmark ran (parts.server_process.Server.command) less what only a
 benchmark needs (llama_server.deploy_argv); for a Python-loop record it is the command llama-server would need for the
 same files, offload, context settings and drafting (the loop's draft and ngram are llama-server's draft-simple and
 ngram-simple), to be measured with --engine server before it is trusted. -ngl/-ngld 'all' become the layer counts

@@ -7,11 +7,12 @@ its records, its cells and its engines, and never asks which kind it is.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from gguf_bench import engine_registry
-from gguf_bench.measure import machine
+from gguf_bench.measure import capacity
 from gguf_bench.measure.engines.protocol import Engine
 from gguf_bench.measure.inputs.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
@@ -66,14 +67,16 @@ class LocalPair:
         for s in grid.strategies:  # a target alone (no --draft) drafts by n-gram only
             s.check(max(grid.ks), has_draft_model=files.draft is not None)
         prompts = PreparedPrompts.for_target(files.target, grid.prompts, max(grid.depths))
-        grid, line = sized_context(files, grid, prompts)
+        n_ctx, line = sized_context(files, prompts, n_ctx=grid.n_ctx, depth=max(grid.depths),
+                                    n_predict=grid.n_predict, verify=grid.k_max_any_engine)
+        grid = replace(grid, n_ctx=n_ctx)
         if line:
             note(line)
-        machine.check_memory(files, grid)
-        for line in machine.check_placements(files, grid.placings, grid.placings_draft,
-                                             any(engine_registry.of(e).rpc_checked_here for e in grid.engines)):
+        capacity.check_memory(files, grid)
+        for line in capacity.check_placements(files, grid.placings, grid.placings_draft,
+                                              any(engine_registry.of(e).rpc_checked_here for e in grid.engines)):
             note(line)
-        self.budget = machine.device_budget(grid)
+        self.budget = capacity.device_budget(grid)
         return grid, prompts
 
     def static(self, sweep: str) -> dict:
@@ -88,10 +91,10 @@ class LocalPair:
         return engine_registry.kind(name).engine_class().for_grid(grid, self.files)
 
     def does_not_fit(self, load: LoadConfig, n_ctx: int) -> str | None:
-        return machine.does_not_fit(self.files, load, n_ctx, self.budget) if self.budget is not None else None
+        return capacity.does_not_fit(self.files, load, n_ctx, self.budget) if self.budget is not None else None
 
     def side_by_side(self, loads: list[LoadConfig], n_ctx: int) -> bool:
-        return machine.side_by_side(self.files, loads, n_ctx, self.budget)
+        return capacity.side_by_side(self.files, loads, n_ctx, self.budget)
 
 
 def as_measured(what: PairFiles | SweepSubject) -> SweepSubject:

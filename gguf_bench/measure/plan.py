@@ -31,11 +31,11 @@ from gguf_bench.measure.trackers import TRACKERS
 from gguf_bench.models.offload_plan import Budget
 from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
-from gguf_bench.results.schema.parts.load import Load
+from gguf_bench.results.schema.parts.machine_load import Load
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.parts.order import LOADS_EACH, LOADS_ONCE
 from gguf_bench.results.schema.parts.provenance import Build
-from gguf_bench.results.schema.parts.server import Server as ServerRecord
+from gguf_bench.results.schema.parts.server_process import Server as ServerRecord
 from gguf_bench.results.schema.records import PYTHON_ENGINE, Mode, RunConfig, RunMetrics, RunRecord
 from gguf_bench.results.schema.run_fields import bytes_per_token, decode_steps
 from gguf_bench.results.schema.store import now_iso

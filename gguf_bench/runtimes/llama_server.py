@@ -9,8 +9,8 @@ off. Each completion diffs `/metrics` around itself: the speculative counters gi
 draft position. The process dies with its parent (PR_SET_PDEATHSIG), and `close` stops it on every path out.
 
 Timing: `timings.predicted_ms` runs from the first generated token to the last, and `predicted_n` counts the first
-token, so `predicted_n / predicted_ms` is gguf-bench's own tokens/s (the loop's decode time also starts after the
-token the prompt's logits give). The server's own `predicted_per_second` divides by `predicted_n - 1`: not used.
+token, which the prompt's logits gave: the window holds `predicted_n - 1` tokens (decode_window.py), as the server's own
+`predicted_per_second` and the loop's decode time count them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from gguf_bench import decode_window
 from gguf_bench.errors import BenchError
 from gguf_bench.placing import rpc_flag
 from gguf_bench.runtimes import placement, server_metrics
@@ -242,7 +243,7 @@ class Completion:
 
     @property
     def tokens_per_s(self) -> float:
-        return 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else float("nan")
+        return decode_window.tokens_per_s(self.predicted_n, self.predicted_ms / 1000.0)
 
 
 def free_port() -> int:

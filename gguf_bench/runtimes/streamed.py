@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gguf_bench import decode_window
+
 # what a record keeps of a request, in this order (RunMetrics.requests' keys: stored files have them all)
 STORED = ("client", "prompt_id", "sent_s", "first_token_s", "end_s", "prompt_n", "prompt_ms", "predicted_n",
           "predicted_ms", "draft_n", "draft_n_accepted", "text", "error")
@@ -101,7 +103,8 @@ class StreamedRequest:
     def tokens_per_s(self) -> float | None:
         """The server's decode speed for this request (predicted_n over predicted_ms, as the single-stream engine)."""
         n, ms = self.predicted_n, self.predicted_ms
-        return 1000.0 * n / ms if n is not None and ms else None
+        rate = decode_window.tokens_per_s(n, ms / 1000.0) if n is not None and ms else None
+        return rate if rate == rate else None  # nan: a window without tokens
 
     def stored(self) -> dict:
         """What a record keeps of it: the STORED figures (the text is enough to read: no token ids)."""

@@ -8,7 +8,7 @@ baseline's run of the same prompt next to it in time; the baseline's records are
 (/v1/completions) or as chat messages (/v1/chat/completions): the server tokenizes with its own vocabulary and
 template. Every request streams; --clients sends that many at the same moment.
 
-What a record holds is what the server gives, and the record says what it did not give (parts.endpoint.Endpoint):
+What a record holds is what the server gives, and the record says what it did not give (parts.endpoint_identity.Endpoint):
 - llama.cpp's servers (they answer /props): the last chunk's `timings` (predicted_n over predicted_ms, the server
   engine's tokens/s; draft_n and draft_n_accepted), /slots' draft context and types, and /metrics' verification steps
   and acceptance per draft position, where /metrics is on and its counters over the cell equal the requests' own
@@ -39,7 +39,7 @@ from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled, with_baselines
 from gguf_bench.models.pairs import PairChoice, PairFiles
-from gguf_bench.results.schema.parts.endpoint import Endpoint
+from gguf_bench.results.schema.parts.endpoint_identity import Endpoint
 from gguf_bench.results.schema.parts.provenance import ModelFile, Models
 from gguf_bench.results.schema.records import Mode, RunRecord
 from gguf_bench.results.schema.store import environment

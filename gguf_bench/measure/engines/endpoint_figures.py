@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from gguf_bench import decode_window
 from gguf_bench.results.schema.records import RunMetrics
 from gguf_bench.runtimes import server_metrics
 from gguf_bench.runtimes.streamed import StreamedRequest
@@ -58,7 +59,8 @@ def single_metrics(a: StreamedRequest, got: Counted, label: str | None) -> RunMe
     n = a.predicted_n
     return RunMetrics(
         prompt_tokens=a.prompt_n or 0, prompt_s=(a.prompt_ms or 0.0) / 1000.0, n_tokens=n,
-        decode_s=a.decode_s, tokens_per_s=n / a.decode_s, ms_per_token=1000.0 * a.decode_s / n,
+        decode_s=a.decode_s, tokens_per_s=decode_window.tokens_per_s(n, a.decode_s),
+        ms_per_token=decode_window.ms_per_token(n, a.decode_s),
         end_to_end_s=a.latency_s, stopped_by_eog=a.finish == "stop", text=a.text, strategy=label,
         ttft_s=a.ttft_s, **_drafts([a], got))
 
@@ -68,7 +70,7 @@ def round_metrics(answers: list[StreamedRequest], wall_s: float, got: Counted, l
     included), each request's own figures, and the latencies the clients saw."""
     done = [a for a in answers if not a.error]
     n_tokens = sum(a.predicted_n for a in done)
-    speeds = [a.predicted_n / a.decode_s for a in done if a.decode_s]
+    speeds = [a.tokens_per_s for a in done if a.tokens_per_s]
     latencies = sorted(a.latency_s for a in done)
     ttfts = [a.ttft_s for a in done if a.ttft_s is not None]
     per_request = statistics.fmean(speeds) if speeds else None

@@ -32,7 +32,7 @@ from gguf_bench.decoding.divergence import Identity
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, SERVER_CHAIN, Strategy
 from gguf_bench.engine_registry import of
 from gguf_bench.errors import ConfigError
-from gguf_bench.measure import machine
+from gguf_bench.measure import capacity
 from gguf_bench.measure.engines.server_figures import greedy_identity, metrics, round_metrics
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.pair import LoadConfig, PairFiles, local_pairs
@@ -46,7 +46,7 @@ from gguf_bench.options import layers_label
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.parts.order import BLOCKS
 from gguf_bench.results.schema.parts.provenance import Build
-from gguf_bench.results.schema.parts.server import Server as ServerRecord
+from gguf_bench.results.schema.parts.server_process import Server as ServerRecord
 from gguf_bench.results.schema.records import SERVER_ENGINE, Mode, RunMetrics, RunRecord
 from gguf_bench.runtimes import build_id, rpc
 from gguf_bench.runtimes.llama_cpp import read_info, use_extra_buffers
@@ -436,14 +436,14 @@ def _levels(cells: list[Cell]) -> dict[tuple, list[Cell]]:
 def processes_fit(setting: Setting, count: int) -> bool:
     """Whether `count` llama-server processes of this setting can run at once: on a CPU-only setting each one's model
     files (the target, and the draft where it has one) within 80% of the memory available now; with offload, each
-    process within an equal share of the device budget (machine.does_not_fit, the planner's figures)."""
+    process within an equal share of the device budget (capacity.does_not_fit, the planner's figures)."""
     files, load = setting.files, setting.load
-    budget = machine.device_budget(setting.grid)
+    budget = capacity.device_budget(setting.grid)
     if budget is not None and (load.ngl or load.ngld):
         share = Budget(tuple((name, size // count) for name, size in budget.devices))
-        if machine.does_not_fit(files, load, setting.grid.n_ctx, share):
+        if capacity.does_not_fit(files, load, setting.grid.n_ctx, share):
             return False
-    avail = machine.available_memory()
+    avail = capacity.available_memory()
     need = count * (files.target.stat().st_size + (files.draft.stat().st_size if files.draft else 0))
     return avail is None or need <= 0.8 * avail
 

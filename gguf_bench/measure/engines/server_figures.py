@@ -8,6 +8,7 @@ import statistics
 
 import numpy as np
 
+from gguf_bench import decode_window
 from gguf_bench.decoding.divergence import Identity, first_difference
 from gguf_bench.measure.plan import Cell
 from gguf_bench.results.schema.records import Mode, RunMetrics
@@ -22,7 +23,7 @@ def metrics(comp: Completion, cell: Cell, identity: Identity | None) -> RunMetri
     decode_s = comp.predicted_ms / 1000.0
     return RunMetrics(
         prompt_tokens=comp.prompt_n, prompt_s=comp.prompt_ms / 1000.0, n_tokens=comp.predicted_n, decode_s=decode_s,
-        tokens_per_s=comp.tokens_per_s, ms_per_token=1000.0 * decode_s / comp.predicted_n if comp.predicted_n else None,
+        tokens_per_s=comp.tokens_per_s, ms_per_token=decode_window.ms_per_token(comp.predicted_n, decode_s),
         end_to_end_s=(comp.prompt_ms + comp.predicted_ms) / 1000.0, stopped_by_eog=comp.stop_type == "eos",
         verify=SAMPLE_AND_COMPARE if speculative else None, rounds=comp.rounds, drafted=comp.drafted,
         accepted=comp.accepted, acceptance=comp.accepted / comp.drafted if comp.drafted else None,

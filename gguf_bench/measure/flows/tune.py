@@ -13,10 +13,10 @@ from pathlib import Path
 from gguf_bench import options
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.errors import BenchError, ConfigError, ModelError
+from gguf_bench.measure.capacity import check_placements
 from gguf_bench.measure.flows.calibrate import CalibrationEvents, calibrate
 from gguf_bench.measure.inputs.prepared import PreparedPrompts, sized_context
 from gguf_bench.measure.inputs.prompts import Prompt
-from gguf_bench.measure.machine import check_placements
 from gguf_bench.measure.pair import LoadConfig, PairFiles, check_compatible
 from gguf_bench.measure.plan import Grid, measured
 from gguf_bench.measure.sweep import iter_records
@@ -152,12 +152,12 @@ def with_real_acceptance(cal: Calibration, pair: str) -> Calibration:
 
 def _sized(job: TuneJob, events: TuneEvents) -> TuneJob:
     """The job with a context that holds the depth, the longest prompt and the output."""
-    grid = Grid(loads=LOADS_ONCE, ks=list(job.ks), ngls=[0], nglds=[0], temperatures=[0.0], prompts=list(job.prompts),
-                n_predict=job.n_predict, n_ctx=job.ctx_size, depths=[job.depth])
-    grid, note = sized_context(job.files, grid, PreparedPrompts.for_target(job.files.target, job.prompts, job.depth))
+    prompts = PreparedPrompts.for_target(job.files.target, job.prompts, job.depth)
+    n_ctx, note = sized_context(job.files, prompts, n_ctx=job.ctx_size, depth=job.depth, n_predict=job.n_predict,
+                                verify=max(DEFAULT_STRATEGY.max_k(k) for k in job.ks))
     if note:
         events.note(note)
-    return TuneJob(**{**job.__dict__, "ctx_size": grid.n_ctx})
+    return TuneJob(**{**job.__dict__, "ctx_size": n_ctx})
 
 
 def _check(tuned: Tuned, events: TuneEvents) -> None:

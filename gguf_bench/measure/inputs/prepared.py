@@ -9,13 +9,12 @@ llama-server's /completion.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gguf_bench.errors import ConfigError
 from gguf_bench.measure.inputs.depth import after_filler, filler_tokens, padded
 from gguf_bench.measure.inputs.prompts import Prompt
-from gguf_bench.measure.plan import Grid
 from gguf_bench.runtimes.llama_cpp import Vocabulary, read_info
 
 
@@ -65,21 +64,22 @@ class PreparedPrompts:
         return max(len(t) for t in self.tokens.values())
 
 
-def sized_context(files, grid: Grid, prepared: PreparedPrompts) -> tuple[Grid, str | None]:
-    """The grid with a context that holds the deepest filler, the longest prompt, the output and a verify batch
-    (--ctx-size when it already does: rounded up to 256 tokens otherwise, with a line saying so); an error when the
-    models were trained on less."""
-    longest, depth = prepared.longest(), max(grid.depths)
-    need = depth + longest + grid.n_predict + grid.k_max_any_engine + 1
-    if need <= grid.n_ctx:
-        return grid, None
+def sized_context(files, prepared: PreparedPrompts, *, n_ctx: int, depth: int, n_predict: int,
+                  verify: int) -> tuple[int, str | None]:
+    """The context that holds the deepest filler (`depth`), the longest prompt, the output (`n_predict`) and a verify
+    batch of `verify` drafted tokens: `n_ctx` (--ctx-size) when it already does, rounded up to 256 tokens otherwise,
+    with a line saying so; an error when the models (`files`: a target and maybe a draft) were trained on less."""
+    longest = prepared.longest()
+    need = depth + longest + n_predict + verify + 1
+    if need <= n_ctx:
+        return n_ctx, None
     trained = min([n for f in (files.target, files.draft) if f and (n := read_info(f).context_length)], default=None)
     if trained and need > trained:
-        raise ConfigError(f"depth {depth} + the longest prompt ({longest} tokens) + -n {grid.n_predict} + a "
+        raise ConfigError(f"depth {depth} + the longest prompt ({longest} tokens) + -n {n_predict} + a "
                           f"verify batch need {need} tokens of context, more than the models were trained on ({trained}); "
                           "lower -d/--depth or -n")
-    n_ctx = -(-need // 256) * 256
+    sized = -(-need // 256) * 256
     at_depth = f"depth {depth} + " if depth else ""
-    note = (f"--ctx-size {grid.n_ctx} cannot hold {at_depth}the longest prompt ({longest} tokens) + -n {grid.n_predict} + "
-            f"a verify batch: running with -c {n_ctx}")
-    return replace(grid, n_ctx=n_ctx), note
+    note = (f"--ctx-size {n_ctx} cannot hold {at_depth}the longest prompt ({longest} tokens) + -n {n_predict} + "
+            f"a verify batch: running with -c {sized}")
+    return sized, note

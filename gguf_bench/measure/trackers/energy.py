@@ -1,4 +1,4 @@
-"""The energy tracker: joules over a run's decode, read from energy counters (parts.energy.Energy), stored only where the
+"""The energy tracker: joules over a run's decode, read from energy counters (parts.energy_spent.Energy), stored only where the
 counters cover every device the run used.
 
 NVIDIA devices: NVML's total-energy counter (nvmlDeviceGetTotalEnergyConsumption, millijoules since the driver loaded,
@@ -12,7 +12,7 @@ packages, a CUDA device its own NVML device's counter; a Vulkan or RPC device ha
 counter, the run stores the counters it read and the devices it used, no joules (never a part of the run's energy), and
 `missing` says what was left out; `notes` turns that into the sweep's one line. The GPUs a run did not use are not added.
 
-The window (parts.energy.Energy.window): the Python engine marks the first token after the prompt (Tracked.on_round), so the
+The window (parts.energy_spent.Energy.window): the Python engine marks the first token after the prompt (Tracked.on_round), so the
 joules cover the decode, the window of tokens/s, and the prompt's are stored apart. llama-server answers a request whole:
 its joules are the request's times the decode's share of the request's time (even power assumed; prompt processing
 usually draws more, so this leans high); for a round of several clients, tokens/s covers the whole round, and so do
@@ -30,7 +30,7 @@ from typing import Protocol
 
 from gguf_bench.measure.trackers import devices
 from gguf_bench.measure.trackers.nvml import Nvml, nvml
-from gguf_bench.results.schema.parts.energy import SHARE_WINDOW, Energy
+from gguf_bench.results.schema.parts.energy_spent import SHARE_WINDOW, Energy
 from gguf_bench.results.schema.records import RunRecord
 
 POWERCAP = Path("/sys/class/powercap")

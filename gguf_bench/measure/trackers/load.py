@@ -1,4 +1,4 @@
-"""The load tracker: the machine's load over one measured run (parts.load.Load), for both engines.
+"""The load tracker: the machine's load over one measured run (parts.machine_load.Load), for both engines.
 
 What judges a run is the CPU time the *rest* of the machine used while it ran: the busy time of every core (Linux
 /proc/stat) minus this process's (and, for the server engine, the server's). The 1-minute load average is stored too,
@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gguf_bench.results.schema.parts.load import Load
+from gguf_bench.results.schema.parts.machine_load import Load
 from gguf_bench.results.schema.records import RunRecord
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

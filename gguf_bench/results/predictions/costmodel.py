@@ -44,6 +44,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from gguf_bench import decode_window
 from gguf_bench.decoding.drafters import NgramDrafter
 from gguf_bench.decoding.schedules import CostK, Costs, FixedK, HeuristicK
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
@@ -291,10 +292,10 @@ class Text:
     def request_s(self, decode_s: float, n_predict: int, with_draft: bool) -> float | None:
         """The request's latency as a sweep computes it: the prompt's processing (the draft's too where a draft model
         drafts), then n_predict tokens at this run's decode speed; None where the prompt was not timed."""
-        if self.prompt_s is None or not self.n_tokens or decode_s <= 0:
+        if self.prompt_s is None or not decode_window.steps(self.n_tokens) or decode_s <= 0:
             return None
-        first = self.prompt_s + ((self.draft_prompt_s or 0.0) if with_draft else 0.0)
-        return first + n_predict * decode_s / self.n_tokens
+        first = self.prompt_s + ((self.draft_prompt_s or 0.0) if with_draft else 0.0)  # the first token's time
+        return first + decode_window.steps(n_predict) * decode_s / decode_window.steps(self.n_tokens)
 
     def rounds(self, k: int, n_predict: int, strategy: Strategy = DEFAULT_STRATEGY, costs: Costs | None = None
                ) -> list[Round]:
@@ -369,7 +370,7 @@ class Prediction:
 
 
 def _rate(n_tokens: int, seconds: float) -> float:
-    return n_tokens / seconds if seconds > 0 else float("nan")
+    return decode_window.tokens_per_s(n_tokens, seconds)  # as a run measures it: the tokens after the first
 
 
 def predict(tm: Timings, texts: Sequence[Text], k: int, n_predict: int, strategy: Strategy = DEFAULT_STRATEGY) -> Prediction:

@@ -35,7 +35,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gguf_bench import engine_registry
+from gguf_bench import decode_window, engine_registry
 from gguf_bench.decoding.strategy import SERVER_SPEC_TYPES, server_parts
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.results.predictions.costmodel import Prediction, ScatterGuard, expected_tokens, relative_scatter
@@ -210,7 +210,8 @@ def calibrations(records: Sequence[RunRecord]) -> list[ServerCalibration]:
         alone = [s for r in here if r.mode == Mode.TARGET for s in slots(r)]
         if not alone:
             raise BenchError("the calibration has no target-alone run at this slot count: nothing to compare with")
-        t_target = statistics.median(s.decode_s / s.n_tokens for s in alone if s.n_tokens)
+        t_target = statistics.median(s.decode_s / decode_window.steps(s.n_tokens) for s in alone
+                                     if decode_window.steps(s.n_tokens))
         noise = scatter([r for r in here if r.mode == Mode.TARGET])
         spec = [r for r in here if r.mode == Mode.SPECULATIVE]
         for spec_type in dict.fromkeys(r.strategy.spec_type for r in spec):

@@ -33,15 +33,15 @@ from gguf_bench.results.schema import legacy
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.evaluation import EvalRecord
 from gguf_bench.results.schema.kinds import Kind, Mode, run_label
-from gguf_bench.results.schema.parts.endpoint import Endpoint
-from gguf_bench.results.schema.parts.energy import Energy
-from gguf_bench.results.schema.parts.load import Load
+from gguf_bench.results.schema.parts.endpoint_identity import Endpoint
+from gguf_bench.results.schema.parts.energy_spent import Energy
+from gguf_bench.results.schema.parts.machine_load import Load
 from gguf_bench.results.schema.parts.memory import DeviceMemory
 from gguf_bench.results.schema.parts.node import Node
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.parts.order import Order
 from gguf_bench.results.schema.parts.provenance import Build, Environment, Models
-from gguf_bench.results.schema.parts.server import Server
+from gguf_bench.results.schema.parts.server_process import Server
 
 # --- runs --------------------------------------------------------------------------------------
 

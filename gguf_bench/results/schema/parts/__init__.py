@@ -12,7 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gguf_bench.results.schema.fields import Field
-from gguf_bench.results.schema.parts import endpoint, energy, load, memory, node, offload, order, provenance, server
+from gguf_bench.results.schema.parts import (
+    endpoint_identity,
+    energy_spent,
+    machine_load,
+    memory,
+    node,
+    offload,
+    order,
+    provenance,
+    server_process,
+)
 
 
 @dataclass(frozen=True)
@@ -27,10 +37,10 @@ class Part:
 RUN_PARTS: tuple[Part, ...] = (
     Part("offload", offload.Offload, offload.FIELDS),
     Part("node", node.Node),
-    Part("load", load.Load, load.FIELDS),
-    Part("server", server.Server, server.FIELDS),
-    Part("endpoint", endpoint.Endpoint),
-    Part("energy", energy.Energy, energy.FIELDS),
+    Part("load", machine_load.Load, machine_load.FIELDS),
+    Part("server", server_process.Server, server_process.FIELDS),
+    Part("endpoint", endpoint_identity.Endpoint),
+    Part("energy", energy_spent.Energy, energy_spent.FIELDS),
     Part("memory", memory.DeviceMemory, memory.FIELDS),  # a list: one per device
     Part("order", order.Order, order.FIELDS),
     Part("build", provenance.Build, provenance.BUILD_FIELDS),
