@@ -114,6 +114,57 @@ def test_results_jobs_import_only_downwards():
     assert not wrong, "results: a job imports a later one: " + ", ".join(sorted(wrong))
 
 
+# measure/ in layers too (issue 74): each unit (a sub-package, or a module at measure/'s top) imports only its own
+# modules and units of lower layers; units of one layer know nothing of each other. An engine's options
+# (engines/declared, server_options, endpoint_options) are what the plan reads (Grid.engine_options), below it; the
+# engines' sessions run the plan's settings, above it: one unit, "engine options", every engines/*_options module
+# (one per engine that owns options) and the declared module they share.
+MEASURE_LAYERS = (
+    {"inputs", "trackers", "costs", "proof",  # what a sweep sends, what wraps a run, step costs, a run's mark
+     "engine options"},
+    {"pair"},  # a loaded pair, warmed up
+    {"plan"},  # the grid, settings x cells: nothing loads here
+    {"capacity", "repeat"},  # what this machine holds; -r auto's cells to run again
+    {"engines"},  # the engines' sessions
+    {"measured", "deploy"},  # what a sweep measures (its engines); the deploy line of a best cell
+    {"sweep"},  # plan -> engine -> store
+    {"flows", "distributed"},  # the commands' flows; Ray units
+)
+
+
+def measure_unit(module: str) -> str | None:
+    """The unit of MEASURE_LAYERS a measure module belongs to: its first part under measure/ (engines.python ->
+    engines), "engine options" for engines/declared and engines/*_options; None for measure/__init__ and for modules
+    outside measure/."""
+    parts = module.split(".")
+    if parts[:2] != ["gguf_bench", "measure"] or len(parts) < 3:
+        return None
+    if parts[2:3] == ["engines"] and len(parts) > 3 and (parts[3] == "declared" or parts[3].endswith("_options")):
+        return "engine options"
+    return parts[2]
+
+
+def measure_layer(unit: str) -> int:
+    return next(i for i, layer in enumerate(MEASURE_LAYERS) if unit in layer)
+
+
+def test_measure_units_import_only_downwards():
+    """No arrow back up inside measure/: inputs/ (what a sweep sends) imports nothing of the plan that lists it, and
+    no engine imports the flows that call it. Every module of measure/ is in a declared unit."""
+    units = {u for mod in modules() if (u := measure_unit(mod))}
+    assert units <= set().union(*MEASURE_LAYERS), f"measure units missing from MEASURE_LAYERS: {units}"
+    wrong = []
+    for mod, deps in graph().items():  # the registry's arrows too
+        here = measure_unit(mod)
+        if here is None:
+            continue
+        for dep in deps:
+            there = measure_unit(dep)
+            if there is not None and there != here and measure_layer(there) >= measure_layer(here):
+                wrong.append(f"{mod} -> {dep}")
+    assert not wrong, "measure/: imports from its own layer or above: " + ", ".join(sorted(wrong))
+
+
 def test_measurement_imports_no_printer():
     """measure/ decides through results/decision/ (-r auto's open verdicts, the deploy line's choice, tune's check);
     what it prints is the cli's: no module under measure/ imports results/presentation/."""
