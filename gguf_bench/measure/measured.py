@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gguf_bench import engine_registry
+from gguf_bench.errors import ConfigError
 from gguf_bench.measure import capacity
 from gguf_bench.measure.engines.protocol import Engine
 from gguf_bench.measure.inputs.prepared import PreparedPrompts, sized_context
@@ -87,7 +88,11 @@ class LocalPair:
         return expand(self.files, grid, static, skip, only)
 
     def engine(self, name: str, grid: Grid) -> Engine:
-        """The engine called `name` (its declaration: engine_registry), checked against the files it will run."""
+        """The engine called `name` (its declaration: engine_registry), checked against the files it will run; one line
+        for an engine that runs no files of this machine (the endpoint: servers someone else started)."""
+        if engine_registry.of(name).remote:
+            raise ConfigError(f"--engine {name} measures servers someone else started (--url, --baseline-url), not "
+                              f"the pair {self.name}: sweep it alone, with no pair")
         return engine_registry.kind(name).engine_class().for_grid(grid, self.files)
 
     def does_not_fit(self, load: LoadConfig, n_ctx: int) -> str | None:

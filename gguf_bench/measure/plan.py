@@ -14,7 +14,7 @@ import math
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import product
 from pathlib import Path
 
@@ -344,9 +344,11 @@ def _ks(grid: Grid, strategy: Strategy) -> list[int]:
     return [NGRAM_CACHE_K] if strategy.spec_type == "ngram-cache" else grid.ks
 
 
-def cell_key(pair: str, files: PairFiles, config: RunConfig, mode: Mode) -> str:
-    ident = {"pair": pair, "target": files.target.name, "draft": files.draft.name if files.draft else None,
-             "mode": str(mode), **config.cell_fields()}
+def cell_key(pair: str, files: PairFiles | None, config: RunConfig, mode: Mode, served: str | None = None) -> str:
+    """A cell's identity (--resume): its pair, the files' names, its mode and its config; `files` None: servers someone
+    else started, named by the model they serve (`served`, as the server's /v1/models names it)."""
+    target, draft = (files.target.name, files.draft.name if files.draft else None) if files else (Path(served).name, None)
+    ident = {"pair": pair, "target": target, "draft": draft, "mode": str(mode), **config.cell_fields()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -368,19 +370,44 @@ def cells_failed(records: list) -> set[str]:
     return failed - cells_done(records)
 
 
+# a record's config fields a load fills (its offload, context, threads, placement, build): empty where nothing is loaded
+UNLOADED = tuple(({f.name for f in fields(LoadConfig)} & {f.name for f in fields(RunConfig)} - {"seed"})
+                 | {"placement", "placement_draft", "rpc_delay_ms"})
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What names the cells of servers someone else started, where no files do: the sweep's pair name and the model
+    they serve (its /v1/models id)."""
+
+    name: str
+    model: str
+
+
 @dataclass(frozen=True)
 class Setting:
     """What one load of a pair, or one llama-server configuration, needs: the files, the load (offload, context,
-    threads), the grid's run options, the engine, and what every record of the sweep carries (`static`)."""
+    threads), the grid's run options, the engine, and what every record of the sweep carries (`static`). Servers
+    someone else started (the endpoint) have neither files nor a load of gguf-bench's: `files` and `load` None, the
+    cells named by what they serve (`served`)."""
 
-    files: PairFiles
+    files: PairFiles | None
     grid: Grid
-    load: LoadConfig
+    load: LoadConfig | None
     engine: str
     static: dict
+    served: ServedModel | None = None  # where files is None: what names the cells
+
+    def config(self, cell: Cell) -> RunConfig:
+        """The cell's stored config; where nothing is loaded (load None) the load's fields are empty, not guessed."""
+        if self.load is None:
+            return replace(cell.config(self.grid, LoadConfig(seed=self.grid.seed)), **dict.fromkeys(UNLOADED))
+        return cell.config(self.grid, self.load)
 
     def key(self, cell: Cell) -> str:
-        return cell_key(self.files.name, self.files, cell.config(self.grid, self.load), cell.mode)
+        if self.files is None:
+            return cell_key(self.served.name, None, self.config(cell), cell.mode, self.served.model)
+        return cell_key(self.files.name, self.files, self.config(cell), cell.mode)
 
     def record(self, cell: Cell, metrics: RunMetrics | None = None, offload: Offload | None = None,
                error: str | None = None, load: Load | None = None, server: ServerRecord | None = None,
@@ -388,9 +415,9 @@ class Setting:
         """The cell's record: what it measured, or why it could not; a speculative run that drafted nothing is marked
         (proof.marked); the bytes its decode read a token, from the headers of the files it ran (the ceiling's
         numerator, stored so that a report elsewhere, a Ray driver's too, has it without the files)."""
-        metrics = marked(metrics, cell.mode, cell.strategy, cell.k, self.engine, self.files.target)
+        metrics = marked(metrics, cell.mode, cell.strategy, cell.k, self.engine, self.files.target if self.files else None)
         record = RunRecord(cell=self.key(cell), time=now_iso(), **self.static, mode=cell.mode,
-                           config=cell.config(self.grid, self.load), metrics=metrics, offload=offload, error=error,
+                           config=self.config(cell), metrics=metrics, offload=offload, error=error,
                            load=load, server=server, build=build)
         if metrics is not None:
             metrics.bytes_per_token = bytes_per_token(record, decode_steps(record))

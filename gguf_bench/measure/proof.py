@@ -30,7 +30,7 @@ NO_REASON = "its drafter proposed no token in this run"
 
 
 def marked(metrics: RunMetrics | None, mode: Mode, strategy: Strategy | None, k: int, engine: str | None,
-           target: Path) -> RunMetrics | None:
+           target: Path | None) -> RunMetrics | None:
     """The run's metrics with `no_drafts` set where a speculative run drafted nothing; unchanged otherwise (a round of
     several clients: judged by its shortest prompt). Drafts not counted (None: a llama-server without the speculative
     counters) are not measured, and not marked."""
@@ -41,10 +41,11 @@ def marked(metrics: RunMetrics | None, mode: Mode, strategy: Strategy | None, k:
     return replace(metrics, no_drafts=why_no_drafts(strategy, k, engine, prompt or metrics.prompt_tokens, target))
 
 
-def why_no_drafts(strategy: Strategy, k: int, engine: str | None, prompt_tokens: int, target: Path) -> str:
-    """The likely reason a run of `strategy` drafted nothing (llama.cpp's drafters for the server engine)."""
+def why_no_drafts(strategy: Strategy, k: int, engine: str | None, prompt_tokens: int, target: Path | None) -> str:
+    """The likely reason a run of `strategy` drafted nothing (llama.cpp's drafters for the server engine); `target`
+    None: a model served by someone else, whose file is not here."""
     spec_type = strategy.spec_type if engine_registry.of(engine).server_types else ""  # the loop drafts by its own rules
-    if spec_type.startswith("ngram") and _recurrent(target):
+    if spec_type.startswith("ngram") and target is not None and _recurrent(target):
         return "the target is a hybrid or recurrent model: llama.cpp's n-gram types may not draft on it"
     if spec_type == "ngram-mod":
         flags = Speculation("ngram-mod", k, n_min=strategy.n_min).flags()  # as the server was started

@@ -214,7 +214,8 @@ class Measuring:
             return self.open[key][1]
         if not hold:
             self.close()
-        events.loading(setting.load)
+        if setting.load is not None:  # servers someone else started load nothing of ours
+            events.loading(setting.load)
         self.open[key] = (setting, self.engines[setting.engine].open(setting, self.prompts))
         return self.open[key][1]
 

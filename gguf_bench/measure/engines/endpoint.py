@@ -37,8 +37,8 @@ from gguf_bench.measure.engines.endpoint_figures import counted, round_metrics, 
 from gguf_bench.measure.inputs.depth import check_shorter, closest, filler_text
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.inputs.prompts import Prompt
-from gguf_bench.measure.plan import Cell, Grid, Plan, Setting, Unit, shuffled, with_baselines
-from gguf_bench.models.pairs import PairChoice, PairFiles
+from gguf_bench.measure.plan import Cell, Grid, Plan, ServedModel, Setting, Unit, shuffled, with_baselines
+from gguf_bench.models.pairs import PairChoice
 from gguf_bench.results.schema.parts.endpoint_identity import Endpoint
 from gguf_bench.results.schema.parts.provenance import ModelFile, Models
 from gguf_bench.results.schema.records import Mode, RunRecord
@@ -263,11 +263,6 @@ class EndpointEngine:
     def __init__(self, spec: Served, base: Served):
         self.spec, self.base = spec, base
 
-    @classmethod
-    def for_grid(cls, grid: Grid, files: PairFiles) -> EndpointEngine:
-        raise ConfigError(f"--engine {NAME} measures servers someone else started: give --url and --baseline-url, and "
-                          "no pair")
-
     def open(self, setting: Setting, prompts: PreparedPrompts) -> EndpointSession:
         return EndpointSession(self, setting)
 
@@ -458,8 +453,9 @@ class Servers:
         return {"sweep": sweep, "pair": self.name, "env": environment(), "models": Models(ModelFile(file=self.spec.model))}
 
     def plan(self, grid: Grid, static: dict, skip: set[str], only) -> Plan:
-        # the served model stands where a pair's files would: it names the cells (plan.cell_key)
-        setting = Setting(PairFiles(Path(self.spec.model), None, self.name), grid, grid.settings()[0], NAME, static)
+        # no files and no load of gguf-bench's: the served model names the cells (plan.cell_key), the servers' owner
+        # chose their offload, context and threads (the records leave those empty)
+        setting = Setting(None, grid, None, NAME, static, served=ServedModel(self.name, self.spec.model))
         cells = endpoint_cells(grid, self.spec, self.engine_.base)
         todo = with_baselines(cells, [c for c in cells if setting.key(c) not in skip
                                       and (only is None or only(setting, c))])  # a pair lives in one invocation
