@@ -176,3 +176,34 @@ def test_sequential_verification_reads_only_one_token_decodes():
                                  verify=Verify.SEQUENTIAL)
     assert batched.tokens != regular.tokens  # the batch kernel's difference shows in the batched path
     assert exact.tokens == regular.tokens
+
+
+@pytest.mark.parametrize("cfg", [GREEDY, SamplingConfig(temperature=0.7, seed=3)], ids=["greedy", "sampled"])
+def test_sequential_verification_decodes_no_position_past_the_first_rejection(cfg):
+    """--verify sequential reads the target one token at a time and stops where regular generation would: a draft wrong
+    at every third position makes rounds rejected early, and the target decodes only x0 and the accepted drafts (and
+    the rejected one's row is the next token's), never the positions after a rejection; batched reads all K+1."""
+    target = FakeLM()
+    drafter = ModelDrafter(FakeLM(wrong=lambda pos: pos % 3 == 0))
+    exact = generate_speculative(target, drafter, PROMPT, 30, FixedK(4), cfg, verify=Verify.SEQUENTIAL)
+    decodes = [c for c in target.calls if c[0] == "eval"][1:]  # after the prompt's
+    assert all(len(tokens) == 1 for _, tokens, _ in decodes)
+    # one decode per position a round read: x0, then each accepted draft; a rejection ends the round there
+    read = sum(1 + min(n_acc, len(batch) - 1) for n_acc, (_, batch) in zip(_accepted(exact), exact.verify_log))
+    assert len(decodes) == read < sum(len(batch) for _, batch in exact.verify_log)
+    assert exact.rounds > 3 and exact.accepted < exact.drafted
+    regular = generate_regular(FakeLM(), PROMPT, 30, cfg)
+    if cfg.greedy:
+        assert exact.tokens == regular.tokens
+
+
+def _accepted(res) -> list[int]:
+    """Each round's accepted drafts, from its logged batch against the output that followed."""
+    out, counts = res.tokens, []
+    for base, batch in res.verify_log:
+        start = base - len(PROMPT)
+        n = 0
+        while n < len(batch) - 1 and start + 1 + n < len(out) and out[start + 1 + n] == batch[1 + n]:
+            n += 1
+        counts.append(n)
+    return counts

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gguf_bench.runtimes import server_metrics
 from gguf_bench.runtimes.streamed import STORED, StreamedRequest
 
@@ -56,7 +58,7 @@ def test_what_a_server_did_not_say_is_none_never_a_guess():
     """No timings: usage's counts, else -n where it stopped at the length asked, and the client's own times."""
     told = StreamedRequest(0, "p", 16, 0.0, 1.0, 3.0, finish="stop", usage={"completion_tokens": 20, "prompt_tokens": 7})
     assert (told.predicted_n, told.tokens_from, told.prompt_n, told.prompt_ms) == (20, "usage", 7, None)
-    assert told.decode_s == 2.0 and told.predicted_ms == 2000.0 and told.tokens_per_s == 10.0
+    assert told.decode_s == 2.0 and told.predicted_ms == 2000.0 and told.tokens_per_s == 9.5  # 19 after the first
     cut = StreamedRequest(0, "p", 16, 0.0, 1.0, 3.0, finish="length")
     assert (cut.predicted_n, cut.tokens_from, cut.draft_n, cut.draft_n_accepted) == (16, "length", None, None)
     failed = StreamedRequest(1, "p", 16, 0.5, error="gone")

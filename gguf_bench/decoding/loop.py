@@ -34,7 +34,7 @@ from gguf_bench.errors import ConfigError
 
 class Verify(StrEnum):
     BATCHED = "batched"  # [x0, d1..dK] in one decode: the fast path, what is benchmarked
-    SEQUENTIAL = "sequential"  # one decode per token, rows copied: bit-identical to regular generation
+    SEQUENTIAL = "sequential"  # one decode per token, up to the first rejection: bit-identical to regular generation
 
 
 # on_round(new_tokens, from_draft) is called after each step with the tokens it added
@@ -154,14 +154,34 @@ def generate_regular(model: LanguageModel, prompt: Sequence[int], n_predict: int
     return res
 
 
-def verify_logits(target: LanguageModel, tokens: list[int], verify: Verify) -> np.ndarray:
-    """The target's logit rows [len(tokens), V] for `tokens` appended at its current position."""
+class OneByOne:
+    """Verify.SEQUENTIAL's rows: the target reads a round's tokens one decode each (the very call regular generation
+    makes), each when acceptance first asks for its row, so a round rejected at draft i decodes x0..d_i and no further,
+    as the target alone would have. Each row is copied (the next decode overwrites llama.cpp's buffer); `seconds` is
+    the time its decodes took, spent inside the sampler's acceptance but the target's."""
+
+    def __init__(self, target: LanguageModel, tokens: list[int]):
+        self.target, self.tokens = target, tokens
+        self.rows: list[np.ndarray] = []
+        self.seconds = 0.0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        while len(self.rows) <= i:
+            t = time.perf_counter()
+            self.rows.append(np.array(self.target.eval([self.tokens[len(self.rows)]], 1)[0]))
+            self.seconds += time.perf_counter() - t
+        return self.rows[i]
+
+
+def verify_logits(target: LanguageModel, tokens: list[int], verify: Verify) -> np.ndarray | OneByOne:
+    """The target's logit rows [len(tokens), V] for `tokens` appended at its current position: one batched decode (a
+    view into llama.cpp's buffer), or rows decoded one token at a time as they are read (OneByOne)."""
     if verify == Verify.BATCHED:
-        return target.eval(tokens, len(tokens))  # one decode; a view into llama.cpp's buffer
-    rows = np.empty((len(tokens), target.n_vocab), dtype=np.float32)
-    for i, tok in enumerate(tokens):
-        rows[i] = target.eval([tok], 1)[0]  # the very call regular generation makes
-    return rows
+        return target.eval(tokens, len(tokens))
+    return OneByOne(target, tokens)
 
 
 def generate_speculative(target: LanguageModel, drafter: Drafter, prompt: Sequence[int], n_predict: int,
@@ -191,7 +211,10 @@ def generate_speculative(target: LanguageModel, drafter: Drafter, prompt: Sequen
         drafted, p_rows, source = drafter.propose(history, k_round, sampler, schedule)  # a cost schedule sizes it here
         batch = [x0, *drafted]
         res.verify_log.append((base, batch))
-        n_acc, nxt = sampler.accept(verify_logits(target, batch, verify), p_rows, drafted)  # rows [k+1, V]
+        rows = verify_logits(target, batch, verify)  # [k+1, V]
+        n_acc, nxt = sampler.accept(rows, p_rows, drafted)
+        if isinstance(rows, OneByOne):
+            sampler.seconds -= rows.seconds  # its decodes ran inside acceptance: the target's time, not sampling's
         _count_round(res, len(drafted), n_acc, source)
         schedule.update(len(drafted), n_acc)
         target.rewind(base + 1 + n_acc)  # keep x0 and the accepted drafts

@@ -413,6 +413,16 @@ def draw(p: Dist | np.ndarray, rng: np.random.Generator) -> int:
     return _pick(np.asarray(p, dtype=np.float64), rng.random())
 
 
+def accept_greedy_rows(row: Callable[[int], np.ndarray], drafted: list[int]) -> tuple[int, int]:
+    """Greedy verification reading the target's rows one position at a time, `row(i)` asked for only as far as the
+    round gets (rows decoded as they are read: loop.OneByOne). Returns (n_accepted, next_token), as accept_greedy."""
+    for i, d in enumerate(drafted):
+        top = int(np.argmax(row(i)))
+        if top != d:
+            return i, top
+    return len(drafted), int(np.argmax(row(len(drafted))))
+
+
 def accept_greedy(target_argmax: np.ndarray, drafted: list[int]) -> tuple[int, int]:
     """Greedy verification. target_argmax: [K+1]; drafted: K tokens.
 
@@ -519,9 +529,13 @@ class GreedySampler(Sampler):
         return self.top1(logits), None
 
     def accept(self, q_logits: np.ndarray, p_rows: list | None, drafted: list[int]) -> tuple[int, int]:
-        """(accepted drafts, next token) from the target's rows q_logits [k+1, V]."""
+        """(accepted drafts, next token) from the target's rows q_logits [k+1, V]: an array (one batched decode), or
+        rows decoded as they are read (loop.OneByOne), read position by position up to the first mismatch."""
         t = time.perf_counter()
-        out = accept_greedy(np.argmax(q_logits, axis=1), drafted)
+        if isinstance(q_logits, np.ndarray):
+            out = accept_greedy(np.argmax(q_logits, axis=1), drafted)
+        else:
+            out = accept_greedy_rows(q_logits.__getitem__, drafted)
         self.seconds += time.perf_counter() - t
         return out
 
