@@ -97,6 +97,10 @@ def _why_alone(rows: pd.DataFrame, alone: pd.Series) -> str:
     best = gained.loc[gained["tokens_per_s"].idxmax()]
     what = f"the fastest speculative row, {row_label(best)} at {best['tokens_per_s']:.2f} tokens/s, {gain_text(best)}"
     if pd.isna(best.get("gain_lo")):
+        if best.get("gain_test") == "paired" and not best.get("gain_pairs") and not best.get("gain_busy"):
+            return (f"{what}, has no target alone measured beside it (in its own sweep and invocation): its gain is "
+                    f"over runs measured apart and decides nothing; measure the target alone with it (a --resume "
+                    f"that adds a setting measures it again)")
         return f"{what}, comes from fewer than 2 pairs: no interval can tell it from zero; measure it with -r 2 or more"
     if best.get("undecided_why"):
         why = {"busy": "the machine was busy", "drift": "its unpaired runs drifted",
