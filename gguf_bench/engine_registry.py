@@ -74,7 +74,8 @@ DEFAULT = PYTHON_ENGINE  # what a record without an engine ran (records before e
 KINDS: tuple[EngineKind, ...] = (
     EngineKind(PYTHON_ENGINE, Capabilities("the Python loop", draft_alone=True, loop_types=True, rpc_checked_here=True,
                                            ray=True, replays=True, counts_rounds=True), "python loop", "py",
-               "gguf_bench.measure.engines.python:PythonEngine", "gguf_bench.cli.tune:tune_python", in_both=True),
+               "gguf_bench.measure.engines.python:PythonEngine", "gguf_bench.cli.tune:tune_python", in_both=True,
+               options="gguf_bench.measure.engines.python_options:PythonOptions"),
     EngineKind(SERVER_ENGINE, Capabilities("llama-server", concurrent=True, server_types=True, server_process=True),
                "llama-server", "srv", "gguf_bench.measure.engines.server:ServerEngine", "gguf_bench.cli.tune:tune_server",
                in_both=True, options="gguf_bench.measure.engines.server_options:ServerOptions"),

@@ -7,9 +7,12 @@ stand-in), a file of its own with a sha256 of its own."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import re
+from pathlib import Path
 
+import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, stored
 from test_server import LLAMA_APP, _script
 
@@ -85,3 +88,67 @@ def test_builds_are_shown_by_what_tells_them_apart():
     assert list(with_build_names(df)["server_bin"]) == ["tree-cpu", "tree-cpu-GGML_OPENMP=OFF", "tree-cpu", ""]
     one = pd.DataFrame({"server_bin": [on, on]})
     assert with_build_names(one) is one
+
+
+def _own_library() -> Path:
+    """llama-cpp-python's own libllama folder (what the Python loop loads without --lib)."""
+    return Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib"
+
+
+def test_two_libraries_are_two_settings_of_the_python_loop(tiny_pairs, server_bin, isolated):
+    """--lib A,B (issue 74): the Python loop's build as an axis. Each build's loads run in a Python process of their own
+    bound to its libllama (measure/engines/lib_process.py), each record names the library it loaded, and the summary
+    pairs each K with its own build's target alone. The two builds: llama-cpp-python's own library and the suite's
+    CPU tree (the folder of its llama-server)."""
+    own, tree = _own_library(), server_bin.parent
+    if not (tree / "libllama.so").is_file():
+        pytest.skip(f"{tree} holds no libllama.so (a GPU build's llama-server is build-server's, linked to the venv's)")
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "--lib", f"{own},{tree}", "-K", "2", "-n", "8", "-t", "2",
+                    "-r", "2", "--prompt-ids", "code-short", "--no-draft-alone", "--name", "libs")
+    assert result.exit_code == 0, result.output
+    records = stored(isolated / "results" / "libs.jsonl")
+    assert all(r["error"] is None for r in records), [r["error"] for r in records if r["error"]]
+    # each build: its target alone and K=2, twice, measured in turn (a repetition of both before the next)
+    assert sorted((r["config"]["lib"], r["mode"]) for r in records) == sorted(
+        (str(b), m) for b in (own, tree) for m in ("target", "speculative") for _ in range(2))
+    reps = [r["config"]["repetition"] for r in records]
+    assert reps == sorted(reps)
+    # each record names the library its own process loaded (not the parent's), with that library's hash and system_info
+    for r in records:
+        assert r["build"]["path"] == str(Path(r["config"]["lib"]) / "libllama.so")
+        assert r["build"]["sha256"] and r["build"]["system_info"]
+    hashes = {r["config"]["lib"]: r["build"]["sha256"] for r in records}
+    assert len(hashes) == 2 and len(set(hashes.values())) == 2
+    assert all(r["build"]["sha256"] == hashes[r["config"]["lib"]] for r in records)
+    # the summary: a row per build and mode, each K=2 over its own build's target alone
+    report = invoke("report", str(isolated / "results" / "libs.jsonl"), "--format", "csv")
+    assert report.exit_code == 0, report.output
+    rows = list(csv.DictReader(io.StringIO(report.stdout)))
+    assert sorted((r["server_bin"], r["mode"]) for r in rows) == sorted(
+        (str(b), m) for b in (own, tree) for m in ("target", "speculative"))
+    alone = {r["server_bin"]: r["tokens_per_s"] for r in rows if r["mode"] == "target"}
+    assert all(r["baseline_tokens_per_s"] == alone[r["server_bin"]] and r["gain_pct"]
+               for r in rows if r["mode"] == "speculative")
+    # the terminal names the builds; the deploy line names its build and its advantage over the other build's (where
+    # the machine let it choose: a busy one leaves 'none yet', naming the fastest row's build)
+    assert "build" in result.stdout and str(own) in result.stdout and str(tree) in result.stdout
+    head = " ".join(result.stdout.split("deploy ", 1)[1].split(" -m ")[0].split()) if "deploy " in result.stdout else ""
+    if "none yet" in result.stdout:
+        assert re.search(rf"the fastest measured setting, build ({re.escape(str(own))}|{re.escape(str(tree))}) ",
+                         " ".join(result.stdout.split())), result.stdout
+    else:
+        chosen, other = (own, tree) if f" on build {own} (" in head else (tree, own)
+        assert f" on build {chosen} (" in head and re.search(rf"[+-]\d+% (\[[+-]\d+,[+-]\d+\] )?over (target alone|K=2) "
+                                                              rf"on build {re.escape(str(other))}", head), head
+        if chosen == tree:  # the command: the llama-server beside the chosen library, where its build has one
+            assert f"{tree / 'llama-server'} -m " in result.stdout, result.stdout
+
+
+def test_a_lib_without_libllama_is_one_line(tiny_pairs, tmp_path, isolated):
+    nowhere = tmp_path / "nowhere"
+    nowhere.mkdir()
+    args = [*pair_args(tiny_pairs["high"]), "-K", "2", "-n", "4", "--name", "bad"]
+    assert_user_error(invoke("sweep", *args, "--lib", f"{_own_library()},{nowhere}"), f"--lib {nowhere}",
+                      "no libllama.so")
+    assert_user_error(invoke("sweep", *args, "--lib", f"{_own_library()},{_own_library() / 'libllama.so'}"), "twice")
+    assert_user_error(invoke("sweep", *args, "--engine", "server", "--lib", str(_own_library())), "--lib")

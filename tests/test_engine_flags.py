@@ -49,7 +49,7 @@ def test_the_grid_hands_each_engine_its_own_options_or_its_defaults():
                 engine_options=(ServerOptions(warm_pool=True),))
     assert grid.options_of("server").warm_pool is True and grid.options_of("server").request_timeout_s == 600.0
     assert grid.options_of("endpoint").request_timeout_s == 600.0  # not given: its declared defaults
-    assert grid.options_of("python") is None  # it owns none
+    assert grid.options_of("python").lib is None  # not given: its declared defaults (--lib: none, this process's)
     with pytest.raises(ConfigError, match="--request-timeout"):
         ServerOptions(request_timeout_s=-1)
 

@@ -59,3 +59,31 @@ def test_two_server_binaries_are_two_settings_and_the_python_loop_runs_once():
     one = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), engines=("server",),
                engine_options=(ServerOptions(server_bin=a),))
     assert one.server_bins == [None] and one.settings()[0].server_bin is None  # one binary: the engine's own, as before
+
+
+def test_two_libraries_are_two_settings_of_the_python_loop_and_the_server_runs_once(tmp_path):
+    """--lib A,B (the Python loop's option) makes the grid's libs axis: each library a setting of the Python loop, its
+    cells keyed by it; the server runs no library, so its cells come once. One --lib is a setting too (its own
+    process); a folder with no libllama.so is one line."""
+    import pytest
+
+    from gguf_bench.errors import ConfigError
+    from gguf_bench.measure.engines.python_options import PythonOptions
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder in (a, b):
+        folder.mkdir()
+        (folder / "libllama.so").write_bytes(b"")
+    g = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]), engines=("python", "server"),
+             engine_options=(PythonOptions(lib=f"{a},{b / 'libllama.so'}"),))
+    assert g.libs == [a, b] and [lo.lib for lo in g.settings()] == [a, b]
+    units = expand(FILES, g, {}).units
+    assert [(u.setting.engine, u.setting.load.lib) for u in units] == [("python", a), ("server", None), ("python", b)]
+    assert {c.config(g, units[0].setting.load).lib for c in units[0].cells} == {str(a)}
+    assert len({u.setting.key(c) for u in units for c in u.cells}) == sum(len(u.cells) for u in units)
+    assert [g.narrowed(lo).libs for lo in g.settings()] == [[a], [b]]
+    one = Grid(ks=[2], ngls=[0], nglds=[0], temperatures=[0.0], prompts=builtin(["code-short"]),
+               engine_options=(PythonOptions(lib=str(a)),))
+    assert [lo.lib for lo in one.settings()] == [a]
+    with pytest.raises(ConfigError, match="no libllama.so"):
+        PythonOptions(lib=f"{a},{tmp_path}")

@@ -166,10 +166,12 @@ def _placed(label: str | None) -> int | None:
 
 
 def _launch(record: RunRecord) -> Launch:
-    """The command a Python-loop record would need in llama-server."""
+    """The command a Python-loop record would need in llama-server (the one beside its --lib library, where that build
+    has one: a `build-tree` build's bin/)."""
     cfg = record.config
     models = record.models
-    return Launch(Path("llama-server"), Path(models.target.path or models.target.file),
+    beside = Path(cfg.lib) / "llama-server" if cfg.lib else None
+    return Launch(beside if beside and beside.is_file() else Path("llama-server"), Path(models.target.path or models.target.file),
                   Path(models.draft.path or models.draft.file) if models.draft else None,
                   speculation(record.mode, record.strategy, record.k), str(cfg.ngl), str(cfg.ngld), cfg.n_ctx,
                   cfg.threads or record.env.cpu_count or 1, batch=cfg.batch_size or 512, ubatch=cfg.ubatch_size or 512,

@@ -44,13 +44,16 @@ class LoadConfig:
     # the llama.cpp build a server-engine load runs, where a sweep's --server-bin lists several (A,B: each binary a
     # setting of its own, like two -ngl values); None: the one binary of the sweep (or none: the Python loop)
     server_bin: Path | None = None
+    # the llama.cpp build a Python-loop load runs, where a sweep gives --lib (the folder of its libllama.so, loaded in a
+    # process of its own: measure/engines/lib_process.py); None: llama-cpp-python's library, in this process
+    lib: Path | None = None
 
     @property
     def label(self) -> str:
         """'-ngl 10 -ngld all', then the placement, context settings and binary given ('-ncmoe 2 -fa on -ctk q8_0')."""
         given = [f"{flag} {v}" for flag, v in (("-fa", self.flash_attn), ("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v),
                                                ("-b", self.batch_size), ("-ub", self.ubatch_size), ("-td", self.threads_draft),
-                                               ("--server-bin", self.server_bin))
+                                               ("--server-bin", self.server_bin), ("--lib", self.lib))
                  if v is not None]
         placed = [self.placement_label] if self.placement_label else []
         return " ".join([f"-ngl {layers_label(self.ngl)} -ngld {layers_label(self.ngld)}", *placed, *given])
@@ -106,12 +109,13 @@ class LoadConfig:
             if t is not None and t not in CACHE_TYPES:
                 raise ConfigError(f"bad {flag} cache type '{t}': choose from {', '.join(CACHE_TYPES)}")
 
-    def run_by(self, server_process: bool, first: Path | None) -> LoadConfig | None:
-        """This load as an engine runs it: one that runs no binary (the Python loop) runs the loads of the first
-        --server-bin only, without it (the builds are the server's settings); None for the others."""
-        if self.server_bin is None or server_process:
+    def run_by(self, server_process: bool, first_bin: Path | None, first_lib: Path | None = None) -> LoadConfig | None:
+        """This load as an engine runs it: each build axis is one engine's (--server-bin the server's, --lib the Python
+        loop's), so the other engine runs the loads of that axis's first build only, without it; None for the others."""
+        other, first = ("lib", first_lib) if server_process else ("server_bin", first_bin)
+        if getattr(self, other) is None:
             return self
-        return replace(self, server_bin=None) if self.server_bin == first else None
+        return replace(self, **{other: None}) if getattr(self, other) == first else None
 
     def impossible(self) -> str | None:
         """Why llama.cpp cannot run these settings together, or None (a sweep leaves such combinations out)."""

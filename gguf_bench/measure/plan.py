@@ -47,7 +47,7 @@ LOADS = (LOADS_EACH, LOADS_ONCE)  # --loads
 LOAD_AXES = (("ngls", "ngl"), ("nglds", "ngld"), ("placings", "placing"), ("placings_draft", "placing_draft"),
              ("flash_attns", "flash_attn"), ("cache_types_k", "cache_type_k"), ("cache_types_v", "cache_type_v"),
              ("batch_sizes", "batch_size"), ("ubatch_sizes", "ubatch_size"), ("threads_drafts", "threads_draft"),
-             ("server_bins", "server_bin"))
+             ("server_bins", "server_bin"), ("libs", "lib"))
 SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
 
 
@@ -87,6 +87,7 @@ class Grid:
     placings_draft: list[Placing] = field(default_factory=lambda: [Placing()])
     # llama.cpp builds (server engine: --server-bin A,B, each binary a setting; [None]: its one binary), from the options
     server_bins: list[Path | None] = field(default_factory=lambda: [None])
+    libs: list[Path | None] = field(default_factory=lambda: [None])  # the Python loop's: --lib A,B (libllama's folders)
     # several users at once (server engine only): llama-server's slots (-np) and the clients that send together
     # (None: as many as slots); parallels None is one request at a time on one slot
     parallels: list[int] | None = None
@@ -260,7 +261,8 @@ class Cell:
                          prompt_length=self.prompt.length,
                          placement=load.placing.label(), placement_draft=load.placing_draft.label(draft=True),
                          rpc_delay_ms=load.placing.rpc_delay_ms if load.placing.rpc else None,
-                         server_bin=str(load.server_bin) if load.server_bin else None)
+                         server_bin=str(load.server_bin) if load.server_bin else None,
+                         lib=str(load.lib) if load.lib else None)
 
     def sampling(self, grid: Grid) -> SamplingConfig:
         """Each repetition draws with its own seed (seed + repetition)."""
@@ -492,7 +494,7 @@ def expand(files: PairFiles, grid: Grid, static: dict, skip: set[str] = frozense
     units, total, again = [], 0, 0
     for each in grid.settings():
         for engine in grid.engines:
-            if (load := each.run_by(capabilities.of(engine).server_process, grid.server_bins[0])) is None:
+            if (load := each.run_by(capabilities.of(engine).server_process, grid.server_bins[0], grid.libs[0])) is None:
                 continue
             setting = Setting(files, grid, load, engine, static)
             cells = cells_for(grid, files.draft is not None, engine)

@@ -1,4 +1,5 @@
-"""The Python engine: gguf-bench's own loop over llama-cpp-python (measure/pair.py loads the pair once per setting).
+"""The Python engine: gguf-bench's own loop over llama-cpp-python (measure/pair.py loads the pair once per setting; a
+setting on a build of its own, --lib, in a child process bound to it: lib_process.py).
 
 Cells run depth by depth (the filler is prefilled once per depth, untimed); a greedy speculative run is compared with
 the target alone's text (made untimed where the target alone has not run yet) and, where they part, replayed to say why
@@ -11,6 +12,7 @@ from gguf_bench.decoding.divergence import Identity, compare_greedy
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.engine_registry import of
 from gguf_bench.errors import BenchError
+from gguf_bench.measure.engines.lib_process import LibrarySession, serve
 from gguf_bench.measure.inputs.prepared import PreparedPrompts
 from gguf_bench.measure.pair import LoadedPair, local_pairs
 from gguf_bench.measure.plan import Cell, Setting, shuffled
@@ -31,7 +33,10 @@ class PythonEngine:
         """Nothing to check before a setting loads: the loop runs in this process."""
         return cls()
 
-    def open(self, setting: Setting, prompts: PreparedPrompts) -> PythonSession:
+    def open(self, setting: Setting, prompts: PreparedPrompts) -> PythonSession | LibrarySession:
+        """The setting loaded in this process; one on a build of its own (--lib) in a child process bound to it."""
+        if setting.load.lib is not None:
+            return LibrarySession(setting, prompts, child=__spec__.name)  # this module, run as the child's main
         return PythonSession(setting, prompts)
 
 
@@ -110,3 +115,7 @@ class PythonSession:
     def close(self) -> None:
         if self.pair is not None:
             self.pair.close()
+
+
+if __name__ == "__main__":  # a --lib setting's child process (lib_process.LibrarySession): this session, over pipes
+    serve(PythonSession)

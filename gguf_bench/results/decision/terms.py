@@ -8,7 +8,7 @@ CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a r
 SPECULATION = ["verify"]  # settings of speculative runs only (a target alone has none): a row's, not its baseline's
 SETTING = ["pair", "engine", "server_bin", "host", *CONCURRENCY, "ngl", "ngld", "placement", *CONTEXT, "threads", "n_ctx",
            "depth", "prompt_length", "temperature", "top_k", "top_p", "n_predict", *SPECULATION]  # server_bin: the build,
-# where a sweep's --server-bin lists several (empty: its one build, the Python loop, older records)
+# where a sweep's --server-bin lists several, or the Python loop's --lib folder (empty: llama-cpp-python's own, older records)
 # a baseline shares these but SPECULATION (depth: tokens of context before the prompt; prompt_length:
 # --prompt-tokens); files that differ in any of them never fold into one row
 BASELINE = [c for c in SETTING if c not in SPECULATION]  # what a row shares with its target alone

@@ -91,17 +91,20 @@ class RunConfig:
     # the llama-server (or unified `llama`) binary, as --server-bin gave it, where a sweep lists several (A,B: a setting
     # like -ngl); None: the sweep's one binary, the Python loop, every older record (the `build` part says what ran)
     server_bin: str | None = None
+    # the Python loop's libllama folder, as --lib gave it (each build run in a process of its own); None: llama-cpp-python's
+    # own library, every older record (the `build` part says what ran)
+    lib: str | None = None
 
     def cell_fields(self) -> dict:
         """What identifies the cell: the stored config without `category`, and without a default strategy, verify
         mode, engine or context setting (so that keys of files written before those existed stay the same)."""
         optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients", "depth",
-                    "prompt_length", "placement", "placement_draft", "server_bin")
+                    "prompt_length", "placement", "placement_draft", "server_bin", "lib")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category", "rpc_delay_ms")}
         if self.strategy is not None:
             out["strategy"] = self.strategy.params()
         for name in ("verify", "engine", "parallel", "clients", "depth", "prompt_length", "placement", "placement_draft",
-                     "server_bin"):
+                     "server_bin", "lib"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         for name, default in CONTEXT_DEFAULTS.items():

@@ -166,7 +166,9 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("parallel", lambda r: r.config.parallel), Field("clients", lambda r: r.config.clients),
     Field("depth", lambda r: r.config.depth or 0), Field("prompt_length", lambda r: r.config.prompt_length or 0),
     Field("placement", lambda r: r.config.placement_label),
-    Field("server_bin", lambda r: r.config.server_bin or ""),  # the build, where a sweep's --server-bin lists several
+    # the build (the setting column `build`): the server's binary where a sweep's --server-bin lists several, the Python
+    # loop's libllama folder where it gives --lib; one column, so both engines' builds are compared by the same code
+    Field("server_bin", lambda r: r.config.server_bin or r.config.lib or ""),
     Field("host", lambda r: r.host),
     # what a setting's runs measured, folded into its summary row
     Field("tokens_per_s", _metric("tokens_per_s"), "tokens/s", "mean", spread=True),
