@@ -44,8 +44,9 @@ class LibrarySession:
         self.setting, self.prompts = setting, prompts
         self.failure: str | None = None
         env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(setting.load.lib)}
+        # a session of its own: a Ctrl-C reaches the parent only, which closes the child (close) between cells
         self.child = subprocess.Popen([sys.executable, "-m", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      env=env)
+                                      env=env, start_new_session=True)
         try:
             self._send((setting, prompts))
             self._receive()
@@ -137,6 +138,8 @@ def _serve(session_class, requests: BinaryIO, replies: BinaryIO) -> None:
         while (cell := pickle.load(requests)) is not None:
             record = session.measure(cell)
             reply(RECORD, (record, prompts.greedy))
+    except (EOFError, BrokenPipeError):  # the parent went away without a word: nothing left to answer
+        pass
     finally:
         session.close()
 
