@@ -156,13 +156,11 @@ def offload_requested(*layer_values: int) -> bool:
     return any(n != 0 for n in layer_values)
 
 
-# --- context settings (llama.cpp's context params; llama-bench's -fa, -ctk, -ctv, -b, -ub, and -td): lists in sweeps ---
+# --- context settings' parsers (llama.cpp's context params; each axis declared in gguf_bench/axes.py) -----------------
 
 FLASH_ATTN = ("auto", "on", "off")  # llama.cpp's LLAMA_FLASH_ATTN_TYPE_AUTO / ENABLED / DISABLED
 _FLASH_WORDS = {"auto": "auto", "-1": "auto", "on": "on", "1": "on", "true": "on", "off": "off", "0": "off", "false": "off"}
 CACHE_TYPES = ("f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # what llama-server's -ctk takes
-# what llama.cpp uses when an option is not given (records of earlier versions ran with these)
-CONTEXT_DEFAULTS = {"flash_attn": "auto", "cache_type_k": "f16", "cache_type_v": "f16", "batch_size": 512, "ubatch_size": 512}
 
 
 def _words(spec: str) -> list[str]:
@@ -189,29 +187,12 @@ def cache_types(spec: str, what: str = "-ctk") -> list[str]:
 
 
 def positive_ints(spec: str | int, what: str) -> list[int]:
-    """-b, -ub, -td: whole numbers >= 1, a list or range in sweeps."""
+    """Whole numbers >= 1 (-b and the like), a list or range in sweeps."""
     values = int_list(spec, what)
     for n in values:
         if n < 1:
             raise ConfigError(f"{what} must be >= 1, got {n}")
     return values
-
-
-def context_axes(flash_attn: str | None = None, cache_type_k: str | None = None, cache_type_v: str | None = None,
-                 batch_size: str | None = None, ubatch_size: str | None = None, threads_draft: str | None = None,
-                 single: bool = False) -> dict[str, list]:
-    """The context options as plan.Grid's axes ([None]: not given, llama.cpp's default); single: `run`, one value each."""
-    axes = {"flash_attns": (flash_attn, flash_attns, "-fa"), "cache_types_k": (cache_type_k, cache_types, "-ctk"),
-            "cache_types_v": (cache_type_v, cache_types, "-ctv"), "batch_sizes": (batch_size, positive_ints, "-b"),
-            "ubatch_sizes": (ubatch_size, positive_ints, "-ub"),
-            "threads_drafts": (threads_draft, positive_ints, "-td")}
-    out: dict[str, list] = {}
-    for name, (spec, parse, flag) in axes.items():
-        values = [None] if spec is None else parse(spec, flag)
-        if single and len(values) != 1:
-            raise ConfigError(f"{flag} takes one value here, got '{spec}'; `gguf-bench sweep` takes lists")
-        out[name] = values
-    return out
 
 
 # --- drafting strategies (decoding.strategy): one value for `run`, lists for `sweep` --------------

@@ -10,14 +10,19 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_user_error, invoke, pair_args, stored
 
+from gguf_bench.axes import AXES, grid_lists
 from gguf_bench.measure.inputs.prompts import Prompt
 from gguf_bench.measure.pair import LoadConfig
 from gguf_bench.measure.plan import Grid, cell_key, cells_for
 from gguf_bench.models.pairs import PairFiles
 from gguf_bench.models.tiny import TinySpec, make_pair
-from gguf_bench.options import context_axes
 from gguf_bench.results.schema.records import RunConfig
 from gguf_bench.runtimes.llama_server import Launch, Speculation
+
+
+def context_axes(*given, **named) -> dict:
+    """The context options as the Grid's lists, given in the declared axes' order (axes.grid_lists)."""
+    return grid_lists({**dict(zip((a.name for a in AXES), given)), **named})
 
 
 @pytest.fixture(scope="module")

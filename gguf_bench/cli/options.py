@@ -29,19 +29,8 @@ NglsOpt = Annotated[str, typer.Option("--gpu-layers", "-ngl", help="target GPU l
 NgldsOpt = Annotated[str, typer.Option("--gpu-layers-draft", "-ngld", help="draft GPU layers")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads (default: all cores)")]
 CtxOpt = Annotated[int, typer.Option("--ctx-size", "-c", help="context size of each model")]
-# llama.cpp's context settings (llama-bench's flags); `sweep` takes comma lists, and every combination runs
-FlashAttnOpt = Annotated[str | None, typer.Option("--flash-attn", "-fa", help="flash attention: on, off or auto "
-                         "(default: auto, llama.cpp's choice)")]
-CacheTypeKOpt = Annotated[str | None, typer.Option("--cache-type-k", "-ctk", help="KV-cache type for K: f16 (default), "
-                          "f32, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1")]
-CacheTypeVOpt = Annotated[str | None, typer.Option("--cache-type-v", "-ctv", help="KV-cache type for V (as -ctk); a "
-                          "quantized V cache needs flash attention")]
-BatchOpt = Annotated[str | None, typer.Option("--batch-size", "-b", help="llama.cpp's n_batch: the most tokens one decode "
-                     "takes (default: 512)")]
-UbatchOpt = Annotated[str | None, typer.Option("--ubatch-size", "-ub", help="llama.cpp's n_ubatch: the most it computes "
-                      "at once (default: 512, at most -b)")]
-ThreadsDraftOpt = Annotated[str | None, typer.Option("--threads-draft", "-td", help="the draft model's CPU threads "
-                            "(default: --threads)")]
+# llama.cpp's context settings (llama-bench's flags): declared in gguf_bench/axes.py, made options by cli/axis_flags.py;
+# `sweep` takes comma lists, and every combination runs
 # where the weights go beyond -ngl (llama.cpp's flags; gguf_bench/placing.py): in `sweep`, lists and repeated options
 # are alternatives, and every combination runs
 NCpuMoeOpt = Annotated[str | None, typer.Option("--n-cpu-moe", "-ncmoe", help="MoE target: keep the expert weights of "

@@ -12,13 +12,11 @@ import typer
 
 from gguf_bench import engine_registry, options
 from gguf_bench.cli.app import command, console, err
+from gguf_bench.cli.axis_flags import axis_flags
 from gguf_bench.cli.engine_flags import engine_flags, given
 from gguf_bench.cli.options import (
     AskedMarginOpt,
     AskedObjectiveOpt,
-    BatchOpt,
-    CacheTypeKOpt,
-    CacheTypeVOpt,
     ChatOpt,
     ClientsOpt,
     CtxOpt,
@@ -28,7 +26,6 @@ from gguf_bench.cli.options import (
     DraftMinOpt,
     DraftOpt,
     EngineOpt,
-    FlashAttnOpt,
     KCapOpt,
     KOpt,
     KScheduleOpt,
@@ -72,11 +69,9 @@ from gguf_bench.cli.options import (
     TempOpt,
     TempsOpt,
     TensorSplitOpt,
-    ThreadsDraftOpt,
     ThreadsOpt,
     TopKOpt,
     TopPOpt,
-    UbatchOpt,
     VerdictMarginOpt,
     VerifyOpt,
 )
@@ -122,6 +117,7 @@ FAILED_CELLS = 3  # sweep's exit status when it ends with failed cells (1: an er
 
 @command
 @engine_flags("run")
+@axis_flags(single=True)
 def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, ngl: NglOpt = "0", ngld: NgldOpt = "0",
         k: KOpt = "4", temp: TempOpt = 0.0, top_k: TopKOpt = 0, top_p: TopPOpt = 1.0, seed: SeedOpt = 0,
         n_predict: NPredictOpt = 64, prompt: PromptOpt = None, prompt_ids: PromptIdOpt = None,
@@ -134,9 +130,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
         verify: VerifyOpt = Verify.BATCHED, registry: RegistryOpt = None,
         spec_type: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_min: PMinOpt = "0",
         n_min: DraftMinOpt = 0, k_schedule: KScheduleOpt = "fixed", k_cap: KCapOpt = 16, engine: EngineOpt = "python",
-        flash_attn: FlashAttnOpt = None, cache_type_k: CacheTypeKOpt = None,
-        cache_type_v: CacheTypeVOpt = None, batch_size: BatchOpt = None, ubatch_size: UbatchOpt = None,
-        threads_draft: ThreadsDraftOpt = None, depth: Annotated[int, typer.Option("--depth", "-d", help="tokens of "
+        axes: dict | None = None, depth: Annotated[int, typer.Option("--depth", "-d", help="tokens of "
         "context before the prompt (llama-bench's -d; prefilled, not timed)")] = 0,
         n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None, device: DeviceOpt = None,
         n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
@@ -153,8 +147,7 @@ def run(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None, 
                            verify=verify, strategies=strategies(spec_type, ngram_min, ngram_max, p_min, n_min,
                                                                 k_schedule, k_cap),
                            engines=options.engines(engine), engine_options=engine_options, depths=[depth],
-                           **options.context_axes(flash_attn, cache_type_k, cache_type_v, batch_size, ubatch_size,
-                                                  threads_draft, single=True),
+                           **axes,
                            **placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft,
                                           device_draft, single=True,
                                           split=Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)))
@@ -287,6 +280,7 @@ def _greedy_footer(records: list[RunRecord]) -> None:
 
 @command
 @engine_flags("sweep", always=HOW_IT_RUNS)
+@axis_flags()
 def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, draft: DraftOpt = None, ks: KsOpt = "1,2,4,8",
           ngls: NglsOpt = "0", nglds: NgldsOpt = "0", temps: TempsOpt = "0", prompt_ids: PromptIdsOpt = None,
           prompts_file: PromptsFileOpt = None, per_category: PerCategoryOpt = None,
@@ -305,9 +299,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
                                    "KEY:N,... or accelerator_type:A100")] = None,
           spec_types: SpecTypeOpt = "draft", ngram_min: NgramMinOpt = 1, ngram_max: NgramMaxOpt = 4, p_mins: PMinOpt = "0",
           n_min: DraftMinOpt = 0, k_schedules: KScheduleOpt = "fixed", k_cap: KCapOpt = 16,
-          engine: EngineOpt = "python", flash_attns: FlashAttnOpt = None,
-          cache_types_k: CacheTypeKOpt = None, cache_types_v: CacheTypeVOpt = None, batch_sizes: BatchOpt = None,
-          ubatch_sizes: UbatchOpt = None, threads_drafts: ThreadsDraftOpt = None, depths: DepthOpt = None,
+          engine: EngineOpt = "python", axes: dict | None = None, depths: DepthOpt = None,
           prompt_tokens: PromptTokensOpt = None, n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None,
           device: DeviceOpt = None,
           n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
@@ -342,7 +334,7 @@ def sweep(ctx: typer.Context, pairs: PairsArg = None, target: TargetOpt = None, 
                 parallels=options.positive_ints(parallels, "--parallel") if parallels else None,
                 clients=options.positive_ints(clients, "--clients") if clients else None,
                 depths=options.int_list(depths, "-d") if depths else [0],
-                **options.context_axes(flash_attns, cache_types_k, cache_types_v, batch_sizes, ubatch_sizes, threads_drafts),
+                **axes,
                 **placing_axes(n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft, device_draft,
                                split=Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)))
     for why in grid.left_out():

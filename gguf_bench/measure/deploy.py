@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from gguf_bench import engine_registry as capabilities
+from gguf_bench.axes import launch_fields
 from gguf_bench.decoding.strategy import Strategy
 from gguf_bench.errors import BenchError, ConfigError
 from gguf_bench.measure.engines.server import speculation
@@ -174,9 +175,8 @@ def _launch(record: RunRecord) -> Launch:
     return Launch(beside if beside and beside.is_file() else Path("llama-server"), Path(models.target.path or models.target.file),
                   Path(models.draft.path or models.draft.file) if models.draft else None,
                   speculation(record.mode, record.strategy, record.k), str(cfg.ngl), str(cfg.ngld), cfg.n_ctx,
-                  cfg.threads or record.env.cpu_count or 1, batch=cfg.batch_size or 512, ubatch=cfg.ubatch_size or 512,
-                  threads_draft=cfg.threads_draft, flash_attn=cfg.flash_attn, cache_type_k=cfg.cache_type_k,
-                  cache_type_v=cfg.cache_type_v, parallel=cfg.parallel or 1,
+                  cfg.threads or record.env.cpu_count or 1, parallel=cfg.parallel or 1,
+                  **launch_fields(cfg.get),
                   placing=tuple(parse_label(cfg.placement).flags()),
                   placing_draft=tuple(parse_label(cfg.placement_draft, draft=True).flags(draft=True)),
                   rpc=parse_label(cfg.placement).rpc)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gguf_bench import axes
 from gguf_bench.decoding.loop import GenerationResult, OnRound, Verify, generate_regular, generate_speculative
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.schedules import Costs
@@ -18,7 +19,7 @@ from gguf_bench.measure.costs import measure_costs, stored_costs
 from gguf_bench.measure.inputs.depth import AtDepth, fill
 from gguf_bench.models.gguf import check_compatible as check_vocabularies
 from gguf_bench.models.pairs import PairChoice, PairFiles
-from gguf_bench.options import CACHE_TYPES, CONTEXT_DEFAULTS, FLASH_ATTN, layers_label
+from gguf_bench.options import layers_label
 from gguf_bench.placing import Placing
 from gguf_bench.results.schema.parts.offload import Offload
 from gguf_bench.results.schema.records import Mode
@@ -26,19 +27,15 @@ from gguf_bench.runtimes.llama_cpp import Model, read_info
 
 
 @dataclass(frozen=True)
-class LoadConfig:
+class LoadConfig(axes.fields_of("LoadAxes", frozen=True)):
+    """One load of a pair: offload, context size, threads, seed, placement, build, and a field per declared axis
+    (gguf_bench/axes.py: -fa, -ctk, -ctv, -b, -ub, -td; None: not given, llama.cpp's default)."""
+
     ngl: int = 0  # target GPU layers (options.ALL_LAYERS = all)
     ngld: int = 0  # draft GPU layers
     n_ctx: int = 2048
     threads: int | None = None
     seed: int = 0
-    # context settings; None: llama.cpp's default (options.CONTEXT_DEFAULTS), what runs before these options used
-    flash_attn: str | None = None  # 'on', 'off', 'auto'
-    cache_type_k: str | None = None  # 'f16', 'q8_0', ... (options.CACHE_TYPES)
-    cache_type_v: str | None = None
-    batch_size: int | None = None  # n_batch: the most tokens one llama_decode takes
-    ubatch_size: int | None = None  # n_ubatch: the most it computes at once (llama.cpp clamps it to n_batch)
-    threads_draft: int | None = None  # the draft model's threads (None: --threads)
     placing: Placing = Placing()  # the target's experts, tensor overrides and devices (-ncmoe, -ot, -dev)
     placing_draft: Placing = Placing()  # the draft's (-ncmoed, -otd, -devd)
     # the llama.cpp build a server-engine load runs, where a sweep's --server-bin lists several (A,B: each binary a
@@ -51,21 +48,19 @@ class LoadConfig:
     @property
     def label(self) -> str:
         """'-ngl 10 -ngld all', then the placement, context settings and binary given ('-ncmoe 2 -fa on -ctk q8_0')."""
-        given = [f"{flag} {v}" for flag, v in (("-fa", self.flash_attn), ("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v),
-                                               ("-b", self.batch_size), ("-ub", self.ubatch_size), ("-td", self.threads_draft),
-                                               ("--server-bin", self.server_bin), ("--lib", self.lib))
-                 if v is not None]
+        builds = [f"{flag} {v}" for flag, v in (("--server-bin", self.server_bin), ("--lib", self.lib)) if v is not None]
+        given = axes.labelled(self.get) + builds
         placed = [self.placement_label] if self.placement_label else []
         return " ".join([f"-ngl {layers_label(self.ngl)} -ngld {layers_label(self.ngld)}", *placed, *given])
 
-    @property
-    def n_batch(self) -> int:
-        return self.batch_size or CONTEXT_DEFAULTS["batch_size"]
+    def get(self, name: str) -> object:
+        """A field by its name (what axes.Axis reads a setting by)."""
+        return getattr(self, name)
 
     @property
-    def n_ubatch(self) -> int:
-        """What llama.cpp computes at once: -ub, never more than -b."""
-        return min(self.ubatch_size or CONTEXT_DEFAULTS["ubatch_size"], self.n_batch)
+    def n_batch(self) -> int:
+        """The most tokens one decode takes: -b as llama.cpp runs it."""
+        return axes.AXIS["batch_size"].ran(self.get)
 
     @property
     def placement_label(self) -> str:
@@ -83,31 +78,34 @@ class LoadConfig:
 
     @property
     def context(self) -> dict:
-        """The context settings as Model takes them (defaults filled in)."""
-        d = CONTEXT_DEFAULTS
-        return {"n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "flash_attn": self.flash_attn or d["flash_attn"],
-                "type_k": self.cache_type_k or d["cache_type_k"], "type_v": self.cache_type_v or d["cache_type_v"]}
+        """The context settings as runtimes/llama_cpp.Model takes them (llama.cpp's names, defaults filled in)."""
+        return {a.llama: a.ran(self.get) for a in axes.AXES if a.llama and "python" in a.engines}
+
+    @property
+    def server_context(self) -> dict:
+        """The axes as runtimes/llama_server.Launch takes them: those given, and those llama.cpp would run otherwise
+        than its default (a clamp, a setting followed); the rest left to llama-server's own defaults."""
+        def value(name: str) -> object:
+            given, ran = self.get(name), axes.AXIS[name].ran(self.get)
+            return ran if given is None and ran != axes.AXIS[name].default else given
+        return axes.launch_fields(value)
+
+    def stored(self) -> dict:
+        """The axes as a run's record stores them: as llama.cpp ran them (defaults filled in)."""
+        return {a.name: a.ran(self.get) for a in axes.AXES}
 
     @property
     def default_context(self) -> bool:
-        """Whether every context setting is llama.cpp's default (tune's calibrations are measured so)."""
-        c, d = self.context, CONTEXT_DEFAULTS
-        return (c["flash_attn"], c["type_k"], c["type_v"], c["n_batch"], c["n_ubatch"]) == (
-            d["flash_attn"], d["cache_type_k"], d["cache_type_v"], d["batch_size"], d["ubatch_size"]) and (
-            self.draft_threads == self.threads)
+        """Whether every axis is what llama.cpp runs where none is given (tune's calibrations are measured so)."""
+        return all(a.ran(self.get) == a.usual(self.get) for a in axes.AXES)
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
             raise ConfigError(f"--ctx-size must be >= 16, got {self.n_ctx}")
-        for flag, n in (("--threads", self.threads), ("--threads-draft", self.threads_draft), ("--batch-size", self.batch_size),
-                        ("--ubatch-size", self.ubatch_size)):
-            if n is not None and n < 1:
-                raise ConfigError(f"{flag} must be >= 1, got {n}")
-        if self.flash_attn is not None and self.flash_attn not in FLASH_ATTN:
-            raise ConfigError(f"-fa/--flash-attn takes {', '.join(FLASH_ATTN)}, got '{self.flash_attn}'")
-        for flag, t in (("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v)):
-            if t is not None and t not in CACHE_TYPES:
-                raise ConfigError(f"bad {flag} cache type '{t}': choose from {', '.join(CACHE_TYPES)}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+        for a in axes.AXES:
+            a.check(self.get(a.name))
 
     def run_by(self, server_process: bool, first_bin: Path | None, first_lib: Path | None = None) -> LoadConfig | None:
         """This load as an engine runs it: each build axis is one engine's (--server-bin the server's, --lib the Python
@@ -119,13 +117,7 @@ class LoadConfig:
 
     def impossible(self) -> str | None:
         """Why llama.cpp cannot run these settings together, or None (a sweep leaves such combinations out)."""
-        if self.flash_attn == "off" and self.cache_type_v not in (None, "f16", "f32", "bf16"):
-            return (f"-fa off with -ctv {self.cache_type_v}: llama.cpp needs flash attention for a quantized V cache "
-                    "(use -fa on or auto, or -ctv f16)")
-        if self.ubatch_size is not None and self.ubatch_size > self.n_batch:
-            return (f"-ub {self.ubatch_size} with -b {self.n_batch}: llama.cpp computes at most -b tokens at once "
-                    "(use -ub <= -b)")
-        return None
+        return axes.impossible(self.get)
 
 
 class LoadedPair:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, fields, replace
 from itertools import product
 from pathlib import Path
 
+from gguf_bench import axes, options
 from gguf_bench import engine_registry as capabilities
-from gguf_bench import options
 from gguf_bench.decoding.loop import Verify
 from gguf_bench.decoding.sampling import SamplingConfig
 from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
@@ -45,14 +45,16 @@ LOADS = (LOADS_EACH, LOADS_ONCE)  # --loads
 # the grid's lists that make a load, each with the LoadConfig field it fills, in the product's order: declared once, so
 # the product (Grid.settings) and the narrowing to one setting (Grid.narrowed: Ray's units) cannot drift apart
 LOAD_AXES = (("ngls", "ngl"), ("nglds", "ngld"), ("placings", "placing"), ("placings_draft", "placing_draft"),
-             ("flash_attns", "flash_attn"), ("cache_types_k", "cache_type_k"), ("cache_types_v", "cache_type_v"),
-             ("batch_sizes", "batch_size"), ("ubatch_sizes", "ubatch_size"), ("threads_drafts", "threads_draft"),
+             *((a.grid, a.name) for a in axes.AXES),  # llama.cpp's context settings, each declared once (axes.py)
              ("server_bins", "server_bin"), ("libs", "lib"))
 SKIPPED = "skipped: "  # the error of a cell not run because its setting cannot fit the device
 
 
 @dataclass(frozen=True)
-class Grid:
+class Grid(axes.fields_of("GridAxes", lists=True, frozen=True)):
+    """What the user asked to sweep; beside these fields, a list per declared axis (gguf_bench/axes.py: Axis.grid,
+    [None] where not given: llama.cpp's default), swept like -ngl."""
+
     ks: list[int]
     ngls: list[int]
     nglds: list[int]
@@ -75,13 +77,6 @@ class Grid:
     verify: Verify = Verify.BATCHED
     strategies: list[Strategy] = field(default_factory=lambda: [DEFAULT_STRATEGY])  # drafters.Strategy, swept like K
     engines: tuple[str, ...] = (PYTHON_ENGINE,)  # who generates: gguf-bench's loop, llama-server, or both
-    # llama.cpp's context settings, swept like -ngl (None: its default, options.CONTEXT_DEFAULTS; -td: --threads)
-    flash_attns: list[str | None] = field(default_factory=lambda: [None])
-    cache_types_k: list[str | None] = field(default_factory=lambda: [None])
-    cache_types_v: list[str | None] = field(default_factory=lambda: [None])
-    batch_sizes: list[int | None] = field(default_factory=lambda: [None])
-    ubatch_sizes: list[int | None] = field(default_factory=lambda: [None])
-    threads_drafts: list[int | None] = field(default_factory=lambda: [None])
     # where the weights go beyond -ngl (placing.py: -ncmoe, -ot, -dev; the draft's -ncmoed, -otd, -devd), swept like -ngl
     placings: list[Placing] = field(default_factory=lambda: [Placing()])
     placings_draft: list[Placing] = field(default_factory=lambda: [Placing()])
@@ -245,8 +240,7 @@ class Cell:
     def config(self, grid: Grid, load: LoadConfig) -> RunConfig:
         # the default strategy and verify mode are stored as None: a record names only what differs from them
         speculative = self.mode == Mode.SPECULATIVE
-        # the context settings are stored as llama.cpp ran them (defaults filled in); cell_fields leaves the defaults out
-        context = load.context
+        # the axes are stored as llama.cpp ran them (defaults filled in); cell_fields leaves the defaults out
         return RunConfig(ngl=layers_label(load.ngl), ngld=layers_label(load.ngld), n_ctx=load.n_ctx, threads=load.threads,
                          seed=load.seed, k=self.k, temperature=self.temperature, top_k=grid.top_k, top_p=grid.top_p,
                          n_predict=grid.n_predict, prompt_id=self.prompt.id, chat=self.prompt.chat,
@@ -255,8 +249,7 @@ class Cell:
                          verify=str(grid.verify) if speculative and grid.verify != Verify.BATCHED else None,
                          category=self.prompt.category or None,
                          engine=capabilities.stored(self.engine),
-                         flash_attn=context["flash_attn"], cache_type_k=context["type_k"], cache_type_v=context["type_v"],
-                         batch_size=load.n_batch, ubatch_size=load.n_ubatch, threads_draft=load.draft_threads,
+                         **load.stored(),
                          parallel=self.parallel, clients=self.clients, depth=self.depth or None,
                          prompt_length=self.prompt.length,
                          placement=load.placing.label(), placement_draft=load.placing_draft.label(draft=True),

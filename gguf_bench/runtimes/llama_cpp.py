@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from gguf_bench.axes import CONTEXT_DEFAULTS
 from gguf_bench.errors import BenchError, ConfigError, ModelError
 from gguf_bench.models.gguf import GGUFInfo, check_magic, info_from_metadata, trunk_layers
 from gguf_bench.models.parts import model_path, tensor_table
 from gguf_bench.models.registry import DERIVE_TYPES
 from gguf_bench.models.twin import MARKER
-from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.placing import EXPERTS_REGEX, NO_DEVICE, Placing
 from gguf_bench.runtimes import placement, repack
 
@@ -238,7 +238,8 @@ class Model(Vocabulary):
     """A GGUF model with one context and one sequence, driven token batch by token batch.
 
     `context` holds llama.cpp's context params of the same names, each optional (CONTEXT_DEFAULTS: llama.cpp's own):
-    n_batch/n_ubatch, flash_attn ('auto', 'on', 'off') and the KV-cache types type_k/type_v ('f16', 'q8_0', ...)."""
+    n_batch/n_ubatch, flash_attn ('auto', 'on', 'off') and the KV-cache types type_k/type_v ('f16', 'q8_0', ...); any
+    other key is set on llama_context_params as given."""
 
     CONTEXT_DEFAULTS = {"n_batch": CONTEXT_DEFAULTS["batch_size"], "n_ubatch": CONTEXT_DEFAULTS["ubatch_size"],
                         "flash_attn": CONTEXT_DEFAULTS["flash_attn"], "type_k": CONTEXT_DEFAULTS["cache_type_k"],
@@ -300,6 +301,9 @@ class Model(Vocabulary):
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        for name, value in context.items():  # any other context param an axis declares (gguf_bench/axes.py), as given
+            if name not in self.CONTEXT_DEFAULTS:
+                setattr(cparams, name, value)
         if hasattr(cparams, "swa_full"):
             cparams.swa_full = True  # sliding-window caches (Gemma 3) need it for partial rewinds
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)

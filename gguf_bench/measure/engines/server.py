@@ -217,9 +217,7 @@ class ServerEngine:
         build (binary_of), else the engine's."""
         return Launch(binary or self.binary, files.target, files.draft, spec, str(layers_label(load.ngl)),
                       str(layers_label(load.ngld)), load.n_ctx, load.threads or os.cpu_count() or 1,
-                      repack=use_extra_buffers(), batch=load.n_batch, ubatch=load.n_ubatch,
-                      threads_draft=load.threads_draft, flash_attn=load.flash_attn,
-                      cache_type_k=load.cache_type_k, cache_type_v=load.cache_type_v, parallel=parallel,
+                      repack=use_extra_buffers(), **load.server_context, parallel=parallel,
                       placing=tuple(load.placing.flags()), placing_draft=tuple(load.placing_draft.flags(draft=True)),
                       rpc=load.placing.rpc if endpoints is None else endpoints)
 

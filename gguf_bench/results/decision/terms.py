@@ -3,7 +3,9 @@ the verdicts, the margin and the objectives. Nothing here computes."""
 
 from __future__ import annotations
 
-CONTEXT = ["flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size", "threads_draft"]  # llama.cpp's
+from gguf_bench.axes import AXES
+
+CONTEXT = [a.name for a in AXES]  # llama.cpp's context settings, each declared once (gguf_bench/axes.py)
 CONCURRENCY = ["parallel", "clients"]  # server engine: slots and clients of a round (None: one request at a time)
 SPECULATION = ["verify"]  # settings of speculative runs only (a target alone has none): a row's, not its baseline's
 SETTING = ["pair", "engine", "server_bin", "host", *CONCURRENCY, "ngl", "ngld", "placement", *CONTEXT, "threads", "n_ctx",
@@ -47,5 +49,4 @@ FLAGS = {"pair": "pair", "engine": "engine", "host": "host", "parallel": "-np", 
             "prompt_length": "prompt tok", "server_bin": "build",
             "temperature": "T", "n_predict": "n", "prompt_id": "prompt",
             "ngl": "-ngl", "ngld": "-ngld", "placement": "placement",
-            "flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
-            "batch_size": "-b", "ubatch_size": "-ub", "threads_draft": "-td"}
+            **{a.name: a.flag for a in AXES}}

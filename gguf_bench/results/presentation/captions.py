@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from gguf_bench import engine_registry
-from gguf_bench.options import CONTEXT_DEFAULTS
+from gguf_bench.axes import CONTEXT_DEFAULTS
 from gguf_bench.results.predictions import ceiling
 from gguf_bench.results.presentation.columns import (
     FLAGS,

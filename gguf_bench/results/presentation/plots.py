@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 
 from gguf_bench.errors import BenchError
+from gguf_bench.results.decision.terms import CONTEXT
 from gguf_bench.results.predictions.costmodel import Calibration
 from gguf_bench.results.presentation.tuning import strategy_heading
 
-LINE = ["pair", "engine", "host", "ngl", "ngld", "flash_attn", "cache_type_k", "cache_type_v", "batch_size", "ubatch_size",
-        "threads_draft", "temperature"]  # one line per setting (and engine)
+LINE = ["pair", "engine", "host", "ngl", "ngld", *CONTEXT, "temperature"]  # one line per setting (and engine)
 
 
 def position_acceptance(df: pd.DataFrame) -> pd.DataFrame:

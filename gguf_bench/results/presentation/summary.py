@@ -9,7 +9,7 @@ from pathlib import PurePath
 
 import pandas as pd
 
-from gguf_bench.options import CONTEXT_DEFAULTS
+from gguf_bench.axes import CONTEXT_DEFAULTS
 from gguf_bench.results.decision.table import *  # noqa: F403 (the names the printers and tests import from here)
 from gguf_bench.results.decision.table import SETTING
 from gguf_bench.results.presentation.tuning import predicted_frame

@@ -7,6 +7,7 @@ import pandas as pd
 from rich import box
 from rich.table import Table
 
+from gguf_bench.axes import AXES
 from gguf_bench.results.presentation.captions import (
     _caption,
     _title,
@@ -27,6 +28,9 @@ from gguf_bench.results.presentation.summary import (
     offload_label,
 )
 from gguf_bench.results.schema.text import fit_title
+
+# the columns of words, left-aligned: the run, names, and each axis whose values are words (-fa on, -ctk q8_0)
+LEFT = ("run", "pair", "engine", "host", "prompt", *(a.flag for a in AXES if a.type is str))
 
 
 def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_host: bool = False,
@@ -59,8 +63,7 @@ def rich_table(summary: pd.DataFrame, title: str = "", width: int = 80, show_hos
                   box=box.SIMPLE_HEAD,
                   show_edge=False, padding=(0, 0) if tight else (0, 1), pad_edge=False, title_justify="left", caption_justify="left")
     for name in columns:
-        table.add_column(name, justify="left" if name in ("run", "pair", "engine", "host", "prompt", "-fa", "-ctk", "-ctv")
-                         else "right", no_wrap=True)
+        table.add_column(name, justify="left" if name in LEFT else "right", no_wrap=True)
     best = list(summary["best_k"])
     for i, cells in enumerate(zip(*columns.values())):
         table.add_row(*cells, style="bold" if best[i] else None)

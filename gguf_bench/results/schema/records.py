@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
 
+from gguf_bench import axes
 from gguf_bench.decoding.divergence import Identity
 from gguf_bench.decoding.loop import GenerationResult
 from gguf_bench.decoding.sampling import SamplingConfig
@@ -28,7 +29,6 @@ from gguf_bench.decoding.strategy import DEFAULT_STRATEGY, Strategy
 from gguf_bench.engine_registry import DEFAULT as DEFAULT_ENGINE
 from gguf_bench.engine_registry import PYTHON_ENGINE, SERVER_ENGINE  # noqa: F401 (re-exported)
 from gguf_bench.errors import BenchError
-from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results.schema import legacy
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.evaluation import EvalRecord
@@ -47,8 +47,10 @@ from gguf_bench.results.schema.parts.server_process import Server
 
 
 @dataclass
-class RunConfig:
-    """One cell's settings. Every field but `category` makes the cell's identity (`cell_fields`, --resume)."""
+class RunConfig(axes.fields_of("RunAxes")):
+    """One cell's settings. Every field but `category` makes the cell's identity (`cell_fields`, --resume). Beside
+    these, a field per declared axis (gguf_bench/axes.py: llama.cpp's context settings as the run used them; None: a
+    record from before it was an option, which ran with llama.cpp's default, axes.CONTEXT_DEFAULTS)."""
 
     ngl: int | str = 0  # target layers on the GPU: a number or 'all'
     ngld: int | str = 0
@@ -67,14 +69,6 @@ class RunConfig:
     verify: str | None = None  # None: batched (what is benchmarked)
     category: str | None = None  # the prompt's category (not part of the cell's identity)
     engine: str | None = None  # who generated: None is gguf-bench's Python loop, 'server' llama-server
-    # llama.cpp's context settings as the run used them (None: a record from before they were options, which ran with
-    # llama.cpp's defaults, options.CONTEXT_DEFAULTS)
-    flash_attn: str | None = None  # 'auto', 'on', 'off'
-    cache_type_k: str | None = None  # 'f16', 'q8_0', ...
-    cache_type_v: str | None = None
-    batch_size: int | None = None
-    ubatch_size: int | None = None  # what llama.cpp computed at once (never above batch_size)
-    threads_draft: int | None = None  # the draft model's threads (None: `threads`)
     # several users at once (server engine): llama-server's slots (-np) and the clients sending at the same moment;
     # None: one request at a time on one slot (every record before them)
     parallel: int | None = None
@@ -98,7 +92,7 @@ class RunConfig:
     def cell_fields(self) -> dict:
         """What identifies the cell: the stored config without `category`, and without a default strategy, verify
         mode, engine or context setting (so that keys of files written before those existed stay the same)."""
-        optional = ("strategy", "verify", "engine", *CONTEXT_DEFAULTS, "threads_draft", "parallel", "clients", "depth",
+        optional = ("strategy", "verify", "engine", *axes.AXIS, "parallel", "clients", "depth",
                     "prompt_length", "placement", "placement_draft", "server_bin", "lib")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*optional, "category", "rpc_delay_ms")}
         if self.strategy is not None:
@@ -107,12 +101,14 @@ class RunConfig:
                      "server_bin", "lib"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
-        for name, default in CONTEXT_DEFAULTS.items():
-            if getattr(self, name) not in (None, default):
-                out[name] = getattr(self, name)
-        if self.threads_draft not in (None, self.threads):
-            out["threads_draft"] = self.threads_draft
+        for a in axes.AXES:  # an axis only where it is not what llama.cpp runs where none is given
+            if getattr(self, a.name) not in (None, a.usual(self.get)):
+                out[a.name] = getattr(self, a.name)
         return out
+
+    def get(self, name: str) -> object:
+        """A field by its name (what axes.Axis reads a setting by)."""
+        return getattr(self, name)
 
     @property
     def placement_label(self) -> str:
@@ -121,7 +117,7 @@ class RunConfig:
 
     def context(self) -> dict:
         """The context settings, llama.cpp's defaults where the record has none."""
-        return {name: getattr(self, name) or default for name, default in CONTEXT_DEFAULTS.items()}
+        return {name: getattr(self, name) or default for name, default in axes.CONTEXT_DEFAULTS.items()}
 
     @property
     def engine_name(self) -> str:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from gguf_bench import engine_registry
+from gguf_bench import axes, engine_registry
 from gguf_bench.models import reads
-from gguf_bench.options import CONTEXT_DEFAULTS
 from gguf_bench.results.schema.fields import SPEED, Field, flat
 from gguf_bench.results.schema.kinds import Mode
 from gguf_bench.results.schema.parts import RUN_PARTS
@@ -148,6 +147,15 @@ def _served_tokens_per_s(run: RunRecord) -> float | None:
 
 _NO_METRICS = RunMetrics()
 
+def _axis_value(axis: axes.Axis, r: RunRecord) -> object:
+    """An axis as the run used it: stored, else llama.cpp's default, else the setting it follows (--threads, where not
+    given this machine's cores)."""
+    value = getattr(r.config, axis.name)
+    if value is None:
+        value = axis.default if axis.follows is None else getattr(r.config, axis.follows) or r.env.cpu_count or 0
+    return value
+
+
 # Every flat column of a run, declared once: run_row walks them, report.summarize folds the ones with a fold
 # (in this order: the summary's columns), and the run table shows the ones with a header (by `place`).
 RUN_FIELDS: tuple[Field, ...] = (
@@ -161,8 +169,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("threads", lambda r: r.config.threads), Field("n_ctx", lambda r: r.config.n_ctx),
     Field("verify", lambda r: r.config.verify), Field("top_k", lambda r: r.config.top_k),
     Field("top_p", lambda r: r.config.top_p),
-    *(Field(name, functools.partial(lambda name, r: r.config.context()[name], name)) for name in CONTEXT_DEFAULTS),
-    Field("threads_draft", lambda r: r.config.threads_draft or r.config.threads or r.env.cpu_count or 0),
+    *(Field(a.name, functools.partial(_axis_value, a)) for a in axes.AXES),  # each declared axis (gguf_bench/axes.py)
     Field("parallel", lambda r: r.config.parallel), Field("clients", lambda r: r.config.clients),
     Field("depth", lambda r: r.config.depth or 0), Field("prompt_length", lambda r: r.config.prompt_length or 0),
     Field("placement", lambda r: r.config.placement_label),
