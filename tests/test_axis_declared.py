@@ -110,6 +110,11 @@ def test_an_axis_declared_only_here_is_narrowed_to_one_setting_as_a_ray_unit_is(
     assert result.returncode == 0 and "narrowed" in result.stdout, result.stdout + result.stderr
 
 
-def test_an_axis_declared_only_here_is_refused_in_one_line_for_a_bad_value(tiny_pairs, isolated):
+def test_an_axis_declared_only_here_is_refused_in_one_line_for_a_bad_value_and_where_no_engine_acts_on_it(tiny_pairs, isolated):
     result = _run(CLI, "sweep", *pair_args(tiny_pairs["high"]), "-opo", "2")
     assert result.returncode == 1 and "-opo takes 0 or 1, got '2'" in result.stderr, result.stderr
+    # llama-server is not among the engines that act on it: two values would be one setting measured twice
+    result = _run(CLI, "sweep", *pair_args(tiny_pairs["high"]), "-opo", "0,1", "--engine", "both")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "-opo is a setting llama-server does not pass to llama.cpp: leave it out, or choose --engine python" in (
+        result.stderr), result.stderr

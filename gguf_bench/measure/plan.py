@@ -130,6 +130,11 @@ class Grid(axes.fields_of("GridAxes", lists=True, frozen=True)):
         for engine in self.engines:
             for s in self.strategies:
                 capabilities.of(engine).check_strategy(s)
+            for a in axes.AXES:  # an axis swept where an engine does not act on it would measure one setting twice
+                if getattr(self, a.grid) != [None] and engine not in a.engines:
+                    acting = f", or choose --engine {' or '.join(a.engines)}" if a.engines else ""
+                    raise ConfigError(f"{a.flag} is a setting {capabilities.of(engine).what} does not pass to llama.cpp: "
+                                      f"leave it out{acting}")
 
     def _check_depths(self) -> None:
         for d in self.depths:
