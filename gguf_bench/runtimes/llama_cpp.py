@@ -243,7 +243,7 @@ class Model(Vocabulary):
 
     CONTEXT_DEFAULTS = {"n_batch": CONTEXT_DEFAULTS["batch_size"], "n_ubatch": CONTEXT_DEFAULTS["ubatch_size"],
                         "flash_attn": CONTEXT_DEFAULTS["flash_attn"], "type_k": CONTEXT_DEFAULTS["cache_type_k"],
-                        "type_v": CONTEXT_DEFAULTS["cache_type_v"]}  # options.CONTEXT_DEFAULTS under llama.cpp's names
+                        "type_v": CONTEXT_DEFAULTS["cache_type_v"]}  # axes.CONTEXT_DEFAULTS under llama.cpp's names
 
     def __init__(self, path: Path, n_gpu_layers: int = 0, n_ctx: int = 2048, n_threads: int | None = None,
                  context: dict | None = None, placing: Placing | None = None):
