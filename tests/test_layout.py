@@ -9,8 +9,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gguf_bench"
 # lower number = lower layer; a module may import its own layer's siblings and anything below
-LAYERS = {"errors": 0, "options": 0, "placing": 0, "engine_registry": 0, "axes": 0, "decode_window": 0, "models": 1, "runtimes": 2, "decoding": 2,
-          "results": 3, "measure": 4, "cli": 5}
+LAYERS = {"errors": 0, "options": 0, "placing": 0, "engine_registry": 0, "axes": 0, "decode_window": 0, "models": 1,
+          "runtimes": 2, "decoding": 2, "results": 3, "measure": 4, "cli": 5}
 PEERS_APART = {("runtimes", "decoding"), ("decoding", "runtimes")}  # same layer, and neither knows the other
 
 
