@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, make_dataclass
 
 from gguf_bench import options
+from gguf_bench.engine_registry import PYTHON_ENGINE, SERVER_ENGINE
 from gguf_bench.errors import ConfigError
 
 Get = Callable[[str], object]  # a setting's value by its field name (a load's, or a record's)
@@ -30,9 +31,10 @@ class Axis:
     default: object = None  # llama.cpp's value where none is given (None: `follows`' value, or none at all)
     follows: str | None = None  # the load's setting it takes where not given (the draft's threads: --threads)
     at_most: str | None = None  # the axis whose value llama.cpp clamps it to (n_ubatch <= n_batch)
+    # how an engine that acts on it passes it on (set only for an engine of `engines`; none: its own code does, as -td)
     llama: str | None = None  # its key in the context params runtimes/llama_cpp.Model takes (the Python engine)
     server: str | None = None  # its field of runtimes/llama_server.Launch (llama-server's flag, the deploy line)
-    engines: tuple[str, ...] = ("python", "server")  # the engines that act on it (the others run llama.cpp's default)
+    engines: tuple[str, ...] = (PYTHON_ENGINE, SERVER_ENGINE)  # the engines that act on it (the others run llama.cpp's default)
     refuse: Callable[[Get], str | None] | None = None  # why llama.cpp cannot run this value beside the others, or None
 
     @property
@@ -139,7 +141,7 @@ def labelled(get: Get) -> list[str]:
 
 def launch_fields(get: Get) -> dict:
     """The axes llama-server acts on that `get` gives, as runtimes/llama_server.Launch takes them (its flags)."""
-    return {a.server: v for a in AXES if a.server and "server" in a.engines and (v := get(a.name)) is not None}
+    return {a.server: v for a in AXES if a.server and (v := get(a.name)) is not None}
 
 
 def impossible(get: Get) -> str | None:

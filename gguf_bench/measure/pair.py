@@ -79,7 +79,7 @@ class LoadConfig(axes.fields_of("LoadAxes", frozen=True)):
     @property
     def context(self) -> dict:
         """The context settings as runtimes/llama_cpp.Model takes them (llama.cpp's names, defaults filled in)."""
-        return {a.llama: a.ran(self.get) for a in axes.AXES if a.llama and "python" in a.engines}
+        return {a.llama: a.ran(self.get) for a in axes.AXES if a.llama}
 
     @property
     def server_context(self) -> dict:
