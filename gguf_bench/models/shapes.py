@@ -5,15 +5,15 @@ a lent GPU machine), `write_header` synthesises one with gguf.GGUFWriter: the ar
 every tensor's name, shape and ggml type, laid out as a real file of that shape is, then the tensor infos end the
 file. `gguf-bench twin HEADER -o TWIN` (or `write_twin(local_header(HEADER), ...)`) fills in the data.
 
-The shapes are the published configurations (layers, width, FFN width, heads, KV heads, vocabulary, tied
-embeddings, QKV biases) of Llama-3-8B, Llama-3.2-1B, Qwen2.5-7B and Qwen2.5-0.5B, of MoE targets (Qwen3-235B-A22B),
-of targets with their MTP heads (GLM-4.5-Air; Qwen3.5-27B and Qwen3.5-35B-A3B, hybrids of gated delta-nets and
-attention), and tiny ones of the same layouts for quick checks. What is not the real model's: the tokenizer
-(byte-level BPE from models/tiny.py, padded with `<extra_N>` tokens to the vocabulary size; a decode step's cost
-depends on the vocabulary's size, not its strings), Qwen2.5-7B's vocabulary (151936 as the 0.5B's, where its file
-pads to 152064: the pair check then needs no tolerance), and the quantization mix: targets in a Q4_K_M-like mix
-(Q4_K, with attn_v, ffn_down and output in Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the ffn_down/attn_v
-layers), drafts in Q8_0.
+The shapes are the published configurations (layers, width, FFN width, heads, KV heads, vocabulary, tied embeddings,
+QKV biases) of Llama-3-8B, Llama-3.2-1B, Qwen2.5-7B and Qwen2.5-0.5B, of MoE targets (Qwen3-235B-A22B, Qwen3-30B-A3B,
+OLMoE-1B-7B), of targets with their MTP heads (GLM-4.5-Air; Qwen3.5-27B and Qwen3.5-35B-A3B, hybrids of gated
+delta-nets and attention), and tiny ones of the same layouts for quick checks. What is not the real model's: the
+tokenizer (byte-level BPE from models/tiny.py, padded with `<extra_N>` tokens to the vocabulary size; a decode step's
+cost depends on the vocabulary's size, not its strings), Qwen2.5-7B's vocabulary (151936 as the 0.5B's, where its file
+pads to 152064: the pair check then needs no tolerance), and the quantization mix: targets in a Q4_K_M-like mix (Q4_K,
+with attn_v, ffn_down and output in Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the ffn_down/attn_v layers), drafts
+in Q8_0.
 """
 
 from __future__ import annotations
@@ -100,6 +100,18 @@ SHAPES = {
     "qwen3-235b-a22b": ArchShape("qwen3moe", 94, 4096, 12288, 64, 4, 151936, False, False, "Q4_K", "Q6_K", 1000000.0,
                                  40960, "Qwen3-235B-A22B-shaped MoE target, Q4_K_M-like", head_dim=128, n_expert=128,
                                  n_expert_used=8, n_ff_exp=1536, qk_norm=True),
+    # Qwen3-30B-A3B's published configuration (48 layers, 128 experts of width 768, 8 used, 32 heads of 128, 4 KV
+    # heads, QK norms, untied output): 30.5B parameters, 3.3B active; in this Q4_K_M-like mix 18.4 GiB (every ffn_down
+    # in Q6_K; the hub's Q4_K_M is 17.3 GiB), one file
+    "qwen3-30b-a3b": ArchShape("qwen3moe", 48, 2048, 6144, 32, 4, 151936, False, False, "Q4_K", "Q6_K", 1000000.0,
+                               40960, "Qwen3-30B-A3B-shaped MoE target, Q4_K_M-like", head_dim=128, n_expert=128,
+                               n_expert_used=8, n_ff_exp=768, qk_norm=True),
+    # OLMoE-1B-7B-0924's (16 layers, 64 experts of width 1024, 8 used, 16 heads of 128 and as many KV heads, Q and K
+    # normed over their whole width, untied output, 50304 tokens): 6.9B parameters, 1.3B active, 4.1 GiB here; llama.cpp
+    # reads the experts' width from feed_forward_length (src/models/olmoe.cpp), so n_ff is it
+    "olmoe-1b-7b": ArchShape("olmoe", 16, 2048, 1024, 16, 16, 50304, False, False, "Q4_K", "Q6_K", 10000.0, 4096,
+                             "OLMoE-1B-7B-shaped MoE target, Q4_K_M-like", n_expert=64, n_expert_used=8, n_ff_exp=1024,
+                             qk_norm=True),
     # GLM-4.5-Air's published configuration (46 layers and one MTP layer, 128 experts of width 1408, 8 used, one shared
     # expert, the first layer dense at 10944, 96 heads of 128, 8 KV heads, QKV biases, half the head rotated): 106B
     # parameters and 12B active, its MTP block 2.3B more; llama-server runs the head as --spec-type draft-mtp
@@ -138,6 +150,8 @@ SHAPES = {
     "tiny-qwen3moe": ArchShape("qwen3moe", 2, 256, 512, 4, 2, 2048, False, False, "Q4_K", "Q6_K", 1000000.0, 4096,
                                "tiny qwen3moe-layout target", head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256,
                                qk_norm=True),
+    "tiny-olmoe": ArchShape("olmoe", 2, 256, 256, 4, 4, 2048, False, False, "Q4_K", "Q6_K", 10000.0, 4096,
+                            "tiny olmoe-layout target", n_expert=8, n_expert_used=2, n_ff_exp=256, qk_norm=True),
     "tiny-qwen2-draft": ArchShape("qwen2", 1, 256, 512, 4, 2, 2048, True, True, "Q8_0", "Q8_0", 1000000.0, 4096,
                                   "tiny qwen2-layout draft"),
 }
@@ -168,8 +182,9 @@ def _tensors(shape: ArchShape) -> list[tuple[str, tuple[int, ...], str]]:
                 out.append((p + name + ".weight", (d, rows), shape.strong if name == "attn_v" else shape.weights))
                 if shape.qkv_bias:
                     out.append((p + name + ".bias", (rows,), "F32"))
-            if shape.qk_norm:
-                out += [(p + "attn_q_norm.weight", (head_dim,), "F32"), (p + "attn_k_norm.weight", (head_dim,), "F32")]
+            if shape.qk_norm:  # per head (Qwen3), or over the whole projection (OLMoE)
+                qn, kn = (q, kv) if shape.arch == "olmoe" else (head_dim, head_dim)
+                out += [(p + "attn_q_norm.weight", (qn,), "F32"), (p + "attn_k_norm.weight", (kn,), "F32")]
             out.append((p + "attn_output.weight", (q, d), shape.weights))
         out.append((p + ffn_norm + ".weight", (d,), "F32"))
         if shape.n_expert and i >= shape.n_dense_lead:
