@@ -18,10 +18,13 @@ shared/notes/offload-memory.md):
   its weights: per layer and cell, key and value rows of n_head_kv x head size, f16; the cache holds n_ctx cells
   rounded up to 256 (gguf-bench loads Gemma 3's sliding-window layers with swa_full, so they hold as many); a
   hybrid's recurrent block (Qwen3.5's gated delta-nets) holds a fixed F32 state instead, whatever the context;
-- the compute buffer is what the scheduler reserves for the worst graph of one ubatch (n_ubatch = 512 tokens):
-  estimated (`compute_estimate`), the one term here that is not arithmetic on the header, charged once to each
-  device that holds any of the model's weights or KV, and to its first device when none does (op offload).
-  llama.cpp's own log (runtimes/placement.py) is what every term is checked against (scripts/bench_plan.py).
+- the compute buffer is what the scheduler reserves for the worst graph of one ubatch: the most bytes alive at once
+  (ggml-alloc reuses a freed tensor's bytes), over the stages of the graph (`layer_stage`, `output_stage`,
+  `compute_estimate`). The output stage (the logits of every token of the ubatch) goes to the device that runs the
+  output matmul; with op offload a weight left on the CPU is copied into the first device's buffer for its matmul.
+  Modelled for gguf-bench's Python engine (runtimes/llama_cpp.Model: n_batch = n_ubatch = 512, n_outputs_max left
+  at 0, so n_batch). llama.cpp's own log (runtimes/placement.py) is what every term is checked against
+  (scripts/bench_plan.py, tests/test_offload.py).
 """
 
 from __future__ import annotations
@@ -143,9 +146,12 @@ class Shape:
 
 
 def _ffn_width(key) -> int:
-    """The dense FFN width; for a MoE whose header has none (Qwen3.5's), the routed experts' a token runs."""
-    return int(key("feed_forward_length", 0) or 0) or \
-        int(key("expert_feed_forward_length", 0) or 0) * int(key("expert_used_count", 0) or 0)
+    """The FFN width one token runs through: the dense width, or in a MoE the routed experts' it runs (each expert's
+    width, `expert_feed_forward_length` or else `feed_forward_length`, times `expert_used_count`)."""
+    dense, expert = int(key("feed_forward_length", 0) or 0), int(key("expert_feed_forward_length", 0) or 0)
+    if int(key("expert_count", 0) or 0):
+        return (expert or dense) * int(key("expert_used_count", 0) or 0)
+    return dense
 
 
 def _recurrent(key, n_layers: int) -> tuple[tuple[bool, ...], int]:
@@ -286,16 +292,47 @@ def cache_bytes(shape: Shape, layer: int, n_ctx: int) -> int:
     return shape.state_bytes if recurrent else kv_bytes_per_layer(shape, n_ctx)
 
 
-def compute_estimate(shape: Shape, n_ctx: int) -> int:
-    """The device's compute buffer for one ubatch (n_ubatch = 512 tokens), flash attention on (llama.cpp's default,
-    auto): four FFN-wide f32 activations alive at once, and the attention mask over the cache (f16, twice).
-    Reserved on a GPU build even at -ngl 0, where large matmuls of CPU weights run on the device (op offload).
-    The one term that is not arithmetic on the header: its coefficients were read off llama.cpp's buffers for
-    gemma-3-270m on Vulkan (scripts/bench_plan.py, within 3% at full offload there); partial offload moves it by a
-    few MiB either way."""
-    ffn = 4 * shape.n_ff * UBATCH * 4
-    mask = 2 * kv_cells(n_ctx) * UBATCH * 2
-    return ffn + mask
+def ubatch_tokens(n_ctx: int) -> int:
+    """Tokens of the reserved graph, and its outputs: n_tokens = min(n_ctx, n_ubatch) and n_outputs =
+    min(n_tokens, n_outputs_max), where n_outputs_max defaults to n_batch (src/llama-context.cpp lines 250, 630,
+    670: sched_reserve). The Python engine passes n_batch = n_ubatch = 512 and no n_outputs_max, so every token of
+    the ubatch has logits. (llama-server's draft context sets n_outputs_max to n_parallel: its logits are a few rows;
+    not modelled.)"""
+    return min(n_ctx, UBATCH)
+
+
+def layer_stage(shape: Shape, n_ctx: int) -> int:
+    """One block's activations, reused block after block (ggml-alloc frees a tensor after its last reader,
+    ggml/src/ggml-alloc.c): at the FFN, the gate, the up and their product (n_ff wide each, f32) beside the residual
+    and the normed input (n_embd), for every token of the ubatch; and the attention mask over the cache (f16,
+    KQ mask n_kv x n_tokens, src/llama-graph.cpp build_attn_inp_kv), alive through every block. Measured on
+    lavapipe for the tiny models (width 64 to 256, FFN 128 to 1024, MoE too): within 0.1 MiB."""
+    t = ubatch_tokens(n_ctx)
+    return (3 * shape.n_ff + 2 * shape.n_embd) * t * 4 + kv_cells(n_ctx) * t * 2
+
+
+def output_stage(shape: Shape, n_ctx: int) -> int:
+    """The output layer's matmul: the logits of every output (n_vocab x n_outputs, f32) and the normed hidden state
+    it reads (n_embd x n_outputs, f32); both are graph outputs (res->t_logits, res->t_embd, ggml_set_output), which
+    ggml-alloc never frees. Llama-3's vocabulary at 512 tokens: 250.5 MiB + 4 MiB (n_embd 2048)."""
+    t = ubatch_tokens(n_ctx)
+    return (shape.n_vocab + shape.n_embd) * t * 4
+
+
+def compute_estimate(shape: Shape, n_ctx: int, output: bool = False, copied: int = 0,
+                     output_copied: bool = False) -> int:
+    """A device's compute buffer: the largest of its stages (a block's activations, the output layer's) for one
+    ubatch. `output`: the output matmul runs here; `output_copied`: on a weight left in host memory, which op
+    offload copies into this buffer for the matmul (ggml/src/ggml-backend.cpp lines 968-976: a weight in host
+    memory, an op the device `offload_op`s: batch >= 32, GGML_OP_OFFLOAD_MIN_BATCH, ggml-cuda.cu get_op_batch_size
+    and ggml-vulkan's the same; the copy is a split input, lines 1513-1528). `copied`: bytes of a CPU block's weight
+    copied likewise beside a block's activations (the largest one; ggml-alloc frees each copy after its matmul).
+    H200, 2026-11-28 (docs/gpu.md): Qwen2.5-0.5B at -ngl 0 436 MiB (this: 137.9 + 296.75 + 1.75), Qwen2.5-7B at
+    -ngl 0 730 (426 + 296.75 + 7), Llama-3.2-1B with every layer 254 (250.5 + 4)."""
+    stages = [layer_stage(shape, n_ctx) + copied]
+    if output:
+        stages.append(output_stage(shape, n_ctx) + (sum(shape.output_tensors) if output_copied else 0))
+    return max(stages)
 
 
 def layer_devices(n_layers: int, ngl: int, split: tuple[tuple[str, int], ...]) -> list[str | None]:
@@ -353,13 +390,40 @@ def device_bytes(shape: Shape, ngl: int, n_ctx: int, max_alloc: int | None = Non
     for i, device in enumerate(layers[:-1]):  # the blocks' caches follow their layers, not their weights' overrides
         if device is not None:
             kv[device] = kv.get(device, 0) + cache_bytes(shape, i, n_ctx)
-    busy = list(dict.fromkeys([*(d for d, _ in split[:1]), *weights, *kv]))  # op offload: the first device
+    first = split[0][0] if split else None  # op offload's device: the first
+    busy = list(dict.fromkeys([*(d for d, _ in split[:1]), *weights, *kv]))
     compute = {device: compute_estimate(shape, n_ctx) for device in busy}
+    if first is not None:
+        compute.update(_output_compute(shape, n_ctx, layers, max_alloc, placing, budget, first))
     terms = tuple((d, weights.get(d, 0), kv.get(d, 0), compute[d]) for d in busy)
     experts = cpu_experts(shape, placing)
     return DeviceBytes(sum(d is not None for d in layers), shape.total_layers, sum(weights.values()), sum(kv.values()),
                        sum(compute.values()), tuple((d, sum(t)) for d, *t in terms), tuple(sorted(experts)),
                        sum(experts.values()), terms)
+
+
+def _output_compute(shape: Shape, n_ctx: int, layers: list[str | None], max_alloc: int | None, placing: Placing,
+                    budget: Budget, first: str) -> dict[str, int]:
+    """The compute buffers the output matmul and op offload's copies raise: the output layer's device (the output
+    stage), or the first device where the output weight stays in host memory (with its copy); the first device
+    again where a block's weight stays in host memory (the largest such weight beside a block's activations).
+    With `max_alloc` (Vulkan's largest buffer) an op whose weight or result is larger stays on the CPU (ggml-vulkan
+    supports_op: tensor_size_supported), and so does its stage."""
+    placed = [(w, _weight_device(w, b, layers, max_alloc, budget)) for w, b in zip(shape.weights, overridden(shape, placing))]
+    head = max(((w, d) for w, d in placed if w.layer == shape.n_layers), key=lambda p: p[0].bytes, default=None)
+    block = max((w.bytes for w, d in placed if d is None and 0 <= w.layer < shape.n_layers and _matrix(w)), default=0)
+    copied = block if max_alloc is None or block <= max_alloc else 0
+    out = {first: compute_estimate(shape, n_ctx, copied=copied)}
+    logits = shape.n_vocab * ubatch_tokens(n_ctx) * 4
+    if head is not None and (max_alloc is None or max(head[0].bytes, logits) <= max_alloc):
+        on = head[1] or first
+        out[on] = compute_estimate(shape, n_ctx, True, copied if on == first else 0, head[1] is None)
+    return out
+
+
+def _matrix(w: Weight) -> bool:
+    """A weight a matmul reads (op offload copies it): not a norm's vector, nor a bias."""
+    return not re.search(r"norm|bias", w.name)
 
 
 def cpu_experts(shape: Shape, placing: Placing) -> dict[int, int]:
