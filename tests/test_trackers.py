@@ -7,13 +7,16 @@ The real machine's sweep (no NVML, no /sys/class/powercap here) stores no energy
 
 from __future__ import annotations
 
+import io
+import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from cli_helpers import invoke, pair_args, stored
+from cli_helpers import at_width, invoke, pair_args, stored
 
 from gguf_bench.measure import trackers
 from gguf_bench.measure.trackers import device_memory, devices, energy
@@ -23,6 +26,7 @@ from gguf_bench.results.presentation.summary import summarize, to_frame
 from gguf_bench.results.schema.parts.energy_spent import Energy
 from gguf_bench.results.schema.parts.memory import DeviceMemory
 from gguf_bench.results.schema.parts.offload import Offload
+from gguf_bench.results.schema.parts.provenance import ModelFile, Models
 from gguf_bench.results.schema.records import Mode, RunConfig, RunMetrics, RunRecord, parse, to_dict
 from gguf_bench.results.schema.run_fields import run_row
 from gguf_bench.runtimes.placement import Placement
@@ -68,7 +72,8 @@ def test_rapl_adds_the_packages_and_unwraps_a_counter(tmp_path):
 
 
 def test_rapl_missing_or_unreadable_is_no_counter(tmp_path):
-    assert energy.rapl_counter(tmp_path / "nothing") == (None, f"no RAPL ({tmp_path / 'nothing'} does not exist)")
+    assert energy.rapl_counter(tmp_path / "nothing") == (None, f"no RAPL ({tmp_path / 'nothing'} does not exist: no CPU "
+                                                               "energy counter on this machine, as on most virtual machines)")
     assert energy.rapl_counter(tmp_path)[0] is None  # no package zone
     z = zone(tmp_path, "intel-rapl:0", "package-0", 1, 10)
     (z / "max_energy_range_uj").unlink()
@@ -81,6 +86,8 @@ def test_rapl_missing_or_unreadable_is_no_counter(tmp_path):
     (z / "energy_uj").mkdir()  # as unreadable as a root-only file (tests run as root, where chmod stops nothing)
     counter, why = energy.rapl_counter(tmp_path)
     assert counter is None and why.startswith("RAPL is not readable here")
+    assert why.endswith(f"to count the CPU, run as root or `sudo chmod o+r {tmp_path}/intel-rapl:*/energy_uj` (until the "
+                        "next boot))")  # what to do, in the sweep's line
 
 
 class FakeNvml:
@@ -206,7 +213,8 @@ def test_no_nvml_device_is_a_reason_not_an_error():
     assert energy.nvml_counter(nv) == (None, nv.why_not) and device_memory.MemoryTracker.if_available(nv) is None
     found = energy.find_counters(nv, Path("/nonexistent/powercap"))
     assert found.counters == [] and found.why == {"nvml": nv.why_not,
-                                                  "rapl": "no RAPL (/nonexistent/powercap does not exist)"}
+                                                  "rapl": "no RAPL (/nonexistent/powercap does not exist: no CPU "
+                                                          "energy counter on this machine, as on most virtual machines)"}
 
 
 def test_memory_is_each_used_devices_reading_after_the_run_never_a_sum(monkeypatch):
@@ -344,3 +352,140 @@ def test_a_sweep_stores_energy_only_where_stand_in_counters_cover_the_cpu(tiny_p
     assert len(runs) == 3 and all(r["energy"]["window"] == "decode" for r in runs)
     assert all(r["energy"]["joules"] == pytest.approx(0.25) and r["energy"]["prompt_joules"] == pytest.approx(0.25)
                for r in runs)  # one stand-in reading per window: the mark was taken between the two
+
+
+# --- GPU only (issue 75): NVML reads every GPU the run used, nothing reads the CPU -------------------------------------
+
+UNREADABLE = ("RAPL is not readable here (PermissionError: needs root on most kernels; to count the CPU, run as root or "
+              "`sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj` (until the next boot))")
+
+
+def gpu_only_found(monkeypatch) -> energy.Found:
+    """NVML's two stand-in GPUs, RAPL readable by root only (a user's GPU machine); CUDA0 is NVML's GPU0."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    nv = open_nvml(FakeNvml())
+    return energy.Found([energy.NvmlCounter(nv)], {"rapl": UNREADABLE}, nv)
+
+
+def test_gpus_counted_without_the_cpu_store_the_gpus_joules_apart_never_as_the_runs(monkeypatch):
+    found = gpu_only_found(monkeypatch)
+    record = marked(energy.EnergyTracker(found)).fill(cpu_run(offload=on_gpu()))
+    e = record.energy
+    assert e.joules is None and e.source is None and e.prompt_joules is None  # the run's: not measured
+    assert e.gpu_joules == pytest.approx(1.5) and e.gpu_prompt_joules == pytest.approx(1.5)  # GPU0's, one reading each
+    assert e.gpu_source == "nvml:GPU0" and e.window == "decode" and e.wall_s is not None  # GPU1, unused, not added
+    assert e.missing == f"the run used CUDA0 and the CPU; {UNREADABLE}"
+    assert parse(to_dict(record)) == record  # stored and read back
+    row = run_row(record)
+    assert row["energy_j"] is None and row["joules_per_token"] is None and row["tokens_per_joule"] is None
+    assert row["energy_source"] is None and row["prompt_energy_j"] is None
+    assert row["gpu_energy_j"] == pytest.approx(1.5) and row["gpu_joules_per_token"] == pytest.approx(0.15)
+    assert row["gpu_tokens_per_joule"] == pytest.approx(10 / 1.5) and row["gpu_energy_source"] == "nvml:GPU0"
+    assert row["gpu_prompt_energy_j"] == pytest.approx(1.5)
+    assert trackers.notes(record, set()) == [f"energy: GPU only (nvml:GPU0), the CPU not counted: the run used CUDA0 and "
+                                             f"the CPU; {UNREADABLE}"]
+    assert "sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj" in trackers.notes(record, set())[0]
+
+
+def test_no_gpu_only_figure_where_the_run_used_no_gpu_or_one_no_counter_reads_or_the_cpu_is_counted(monkeypatch):
+    found = gpu_only_found(monkeypatch)
+    cpu = marked(energy.EnergyTracker(found)).fill(cpu_run()).energy  # the CPU alone: nothing of it is counted
+    assert cpu.gpu_joules is None and cpu.joules is None and energy.note(cpu).startswith("energy: not measured: ")
+    both = Offload("5/5", "-", Placement("5/5", model_mib={"CUDA0": 30.0, "Vulkan0": 30.0}), None)
+    vulkan = marked(energy.EnergyTracker(found)).fill(cpu_run(offload=both)).energy
+    assert vulkan.gpu_joules is None and vulkan.joules is None  # a GPU no counter reads: not CUDA0's as the GPUs' share
+    assert vulkan.missing.startswith("the run used CUDA0, Vulkan0 and the CPU; ") and "not measured" in energy.note(vulkan)
+    whole = marked(energy.EnergyTracker(replace(found, counters=[*found.counters, FakeRapl()], why={})))
+    e = whole.fill(cpu_run(offload=on_gpu())).energy  # every device counted: the run's joules, as before issue 75
+    assert e.joules == pytest.approx(1.75) and e.gpu_joules is None and e.missing is None and energy.note(e) is None
+    assert run_row(whole.fill(cpu_run(offload=on_gpu())))["gpu_joules_per_token"] is None
+    failed = marked(energy.EnergyTracker(found)).fill(RunRecord(mode=Mode.TARGET, offload=on_gpu()))
+    assert failed.energy.gpu_joules is None  # a run without metrics: nothing to divide
+
+
+def test_a_record_from_before_issue_75_reads_with_no_gpu_figure():
+    stored_then = to_dict(spec_record(Mode.TARGET, 10.0, 5.0))
+    for key in ("gpu_joules", "gpu_prompt_joules", "gpu_source"):
+        del stored_then["energy"][key]
+    run = parse(stored_then)
+    assert run.energy.joules == 5.0 and run.energy.gpu_joules is None and run.energy.gpu_source is None
+    assert run_row(run)["joules_per_token"] == pytest.approx(0.5) and run_row(run)["gpu_joules_per_token"] is None
+
+
+def gpu_only_records(found: energy.Found, target: float = 10.0, spec: float = 15.0) -> list[RunRecord]:
+    """The target alone and K=4, two repetitions each, on CUDA0, their energy filled by the tracker from `found`."""
+    out = []
+    for rep in (0, 1):
+        for mode, tps in ((Mode.TARGET, target), (Mode.SPECULATIVE, spec)):
+            run = replace(spec_record(mode, tps, None, rep=rep), offload=on_gpu(),
+                          models=Models(ModelFile("t.gguf"), ModelFile("d.gguf")))
+            out.append(marked(energy.EnergyTracker(found)).fill(run))
+    return out
+
+
+def write(path: Path, records: list[RunRecord]) -> Path:
+    path.write_text("".join(json.dumps(to_dict(r), default=str) + "\n" for r in records))
+    return path
+
+
+def test_report_prints_gpu_only_joules_per_token_for_the_target_alone_and_each_k(monkeypatch, isolated, tmp_path):
+    """The real `report` on runs whose energy is the GPUs' only: every format says so, no whole-run figure appears."""
+    at_width(monkeypatch, 220)
+    results = write(tmp_path / "gpu.jsonl", gpu_only_records(gpu_only_found(monkeypatch)))
+    table = invoke("report", str(results))
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    header = next(line for line in lines if line.startswith("run ") and "tokens/s" in line)
+    assert "J/tok (GPU only)" in header and "J/acc (GPU only)" in header and "energy (GPU only)" in header
+    assert not re.search(r"J/tok(?! \(GPU only\))|J/acc(?! \(GPU only\))|energy(?! \(GPU only\))", header)
+
+    def cell(row: str, heading: str) -> str:  # the table's cells are right-aligned under their heading
+        end = header.index(heading) + len(heading)
+        return next(line for line in lines if line.startswith(row))[:end].split()[-1]
+    assert [cell(row, "J/tok (GPU only)") for row in ("target alone", "K=4")] == ["0.15", "0.15"]  # 1.5 J, 10 tokens
+    assert cell("K=4", "J/acc (GPU only)") == "0.25" and "15.00 ± 0.00" in next(x for x in lines if x.startswith("K=4"))
+    caption = " ".join(table.output.split())
+    assert "J/tok (GPU only), J/acc (GPU only): joules per generated token" in caption and "from nvml:GPU0" in caption
+    assert "never compare them with a whole-run J/tok" in caption
+    data = json.loads(invoke("report", str(results), "--format", "json").output)
+    assert [(r["mode"], r["gpu_joules_per_token"]) for r in data] == [("target", pytest.approx(0.15)),
+                                                                      ("speculative", pytest.approx(0.15))]
+    assert all(r["gpu_tokens_per_joule"] == pytest.approx(10 / 1.5) and r["gpu_energy_source"] == "nvml:GPU0"
+               and "joules_per_token" not in r and "tokens_per_joule" not in r for r in data)
+    assert data[1]["gpu_tokens_per_joule_gain_pct"] == pytest.approx(0.0) and data[1]["gpu_joules_per_accepted"] == 0.25
+    csv = pd.read_csv(io.StringIO(invoke("report", str(results), "--format", "csv").output))
+    assert list(csv["gpu_joules_per_token"]) == pytest.approx([0.15, 0.15]) and "joules_per_token" not in csv
+    md = invoke("report", str(results), "--format", "md").output
+    assert "| energy (GPU only) gain % |" in md.splitlines()[0] and "| energy gain % |" not in md
+
+
+def test_a_report_never_sets_a_gpu_only_figure_against_a_whole_run_one(monkeypatch, isolated, tmp_path):
+    """Whole-run records report as before (no GPU-only column); a file mixing the two keeps them in their own columns,
+    and neither gain compares one with the other."""
+    at_width(monkeypatch, 220)
+    found = gpu_only_found(monkeypatch)
+    whole = replace(found, counters=[*found.counters, FakeRapl()], why={})
+    results = write(tmp_path / "whole.jsonl", gpu_only_records(whole))
+    data = json.loads(invoke("report", str(results), "--format", "json").output)
+    assert all(r["joules_per_token"] == pytest.approx(0.175) and not [k for k in r if k.startswith("gpu_")] for r in data)
+    assert "(GPU only)" not in invoke("report", str(results)).output
+    mixed = gpu_only_records(whole)[:1] + gpu_only_records(found)[1:2]  # the target alone whole, K=4 GPU only
+    data = json.loads(invoke("report", str(write(tmp_path / "mixed.jsonl", mixed)), "--format", "json").output)
+    target, spec = data
+    assert target["joules_per_token"] == pytest.approx(0.175) and target["gpu_joules_per_token"] is None
+    assert spec["gpu_joules_per_token"] == pytest.approx(0.15) and spec["joules_per_token"] is None
+    assert spec["tokens_per_joule_gain_pct"] is None and spec["gpu_tokens_per_joule_gain_pct"] is None  # never across
+
+
+def test_a_sweep_with_gpu_only_counters_on_a_cpu_run_stores_no_gpu_figure(tiny_pairs, tmp_path, monkeypatch):
+    """The real Python engine on this CPU build through the counters' seam: NVML's GPUs read, RAPL not, and the run used
+    no GPU: nothing stored as the GPUs' share (they did none of the work) and the line says not measured, once."""
+    found = gpu_only_found(monkeypatch)
+    monkeypatch.setattr(energy, "counters", lambda: found)
+    result = invoke("sweep", *pair_args(tiny_pairs["high"]), "-K", "2", "-n", "4", "-t", "1", "--prompt-ids", "code-short",
+                    "-r", "1", "--name", "gpu-cpu")
+    assert result.exit_code == 0, result.output
+    assert " ".join(result.output.split()).count(f"energy: not measured: the run used the CPU; {UNREADABLE}") == 1
+    runs = stored(tmp_path / "results" / "gpu-cpu.jsonl")
+    assert runs and all(r["energy"]["gpu_joules"] is None and r["energy"]["joules"] is None for r in runs)

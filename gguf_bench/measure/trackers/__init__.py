@@ -82,8 +82,9 @@ def _make(name: str, server_pid: int | None) -> Tracker | None:
 
 def notes(record: RunRecord, said: set[str]) -> list[str]:
     """The lines a run's trackers leave that `said` does not hold yet (added to it): a sweep says each once, not once
-    per cell. The energy's: 'energy: not measured: the run used CUDA0 and the CPU; RAPL is not readable here (...)'."""
-    missing = record.energy.missing if record.energy else None
-    lines = [f"energy: not measured: {missing}"] if missing and f"energy: not measured: {missing}" not in said else []
+    per cell. The energy's: 'energy: not measured: the run used CUDA0 and the CPU; RAPL is not readable here (...)', or
+    'energy: GPU only (nvml:GPU0), the CPU not counted: ...' where the GPUs' joules were stored alone (energy.note)."""
+    line = energy.note(record.energy)
+    lines = [line] if line and line not in said else []
     said.update(lines)
     return lines

@@ -12,6 +12,10 @@ packages, a CUDA device its own NVML device's counter; a Vulkan or RPC device ha
 counter, the run stores the counters it read and the devices it used, no joules (never a part of the run's energy), and
 `missing` says what was left out; `notes` turns that into the sweep's one line. The GPUs a run did not use are not added.
 
+GPU only: where the counters read every GPU the run used and only the CPU is left out (NVML, and RAPL absent or
+readable by root only: most GPU users), the GPUs' joules are stored apart (Energy.gpu_joules), never as the run's, and
+the sweep's line says the CPU was not counted and how to count it.
+
 The window (parts.energy_spent.Energy.window): the Python engine marks the first token after the prompt (Tracked.on_round), so the
 joules cover the decode, the window of tokens/s, and the prompt's are stored apart. llama-server answers a request whole:
 its joules are the request's times the decode's share of the request's time (even power assumed; prompt processing
@@ -82,7 +86,7 @@ class RaplCounter:
 def rapl_counter(root: Path = POWERCAP) -> tuple[RaplCounter | None, str]:
     """The RAPL packages under `root` (a sysfs powercap folder), readable now; else None and why not."""
     if not root.is_dir():
-        return None, f"no RAPL ({root} does not exist)"
+        return None, f"no RAPL ({root} does not exist: no CPU energy counter on this machine, as on most virtual machines)"
     zones = sorted(z for z in root.iterdir() if _PACKAGE.match(z.name) and (z / "energy_uj").exists())
     if not zones:
         return None, f"no RAPL (no package zone in {root})"
@@ -90,7 +94,8 @@ def rapl_counter(root: Path = POWERCAP) -> tuple[RaplCounter | None, str]:
         counter = RaplCounter(zones, [int((z / "max_energy_range_uj").read_text()) for z in zones])
         counter.read()
     except (OSError, ValueError) as exc:
-        return None, f"RAPL is not readable here ({exc.__class__.__name__}: needs root on most kernels)"
+        return None, (f"RAPL is not readable here ({exc.__class__.__name__}: needs root on most kernels; to count the "
+                      f"CPU, run as root or `sudo chmod o+r {root}/intel-rapl:*/energy_uj` (until the next boot))")
     return counter, ""
 
 
@@ -197,18 +202,32 @@ class EnergyTracker:
         return replace(record, energy=self.energy(record))
 
     def energy(self, record: RunRecord) -> Energy:
-        """Joules only where the counters read cover every device the run used; else what they left out."""
+        """Joules only where the counters read cover every device the run used; else what they left out, and the GPUs'
+        joules alone where only the CPU is (gpu_joules)."""
         used = devices.used(record)
         need, why = cover(used, self.found)
         base = Energy(counters=[d for c in self.found.counters for d in c.domains], devices=used)
         if why:
-            return replace(base, missing=f"the run used {devices.listed(used)}; {'; '.join(why)}")
+            return self._gpu_only(replace(base, missing=f"the run used {devices.listed(used)}; {'; '.join(why)}"), record)
         if record.metrics is None:  # a failed run: nothing to divide
             return base
         measured = self._window(base, need, record)
         if measured.joules is None:
             return replace(base, missing=measured.missing or f"{'+'.join(need)} could not be read over the run")
         return replace(measured, source="+".join(need))
+
+    def _gpu_only(self, base: Energy, record: RunRecord) -> Energy:
+        """`base` (no joules: a device left out) with the joules of the GPUs the run used, where the counters read
+        each of them and only the CPU is left out; else `base` as it is."""
+        gpus = [d for d in base.devices if d != devices.CPU]
+        need, why = cover(gpus, self.found)
+        if not gpus or why or record.metrics is None:
+            return base
+        measured = self._window(base, need, record)
+        if measured.joules is None:
+            return base
+        return replace(base, gpu_joules=measured.joules, gpu_prompt_joules=measured.prompt_joules,
+                       gpu_source="+".join(need), wall_s=measured.wall_s, window=measured.window)
 
     def _window(self, base: Energy, need: list[str], record: RunRecord) -> Energy:
         """The decode's joules: between the mark and the end (the prompt's apart), or the block's share."""
@@ -233,6 +252,16 @@ class EnergyTracker:
             pairs = zip(c.domains, c.joules([before[0][d] for d in c.domains], [after[0][d] for d in c.domains]))
             spent += [j for d, j in pairs if d in need]
         return sum(spent) if spent and None not in spent else None
+
+
+def note(spent: Energy | None) -> str | None:
+    """The sweep's line for a run's energy where a device was left out: 'energy: not measured: WHY', or, where the GPUs'
+    joules were stored alone, that they are the GPUs' only and why the CPU is not counted (the reason says how to)."""
+    if spent is None or not spent.missing:
+        return None
+    if spent.gpu_joules is None:
+        return f"energy: not measured: {spent.missing}"
+    return f"energy: GPU only ({spent.gpu_source}), the CPU not counted: {spent.missing}"
 
 
 def _text(path: Path) -> str:
