@@ -404,6 +404,18 @@ def test_no_gpu_only_figure_where_the_run_used_no_gpu_or_one_no_counter_reads_or
     assert failed.energy.gpu_joules is None  # a run without metrics: nothing to divide
 
 
+def test_llama_server_gpu_only_energy_is_the_requests_decode_share_of_the_gpus(monkeypatch):
+    t = energy.EnergyTracker(gpu_only_found(monkeypatch), share=True)
+    with t:
+        pass
+    t.readings[-1] = (t.readings[-1][0], t.readings[0][1] + 2.0)  # a 2-second request
+    record = t.fill(cpu_run(decode_s=0.5, offload=on_gpu()))
+    e = record.energy
+    assert e.window == "decode share" and e.joules is None and e.gpu_joules == pytest.approx(1.5 * 0.5 / 2.0)
+    assert run_row(record)["gpu_energy_source"] == ("nvml:GPU0 (llama-server: the request's joules times its decode "
+                                                    "time's share)") and run_row(record)["energy_source"] is None
+
+
 def test_a_record_from_before_issue_75_reads_with_no_gpu_figure():
     stored_then = to_dict(spec_record(Mode.TARGET, 10.0, 5.0))
     for key in ("gpu_joules", "gpu_prompt_joules", "gpu_source"):
