@@ -15,8 +15,9 @@ The batch's tokens are all different, drawn at random from the first 4,096 ids: 
 (models/twin.py; all of a MoE twin's rows are random), so that the tokens of one batch route to different experts as
 a real batch's do; the same ids for every model whose vocabulary holds them.
 
-Printed per model: its header line, a table `k | ms | × one token`, then `<model>: 2 tokens cost X.XX× one token`;
-with several models, a last table of every model's `×` side by side.
+Printed per model: its header line, a table `k | ms | × one token | decode ms | decode ×` (ms: the loop's verify step,
+the argmax of every row included; decode: the time inside llama_decode alone), then `<model>: 2 tokens cost X.XX× one
+token (Y.YY× inside llama_decode)`; with several models, a last table of every model's `×` side by side.
 
     python scripts/bench_verify_curve.py MODEL [MODEL ...] [-ngl all] [--tokens 1-9] [--reps 10] [--threads N]
         [--ctx 2048] [--prompt 256]
@@ -53,7 +54,8 @@ class Curve:
     batch: tuple[int, ...]  # the token ids of the largest batch (each smaller batch is its first k)
     band: int  # they were drawn from ids below this
     reps: int
-    ms: dict[int, float]  # k -> median milliseconds of a batch of k tokens
+    ms: dict[int, float]  # k -> median milliseconds of a batch of k tokens, as the loop's verify step (argmax included)
+    decode_ms: dict[int, float]  # k -> the median of the same steps' time inside llama_decode (and its synchronize)
 
     @property
     def moe(self) -> bool:
@@ -62,6 +64,9 @@ class Curve:
     def times(self, k: int) -> float:
         """A batch of k tokens over one token."""
         return self.ms[k] / self.ms[1]
+
+    def decode_times(self, k: int) -> float:
+        return self.decode_ms[k] / self.decode_ms[1]
 
 
 def model_name(path: Path) -> str:
@@ -102,9 +107,10 @@ def verify_curve(path: Path, load: LoadConfig, ks: list[int], reps: int, prompt_
         result = timers[1].result()
         layers, pair_vocab = pair.offload_label("target"), pair.target.n_vocab
     ms = {k: 1000 * s for k, s in enumerate(result["t_verify_s"], 1)}
+    decode_ms = {k: ms[k] - 1000 * s for k, s in enumerate(result["verify_python_s"], 1)}
     band = min(TOKEN_BAND, pair_vocab)
     return Curve(model_name(path), model_kind(path), layers, result["position"], tuple(timers[1].batch), band,
-                 result["samples"], ms)
+                 result["samples"], ms, decode_ms)
 
 
 def curve_table(curve: Curve, ks: list[int]) -> list[str]:
@@ -112,10 +118,12 @@ def curve_table(curve: Curve, ks: list[int]) -> list[str]:
     head = (f"{curve.name} ({curve.kind}): layers on the device {curve.layers}, batches after {curve.position} "
             f"tokens, median of {curve.reps} reps; the batch: {len(curve.batch)} different token ids drawn at random "
             f"from ids < {curve.band} (a twin's random embedding rows){routed}")
-    rows = [f"| {k} | {curve.ms[k]:.3f} | {curve.times(k):.2f} |" for k in sorted({1, *ks})]
-    lines = [head, "", "| k | ms | × one token |", "| --- | --- | --- |", *rows, ""]
+    rows = [f"| {k} | {curve.ms[k]:.3f} | {curve.times(k):.2f} | {curve.decode_ms[k]:.3f} | {curve.decode_times(k):.2f} |"
+            for k in sorted({1, *ks})]
+    lines = [head, "", "| k | ms | × one token | decode ms | decode × |", "| --- | --- | --- | --- | --- |", *rows, ""]
     if 2 in curve.ms:
-        lines.append(f"{curve.name}: 2 tokens cost {curve.times(2):.2f}× one token")
+        lines.append(f"{curve.name}: 2 tokens cost {curve.times(2):.2f}× one token ({curve.decode_times(2):.2f}× "
+                     "inside llama_decode)")
     return lines
 
 

@@ -70,12 +70,15 @@ def test_moe_twins_load_decode_and_give_a_row_per_batch_size(twins, capsys):
         block = out.split(f"\n{name} (" if name != TINY[0] else f"{name} (", 1)[1].split("\n\n", 3)
         assert block[0].startswith(f"{SHAPES[name].arch}, {kind})"), block[0]
         assert ("each token routes to its own experts" in block[0]) == (name != "tiny-llama")
-        rows = [r.split("|")[1:4] for r in block[1].splitlines()[2:]]
-        assert [int(k) for k, _, _ in rows] == list(range(1, 10))
-        ms = [float(m) for _, m, _ in rows]
-        assert all(math.isfinite(m) and m > 0 for m in ms), rows
-        assert [float(x) for _, _, x in rows] == pytest.approx([m / ms[0] for m in ms], rel=0.01, abs=0.01)
-        assert re.search(rf"^{name}: 2 tokens cost \d+\.\d\d× one token$", out, re.M)
+        assert block[1].splitlines()[0] == "| k | ms | × one token | decode ms | decode × |"
+        rows = [r.split("|")[1:6] for r in block[1].splitlines()[2:]]
+        assert [int(r[0]) for r in rows] == list(range(1, 10))
+        for col in (1, 3):  # the loop's verify step, then llama_decode's part of it
+            ms = [float(r[col]) for r in rows]
+            assert all(math.isfinite(m) and m > 0 for m in ms), rows
+            assert [float(r[col + 1]) for r in rows] == pytest.approx([m / ms[0] for m in ms], rel=0.01, abs=0.01)
+        assert all(float(r[3]) <= float(r[1]) for r in rows), rows
+        assert re.search(rf"^{name}: 2 tokens cost \d+\.\d\d× one token \(\d+\.\d\d× inside llama_decode\)$", out, re.M)
     assert "| k | tiny-qwen3moe × | tiny-olmoe × | tiny-llama × |" in out
 
 
