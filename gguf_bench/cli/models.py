@@ -171,16 +171,21 @@ def make_test_pair(out_dir: Annotated[Path, typer.Argument(help="folder to write
 def twin(source: Annotated[str, typer.Argument(help="a GGUF file, a registry model, or a hub file: REPO:QUANT or "
                                                 "REPO/FILE.gguf (llama.cpp's -hf spelling); only its header is read")],
          output: Annotated[Path, typer.Option("--output", "-o", help="the twin GGUF file to write")],
+         agree: Annotated[bool, typer.Option("--agree", help="an agreeing twin: every logit 0, so it predicts token 0 "
+                                             "everywhere and a pair of agreeing twins accepts every draft "
+                                             "(acceptance 1 by construction; dense models only)")] = False,
          registry: RegistryOpt = None) -> None:
     """Write a twin: the model's real header with synthetic weights (mostly holes of a sparse file). It decodes as
-    fast as the model, for speed only: its acceptance and text mean nothing, and it never stops at end-of-generation."""
+    fast as the model, for speed only: its acceptance and text mean nothing, and it never stops at end-of-generation.
+    With --agree its acceptance is 1 by construction (the upper bound of a draft's gain, not a real draft's)."""
     header = source_header(source, registry)
     sources = {p.resolve() for p in part_paths(Path(source))} if Path(source).is_file() else set()
     if any(p.exists() and p.resolve() in sources for p in twin_paths(header, output)):
         raise BenchError(f"the twin would overwrite its source {source}: give another -o")
-    w = write_twin(header, output, header.label)
+    w = write_twin(header, output, header.label, agree=agree)
     parts = f" in {len(header.parts)} parts" if header.split else ""
-    console.print(f"twin of {header.label}{parts}: {w.n_tensors} tensors, {size_text(w.size)} logical, "
+    kind = " (agreeing: token 0 everywhere)" if agree else ""
+    console.print(f"twin of {header.label}{parts}{kind}: {w.n_tensors} tensors, {size_text(w.size)} logical, "
                   f"{size_text(w.on_disk)} on disk{'' if w.sparse else ' (this file system keeps no holes)'}, "
                   f"{w.seconds:.1f} s -> {w.path}", markup=False, soft_wrap=True)
 

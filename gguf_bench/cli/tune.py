@@ -110,6 +110,10 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                          "pair, else predicted at --acceptance")] = False,
          acceptance: Annotated[str, typer.Option("--acceptance", help="with --twin: acceptance rates to predict "
                                "tokens/s at, each in (0, 1]")] = "0.5,0.7,0.9",
+         agree: Annotated[bool, typer.Option("--agree", help="with --twin: agreeing twins (twin --agree: every draft "
+                          "accepted, by construction): tune predicts each K at acceptance 1 from its own "
+                          "calibration, and --check measures it; the upper bound of a draft's gain, not a real "
+                          "draft's")] = False,
          n_cpu_moe: NCpuMoeOpt = None, override_tensor: OverrideOpt = None, device: DeviceOpt = None,
          n_cpu_moe_draft: NCpuMoeDraftOpt = None, override_tensor_draft: OverrideDraftOpt = None,
          device_draft: DeviceDraftOpt = None, tensor_split: TensorSplitOpt = None, split_mode: SplitModeOpt = None,
@@ -135,7 +139,9 @@ def tune(pair: PairArg = None, target: TargetOpt = None, draft: DraftOpt = None,
                     ctx_size, reps, check, json_out, name, plot, spec_types, k_schedules, ngram_min, ngram_max, k_cap, depth,
                     twin, acceptance, (n_cpu_moe, override_tensor, device, n_cpu_moe_draft, override_tensor_draft,
                                        device_draft, Split(tensor_split, split_mode, main_gpu, rpc, rpc_delay)),
-                    parallel, engine_options, registry, _tune_objective(objective, twin), bool(prompt_tokens))
+                    parallel, engine_options, registry, _tune_objective(objective, twin), bool(prompt_tokens), agree)
+    if agree and not twin:
+        raise BenchError("--agree tunes agreeing twins: add --twin (the real files' acceptance is their own)")
     flow(args)
 
 
@@ -193,6 +199,7 @@ class TuneArgs:
     registry: Path | None
     objective: str = "decode"  # what the predictions rank by (python engine): decode tokens/s, or request latency
     prompt_length: bool = False  # --prompt-tokens given (the prompts in `chosen` carry it)
+    agree: bool = False  # --twin --agree: agreeing twins (acceptance 1 by construction)
 
 
 def _fastest_of(cal, predicted: list[Strategy]):
@@ -207,6 +214,8 @@ def _tunable(capability: str) -> list[str]:
 
 def tune_server(a: TuneArgs) -> None:
     """tune --engine server: a short calibration through llama-server itself (measure/flows/server_tune.py)."""
+    if a.agree:
+        raise BenchError("--agree is for --engine python: llama-server's acceptance of agreeing twins is not checked")
     if a.objective != "decode" or a.prompt_length:
         raise BenchError("tune --engine server predicts decode tokens/s on the built-in prompts: --objective request "
                          "and --prompt-tokens are for --engine python (sweep --engine server measures both)")
@@ -247,7 +256,7 @@ def tune_python(a: TuneArgs) -> None:
             *sources, pair_name = header_sources(a.pair, a.target, a.draft, a.registry)
             job = TuneJob(PairFiles(Path(sources[0]), Path(sources[1]), pair_name), a.chosen, a.k_list, a.n_predict,
                           a.ctx_size, a.threads, name, out, a.reps, a.depth, **placed)
-            job = twin_job(job, tuple(sources), Path(folder), a.registry)
+            job = twin_job(job, tuple(sources), Path(folder), a.registry, a.agree)
         else:
             job = TuneJob(pair_files(a.pair, a.target, a.draft, a.registry), a.chosen, a.k_list, a.n_predict, a.ctx_size,
                           a.threads, name, out, a.reps, a.depth, **placed, objective=a.objective)
@@ -338,6 +347,8 @@ def _twin_lines(tuned, alphas: list[float]) -> None:
         console.print(fit_title(acceptance_table(cal, alphas, console.width), console.width))
         console.print(components_line(cal), markup=False)
     source = tuned.calibrations[0].acceptance_from
+    if tuned.job.agree:
+        source = "1 by construction (agreeing twins: every draft accepted; the upper bound of a draft's gain here)"
     console.print(f"twins: timings from twins of {tuned.job.real_pair} (its headers, synthetic weights)"
                   + (f"; acceptance {source}" if source else ""), markup=False)
 

@@ -13,6 +13,12 @@ The data (docs/twins.md says why):
   finite value chosen so that the weights have the standard deviation asked for.
 A key `gguf_bench.twin` (the source's description) marks the file; runtimes/llama_cpp.Model reads it and ignores
 end-of-generation tokens, and every record made with the file says `twin`.
+
+An *agreeing* twin (`agree=True`, `gguf-bench twin --agree`) leaves output_norm a hole: zeros, so every logit of
+every position is exactly 0, and the loop's argmax (numpy's: the first of equal values) is token 0 everywhere, in a
+target and in its draft alike. A pair of agreeing twins accepts every draft: greedy (the same argmax), and sampled
+(the same uniform distribution on both sides, which rejection sampling accepts always). Its marker's value starts
+with AGREEING; records say `twin_agrees`. For dense models only: a MoE router would see one token at every position.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from gguf_bench.models.parts import ModelHeader, PartHeader, tensor_table
 from gguf_bench.models.registry import Named, name_model
 
 MARKER = "gguf_bench.twin"
+AGREEING = "agreeing twin (every logit 0: predicts token 0 everywhere; acceptance 1 by construction) of "
+EOG_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
 TOKEN_BAND = 4096  # embedding/output rows given random data (all rows of a MoE model's embedding)
 ROOM_MARGIN = 16 * 2**20  # free space kept beyond what the twin needs
 _CHUNK_ROWS = 8192
@@ -80,6 +88,11 @@ def is_twin(meta: dict) -> bool:
     return MARKER in meta
 
 
+def is_agreeing(meta: dict) -> bool:
+    """Whether the header is an agreeing twin's (its marker says so)."""
+    return str(meta.get(MARKER, "")).startswith(AGREEING)
+
+
 def is_twin_file(path: Path) -> bool:
     """Whether a GGUF file carries the twin marker (False for anything unreadable)."""
     try:
@@ -88,17 +101,45 @@ def is_twin_file(path: Path) -> bool:
         return False
 
 
+def is_agreeing_file(path: Path) -> bool:
+    """Whether a GGUF file is an agreeing twin (False for anything unreadable)."""
+    try:
+        return is_agreeing(tensor_table(Path(path))[0])
+    except (ModelError, OSError, ValueError):
+        return False
+
+
+def check_agreeable(meta: dict, tensors: list[TensorInfo], label: str) -> None:
+    """One line where an agreeing twin of this header would mislead: a MoE (its routers would see one token at every
+    position, so a batch would reach fewer experts than a real one), token 0 an end-of-generation token, or a twin
+    already (its marker says what it is; write the agreeing twin from the model's own header)."""
+    if is_twin(meta) and not is_agreeing(meta):
+        raise ModelError(f"{label} is a twin already: write the agreeing twin from the model's own header")
+    if any(t.name.endswith(".ffn_gate_inp.weight") for t in tensors):
+        raise ModelError(f"{label} is a mixture of experts: an agreeing twin predicts one token everywhere, so its "
+                         f"routers would send every position to the same experts and its speed would not be the "
+                         f"model's; agreeing twins are for dense models (write a plain twin without --agree)")
+    eog = [k.rsplit(".", 1)[1] for k in EOG_KEYS if meta.get(k) == 0]
+    if eog:
+        raise ModelError(f"{label}'s tokenizer makes token 0 end-of-generation ({', '.join(eog)}), and an agreeing "
+                         f"twin predicts token 0 everywhere: its generations would be end tokens only; write a plain "
+                         f"twin without --agree")
+
+
 # --- which tensors get data ---------------------------------------------------------------------------------------
 
 
-def fills(meta: dict, tensors: list[TensorInfo]) -> list[Fill]:
-    """The tensors (and rows) that get data; every other byte stays a hole (zeros)."""
+def fills(meta: dict, tensors: list[TensorInfo], agree: bool = False) -> list[Fill]:
+    """The tensors (and rows) that get data; every other byte stays a hole (zeros). agree: output_norm stays a hole
+    too (every logit 0: an agreeing twin)."""
     names = {t.name for t in tensors}
     moe = any(n.endswith(".ffn_gate_inp.weight") for n in names)
     out = []
     for t in tensors:
         cols, rows = t.shape[0], math.prod(t.shape[1:])
         if t.name == "output_norm.weight":
+            if agree:
+                continue  # zeros: the last hidden state is 0, so is every logit (no NaN: the norm's input is not 0)
             out.append(Fill(t, rows, "random"))  # a tied embedding would otherwise map each token to itself
         elif t.name.endswith("norm.weight"):
             out.append(Fill(t, rows, "ones"))
@@ -205,18 +246,23 @@ def twin_paths(header: ModelHeader, out: Path) -> list[Path]:
     return [out.with_name(f"{stem}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
 
 
-def write_twin(header: ModelHeader, out: Path, source: str, seed: int = 0) -> Written:
+def write_twin(header: ModelHeader, out: Path, source: str, seed: int = 0, agree: bool = False) -> Written:
     """Write the twin of the model whose header is `header` to `out` (a split model: one twin per part, named as
     twin_paths says; `path` is the first). Each file goes through a temporary file in the target folder, renamed at
-    the end; when any part fails, no part is left behind."""
+    the end; when any part fails, no part is left behind. agree: an agreeing twin (every logit 0: token 0 everywhere),
+    for dense models whose token 0 is not an end-of-generation token (check_agreeable)."""
     started = time.perf_counter()
+    if agree:
+        check_agreeable(header.meta, list(header.tensors), source)
+    elif is_agreeing(header.meta):  # its marker would say 'agreeing' over a plain twin's data
+        raise ModelError(f"{source} is an agreeing twin: write a plain twin from the model's own header")
     out = Path(out)
     folder = out.parent if str(out.parent) else Path(".")
     if not folder.is_dir():
         raise ModelError(f"cannot write the twin: folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ModelError(f"cannot write the twin into {folder}: permission denied; give -o in a folder you can write")
-    plans = [(part, fills(part.meta, list(part.tensors))) for part in header.parts]
+    plans = [(part, fills(part.meta, list(part.tensors), agree)) for part in header.parts]
     for _part, plan in plans:  # every type is checked before a byte is written
         for f in plan:
             synthetic_rows(f, 0, 1, np.random.default_rng(seed))
@@ -225,7 +271,8 @@ def write_twin(header: ModelHeader, out: Path, source: str, seed: int = 0) -> Wr
         sparse = supports_holes(folder)
         check_room(folder, sum(_room(part, plan, sparse) for part, plan in plans), shutil.disk_usage(folder).free, sparse)
         for (part, plan), path in zip(plans, paths):
-            _write_part(part, plan, path, None if is_twin(header.meta) else source, seed)
+            marker = None if is_twin(header.meta) else (AGREEING if agree else "") + source
+            _write_part(part, plan, path, marker, seed)
             done.append(path)
     except BaseException as exc:
         for path in done:
@@ -305,19 +352,19 @@ def check_room(folder: Path, need: int, free: int, sparse: bool) -> None:
                          f"{free / 2**20:,.0f} MiB are free")
 
 
-def twin_of(source: str, folder: Path, registry: Path | None = None) -> Path:
+def twin_of(source: str, folder: Path, registry: Path | None = None, agree: bool = False) -> Path:
     """A twin of SOURCE (a GGUF file, a registry model, or a hub file: headers.named_header reads its header only)
-    written into `folder`, named after the source."""
-    return named_twin(name_model(source, registry), folder)
+    written into `folder`, named after the source; agree: an agreeing twin."""
+    return named_twin(name_model(source, registry), folder, agree)
 
 
-def named_twin(named: Named, folder: Path) -> Path:
+def named_twin(named: Named, folder: Path, agree: bool = False) -> Path:
     """twin_of for a model whose name is resolved already."""
     header = named_header(named)
     name = re.sub(r"[^\w.-]+", "_", Path(named.name).name if named.path else named.name).removesuffix(".gguf")
     if m := SPLIT_RE.match(f"{name}.gguf"):
         name = m["stem"]
-    return write_twin(header, folder / f"{name[-100:]}.twin.gguf", header.label).path
+    return write_twin(header, folder / f"{name[-100:]}.twin.gguf", header.label, agree=agree).path
 
 
 def twin_folder(prefix: str = "twins-") -> tempfile.TemporaryDirectory:
@@ -328,13 +375,13 @@ def twin_folder(prefix: str = "twins-") -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix=prefix, dir=root)
 
 
-def twin_pair(pair: tuple[str, str, str], folder: Path, registry: Path | None = None) -> PairFiles:
+def twin_pair(pair: tuple[str, str, str], folder: Path, registry: Path | None = None, agree: bool = False) -> PairFiles:
     """Twins of a pair's target and draft (pairs.header_sources: name, target source, draft source) under `folder`
-    (target/ and draft/: a pair of one model twice has two files), the pair named '<pair> twin', apart from the real
-    pair's records."""
+    (target/ and draft/: a pair of one model twice has two files), the pair named '<pair> twin' ('<pair> agreeing
+    twin' with agree), apart from the real pair's records."""
     name, *sources = pair
     paths = []
     for role, source in zip(("target", "draft"), sources):
         (folder / role).mkdir()
-        paths.append(twin_of(source, folder / role, registry))
-    return PairFiles(paths[0], paths[1], f"{name} twin")
+        paths.append(twin_of(source, folder / role, registry, agree))
+    return PairFiles(paths[0], paths[1], f"{name} {'agreeing twin' if agree else 'twin'}")

@@ -70,6 +70,7 @@ class TuneJob:
     placings: tuple[Placing, ...] = (Placing(),)  # the target's placements beyond -ngl to calibrate (placing.py)
     placings_draft: tuple[Placing, ...] = (Placing(),)
     objective: str = "decode"  # what the predictions and the recommendation rank by: decode tokens/s, or request
+    agree: bool = False  # the twins agree (twin --agree): their acceptance is 1 by construction, measured and checked
 
     def grid(self, cal: Calibration, ks: list[int], **kw) -> Grid:
         """A sweep grid of one calibrated setting, greedy, without the draft alone (what --check measures)."""
@@ -106,11 +107,12 @@ class Tuned:
 
 def tune(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int], strategies: list[Strategy], check: bool,
          events: TuneEvents = TuneEvents()) -> Tuned:
-    if check and job.real_pair:
-        raise ConfigError("--check measures the real pair's speed-up, which a twin cannot show: tune the real files")
+    if check and job.real_pair and not job.agree:
+        raise ConfigError("--check measures the real pair's speed-up, which a twin cannot show: tune the real files "
+                          "(or tune --twin --agree: acceptance 1 by construction)")
     job = _sized(job, events)
     calibrations = calibrate_settings(job, ngls, nglds, events)
-    if job.real_pair:  # a twin's acceptance is chance: the real pair's, where tune has measured it, else none
+    if job.real_pair and not job.agree:  # a twin's acceptance is chance: the real pair's, where measured, else none
         calibrations = [with_real_acceptance(cal, job.real_pair) for cal in calibrations]
         if not calibrations[0].acceptance_known:
             return Tuned(job, calibrations, None, None, None, [], None)
@@ -124,11 +126,13 @@ def tune(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int], strategies: li
     return tuned
 
 
-def twin_job(job: TuneJob, sources: tuple[str, str], folder: Path, registry: Path | None = None) -> TuneJob:
+def twin_job(job: TuneJob, sources: tuple[str, str], folder: Path, registry: Path | None = None,
+             agree: bool = False) -> TuneJob:
     """The job on twins of the pair's two models (written into `folder` from their headers: nothing is downloaded);
-    its records name the pair '<pair> twin', apart from the real pair's."""
-    files = twin_pair((job.files.name, *sources), folder, registry)
-    return replace(job, files=files, real_pair=job.files.name)
+    its records name the pair '<pair> twin' ('<pair> agreeing twin'), apart from the real pair's. agree: agreeing
+    twins, whose own acceptance (1) is the one predicted."""
+    files = twin_pair((job.files.name, *sources), folder, registry, agree)
+    return replace(job, files=files, real_pair=job.files.name, agree=agree)
 
 
 def with_real_acceptance(cal: Calibration, pair: str) -> Calibration:

@@ -239,6 +239,7 @@ def _rows(df: pd.DataFrame, ok: pd.DataFrame, counted: pd.DataFrame, keys: list[
     agg = agg.drop(columns=[f.name for f in RUN_FIELDS if f.optional and f.fold and agg[f.name].isna().all()])
     if df["twin"].any():  # a column only where a twin ran: files without one report as before
         agg = agg.join(df.groupby(keys, dropna=False)["twin"].any())
+        agg = agg.join(df.groupby(keys, dropna=False)["twin_agrees"].all())
     agg = agg.join(failed, how="outer").join(_draft_lengths(ok, keys)).join(_spread(counted, keys))
     agg = agg.join(_no_drafts(ok, keys)).reset_index()
     for count in ("runs", "failed", "busy_runs", "sweeps"):
@@ -368,9 +369,11 @@ def _too_busy(row: pd.Series) -> bool:
 
 def without_twin_quality(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary with the speculative rows of twins stripped of acceptance, tokens per round and gain: a twin's
-    draft accepts by chance, and no figure of a twin is shown as the real model's."""
+    draft accepts by chance, and no figure of a twin is shown as the real model's. Agreeing twins' rows keep theirs:
+    their acceptance is 1 by construction, and their gain is the loop's at acceptance 1 (the row is marked a twin)."""
     if "twin" not in summary:
         return summary
-    spec = (summary["twin"] == True) & (summary["mode"] == "speculative")  # noqa: E712 (NaN where no twin ran)
+    agreeing = summary["twin_agrees"] == True if "twin_agrees" in summary else False  # noqa: E712
+    spec = (summary["twin"] == True) & (summary["mode"] == "speculative") & ~agreeing  # noqa: E712 (NaN: no twin ran)
     return summary.assign(**{c: summary[c].where(~spec) for c in ("acceptance", "tokens_per_round", "gain_pct", "gain_lo",
                                                                   "gain_hi", "decided", "verdict") if c in summary})

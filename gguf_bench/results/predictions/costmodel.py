@@ -419,6 +419,7 @@ class Calibration:
     fit: float | None = None  # the K_max runs' decode time as predicted over as measured (1.0: consistent)
     depth: int = 0  # tokens of context before each prompt when it was measured
     twin: bool = False  # measured on twins (models/twin.py): its timings are the model's, its texts and a are not
+    agrees: bool = False  # measured on agreeing twins (twin --agree): its texts and a are acceptance 1, by construction
     acceptance_from: str = ""  # where texts and a come from when not from this record (with_acceptance_of)
     placement: str = ""  # both models' placement flags beyond -ngl/-ngld ('-ncmoe 2'); '' for the default
     scatter: float | None = None  # the target's one-token decode timings' relative_scatter, as tune measured them
@@ -443,10 +444,12 @@ class Calibration:
                       for i, p in enumerate(acc.prompts))
         loop = tm.in_loop
         fit = loop.predicted_decode_s / loop.decode_s if loop.decode_s and loop.predicted_decode_s else None
-        twin = any(m is not None and m.twin for m in (rec.models.target, rec.models.draft))
+        models = [m for m in (rec.models.target, rec.models.draft) if m is not None]
+        twin = any(m.twin for m in models)
+        agrees = twin and len(models) == 2 and all(m.twin_agrees for m in models)
         return cls(pair=rec.pair, ngl=str(cfg.ngl), ngld=str(cfg.ngld), n_predict=cfg.n_predict,
                    ks=tuple(cfg.ks), timings=timings, texts=texts, a=tuple(acc.a), fit=fit, depth=cfg.depth, twin=twin,
-                   placement=cfg.placement or "")
+                   agrees=agrees, placement=cfg.placement or "")
 
     def with_acceptance_of(self, real: Calibration, source: str) -> Calibration:
         """These timings with the texts and acceptance of another calibration (the real pair's, measured by tune on
@@ -457,8 +460,9 @@ class Calibration:
 
     @property
     def acceptance_known(self) -> bool:
-        """Whether the texts are a real pair's (a twin's own acceptance is chance)."""
-        return not self.twin or bool(self.acceptance_from)
+        """Whether the texts are a real pair's, or agreeing twins' (acceptance 1 by construction; a twin's own
+        acceptance is otherwise chance)."""
+        return not self.twin or self.agrees or bool(self.acceptance_from)
 
     def predict(self, k: int, strategy: Strategy = DEFAULT_STRATEGY) -> Prediction:
         if strategy.max_k(k) > self.timings.k_max:

@@ -12,6 +12,7 @@ from gguf_bench import engine_registry
 from gguf_bench.axes import CONTEXT_DEFAULTS
 from gguf_bench.results.predictions import ceiling
 from gguf_bench.results.presentation.columns import (
+    AGREEING_NOTE,
     FLAGS,
     TWIN_NOTE,
     WIDE_INTERVAL,
@@ -116,6 +117,8 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
         lines += concurrency_lines(summary)
     if "twin" in summary and summary["twin"].any():
         lines.append(f"⧉ twin: {TWIN_NOTE}")
+        if "twin_agrees" in summary and summary["twin_agrees"].any():
+            lines.append(f"⧉ {AGREEING_NOTE}")
     if "predicted_tokens_per_s" in summary:
         lines.append("pred.: tokens/s that `gguf-bench tune` predicted for the setting")
     if summary.get("schedule_predicted_tokens_per_s", pd.Series(dtype=float)).notna().any():

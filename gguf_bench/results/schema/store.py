@@ -24,7 +24,7 @@ from pathlib import Path
 from gguf_bench.errors import BusyError, ResultsError
 from gguf_bench.models.files import file_sha256
 from gguf_bench.models.parts import model_size, part_paths
-from gguf_bench.models.twin import is_twin_file
+from gguf_bench.models.twin import is_agreeing_file, is_twin_file
 from gguf_bench.results.schema.calibration import CalibrationRecord
 from gguf_bench.results.schema.evaluation import EvalRecord
 from gguf_bench.results.schema.parts.provenance import Environment, ModelFile, Models
@@ -274,4 +274,5 @@ def model_record(path: Path) -> ModelFile:
     sums = [] if twin else [file_sha256(p) for p in paths]
     return ModelFile(file=path.name, path=str(path), size=model_size(path),
                      sha256=sums[0] if len(paths) == 1 and sums else None, twin=twin,
+                     twin_agrees=twin and is_agreeing_file(path),
                      part_sha256=sums if len(paths) > 1 and sums else None)

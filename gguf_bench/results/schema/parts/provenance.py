@@ -33,6 +33,7 @@ class ModelFile:
     size: int | None = None
     sha256: str | None = None  # one file's; None for a twin and for a split GGUF (part_sha256)
     twin: bool = False  # a twin (models/twin.py): synthetic weights, its figures are speed only, never acceptance
+    twin_agrees: bool = False  # an agreeing twin (twin --agree): token 0 everywhere, acceptance 1 by construction
     part_sha256: list[str] | None = None  # a split GGUF: one sha256 per part, in order (size: every part's together)
 
 
