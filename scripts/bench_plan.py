@@ -8,6 +8,8 @@ Vulkan build on Mesa's lavapipe (`gguf-bench build-gpu --vulkan`, GGML_VK_VISIBL
 
     GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_plan.py [FILE ...] [--ctx 512,4096] [--max-tensor-mib 128]
 
+Each row's error is the predicted total's against the measured one (p/m - 1); the last line counts the rows within 5%.
+
 lavapipe's storage buffers stop at 128 MiB: a weight larger than that stays on the CPU (llama.cpp says
 "cannot be used with preferred buffer type Vulkan0, using CPU instead"); --max-tensor-mib tells the planner so.
 """
@@ -46,6 +48,7 @@ def main() -> None:
     print(f"device {gpus[0].label}; weights above {args.max_tensor_mib:g} MiB predicted to stay on the CPU\n")
     print(f"{'model':<34} {'ctx':>5} {'-ngl':>6} {'weights p/m':>15} {'KV p/m':>13} {'compute p/m':>13} "
           f"{'total p/m':>15} {'error':>7}")
+    within, rows = 0, 0
     for path in args.files or DEFAULT_FILES:
         shape = Shape.from_header(*tensor_table(path))
         for n_ctx in map(int, args.ctx.split(",")):
@@ -54,8 +57,11 @@ def main() -> None:
                 mw, mk, mc = measured(path, ngl, n_ctx, device)
                 pt, mt = p.total / MIB, mw + mk + mc
                 err = f"{100 * (pt / mt - 1):+.1f}%" if mt else ("exact" if pt == 0 else "–")
+                rows += 1
+                within += abs(pt - mt) <= 0.05 * mt if mt else pt == 0
                 print(f"{path.name:<34} {n_ctx:>5} {f'{p.layers}/{p.total_layers}':>6} {p.weights / MIB:>7.1f}/{mw:<7.1f}"
                       f" {p.kv / MIB:>6.1f}/{mk:<6.1f} {p.compute / MIB:>6.1f}/{mc:<6.1f} {pt:>7.1f}/{mt:<7.1f} {err:>7}", flush=True)
+    print(f"\ntotals within 5% of llama.cpp's: {within} of {rows} rows")
 
 
 if __name__ == "__main__":

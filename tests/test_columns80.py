@@ -89,7 +89,7 @@ def test_info_at_80_columns_keeps_paths_and_layer_counts_whole(tiny_pairs, colum
 def test_plan_of_a_moe_pair_at_80_columns_keeps_every_placement_whole(moe_pair, columns80):
     """Each draft placement (-ngld rows, the draft on the CPU) with its target placements, best first: every layer
     with the fewest -ncmoe, then the most layers without; no column hidden, no cell folded."""
-    result = invoke("plan", *pair_args(moe_pair), "--vram", "520MiB", "--ctx", "512", "--draft-device", "none")
+    result = invoke("plan", *pair_args(moe_pair), "--vram", "521MiB", "--ctx", "512", "--draft-device", "none")
     assert result.exit_code == 0, result.output
     assert_fits(result.stdout, "tiny-target.gguf + tiny-draft.gguf")
     head = [w for w in header(result.stdout, "-ncmoe") if w != "┃"]
