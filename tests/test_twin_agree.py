@@ -124,3 +124,27 @@ def test_bench_known_acceptance_runs_on_tiny_twins(pair, isolated):
     assert rows[0][:2] == ["target", "alone"] and [r[0] for r in rows[1:]] == ["1", "2"]
     assert all(r[2] == "1.000" for r in rows[1:])  # measured acceptance
     assert lines[-1].startswith("within 10%: ") and lines[-1].endswith(" of 2 K")
+
+
+def test_an_agreeing_twins_gain_is_shown_never_deployed(pair, isolated):
+    """Records of agreeing twins rewritten so that K=2 gains 50% on a quiet machine: report shows the gain and deploys
+    no speculation; the same records with the twin flags cleared deploy K=2 (the rule that keeps it out is the twin's)."""
+    from test_deploy_cases import rewrite, truth, write
+
+    twins = _twins(pair, isolated, agree=True)
+    result = invoke("sweep", *pair_args(twins), "--name", "gain", "-K", "2", "-r", "3", "-n", "8", "--prompt-ids",
+                    "code-short", "--no-draft-alone", "--threads", "2")
+    assert result.exit_code == 0, result.output
+    faster = rewrite([r for r in stored(isolated / "results" / "gain.jsonl") if r.get("metrics")], truth({2: 0.5}))
+    real = [{**r, "models": {role: {**m, "twin": False, "twin_agrees": False} for role, m in r["models"].items()}}
+            for r in faster]
+    deploys = {}
+    for name, records in (("twins", faster), ("real", real)):
+        shown = invoke("report", str(write(isolated / f"{name}.jsonl", records)), "--format", "json")
+        rows = json.loads(shown.stdout)
+        spec = next(r for r in rows if r["mode"] == "speculative")
+        assert spec["gain_pct"] > 40 and spec["acceptance"] == 1.0
+        deploys[name] = next(line for line in invoke("report", str(isolated / f"{name}.jsonl")).stdout.splitlines()
+                             if line.startswith("deploy"))
+    assert "no speculation" in deploys["twins"], deploys
+    assert "K=2" in deploys["real"] and "no speculation" not in deploys["real"], deploys

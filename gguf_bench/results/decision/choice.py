@@ -33,6 +33,8 @@ def candidates(rows: pd.DataFrame) -> list:
     if alone.empty:
         return []
     spec = ok[(ok["mode"] == "speculative") & ok["gain_pct"].notna()]
+    if "twin" in spec:  # an agreeing twin's gain is shown (acceptance 1 by construction), never deployed
+        spec = spec[spec["twin"] != True]  # noqa: E712
     spec = spec[spec.apply(lambda r: beats_fastest_alone(r, alone.iloc[0]), axis=1)] if not spec.empty else spec
     order = list(spec.sort_values("tokens_per_s", ascending=False, kind="stable").index) + list(alone.index)
     top = busy_above(rows)

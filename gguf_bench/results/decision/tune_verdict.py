@@ -73,6 +73,8 @@ def _why_alone(summary: pd.DataFrame, alone: pd.Series) -> str:
         return "no speculative run drafted a token"
     r = spec.loc[spec["tokens_per_s"].idxmax()]
     what = f"the fastest measured, {row_label(r)} at {r['tokens_per_s']:.2f} tokens/s ({gain_text(r)})"
+    if r.get("twin") == True:  # noqa: E712 (NaN: no twin ran)
+        return f"{what}, ran on twins: their gain is shown, never deployed"
     if r["tokens_per_s"] <= alone["tokens_per_s"]:
         return f"{what}, is not faster"
     if gain_decided(r) is None:

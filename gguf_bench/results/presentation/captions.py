@@ -116,8 +116,11 @@ def _caption(summary: pd.DataFrame, show_offload: bool, show_ovh: bool, show_pp:
                      "req t/s: each request's own decode speed; p95 s: end-to-end latency")
         lines += concurrency_lines(summary)
     if "twin" in summary and summary["twin"].any():
-        lines.append(f"⧉ twin: {TWIN_NOTE}")
-        if "twin_agrees" in summary and summary["twin_agrees"].any():
+        twin = summary["twin"].fillna(False).astype(bool)
+        agreeing = twin & summary.get("twin_agrees", pd.Series(False, index=summary.index)).fillna(False).astype(bool)
+        if (twin & ~agreeing).any():
+            lines.append(f"⧉ twin: {TWIN_NOTE}")
+        if agreeing.any():
             lines.append(f"⧉ {AGREEING_NOTE}")
     if "predicted_tokens_per_s" in summary:
         lines.append("pred.: tokens/s that `gguf-bench tune` predicted for the setting")
