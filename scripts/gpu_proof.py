@@ -61,8 +61,8 @@ torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformer
 typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp""".split())
 ROOTS = ["gguf-bench", "llama-cpp-python"]  # gguf-bench itself travels as its own wheel
 # the shapes the run's pairs use (gpu_proof.sh `pairs`): every header travels, and the run twins each one
-KIT_SHAPES = ("llama3-8b", "llama3.2-1b", "qwen2.5-7b", "qwen2.5-0.5b", "tiny-llama", "tiny-llama-draft", "tiny-qwen2",
-              "tiny-qwen2-draft")
+KIT_SHAPES = ("llama3-8b", "llama3.2-1b", "qwen2.5-7b", "qwen2.5-0.5b", "qwen3-30b-a3b", "tiny-llama", "tiny-llama-draft",
+              "tiny-qwen2", "tiny-qwen2-draft", "tiny-qwen3moe")
 
 
 def norm(name: str) -> str:
@@ -244,7 +244,9 @@ def prompts(out: Path, tokens: int, model: Path) -> None:
 
 def rows(report: Path, table: Path | None) -> None:
     """The -ngl sweep's rows (a `report --format json`): tokens/s, time to first token and its paired cost, joules per
-    token (NVML), bytes read per token and the share of the card's bandwidth (`bandwidth`'s table) it reaches."""
+    token, bytes read per token and the share of the card's bandwidth (`bandwidth`'s table) it reaches. Joules: the
+    run's where every device it used was counted (RAPL and NVML), else the GPUs' alone (NVML, no RAPL: the CPU not
+    counted) in a column of their own, never in the run's."""
     import json
 
     from gguf_bench.results.predictions.ceiling import ceiling_pct
@@ -254,11 +256,15 @@ def rows(report: Path, table: Path | None) -> None:
     data = json.loads(report.read_text())
     found = data["rows"] if isinstance(data, dict) else data
     print(f"card bandwidth: {f'{gbs:.0f} GB/s' if gbs else 'not measured'}")
-    head = ("prompt", "-ngl", "K", "tokens/s", "TTFT s", "TTFT cost %", "J/token", "MB/token", "card %")
+    head = ("prompt", "-ngl", "K", "tokens/s", "TTFT s", "TTFT cost %", "J/token", "GPU J/tok", "MB/token", "card %")
     print("  ".join(f"{h:>11}" for h in head))
 
     def cell(v, fmt):
         return f"{v:{fmt}}" if isinstance(v, (int, float)) and v == v else "-"
+    if not any(r.get("gpu_joules_per_token") for r in found):
+        why = "the runs' joules were counted whole (J/token)" if any(r.get("tokens_per_joule") for r in found) else \
+            "no energy counter read the GPUs the runs used"
+        print(f"GPU J/tok: none: {why}")
     for r in found:
         k = r.get("k") if r.get("mode") == "speculative" else r.get("mode")
         share = ceiling_pct(r.get("tokens_per_s"), r.get("bytes_per_token"), gbs)
@@ -266,6 +272,7 @@ def rows(report: Path, table: Path | None) -> None:
         print("  ".join(f"{c:>11}" for c in (
             str(r.get("prompt_id", "all"))[:11], str(r.get("ngl")), str(k), cell(r.get("tokens_per_s"), ".1f"),
             cell(r.get("ttft_s"), ".3f"), cell(r.get("ttft_cost_pct"), "+.1f"), cell(jt, ".3f"),
+            cell(r.get("gpu_joules_per_token"), ".3f"),
             cell((r.get("bytes_per_token") or float("nan")) / 1e6, ".0f"), cell(share, ".0f"))))
 
 
@@ -285,6 +292,7 @@ class Figure:
     unless: str | None = None
 
 
+ACCEPT_ROW = r"^\s*(?:target alone|\d+) "  # a row of bench_known_acceptance.py: the target alone, then each K
 SWEEP_ROW = r"^\s*\S+\s+\S+\s+(?:target|draft|\d+)\s+[\d-]"  # a row of `rows`: prompt, -ngl, K (or mode), figures
 # gpu_proof.sh's tables (its `tables` lists those of a run: machine, build, twins and each measuring step), by name;
 # machine.txt holds what the device check reads, no figure
@@ -296,14 +304,23 @@ FIGURES: dict[str, tuple[Figure, ...]] = {
               Figure("logical size", "KB/MB/GB", pattern=r"^twin of .*? tensors, (\S+) [KMGT]?B logical")),
     "offload": (Figure("tests passed", "", pattern=r"\b(\S+) passed\b"),),
     "plan-cli": tuple(Figure(c, "MiB", column=c) for c in ("weights", "KV", "compute", "total")),
-    "plan": tuple(Figure(c, "MiB predicted/measured", column=c, rows=r"^\S+\.gguf ") for c in ("weights p/m", "total p/m")),
+    "plan": (*(Figure(c, "MiB predicted/measured", column=c, rows=r"^\S+\.gguf ") for c in ("weights p/m", "total p/m")),
+             Figure("totals within 5%", "rows", pattern=r"^totals within 5% of llama\.cpp's: (\S+) of \S+ rows")),
     "tune": (Figure("target t_verify(1)", "ms", pattern=r"target t_verify\(1\) (\S+) ms"),
              Figure("draft step", "ms", pattern=r"^measured: .*, draft (\S+) ms"),
              Figure("verify ×", "", column="verify ×", rows=r"^\s*\d+ "),
              *(Figure(f"a={a}", "tokens/s", column=f"a={a}", rows=r"^\s*\d+ ") for a in ("0.6", "0.8"))),
     "bandwidth": (Figure("card bandwidth", "GB/s", pattern=r"; bandwidth (\S+) GB/s"),),
+    "accept": (Figure("measured", "tokens/s", column="measured t/s", rows=ACCEPT_ROW),
+               Figure("acceptance", "", column="acceptance", rows=r"^\s*\d+ "),
+               Figure("predicted", "tokens/s", column="predicted t/s", rows=ACCEPT_ROW),
+               Figure("error", "%", column="error %", rows=r"^\s*\d+ "),
+               Figure("K within 10%", "", pattern=r"^within 10%: (\S+) of \S+ K$")),
+    "verify": (Figure("ms", "ms", pattern=r"^\| \d+ \| (\S+) \|"),
+               Figure("2 tokens", "× one token", pattern=r"^\S+: 2 tokens cost (\S+)× one token")),
     "sweep": (Figure("tokens/s", "", column="tokens/s", rows=SWEEP_ROW),
               Figure("TTFT", "s", column="TTFT s", rows=SWEEP_ROW),
+              Figure("GPU J/tok", "J", column="GPU J/tok", rows=SWEEP_ROW, unless="GPU J/tok: none: "),
               Figure("deploy line", "tokens/s", pattern=r"^deploy\b.*? (\S+) tokens/s")),
     "engines": (Figure("python", "tokens/s", column="python", rows=r"^\s*(?:alone|\d+) "),
                 Figure("server", "tokens/s", column="server", rows=r"^\s*(?:alone|\d+) ",

@@ -232,6 +232,12 @@ measure() {
     step "sweep-server-$name" 45 bash -c "$NGL_SWEEP" "$PYV" "$t/$tgt.gguf" "$t/$drf.gguf" all "$(nproc)" "$STATE" 1500 \
       server
     step plan 60 "$PYV" scripts/bench_plan.py "${files[@]}" --ctx 512,4096 --max-tensor-mib 1000000
+    # the gain at a known acceptance (1: agreeing twins of the pair) against tune's prediction, then the expert tax:
+    # the verify curve of a MoE twin beside the dense target's
+    step "accept-$name" 40 "$PYV" scripts/bench_known_acceptance.py --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" \
+      -K 1,2,4,8 -n 64 -r 3 -ngl all -ngld all --threads "$(nproc)"
+    step verify-moe 60 "$PYV" scripts/bench_verify_curve.py "$t/qwen3-30b-a3b.gguf" "$t/$tgt.gguf" -ngl all \
+      --tokens 1-9 --reps 10 --threads "$(nproc)"
     step "tune-$name" 30 "$PYV" -m gguf_bench.cli tune --twin --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" \
       -K 1,2,3,4,6,8,12,16 -ngl all -ngld all --acceptance 0.6,0.8 -n 32 --reps 2 --prompt-ids code-short \
       --name "gpu-tune-$name"
@@ -258,6 +264,10 @@ measure() {
   elif [ -z "${PLAN:-}" ]; then
     echo "sweep-server-$name: no llama-server built here" >> "$STATE/tables/skipped.txt"
   fi
+  step "accept-$name" 60 "$PYV" scripts/bench_known_acceptance.py --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" \
+    -K 1,2,4,8 -n 8 -r 1 --threads 1 --tune-reps 1
+  step verify-moe 30 "$PYV" scripts/bench_verify_curve.py "$t/tiny-qwen3moe.gguf" "$t/$tgt.gguf" --tokens 1-9 \
+    --reps 1 --threads 1 --prompt 32 --ctx 256
   for p in $(pairs); do
     IFS=: read -r name tgt drf <<< "$p"
     step "plan-cli-$name" 60 "$PYV" -m gguf_bench.cli plan --target "$h/$tgt.gguf" --draft "$h/$drf.gguf" --ctx 512 \

@@ -34,7 +34,10 @@ def test_dry_run_writes_tables_of_numbers_within_the_limits(tmp_path, cpu_tree):
     tables = tmp_path / "state" / "tables"
     names = {p.stem for p in tables.glob("*.txt")}
     assert {"machine", "build", "twins", "offload", "plan-cli-llama", "tune-llama", "engines-llama", "tune-qwen",
-            "engines-qwen"} <= names
+            "engines-qwen", "accept-llama", "verify-moe"} <= names
+    accept = (tables / "accept-llama.txt").read_text()  # agreeing twins: every draft accepted
+    assert re.search(r"^\s+8\s+[\d.]+\s+1\.000 ", accept, re.M) and "within 10%: " in accept, accept
+    assert "tiny-qwen3moe: 2 tokens cost " in (tables / "verify-moe.txt").read_text()
     assert "build-tree --cpu" in (tables / "build.txt").read_text()
     offload = (tables / "offload.txt").read_text()  # every test's fixtures ran, then it skipped: declared
     assert re.search(r"\b\d+ skipped\b", offload) and "GGUF_BENCH_GPU_DRY_RUN" in offload
@@ -73,7 +76,8 @@ PLAN_CLI = """\
 """
 PLAN = (f"{'model':<34} {'ctx':>5} {'-ngl':>6} {'weights p/m':>15} {'KV p/m':>13} {'compute p/m':>13} {'total p/m':>15} "
         f"{'error':>7}\n{'llama3-8b.gguf':<34} {512:>5} {'33/33':>6} {4437.0:>7.1f}/{4437.0:<7.1f} {64.0:>6.1f}/{64.0:<6.1f} "
-        f"{258.5:>6.1f}/{250.1:<6.1f} {4759.5:>7.1f}/{4751.1:<7.1f} {'+0.2%':>7}\n")
+        f"{258.5:>6.1f}/{250.1:<6.1f} {4759.5:>7.1f}/{4751.1:<7.1f} {'+0.2%':>7}\n"
+        "totals within 5% of llama.cpp's: 1 of 1 rows\n")
 TUNE = """\
    K     verify ×     a=0.6        a=0.8
 ─────────────────────────────────────────
@@ -81,14 +85,30 @@ TUNE = """\
 measured: target t_verify(1) 9.92 ms, draft 1.50 ms (c = 0.151; 2-token catch-up 2.1 ms), round overhead 0.05 ms
 """
 
+ACCEPT = """\
+tune: target t_verify(1) 4.83 ms, draft 1.34 ms; seconds: twins 1.2, tune 8.1, sweep 9.0
+           K  measured t/s  acceptance    gain %  predicted t/s  pred. gain %   error %  runs
+target alone        245.70           -         -         207.04             -     -15.7     3
+           1        330.10       1.000     +34.4         316.20         +52.7      -4.2     3
+           4        512.00       1.000    +108.4         498.00        +140.5      -2.7     3
+within 10%: 2 of 2 K
+"""
+VERIFY = """\
+| k | ms | × one token | decode ms | decode × |
+| --- | --- | --- | --- | --- |
+| 1 | 5.120 | 1.00 | 4.900 | 1.00 |
+| 2 | 6.400 | 1.25 | 6.100 | 1.24 |
+
+qwen3-30b-a3b: 2 tokens cost 1.25× one token (1.24× inside llama_decode)
+"""
 BANDWIDTH = "device: NVIDIA H200\ncopy of 4 GiB, best of 10: 2.02 ms; bandwidth 4263 GB/s (read + written); median 4260 GB/s\n"
 SWEEP = """\
 deploy llama3-8b.gguf+llama3.2-1b.gguf: no speculation (245.67 tokens/s; no speculative setting gained;
   +129% [+120,+139] over -ngl 30 alone) (measured in the Python loop: check it with --engine server)
 card bandwidth: 4263 GB/s
-     prompt         -ngl            K     tokens/s       TTFT s  TTFT cost %      J/token     MB/token       card %
- code-short           30       target        108.0        0.079            -            -         4887           12
-  long-1500          all            4         89.8        0.210        +20.6            -        10098           21
+     prompt         -ngl            K     tokens/s       TTFT s  TTFT cost %      J/token    GPU J/tok     MB/token       card %
+ code-short           30       target        108.0        0.079            -            -        1.210         4887           12
+  long-1500          all            4         89.8        0.210        +20.6            -        1.870        10098           21
 """
 
 
@@ -112,7 +132,8 @@ def _complete_run(folder: Path, engines: str, cuda: bool = True) -> list[str]:
                        + "device: CPU (CPU) AMD EPYC 9654, 125.8 GiB\n",
               "twins": "twin of h/llama3-8b.gguf: 291 tensors, 8.03 GB logical, 1.20 MB on disk, 0.3 s -> t.gguf\n",
               "offload": "27 passed in 31.2s\n(offload: 40 s)\n", "plan-cli-llama": PLAN_CLI, "plan": PLAN,
-              "tune-llama": TUNE, "engines-llama": engines, "bandwidth": BANDWIDTH, "sweep-ngl-llama": SWEEP}
+              "tune-llama": TUNE, "engines-llama": engines, "bandwidth": BANDWIDTH, "sweep-ngl-llama": SWEEP,
+              "accept-llama": ACCEPT, "verify-moe": VERIFY}
     folder.mkdir(parents=True, exist_ok=True)
     (folder.parent / "logs").mkdir(exist_ok=True)
     for name, text in tables.items():
@@ -129,15 +150,19 @@ def test_check_accepts_a_complete_run_and_rejects_each_table_that_holds_no_measu
     assert check(tables, names) == 0
     assert check(tables, [*names, "engines-qwen"]) == 1  # a table the run must write is missing
     assert "engines-qwen: missing" in capsys.readouterr().err
-    faults = {"engines-llama.txt": ("llama-server failed to start: CUDA error: out of memory\n", "CUDA error"),
-              "plan.txt": (PLAN.replace("4759.5", "nan"), "plan: an error in plan.txt"),
-              "tune-llama.txt": (TUNE.replace("9.92 ms", "– ms"), "target t_verify(1) (ms) is '–'"),
-              "offload.txt": ("27 skipped in 0.4s\n", "its tests were all skipped"),
-              "plan-cli-llama.txt": (PLAN_CLI.replace("4437", "   –"), "weights (MiB) is '–', not a finite number"),
-              "../logs/tune-llama.err": ("RuntimeError: llama_decode returned -1\n", "tune-llama.err: RuntimeError"),
-              "bandwidth.txt": ("no GPU bandwidth: torch sees no CUDA device (dry-run)\n", "no card bandwidth (GB/s)"),
-              "sweep-ngl-llama.txt": (SWEEP.replace("0.210", "    -"), "TTFT (s) is '-', not a finite number")}
-    for name, (text, why) in faults.items():
+    faults = [("engines-llama.txt", "llama-server failed to start: CUDA error: out of memory\n", "CUDA error"),
+              ("plan.txt", PLAN.replace("4759.5", "nan"), "plan: an error in plan.txt"),
+              ("plan.txt", PLAN.replace("totals within", "totals"), "no totals within 5% (rows)"),
+              ("tune-llama.txt", TUNE.replace("9.92 ms", "– ms"), "target t_verify(1) (ms) is '–'"),
+              ("offload.txt", "27 skipped in 0.4s\n", "its tests were all skipped"),
+              ("plan-cli-llama.txt", PLAN_CLI.replace("4437", "   –"), "weights (MiB) is '–', not a finite number"),
+              ("../logs/tune-llama.err", "RuntimeError: llama_decode returned -1\n", "tune-llama.err: RuntimeError"),
+              ("bandwidth.txt", "no GPU bandwidth: torch sees no CUDA device (dry-run)\n", "no card bandwidth (GB/s)"),
+              ("sweep-ngl-llama.txt", SWEEP.replace("0.210", "    -"), "TTFT (s) is '-', not a finite number"),
+              ("sweep-ngl-llama.txt", SWEEP.replace("1.870", "    -"), "GPU J/tok (J) is '-', not a finite number"),
+              ("accept-llama.txt", ACCEPT.replace("330.10", "     -"), "measured (tokens/s) is '-'"),
+              ("verify-moe.txt", VERIFY.replace("2 tokens cost", "two cost"), "no 2 tokens (× one token)")]
+    for name, text, why in faults:
         good = (tables / name).read_text() if (tables / name).is_file() else None
         (tables / name).write_text(text)
         assert check(tables, names) == 1 and why in capsys.readouterr().err, (name, text)
