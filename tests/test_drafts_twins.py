@@ -11,7 +11,7 @@ import pytest
 from cli_helpers import invoke
 
 from gguf_bench.models.candidates import HeaderReader
-from gguf_bench.models.offload_plan import best_row, plan
+from gguf_bench.models.offload_plan import best_row, device_bytes, plan
 from gguf_bench.models.tiny import TinySpec, random_weights, vocabulary, write_gguf
 from gguf_bench.options import ALL_LAYERS
 
@@ -68,13 +68,18 @@ def test_twins_are_placed_as_the_planner_places_the_pair_in_vram(family, isolate
     (--vram, at --ctx-size); all of it where it fits; the CPU where not even the target's output layer does."""
     reader = HeaderReader()
     shapes = [reader.local(family[k]).planner_shape() for k in ("target", "good")]
-    for vram, margin, mib in (("16MiB", "0", 16), ("14MiB", "0", 14), ("528MiB", "512MiB", 16)):
-        row = best_row(plan(*shapes, mib * 2**20, 4096, [0, 1, shapes[1].total_layers // 2, ALL_LAYERS]))
+    nglds = [0, 1, shapes[1].total_layers // 2, ALL_LAYERS]
+    # budgets just below the target's every layer beside the draft's smallest placement (whole MiB, rounded down)
+    whole = (device_bytes(shapes[0], ALL_LAYERS, 4096).total + device_bytes(shapes[1], 0, 4096).total) // 2**20
+    for vram, margin, mib in ((f"{whole}MiB", "0", whole), (f"{whole - 2}MiB", "0", whole - 2),
+                              (f"{whole + 512}MiB", "512MiB", whole)):
+        row = best_row(plan(*shapes, mib * 2**20, 4096, nglds))
         out = json.loads(_twins(family, "--vram", vram, "--margin", margin, "--json").stdout)["twins"]
         assert out["placements"] == {str(family["good"]): f"-ngl {row.target.layers} -ngld {row.ngld}"}, vram
         assert row.target.layers < shapes[0].total_layers  # some layers left on the CPU: not the all-layers default
-    # plan's default margin is kept free here too: 528 MiB less 512 places as 16 MiB did
-    assert json.loads(_twins(family, "--vram", "528MiB", "--json").stdout)["twins"]["placements"] == out["placements"]
+    # plan's default margin is kept free here too: 512 MiB more places as the budget alone did
+    assert json.loads(_twins(family, "--vram", f"{whole + 512}MiB", "--json").stdout)["twins"]["placements"] == \
+        out["placements"]
     assert json.loads(_twins(family, "--vram", "8GB", "--json").stdout)["twins"]["placements"] == {
         str(family["good"]): f"-ngl {shapes[0].total_layers} -ngld {shapes[1].total_layers}"}
     nothing = _twins(family, "--vram", "5MiB")

@@ -18,6 +18,7 @@ from gguf_bench.models.offload_plan import (
     Shape,
     compute_estimate,
     device_bytes,
+    kv_cells,
     layer_stage,
     output_stage,
     ubatch_tokens,
@@ -88,3 +89,13 @@ def test_the_output_stage_goes_with_the_output_layer_and_op_offload_to_the_first
     zero = {d: compute for d, _, _, compute in device_bytes(shape, 0, 512, budget=two).terms}
     assert zero == {"Dev0": compute_estimate(shape, 512, output=True, output_copied=True)}
     assert zero["Dev0"] == sum(shape.output_tensors) + output_stage(shape, 512)
+
+
+def test_a_sliding_window_model_reserves_a_second_attention_mask(twins):
+    """The KQ mask (f16, n_kv x n_tokens) over the cache; a model with sliding-window layers (Gemma 3) reserves a
+    second one over its window's cache (build_attn_inp_kv_iswa), as large where it is loaded with swa_full."""
+    shape = dataclasses.replace(twins["llama3.2-1b"], n_vocab=1000)  # a small vocabulary: the block stage decides
+    mask = kv_cells(4096) * 512 * 2
+    assert layer_stage(dataclasses.replace(shape, swa=True), 4096) - layer_stage(shape, 4096) == mask
+    every = device_bytes(shape, ALL_LAYERS, 4096).compute - device_bytes(shape, ALL_LAYERS, 512).compute
+    assert every == mask - kv_cells(512) * 512 * 2

@@ -105,6 +105,7 @@ class Shape:
     recurrent: tuple[bool, ...] = ()  # trunk blocks with a recurrent state instead of a KV cache (Qwen3.5's delta-nets)
     state_bytes: int = 0  # one such block's state for one sequence (llama.cpp's F32 r and s rows)
     n_nextn: int = 0  # MTP (NextN) blocks: each an attending block with a KV cache in draft-mtp's own context
+    swa: bool = False  # sliding-window layers beside global ones (Gemma 3): a second attention mask over the cache
 
     @classmethod
     def from_header(cls, meta: dict, tensors: list) -> Shape:
@@ -130,7 +131,7 @@ class Shape:
                    int(vocab_rows), tuple(blocks), tuple(experts),
                    tuple(w.bytes for w in weights if w.layer == n_layers), sum(w.bytes for w in weights if w.layer == INPUT),
                    weights, sum(w.bytes for w in heads), *_recurrent(key, n_layers),
-                   len({w.layer for w in heads}))
+                   len({w.layer for w in heads}), bool(key("attention.sliding_window", 0)))
 
     @property
     def total_layers(self) -> int:
@@ -304,11 +305,20 @@ def ubatch_tokens(n_ctx: int) -> int:
 def layer_stage(shape: Shape, n_ctx: int) -> int:
     """One block's activations, reused block after block (ggml-alloc frees a tensor after its last reader,
     ggml/src/ggml-alloc.c): at the FFN, the gate, the up and their product (n_ff wide each, f32) beside the residual
-    and the normed input (n_embd), for every token of the ubatch; and the attention mask over the cache (f16,
-    KQ mask n_kv x n_tokens, src/llama-graph.cpp build_attn_inp_kv), alive through every block. Measured on
-    lavapipe for the tiny models (width 64 to 256, FFN 128 to 1024, MoE too): within 0.1 MiB."""
+    and the normed input (n_embd), for every token of the ubatch; and the attention mask over the cache (f16, KQ
+    mask n_kv x n_tokens, src/llama-graph.cpp build_attn_inp_kv), alive through every block; a model with
+    sliding-window layers has two, the sliding window's over its own cache (build_attn_inp_kv_iswa, llama-graph.cpp
+    lines 3434-3445), as large as the other's where gguf-bench loads it with swa_full (gemma-3-270m on lavapipe,
+    every layer at ctx 4096: -3.7% with one mask, -1.2% with both). Where no block is on the device (-ngl 0) the
+    stage is there all the same when op offload brings the blocks' matmuls (the F32 gemma at -ngl 0, ctx 4096: 27.5
+    MiB predicted and allocated); weights the CPU backend repacked (CPU_REPACK, e.g. Q4_K on AVX2 CPUs) are not
+    op-offloaded (its buffer type is not a host one, ggml-cpu/repack.cpp line 5246, and ggml-backend.cpp line 970
+    offloads host weights only), so a Q4_K model's device then holds less than planned (gemma Q4_K_M at -ngl 0, ctx
+    4096: 15.4 MiB for 23.5 planned): an error on the safe side of "does it fit", not modelled.
+    Measured on lavapipe for the tiny models (width 64 to 256, FFN 128 to 1024, MoE too): within 0.1 MiB."""
     t = ubatch_tokens(n_ctx)
-    return (3 * shape.n_ff + 2 * shape.n_embd) * t * 4 + kv_cells(n_ctx) * t * 2
+    masks = (1 + shape.swa) * kv_cells(n_ctx) * t * 2
+    return (3 * shape.n_ff + 2 * shape.n_embd) * t * 4 + masks
 
 
 def output_stage(shape: Shape, n_ctx: int) -> int:
