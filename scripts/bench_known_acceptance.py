@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import math
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -34,16 +33,15 @@ from pathlib import Path
 
 from gguf_bench import options
 from gguf_bench.errors import BenchError
-from gguf_bench.measure.flows.tune import TuneJob, tune
+from gguf_bench.measure.flows.tune import TuneJob, measure_grid, tune
 from gguf_bench.measure.inputs.prompts import builtin
 from gguf_bench.measure.pair import PairFiles
-from gguf_bench.measure.plan import measured
-from gguf_bench.measure.sweep import iter_records
 from gguf_bench.models.twin import is_agreeing_file, twin_folder, twin_of
 from gguf_bench.results.decision.tune_verdict import check_summary, gain_fields
+from gguf_bench.results.predictions.tune_checks import check_rows
 from gguf_bench.results.presentation.tuning import tune_strategies
 from gguf_bench.results.schema.records import Mode
-from gguf_bench.results.schema.store import append_record, use_results_dir
+from gguf_bench.results.schema.store import use_results_dir
 from gguf_bench.runtimes.llama_cpp import llama_versions
 
 WITHIN = 10.0  # % the prediction should be within
@@ -76,37 +74,26 @@ def measure(args, folder: Path) -> tuple[list[dict], dict]:
     t_tune = time.perf_counter() - t0 - t_twins
     # the sweep tune --check runs (job.grid: this setting, the target alone first), every K asked, -r, --temp
     grid = replace(job.grid(cal, ks), repetitions=args.reps, temperatures=[args.temp])
-    records = run_measured(tuned.job, grid)
+    records = measure_grid(tuned.job, grid, failed="the sweep of the agreeing twins could not measure")
     t_sweep = time.perf_counter() - t0 - t_twins - t_tune
     summary = check_summary(records)
+    checked = {row["k"]: row for row in check_rows(cal, records)}  # tune --check's rows: measured, predicted, error
     rows = []
     for k in [0, *ks]:
-        runs = [r for r in records if not r.error and r.metrics and r.k == k
-                and r.mode in ((Mode.TARGET,) if k == 0 else (Mode.SPECULATIVE,))]
-        if not runs:
+        if k not in checked:
             rows.append({"k": k, "runs": 0})
             continue
-        speed = statistics.fmean(r.tokens_per_s for r in runs)
-        p = cal.predict(k if k else min(cal.ks))
-        predicted = p.tokens_per_s if k else p.baseline_tokens_per_s
+        runs = [r for r in records if not r.error and r.metrics and r.k == k and r.mode == Mode.SPECULATIVE]
         drafted = sum(r.metrics.drafted for r in runs)
-        rows.append({"k": k, "runs": len(runs), "measured": speed, "predicted": predicted,
+        row = checked[k]
+        rows.append({"k": k, "runs": row["runs"], "measured": row["measured_tokens_per_s"],
+                     "predicted": row["predicted_tokens_per_s"], "error": row["error_pct"],
                      "acceptance": sum(r.metrics.accepted for r in runs) / drafted if drafted else None,
                      "gain": gain_fields(summary, k)["measured_gain_pct"] if k else None,
-                     "predicted_gain": p.gain_pct if k else None, "error": 100.0 * (predicted / speed - 1.0),
-                     "tokens": min(r.metrics.n_tokens for r in runs)})
+                     "predicted_gain": cal.predict(k).gain_pct if k else None})
     seen = {"target": target, "draft": draft, "setting": cal.setting, "twins_s": t_twins, "tune_s": t_tune,
             "sweep_s": t_sweep, "t_target_ms": 1000 * cal.timings.t_target, "t_draft_ms": 1000 * cal.timings.t_draft}
     return rows, seen
-
-
-def run_measured(job: TuneJob, grid) -> list:
-    """The grid's runs through sweep's own code, each record stored in the job's file as sweep stores it."""
-    records = []
-    for record in iter_records(job.name, job.files, grid):
-        append_record(job.out, record)
-        records.append(record)
-    return measured(records, "the sweep of the agreeing twins could not measure")
 
 
 def cell(x, fmt: str) -> str:

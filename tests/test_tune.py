@@ -620,7 +620,7 @@ def test_check_gains_are_the_verdict_rules_and_the_fastest_decided_setting_wins(
 
     records = check_runs([20.0, 17.0, 14.0, 19.0], {1: [0.10, 0.11, 0.09, 0.10], 2: [0.30, 0.31, 0.29, 0.30],
                                                     3: [0.30, -0.20, 0.25, -0.10]})
-    monkeypatch.setattr(flow, "_checked", lambda job, grid, events: [r for r in records if r.k in (0, *grid.ks)])
+    monkeypatch.setattr(flow, "measure_grid", lambda job, grid, events: [r for r in records if r.k in (0, *grid.ks)])
     cal = guarded(None)
     files = PairFiles(tmp_path / "t.gguf", tmp_path / "d.gguf", "p")
     job = flow.TuneJob(files, [Prompt("p1", "code", "hi")], [1, 2, 3], 10, 256, None, "t", tmp_path / "t.jsonl")
@@ -649,7 +649,7 @@ def test_a_check_whose_gain_is_not_decided_recommends_the_target_alone_and_says_
     from gguf_bench.measure.inputs.prompts import Prompt
 
     records = check_runs([20.0], {1: [0.2], 2: [0.4], 3: [0.3]})
-    monkeypatch.setattr(flow, "_checked", lambda job, grid, events: [r for r in records if r.k in (0, *grid.ks)])
+    monkeypatch.setattr(flow, "measure_grid", lambda job, grid, events: [r for r in records if r.k in (0, *grid.ks)])
     cal = guarded(None)
     job = flow.TuneJob(PairFiles(tmp_path / "t", tmp_path / "d", "p"), [Prompt("p1", "code", "hi")], [1, 2, 3], 10,
                        256, None, "t", tmp_path / "t.jsonl")

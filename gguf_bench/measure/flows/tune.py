@@ -237,14 +237,16 @@ def calibrate_settings(job: TuneJob, ngls: Sequence[int], nglds: Sequence[int],
     return calibrations
 
 
-def _checked(job: TuneJob, grid: Grid, events: TuneEvents) -> list[RunRecord]:
-    """The grid's runs, each stored in `job.out` as it is measured (as sweep stores them); an error if every one failed."""
+def measure_grid(job: TuneJob, grid: Grid, events: TuneEvents = TuneEvents(),
+                 failed: str = "--check could not measure") -> list[RunRecord]:
+    """The grid's runs, each stored in `job.out` as it is measured (as sweep stores them); an error (`failed`) if
+    every one failed."""
     records = []
     for record in iter_records(job.name, job.files, grid):
         append_record(job.out, record)
         records.append(record)
         events.step(f"checking: measured {record.label} on {record.config.prompt_id}")
-    return measured(records, "--check could not measure")
+    return measured(records, failed)
 
 
 def run_check(job: TuneJob, cal: Calibration, k: int, events: TuneEvents = TuneEvents()
@@ -253,7 +255,7 @@ def run_check(job: TuneJob, cal: Calibration, k: int, events: TuneEvents = TuneE
     prediction (tuning.check_rows); and the records."""
     grid = job.grid(cal, check_ks(cal, k))
     events.step(f"checking K={', '.join(map(str, grid.ks))} as sweep measures them ...")
-    records = _checked(job, grid, events)
+    records = measure_grid(job, grid, events)
     return check_rows(cal, records, job.objective), records
 
 
@@ -265,7 +267,7 @@ def run_cost_check(job: TuneJob, outlook: CostOutlook, events: TuneEvents = Tune
     cal, p = outlook.cal, outlook.prediction
     grid = job.grid(cal, [p.k], with_target_alone=False, strategies=[outlook.schedule])
     events.step(f"checking {p.strategy} as sweep measures it ...")
-    records = _checked(job, grid, events)
+    records = measure_grid(job, grid, events)
     speeds = [r.tokens_per_s for r in records if not r.error and r.tokens_per_s]
     tokens_per_s = statistics.fmean(speeds)
     return {"k": p.k, "strategy": p.strategy, "ngl": cal.ngl, "ngld": cal.ngld, "predicted_tokens_per_s": p.tokens_per_s,

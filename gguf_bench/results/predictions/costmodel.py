@@ -444,12 +444,10 @@ class Calibration:
                       for i, p in enumerate(acc.prompts))
         loop = tm.in_loop
         fit = loop.predicted_decode_s / loop.decode_s if loop.decode_s and loop.predicted_decode_s else None
-        models = [m for m in (rec.models.target, rec.models.draft) if m is not None]
-        twin = any(m.twin for m in models)
-        agrees = twin and len(models) == 2 and all(m.twin_agrees for m in models)
+        twin = rec.models.twin
         return cls(pair=rec.pair, ngl=str(cfg.ngl), ngld=str(cfg.ngld), n_predict=cfg.n_predict,
                    ks=tuple(cfg.ks), timings=timings, texts=texts, a=tuple(acc.a), fit=fit, depth=cfg.depth, twin=twin,
-                   agrees=agrees, placement=cfg.placement or "")
+                   agrees=twin and rec.models.agreeing, placement=cfg.placement or "")
 
     def with_acceptance_of(self, real: Calibration, source: str) -> Calibration:
         """These timings with the texts and acceptance of another calibration (the real pair's, measured by tune on

@@ -221,15 +221,9 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("error", lambda r: r.error), Field("text", _metric("text")),
     Field("drafted", lambda r: r.metrics.drafted if r.metrics and r.metrics.n_tokens else None),  # (no tokens: no proof)
     Field("no_drafts", _metric("no_drafts")),
-    Field("twin", lambda r: any(f is not None and f.twin for f in (r.models.target, r.models.draft))),  # speed only
-    Field("twin_agrees", lambda r: _agreeing(r.models)),  # agreeing twins: acceptance 1 by construction
+    Field("twin", lambda r: r.models.twin),  # speed only
+    Field("twin_agrees", lambda r: r.models.agreeing),  # agreeing twins: acceptance 1 by construction
 )
-
-
-def _agreeing(models) -> bool:
-    """Agreeing twins (twin --agree): every model of the run is one (a speculative run's target and draft both)."""
-    files = [f for f in (models.target, models.draft) if f is not None]
-    return bool(files) and all(f.twin_agrees for f in files)
 
 
 def run_row(run: RunRecord) -> dict:

@@ -42,6 +42,20 @@ class Models:
     target: ModelFile | None = None
     draft: ModelFile | None = None  # None: the target alone (n-gram drafting)
 
+    @property
+    def files(self) -> list[ModelFile]:
+        return [f for f in (self.target, self.draft) if f is not None]
+
+    @property
+    def twin(self) -> bool:
+        """A twin ran (models/twin.py): the run's figures are speed only."""
+        return any(f.twin for f in self.files)
+
+    @property
+    def agreeing(self) -> bool:
+        """Every model of the run is an agreeing twin (twin --agree): acceptance 1 by construction."""
+        return bool(self.files) and all(f.twin_agrees for f in self.files)
+
 
 @dataclass
 class Build:
