@@ -146,5 +146,6 @@ def test_an_agreeing_twins_gain_is_shown_never_deployed(pair, isolated):
         assert spec["gain_pct"] > 40 and spec["acceptance"] == 1.0
         deploys[name] = next(line for line in invoke("report", str(isolated / f"{name}.jsonl")).stdout.splitlines()
                              if line.startswith("deploy"))
-    assert "no speculation" in deploys["twins"], deploys
+    assert "no speculation" in deploys["twins"] and "ran on twins: their gain is shown, never deployed" in \
+        " ".join(deploys["twins"].split()), deploys
     assert "K=2" in deploys["real"] and "no speculation" not in deploys["real"], deploys

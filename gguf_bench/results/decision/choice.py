@@ -21,6 +21,9 @@ ROW = SETTING + ["mode", "strategy", "k"]  # what tells a summary row apart
 SPEC = [*OTHER, "strategy", "k"]  # one speculative setting of a workload
 
 
+TWINS_NEVER_DEPLOYED = "ran on twins: their gain is shown, never deployed"  # why a twin's faster row is not the answer
+
+
 def candidates(rows: pd.DataFrame) -> list:
     """Indexes of the rows that may be deployed, best first: the speculative rows that are decidedly faster than the
     fastest target alone (beats_fastest_alone), fastest first, then the target alone rows, fastest first. A row that
@@ -33,7 +36,7 @@ def candidates(rows: pd.DataFrame) -> list:
     if alone.empty:
         return []
     spec = ok[(ok["mode"] == "speculative") & ok["gain_pct"].notna()]
-    if "twin" in spec:  # an agreeing twin's gain is shown (acceptance 1 by construction), never deployed
+    if "twin" in spec:  # TWINS_NEVER_DEPLOYED: an agreeing twin's gain is shown (acceptance 1 by construction)
         spec = spec[spec["twin"] != True]  # noqa: E712
     spec = spec[spec.apply(lambda r: beats_fastest_alone(r, alone.iloc[0]), axis=1)] if not spec.empty else spec
     order = list(spec.sort_values("tokens_per_s", ascending=False, kind="stable").index) + list(alone.index)

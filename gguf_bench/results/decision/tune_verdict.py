@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from gguf_bench.errors import BenchError
-from gguf_bench.results.decision.choice import candidates
+from gguf_bench.results.decision.choice import TWINS_NEVER_DEPLOYED, candidates
 from gguf_bench.results.decision.table import for_objective, summarize, to_frame
 from gguf_bench.results.decision.verdicts import gain_decided
 from gguf_bench.results.decision.wording import gain_text, row_label
@@ -74,7 +74,7 @@ def _why_alone(summary: pd.DataFrame, alone: pd.Series) -> str:
     r = spec.loc[spec["tokens_per_s"].idxmax()]
     what = f"the fastest measured, {row_label(r)} at {r['tokens_per_s']:.2f} tokens/s ({gain_text(r)})"
     if r.get("twin") == True:  # noqa: E712 (NaN: no twin ran)
-        return f"{what}, ran on twins: their gain is shown, never deployed"
+        return f"{what}, {TWINS_NEVER_DEPLOYED}"
     if r["tokens_per_s"] <= alone["tokens_per_s"]:
         return f"{what}, is not faster"
     if gain_decided(r) is None:

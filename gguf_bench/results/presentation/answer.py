@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gguf_bench import engine_registry as capabilities
+from gguf_bench.results.decision.choice import TWINS_NEVER_DEPLOYED
 from gguf_bench.results.decision.verdicts import gain_decided, margin_of, own_engine, verdict_of
 from gguf_bench.results.presentation.crossover import gain_text, over_text, slots_label, workload_part
 from gguf_bench.results.presentation.report import row_label
@@ -88,6 +89,8 @@ def _why_alone(rows: pd.DataFrame, alone: pd.Series) -> str:
     target alone."""
     spec = rows[(rows["mode"] == "speculative") & rows["gain_pct"].notna()]
     fastest = spec.loc[spec["tokens_per_s"].idxmax()] if not spec.empty else None
+    if fastest is not None and fastest.get("twin") == True:  # noqa: E712 (NaN: no twin ran); choice.candidates
+        return f"the speculative rows {TWINS_NEVER_DEPLOYED}"
     if fastest is not None and verdict_of(fastest) == "same":
         return (f"{row_label(fastest)} is the same as the target alone within {margin_of(rows):g}%: "
                 f"{gain_text(fastest)}")

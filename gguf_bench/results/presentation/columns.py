@@ -41,8 +41,9 @@ def model_label(row: pd.Series) -> str:
 
 TWIN_NOTE = ("synthetic weights with the real model's shapes (gguf-bench twin): its speed is the model's, its acceptance "
              "and text are not, so they are left out")
-AGREEING_NOTE = ("agreeing twins (twin --agree) predict token 0 everywhere: every draft is accepted by construction, so "
-                 "their acceptance (1) and gain are the loop's upper bound at this shape and offload, not a real draft's")
+AGREEING_NOTE = ("agreeing twins (twin --agree) predict token 0 everywhere: every draft is accepted by construction, "
+                 "so their acceptance (1) and gain are the loop's upper bound, at this shape and offload, "
+                 "not a real draft's")
 
 
 def _stem(name) -> str:
